@@ -1,0 +1,44 @@
+# SharpDraft: the two entry points of the README, and the set-up they share.
+#   make run    the main job (today: the Model A derivation table; later: experiments/quickstart.yaml)
+#   make test   the whole test suite (what CI runs)
+# Each target installs what it needs first; the installs are cached and idempotent.
+
+TORCH_VERSION     := 2.11.0
+CUDA_RUNTIME      := 13.0.96
+CUDA_CUPTI        := 13.0.85
+SHARPDRAFT_HOME   ?= $(HOME)/.cache/sharpdraft
+# libtorch is unpacked once per machine and linked into each clone's .deps (see .cargo/config.toml).
+TORCH_CACHE       := $(SHARPDRAFT_HOME)/deps/torch-$(TORCH_VERSION)-cu130
+TORCH_LINK        := .deps/torch-py
+LIBTORCH_STAMP    := $(TORCH_LINK)/torch/lib/libtorch_cpu.so
+PYTHON            ?= python3
+CARGO             ?= cargo
+
+.PHONY: run test deps bench clean-deps
+
+run: deps
+	$(CARGO) run -p sharpdraft -- derive --k 4 --delta 4 --sigma 1 --n0 2048 --n 131072
+
+test: deps
+	$(CARGO) test --workspace
+
+bench: deps
+	$(CARGO) bench -p sharpdraft-math
+
+deps: $(LIBTORCH_STAMP)
+
+$(LIBTORCH_STAMP):
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; it installs libtorch from PyPI (apt-get install python3 python3-pip)"; exit 1; }
+	@$(PYTHON) -m pip --version >/dev/null 2>&1 || { echo "error: pip is missing for $(PYTHON); it installs libtorch from PyPI (apt-get install python3-pip)"; exit 1; }
+	@if [ ! -f "$(TORCH_CACHE)/torch/lib/libtorch_cpu.so" ]; then \
+		echo "installing libtorch $(TORCH_VERSION) from PyPI into $(TORCH_CACHE) (about 1.2 GB, once per machine)"; \
+		rm -rf "$(TORCH_CACHE).partial" && mkdir -p "$(dir $(TORCH_CACHE))" && \
+		$(PYTHON) -m pip install --quiet --no-deps --target "$(TORCH_CACHE).partial" \
+			torch==$(TORCH_VERSION) nvidia-cuda-runtime==$(CUDA_RUNTIME) nvidia-cuda-cupti==$(CUDA_CUPTI) && \
+		rm -rf "$(TORCH_CACHE)" && mv "$(TORCH_CACHE).partial" "$(TORCH_CACHE)"; \
+	fi
+	@mkdir -p .deps && ln -sfn "$(TORCH_CACHE)" "$(TORCH_LINK)"
+	@test -f "$(LIBTORCH_STAMP)" || { echo "error: $(LIBTORCH_STAMP) missing after set-up"; exit 1; }
+
+clean-deps:
+	rm -rf .deps
