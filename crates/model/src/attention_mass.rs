@@ -21,10 +21,10 @@ pub struct TopKMassBatch {
 pub fn top_k_mass_batch(logits: &Tensor, k: i64, s: f64) -> Result<TopKMassBatch> {
     let size = logits.size();
     if size.len() != 2 {
-        return Err(ModelError::Tensor { name: "logits", reason: format!("expected [rows, n], got {size:?}") });
+        return Err(ModelError::tensor("logits", format!("expected [rows, n], got {size:?}")));
     }
     if k < 1 || k >= size[1] {
-        return Err(ModelError::Tensor { name: "logits", reason: format!("k = {k} must lie in [1, n = {})", size[1]) });
+        return Err(ModelError::tensor("logits", format!("k = {k} must lie in [1, n = {})", size[1])));
     }
     // f64 throughout: the probe compares masses that differ in the fourth digit.
     let logits = logits.f_to_kind(Kind::Double)?;

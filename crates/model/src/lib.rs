@@ -1,10 +1,31 @@
-//! The model layer of SharpDraft on libtorch. Step 1 holds device selection and the tensor form of the
-//! top-k mass statistics; the targets (Llama/Qwen), KV cache and hooks arrive with step 2.
+//! The model layer of SharpDraft on libtorch: HF-format llama/qwen2/qwen3 checkpoints (and GGUF import),
+//! an explicit KV cache, attention masks for chains, trees and blocks, hidden-state taps, the SharpDraft
+//! query-scale hook, an attention observer, tokenizers and generation.
 
 pub mod attention_mass;
+pub mod causal_lm;
+pub mod config;
 pub mod device;
 pub mod error;
+pub mod generate;
+pub mod gguf;
+pub mod kv_cache;
+pub mod layers;
+pub mod mask;
+pub mod registry;
+pub mod rope;
+pub mod sampling;
+pub mod tokenizer;
+pub mod transformer;
+pub mod weights;
 
 pub use attention_mass::{top_k_mass_batch, TopKMassBatch};
+pub use causal_lm::{parse_kind, CausalLm};
+pub use config::{HfConfig, ModelConfig};
 pub use device::{cuda_available, parse_device};
 pub use error::{ModelError, Result};
+pub use kv_cache::KvCache;
+pub use mask::AttentionMask;
+pub use sampling::{Sampler, Sampling};
+pub use tokenizer::{ChatMessage, TextTokenizer};
+pub use transformer::{AttentionObserver, AttentionView, ForwardInput, ForwardOutput, LogitRows, Tap, Transformer};

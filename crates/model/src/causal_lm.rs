@@ -1,0 +1,69 @@
+//! A loaded checkpoint folder: config, weights (strictly matched), tokenizer and chat template.
+
+use crate::config::HfConfig;
+use crate::error::{ModelError, Result};
+use crate::tokenizer::TextTokenizer;
+use crate::transformer::Transformer;
+use crate::weights::{checkpoint_files, load_strict};
+use std::path::{Path, PathBuf};
+use tch::{nn::VarStore, Device, Kind};
+
+pub struct CausalLm {
+    /// Owns the weights; kept apart from any drafter's store so freezing and optimizers stay separate.
+    pub vars: VarStore,
+    pub net: Transformer,
+    pub tokenizer: Option<TextTokenizer>,
+    pub dir: PathBuf,
+}
+
+/// `f32`, `bf16` or `f16`.
+pub fn parse_kind(name: &str) -> Result<Kind> {
+    match name {
+        "f32" | "float32" => Ok(Kind::Float),
+        "bf16" | "bfloat16" => Ok(Kind::BFloat16),
+        "f16" | "float16" => Ok(Kind::Half),
+        other => Err(ModelError::Config { field: "dtype".into(), reason: format!("{other:?} is not one of f32, bf16, f16") }),
+    }
+}
+
+impl CausalLm {
+    /// Loads `dir` (config.json, model.safetensors or shards, optional tokenizer files) in `kind` on `device`.
+    pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
+        if !dir.is_dir() {
+            return Err(ModelError::io(dir, "not a model folder"));
+        }
+        let config = HfConfig::load(&dir.join("config.json"))?.resolve()?;
+        let tied = config.tie_word_embeddings;
+        let mut vars = VarStore::new(device);
+        let mut net = Transformer::new(&vars.root(), config);
+        // Convert before filling, so that copies cast straight into the final kind.
+        vars.set_kind(kind);
+        net.set_kind(kind);
+        load_strict(&mut vars, &checkpoint_files(dir)?, tied)?;
+        let tokenizer = if dir.join("tokenizer.json").exists() { Some(TextTokenizer::load(dir)?) } else { None };
+        if let Some(t) = &tokenizer {
+            if t.vocab_size() as i64 > net.config.vocab_size {
+                return Err(ModelError::Config {
+                    field: "vocab_size".into(),
+                    reason: format!("{} is smaller than the tokenizer's {} tokens", net.config.vocab_size, t.vocab_size()),
+                });
+            }
+        }
+        Ok(Self { vars, net, tokenizer, dir: dir.to_path_buf() })
+    }
+
+    pub fn tokenizer(&self) -> Result<&TextTokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| ModelError::io(&self.dir, "no tokenizer.json in the model folder"))
+    }
+
+    /// Stop tokens: the config's eos ids plus the tokenizer's eos token.
+    pub fn stop_tokens(&self) -> Vec<i64> {
+        let mut ids = self.net.config.eos_token_ids.clone();
+        if let Some(eos) = self.tokenizer.as_ref().and_then(TextTokenizer::eos_token_id) {
+            if !ids.contains(&eos) {
+                ids.push(eos);
+            }
+        }
+        ids
+    }
+}

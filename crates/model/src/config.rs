@@ -1,0 +1,190 @@
+//! HF `config.json` for the decoder families SharpDraft runs (llama, qwen2, qwen3), deserialised with the
+//! field names verbatim, then resolved once into [`ModelConfig`], the only form the model code reads.
+
+use crate::error::{ModelError, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// `eos_token_id` and friends are an integer or a list of integers in HF configs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TokenIds {
+    One(i64),
+    Many(Vec<i64>),
+}
+
+impl TokenIds {
+    pub fn to_vec(&self) -> Vec<i64> {
+        match self {
+            TokenIds::One(id) => vec![*id],
+            TokenIds::Many(ids) => ids.clone(),
+        }
+    }
+}
+
+/// `rope_scaling` as HF writes it; only `rope_type: llama3` changes the frequencies here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RopeScaling {
+    #[serde(alias = "type")]
+    pub rope_type: String,
+    pub factor: Option<f64>,
+    pub low_freq_factor: Option<f64>,
+    pub high_freq_factor: Option<f64>,
+    pub original_max_position_embeddings: Option<f64>,
+}
+
+/// The subset of an HF decoder config that the forward pass needs. Unknown keys are ignored: HF configs
+/// carry many (`use_cache`, `transformers_version`, drafter blocks read by their own structs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HfConfig {
+    #[serde(default)]
+    pub architectures: Option<Vec<String>>,
+    pub model_type: String,
+    pub vocab_size: i64,
+    pub hidden_size: i64,
+    pub intermediate_size: i64,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: i64,
+    #[serde(default)]
+    pub num_key_value_heads: Option<i64>,
+    #[serde(default)]
+    pub head_dim: Option<i64>,
+    pub rms_norm_eps: f64,
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
+    pub max_position_embeddings: i64,
+    #[serde(default)]
+    pub tie_word_embeddings: Option<bool>,
+    #[serde(default)]
+    pub attention_bias: Option<bool>,
+    #[serde(default)]
+    pub bos_token_id: Option<TokenIds>,
+    #[serde(default)]
+    pub eos_token_id: Option<TokenIds>,
+    #[serde(default)]
+    pub torch_dtype: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Llama,
+    Qwen2,
+    Qwen3,
+}
+
+/// llama3-style frequency scaling (Llama 3.1+).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Llama3Scaling {
+    pub factor: f64,
+    pub low_freq_factor: f64,
+    pub high_freq_factor: f64,
+    pub original_max_position_embeddings: f64,
+}
+
+/// Resolved configuration: every default applied, every field checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub family: Family,
+    pub vocab_size: i64,
+    pub hidden_size: i64,
+    pub intermediate_size: i64,
+    pub num_layers: usize,
+    pub num_heads: i64,
+    pub num_kv_heads: i64,
+    pub head_dim: i64,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    pub rope_scaling: Option<Llama3Scaling>,
+    pub max_position_embeddings: i64,
+    pub tie_word_embeddings: bool,
+    /// Bias on q/k/v projections (always on for qwen2, `attention_bias` for llama).
+    pub qkv_bias: bool,
+    /// Per-head RMSNorm on q and k before RoPE (qwen3).
+    pub qk_norm: bool,
+    pub bos_token_id: Option<i64>,
+    pub eos_token_ids: Vec<i64>,
+    pub raw: HfConfig,
+}
+
+fn invalid(field: &str, reason: String) -> ModelError {
+    ModelError::Config { field: field.to_string(), reason }
+}
+
+impl HfConfig {
+    /// Reads `config.json`; a field of the wrong type is an error naming the field.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+        Self::from_json(&text).map_err(|e| match e {
+            ModelError::Config { field, reason } => ModelError::Config { field: format!("{}: {field}", path.display()), reason },
+            other => other,
+        })
+    }
+
+    pub fn from_json(text: &str) -> Result<Self> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = e.path().to_string();
+            invalid(&field, e.into_inner().to_string())
+        })
+    }
+
+    pub fn resolve(self) -> Result<ModelConfig> {
+        let family = match self.model_type.as_str() {
+            "llama" => Family::Llama,
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            other => return Err(invalid("model_type", format!("{other:?} is not supported (llama, qwen2, qwen3)"))),
+        };
+        let positive = |field: &str, v: i64| if v > 0 { Ok(v) } else { Err(invalid(field, format!("{v} must be > 0"))) };
+        let num_heads = positive("num_attention_heads", self.num_attention_heads)?;
+        let hidden_size = positive("hidden_size", self.hidden_size)?;
+        let num_kv_heads = positive("num_key_value_heads", self.num_key_value_heads.unwrap_or(num_heads))?;
+        if num_heads % num_kv_heads != 0 {
+            return Err(invalid("num_key_value_heads", format!("{num_kv_heads} does not divide num_attention_heads = {num_heads}")));
+        }
+        let head_dim = match self.head_dim {
+            Some(d) => positive("head_dim", d)?,
+            None if hidden_size % num_heads == 0 => hidden_size / num_heads,
+            None => return Err(invalid("head_dim", format!("missing, and hidden_size {hidden_size} is not divisible by {num_heads} heads"))),
+        };
+        if head_dim % 2 != 0 {
+            return Err(invalid("head_dim", format!("{head_dim} must be even for RoPE")));
+        }
+        let rope_scaling = match &self.rope_scaling {
+            None => None,
+            Some(s) if s.rope_type == "llama3" => {
+                let get = |name: &str, v: Option<f64>| v.ok_or_else(|| invalid(&format!("rope_scaling.{name}"), "missing for rope_type llama3".into()));
+                Some(Llama3Scaling {
+                    factor: get("factor", s.factor)?,
+                    low_freq_factor: get("low_freq_factor", s.low_freq_factor)?,
+                    high_freq_factor: get("high_freq_factor", s.high_freq_factor)?,
+                    original_max_position_embeddings: get("original_max_position_embeddings", s.original_max_position_embeddings)?,
+                })
+            }
+            Some(s) if s.rope_type == "default" => None,
+            Some(s) => return Err(invalid("rope_scaling.rope_type", format!("{:?} is not supported (llama3, default)", s.rope_type))),
+        };
+        Ok(ModelConfig {
+            family,
+            vocab_size: positive("vocab_size", self.vocab_size)?,
+            hidden_size,
+            intermediate_size: positive("intermediate_size", self.intermediate_size)?,
+            num_layers: self.num_hidden_layers,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            rms_norm_eps: self.rms_norm_eps,
+            rope_theta: self.rope_theta.unwrap_or(10_000.0),
+            rope_scaling,
+            max_position_embeddings: positive("max_position_embeddings", self.max_position_embeddings)?,
+            tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
+            qkv_bias: family == Family::Qwen2 || self.attention_bias.unwrap_or(false),
+            qk_norm: family == Family::Qwen3,
+            bos_token_id: self.bos_token_id.as_ref().and_then(|t| t.to_vec().first().copied()),
+            eos_token_ids: self.eos_token_id.as_ref().map(TokenIds::to_vec).unwrap_or_default(),
+            raw: self,
+        })
+    }
+}

@@ -1,0 +1,282 @@
+//! `sharpdraft import gguf`: a GGUF file (llama.cpp's format) to an HF-format folder that
+//! [`crate::CausalLm::load`] reads: config.json, model.safetensors (f32), tokenizer.json and
+//! tokenizer_config.json.
+//!
+//! Reading and dequantising use candle-core's GGUF module (F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K,
+//! ...). Two layout conversions live here: tensor names (`blk.3.attn_q.weight` ->
+//! `model.layers.3.self_attn.q_proj.weight`) and, for the llama architecture only, llama.cpp's
+//! permutation of Q/K rows (see [`unpermute_rows`]).
+
+use crate::error::{ModelError, Result};
+use candle_core::quantized::gguf_file::{Content, Value};
+use serde_json::json;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+
+/// llama.cpp's converter stores each head's Q/K rows interleaved: HF row `j * half + i` (pair member
+/// `j` in {0, 1}, frequency `i`) of head `h` sits at GGUF row `2 i + j`. This undoes it for a
+/// `[rows, cols]` row-major matrix (or a bias with `cols = 1`) of `heads` heads.
+pub fn unpermute_rows(gguf: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f32> {
+    let head_dim = rows / heads;
+    let half = head_dim / 2;
+    let mut hf = vec![0.0; gguf.len()];
+    for h in 0..heads {
+        for i in 0..half {
+            for j in 0..2 {
+                let from = (h * head_dim + 2 * i + j) * cols;
+                let to = (h * head_dim + j * half + i) * cols;
+                hf[to..to + cols].copy_from_slice(&gguf[from..from + cols]);
+            }
+        }
+    }
+    hf
+}
+
+/// The inverse of [`unpermute_rows`] (what llama.cpp's converter does); used by tests.
+pub fn permute_rows(hf: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f32> {
+    let head_dim = rows / heads;
+    let half = head_dim / 2;
+    let mut gguf = vec![0.0; hf.len()];
+    for h in 0..heads {
+        for i in 0..half {
+            for j in 0..2 {
+                let to = (h * head_dim + 2 * i + j) * cols;
+                let from = (h * head_dim + j * half + i) * cols;
+                gguf[to..to + cols].copy_from_slice(&hf[from..from + cols]);
+            }
+        }
+    }
+    gguf
+}
+
+/// HF name of a GGUF tensor name, or `None` for tensors no forward pass reads.
+fn hf_name(gguf_name: &str) -> Option<String> {
+    let fixed = match gguf_name {
+        "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
+        "output_norm.weight" => return Some("model.norm.weight".into()),
+        "output.weight" => return Some("lm_head.weight".into()),
+        "rope_freqs.weight" => return None,
+        other => other,
+    };
+    let rest = fixed.strip_prefix("blk.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let (part, suffix) = rest.split_once('.')?;
+    let module = match part {
+        "attn_norm" => "input_layernorm",
+        "ffn_norm" => "post_attention_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        _ => return Some(format!("unmapped.{fixed}")),
+    };
+    Some(format!("model.layers.{layer}.{module}.{suffix}"))
+}
+
+struct Metadata<'a> {
+    map: &'a HashMap<String, Value>,
+    arch: String,
+    path: &'a Path,
+}
+
+impl Metadata<'_> {
+    fn get(&self, key: &str) -> Result<&Value> {
+        self.map.get(key).ok_or_else(|| ModelError::io(self.path, format!("GGUF metadata key {key} is missing")))
+    }
+
+    fn arch_u64(&self, key: &str) -> Result<u64> {
+        let full = format!("{}.{key}", self.arch);
+        self.get(&full)?.to_u64().map_err(|e| ModelError::io(self.path, format!("GGUF key {full}: {e}")))
+    }
+
+    fn arch_f64(&self, key: &str) -> Result<Option<f64>> {
+        let full = format!("{}.{key}", self.arch);
+        match self.map.get(&full) {
+            None => Ok(None),
+            // f32 in the file: print its shortest form so 1e-5 stays 1e-5, not 9.99999974e-6.
+            Some(v) => v.to_f32().map(|x| Some(format!("{x}").parse::<f64>().unwrap_or(x as f64))).map_err(|e| ModelError::io(self.path, format!("GGUF key {full}: {e}"))),
+        }
+    }
+
+    fn strings(&self, key: &str) -> Result<Vec<String>> {
+        let values = self.get(key)?.to_vec().map_err(|e| ModelError::io(self.path, format!("GGUF key {key}: {e}")))?;
+        values.iter().map(|v| v.to_string().cloned().map_err(|e| ModelError::io(self.path, format!("GGUF key {key}: {e}")))).collect()
+    }
+
+    fn optional_u32(&self, key: &str) -> Option<u32> {
+        self.map.get(key).and_then(|v| v.to_u32().ok())
+    }
+}
+
+/// Imports `gguf_path` into `out_dir` (created; replaced atomically when the import completes).
+pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
+    let file = File::open(gguf_path).map_err(|e| ModelError::io(gguf_path, e))?;
+    let mut reader = BufReader::new(file);
+    let content = Content::read(&mut reader).map_err(|e| ModelError::io(gguf_path, format!("not a readable GGUF file: {e}")))?;
+    let arch = content
+        .metadata
+        .get("general.architecture")
+        .and_then(|v| v.to_string().ok())
+        .cloned()
+        .ok_or_else(|| ModelError::io(gguf_path, "GGUF metadata key general.architecture is missing"))?;
+    if !matches!(arch.as_str(), "llama" | "qwen2" | "qwen3") {
+        return Err(ModelError::io(gguf_path, format!("architecture {arch:?} is not supported (llama, qwen2, qwen3)")));
+    }
+    let meta = Metadata { map: &content.metadata, arch: arch.clone(), path: gguf_path };
+    let tokens = meta.strings("tokenizer.ggml.tokens")?;
+    let heads = meta.arch_u64("attention.head_count")? as usize;
+    let kv_heads = meta.map.get(&format!("{arch}.attention.head_count_kv")).and_then(|v| v.to_u64().ok()).unwrap_or(heads as u64) as usize;
+    let tied = !content.tensor_infos.contains_key("output.weight");
+    let config = config_json(&meta, tokens.len(), heads, kv_heads, tied)?;
+
+    let partial = out_dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    std::fs::create_dir_all(&partial).map_err(|e| ModelError::io(&partial, e))?;
+    write_json(&partial.join("config.json"), &config)?;
+    write_tokenizer(&meta, &tokens, &partial)?;
+
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::with_capacity(names.len());
+    for gguf_name in names {
+        let Some(name) = hf_name(gguf_name) else { continue };
+        if name.starts_with("unmapped.") {
+            return Err(ModelError::io(gguf_path, format!("tensor {gguf_name} has no HF counterpart in this importer")));
+        }
+        let qtensor = content
+            .tensor(&mut reader, gguf_name, &candle_core::Device::Cpu)
+            .map_err(|e| ModelError::io(gguf_path, format!("tensor {gguf_name}: {e} (truncated or corrupt file?)")))?;
+        let shape = qtensor.shape().dims().to_vec();
+        let values = qtensor
+            .dequantize(&candle_core::Device::Cpu)
+            .and_then(|t| t.to_dtype(candle_core::DType::F32))
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(|e| ModelError::io(gguf_path, format!("tensor {gguf_name}: {e}")))?;
+        let values = if arch == "llama" && (gguf_name.starts_with("blk.") && (gguf_name.contains(".attn_q.") || gguf_name.contains(".attn_k."))) {
+            let group = if gguf_name.contains(".attn_q.") { heads } else { kv_heads };
+            let cols = shape.get(1).copied().unwrap_or(1);
+            unpermute_rows(&values, shape[0], cols, group)
+        } else {
+            values
+        };
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        tensors.push((name, shape, bytes));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(name, shape, bytes)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
+                .map(|view| (name.clone(), view))
+                .map_err(|e| ModelError::tensor(name.clone(), e.to_string()))
+        })
+        .collect::<Result<_>>()?;
+    let weights = partial.join("model.safetensors");
+    safetensors::serialize_to_file(views, None, &weights).map_err(|e| ModelError::io(&weights, e))?;
+    let _ = std::fs::remove_dir_all(out_dir);
+    std::fs::rename(&partial, out_dir).map_err(|e| ModelError::io(out_dir, e))
+}
+
+fn config_json(meta: &Metadata<'_>, vocab: usize, heads: usize, kv_heads: usize, tied: bool) -> Result<serde_json::Value> {
+    let arch = meta.arch.as_str();
+    let hidden = meta.arch_u64("embedding_length")?;
+    let head_dim = meta
+        .map
+        .get(&format!("{arch}.attention.key_length"))
+        .and_then(|v| v.to_u64().ok())
+        .unwrap_or(hidden / heads as u64);
+    let architecture = match arch {
+        "llama" => "LlamaForCausalLM",
+        "qwen2" => "Qwen2ForCausalLM",
+        _ => "Qwen3ForCausalLM",
+    };
+    Ok(json!({
+        "architectures": [architecture],
+        "model_type": arch,
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": meta.arch_u64("feed_forward_length")?,
+        "num_hidden_layers": meta.arch_u64("block_count")?,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "rms_norm_eps": meta.arch_f64("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-6),
+        "rope_theta": meta.arch_f64("rope.freq_base")?.unwrap_or(10000.0),
+        "max_position_embeddings": meta.arch_u64("context_length")?,
+        "tie_word_embeddings": tied,
+        "attention_bias": arch == "qwen2",
+        "bos_token_id": meta.optional_u32("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": meta.optional_u32("tokenizer.ggml.eos_token_id"),
+        "torch_dtype": "float32",
+    }))
+}
+
+/// The pre-tokenizer of the architecture's original tokenizer.json, by llama.cpp's `tokenizer.ggml.pre`.
+fn pre_tokenizer(pre: &str, path: &Path) -> Result<serde_json::Value> {
+    let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
+    Ok(match pre {
+        // SmolLM: every digit on its own, then GPT-2's byte-level split.
+        "smollm" => json!({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, byte_level(true)]}),
+        "qwen2" => json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"}, "behavior": "Isolated", "invert": false},
+            byte_level(false)]}),
+        "gpt2" | "default" => byte_level(true),
+        other => return Err(ModelError::io(path, format!("tokenizer.ggml.pre {other:?} is not supported (smollm, qwen2, gpt2)"))),
+    })
+}
+
+fn write_tokenizer(meta: &Metadata<'_>, tokens: &[String], dir: &Path) -> Result<()> {
+    let model = meta.get("tokenizer.ggml.model")?.to_string().map_err(|e| ModelError::io(meta.path, e))?;
+    if model != "gpt2" {
+        return Err(ModelError::io(meta.path, format!("tokenizer.ggml.model {model:?} is not supported (byte-level BPE, gpt2)")));
+    }
+    let pre = meta.map.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).map_or("default", String::as_str);
+    let types: Vec<i64> = match meta.map.get("tokenizer.ggml.token_type") {
+        Some(v) => v.to_vec().map_err(|e| ModelError::io(meta.path, e))?.iter().map(|t| t.to_i32().map(i64::from).unwrap_or(1)).collect(),
+        None => vec![1; tokens.len()],
+    };
+    let merges = meta.strings("tokenizer.ggml.merges")?;
+    let vocab: serde_json::Map<String, serde_json::Value> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), json!(i))).collect();
+    // token_type 3 = control (special), 4 = user-defined: both must match before BPE runs.
+    let added: Vec<serde_json::Value> = tokens
+        .iter()
+        .zip(&types)
+        .enumerate()
+        .filter(|(_, (_, ty))| **ty == 3 || **ty == 4)
+        .map(|(i, (t, ty))| json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false, "normalized": *ty == 4, "special": *ty == 3}))
+        .collect();
+    let tokenizer = json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": pre_tokenizer(pre, meta.path)?,
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                  "fuse_unk": false, "byte_fallback": false, "ignore_merges": false, "vocab": vocab, "merges": merges},
+    });
+    write_json(&dir.join("tokenizer.json"), &tokenizer)?;
+    let token_at = |key: &str| meta.optional_u32(key).and_then(|id| tokens.get(id as usize)).cloned();
+    let config = json!({
+        "chat_template": meta.map.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()),
+        "bos_token": token_at("tokenizer.ggml.bos_token_id"),
+        "eos_token": token_at("tokenizer.ggml.eos_token_id"),
+        "add_bos_token": meta.map.get("tokenizer.ggml.add_bos_token").and_then(|v| v.to_bool().ok()).unwrap_or(false),
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    });
+    write_json(&dir.join("tokenizer_config.json"), &config)
+}
+
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| ModelError::io(path, e))?;
+    std::fs::write(path, text).map_err(|e| ModelError::io(path, e))
+}

@@ -1,0 +1,43 @@
+//! The two building blocks every decoder family shares: a linear map and RMSNorm. Variables are created
+//! zero-filled (they are overwritten by the checkpoint) at the checkpoint's own tensor names.
+
+use tch::{nn, Kind, Tensor};
+
+pub struct Linear {
+    /// `[out, in]`, as in HF checkpoints.
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn new(p: nn::Path, inputs: i64, outputs: i64, bias: bool) -> Self {
+        let weight = p.zeros_no_train("weight", &[outputs, inputs]);
+        let bias = bias.then(|| p.zeros_no_train("bias", &[outputs]));
+        Self { weight, bias }
+    }
+
+    /// `[.., in] -> [.., out]`.
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+pub struct RmsNorm {
+    pub weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    pub fn new(p: nn::Path, size: i64, eps: f64) -> Self {
+        Self { weight: p.zeros_no_train("weight", &[size]), eps }
+    }
+
+    /// Normalises the last dimension in f32 (as HF does) and returns the input's kind.
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let kind = x.kind();
+        let x32 = x.to_kind(Kind::Float);
+        let variance = x32.pow_tensor_scalar(2).mean_dim(&[-1i64][..], true, Kind::Float);
+        let normed = x32 * (variance + self.eps).rsqrt();
+        normed.to_kind(kind) * &self.weight
+    }
+}

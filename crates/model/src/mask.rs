@@ -1,0 +1,72 @@
+//! Which keys each new row sees. Rows are the `T` tokens of one forward pass, keys the `L = past + T`
+//! positions in the cache after it. Worked example, past = 3, T = 2, causal:
+//! row 0 (position 3) sees keys 0..=3, row 1 (position 4) sees keys 0..=4.
+
+use crate::error::{ModelError, Result};
+use tch::{Device, Kind, Tensor};
+
+pub enum AttentionMask {
+    /// Row i sees keys `0..=past + i` (prefill, chains, PARD mask tokens).
+    Causal,
+    /// Every row sees every key (DFlash's bidirectional draft block).
+    Full,
+    /// Explicit `[T, L]` boolean mask, `true` = visible (trees, custom blocks).
+    Rows(Tensor),
+}
+
+impl AttentionMask {
+    /// Tree mask for `parents.len()` new rows after `past` committed keys: each row sees the whole past,
+    /// itself and its ancestors. `parents[i]` is the index of row i's parent among the new rows (`None` for
+    /// a child of the last committed token); parents must come before children.
+    pub fn tree(past: i64, parents: &[Option<usize>], device: Device) -> Result<Self> {
+        let t = parents.len();
+        let mut visible = vec![false; t * t];
+        for (i, parent) in parents.iter().enumerate() {
+            visible[i * t + i] = true;
+            if let Some(p) = *parent {
+                if p >= i {
+                    return Err(ModelError::tensor("tree mask", format!("row {i} has parent {p}: parents must precede children")));
+                }
+                for j in 0..t {
+                    if visible[p * t + j] {
+                        visible[i * t + j] = true;
+                    }
+                }
+            }
+        }
+        let block = Tensor::from_slice(&visible).view([t as i64, t as i64]);
+        let prefix = Tensor::ones([t as i64, past], (Kind::Bool, Device::Cpu));
+        Ok(AttentionMask::Rows(Tensor::cat(&[prefix, block], 1).to_device(device)))
+    }
+
+    /// The `[T, L]` boolean mask, or `None` when every row sees every key (no mask needed).
+    pub fn materialize(&self, past: i64, rows: i64, device: Device) -> Result<Option<Tensor>> {
+        let keys = past + rows;
+        match self {
+            AttentionMask::Full => Ok(None),
+            AttentionMask::Causal if rows == 1 => Ok(None),
+            AttentionMask::Causal => {
+                let key_index = Tensor::arange(keys, (Kind::Int64, device)).unsqueeze(0); // [1, L]
+                let row_position = Tensor::arange(rows, (Kind::Int64, device)).unsqueeze(1) + past; // [T, 1]
+                Ok(Some(key_index.le_tensor(&row_position)))
+            }
+            AttentionMask::Rows(mask) => {
+                if mask.size() != [rows, keys] || mask.kind() != Kind::Bool {
+                    return Err(ModelError::tensor(
+                        "attention mask",
+                        format!("expected bool [{rows}, {keys}], got {:?} {:?}", mask.kind(), mask.size()),
+                    ));
+                }
+                Ok(Some(mask.to_device(device)))
+            }
+        }
+    }
+
+    /// Visible-key count `n_i` of every row, `[T]` i64: what SharpDraft's `s(n_i)` is computed from.
+    pub fn visible_counts(&self, past: i64, rows: i64) -> Result<Tensor> {
+        Ok(match self.materialize(past, rows, Device::Cpu)? {
+            None => Tensor::full([rows], past + rows, (Kind::Int64, Device::Cpu)),
+            Some(mask) => mask.sum_dim_intlist(&[1i64][..], false, Kind::Int64),
+        })
+    }
+}

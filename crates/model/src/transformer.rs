@@ -1,0 +1,317 @@
+//! Decoder-only transformer for the llama, qwen2 and qwen3 families (one module with three flags, not
+//! three forks): pre-norm blocks of GQA self-attention with RoPE and a SwiGLU MLP. Module paths spell
+//! the HF tensor names (`model.layers.3.self_attn.q_proj.weight`).
+//!
+//! Batch size is one sequence (speculative decoding verifies one sequence at a time); shapes below use
+//! `T` for the new rows of a forward pass, `L` for all visible keys, `H`/`Hkv` for query/KV heads, `D` for
+//! the head dimension.
+
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result};
+use crate::kv_cache::KvCache;
+use crate::layers::{Linear, RmsNorm};
+use crate::mask::AttentionMask;
+use crate::rope::{self, Rope};
+use std::ops::Range;
+use tch::{nn, Device, Kind, Tensor};
+
+/// A hidden state to return from a forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tap {
+    /// The residual stream entering layer i (i = num_layers is the input of the final norm).
+    LayerInput(usize),
+    /// The residual stream leaving layer i (equals `LayerInput(i + 1)`).
+    LayerOutput(usize),
+}
+
+/// Which rows need logits: verification needs all, prefill only the last, feature extraction none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitRows {
+    All,
+    Last,
+    None,
+}
+
+/// One layer's attention, offered to an observer before the softmax. Nothing is kept: the observer asks
+/// for logit tiles and reduces them itself.
+pub struct AttentionView<'a> {
+    /// `[H, T, D]`, after q_norm, RoPE and any query scale.
+    pub queries: &'a Tensor,
+    /// `[Hkv, L, D]`.
+    pub keys: &'a Tensor,
+    /// `[T, L]` visibility, `None` when every row sees every key.
+    pub visible: Option<&'a Tensor>,
+    pub past: i64,
+    pub softmax_scale: f64,
+}
+
+impl AttentionView<'_> {
+    /// Softmax inputs `q.k * scale` for `rows` x `keys`, `[H, rows, keys]` in f32, `-inf` where invisible.
+    pub fn logits(&self, rows: Range<i64>, keys: Range<i64>) -> Tensor {
+        let heads = self.queries.size()[0];
+        let group = heads / self.keys.size()[0];
+        let q = self.queries.narrow(1, rows.start, rows.end - rows.start).to_kind(Kind::Float);
+        let k = self.keys.narrow(1, keys.start, keys.end - keys.start).to_kind(Kind::Float);
+        let k = k.repeat_interleave_self_int(group, 0, None); // [H, keys, D]
+        let logits = q.matmul(&k.transpose(1, 2)) * self.softmax_scale;
+        match self.visible {
+            None => logits,
+            Some(mask) => {
+                let tile = mask.narrow(0, rows.start, rows.end - rows.start).narrow(1, keys.start, keys.end - keys.start);
+                logits.masked_fill(&tile.logical_not().unsqueeze(0), f64::NEG_INFINITY)
+            }
+        }
+    }
+}
+
+pub trait AttentionObserver {
+    fn wants(&self, layer: usize) -> bool;
+    fn observe(&mut self, layer: usize, view: &AttentionView<'_>);
+}
+
+/// Everything a forward pass takes besides the cache.
+pub struct ForwardInput<'a> {
+    /// `[T]` token ids (i64).
+    pub ids: &'a Tensor,
+    /// `[T]` absolute positions (i64), usually `past..past + T`.
+    pub positions: &'a Tensor,
+    pub mask: &'a AttentionMask,
+    pub logits: LogitRows,
+    pub taps: &'a [Tap],
+    /// The SharpDraft hook: `[T]` (one factor per row) or `[T, H]` (per row and query head), multiplied
+    /// into the queries in place after q_norm, before attention.
+    pub query_scale: Option<&'a Tensor>,
+    pub observer: Option<&'a mut dyn AttentionObserver>,
+}
+
+impl<'a> ForwardInput<'a> {
+    /// Causal rows with logits for all of them, no taps, no hooks.
+    pub fn causal(ids: &'a Tensor, positions: &'a Tensor) -> Self {
+        Self { ids, positions, mask: &AttentionMask::Causal, logits: LogitRows::All, taps: &[], query_scale: None, observer: None }
+    }
+}
+
+pub struct ForwardOutput {
+    /// `[T, vocab]` (or `[1, vocab]` for `LogitRows::Last`), f32.
+    pub logits: Option<Tensor>,
+    /// One `[T, hidden]` tensor per requested tap, in request order.
+    pub hidden: Vec<Tensor>,
+}
+
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+}
+
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+struct Layer {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+pub struct Transformer {
+    pub config: ModelConfig,
+    embed_tokens: Tensor,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    /// `None` when the LM head is tied to the embedding.
+    lm_head: Option<Linear>,
+    rope: Rope,
+    device: Device,
+    kind: Kind,
+}
+
+impl Transformer {
+    /// Declares every variable at its HF name under `root` (zero-filled; the loader fills them).
+    pub fn new(root: &nn::Path, config: ModelConfig) -> Self {
+        let c = &config;
+        let model = root / "model";
+        let hidden = c.hidden_size;
+        let layers = (0..c.num_layers)
+            .map(|i| {
+                let p = &model / "layers" / i;
+                let attn = &p / "self_attn";
+                let mlp = &p / "mlp";
+                let q_out = c.num_heads * c.head_dim;
+                let kv_out = c.num_kv_heads * c.head_dim;
+                Layer {
+                    input_layernorm: RmsNorm::new(&p / "input_layernorm", hidden, c.rms_norm_eps),
+                    self_attn: Attention {
+                        q_proj: Linear::new(&attn / "q_proj", hidden, q_out, c.qkv_bias),
+                        k_proj: Linear::new(&attn / "k_proj", hidden, kv_out, c.qkv_bias),
+                        v_proj: Linear::new(&attn / "v_proj", hidden, kv_out, c.qkv_bias),
+                        o_proj: Linear::new(&attn / "o_proj", q_out, hidden, false),
+                        q_norm: c.qk_norm.then(|| RmsNorm::new(&attn / "q_norm", c.head_dim, c.rms_norm_eps)),
+                        k_norm: c.qk_norm.then(|| RmsNorm::new(&attn / "k_norm", c.head_dim, c.rms_norm_eps)),
+                    },
+                    post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", hidden, c.rms_norm_eps),
+                    mlp: Mlp {
+                        gate_proj: Linear::new(&mlp / "gate_proj", hidden, c.intermediate_size, false),
+                        up_proj: Linear::new(&mlp / "up_proj", hidden, c.intermediate_size, false),
+                        down_proj: Linear::new(&mlp / "down_proj", c.intermediate_size, hidden, false),
+                    },
+                }
+            })
+            .collect();
+        Self {
+            embed_tokens: (&model / "embed_tokens").zeros_no_train("weight", &[c.vocab_size, hidden]),
+            norm: RmsNorm::new(&model / "norm", hidden, c.rms_norm_eps),
+            lm_head: (!c.tie_word_embeddings).then(|| Linear::new(root / "lm_head", hidden, c.vocab_size, false)),
+            rope: Rope::new(c, root.device()),
+            layers,
+            device: root.device(),
+            kind: Kind::Float,
+            config,
+        }
+    }
+
+    /// Records the kind the variables were converted to after loading.
+    pub fn set_kind(&mut self, kind: Kind) {
+        self.kind = kind;
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// An empty cache for this model.
+    pub fn new_cache(&self, capacity: i64) -> KvCache {
+        let c = &self.config;
+        KvCache::new(c.num_layers, c.num_kv_heads, c.head_dim, capacity, self.kind, self.device)
+    }
+
+    /// Token embeddings `[T, hidden]` (drafters that share the target's embedding call this).
+    pub fn embed(&self, ids: &Tensor) -> Tensor {
+        self.embed_tokens.index_select(0, ids)
+    }
+
+    /// Final norm + LM head on hidden states `[T, hidden]` -> `[T, vocab]` f32.
+    pub fn logits_of(&self, hidden: &Tensor) -> Tensor {
+        let normed = self.norm.forward(hidden);
+        let logits = match &self.lm_head {
+            Some(head) => head.forward(&normed),
+            None => normed.matmul(&self.embed_tokens.transpose(0, 1)),
+        };
+        logits.to_kind(Kind::Float)
+    }
+
+    /// Runs `T` new rows against `cache`, writes their keys and values, and advances the cache.
+    pub fn forward(&self, mut input: ForwardInput<'_>, cache: &mut KvCache) -> Result<ForwardOutput> {
+        let rows = input.ids.size().first().copied().unwrap_or(0);
+        if input.ids.dim() != 1 || rows == 0 || input.positions.size() != [rows] {
+            return Err(ModelError::tensor("ids", format!("expected [T] ids and [T] positions, got {:?} and {:?}", input.ids.size(), input.positions.size())));
+        }
+        if cache.num_layers() != self.config.num_layers {
+            return Err(ModelError::Cache(format!("cache has {} layers, the model {}", cache.num_layers(), self.config.num_layers)));
+        }
+        cache.reserve(rows)?;
+        let heads = self.config.num_heads;
+        let query_scale = match input.query_scale {
+            None => None,
+            Some(s) if s.size() == [rows] => Some(s.to_kind(self.kind).view([rows, 1, 1])),
+            Some(s) if s.size() == [rows, heads] => Some(s.to_kind(self.kind).view([rows, heads, 1])),
+            Some(s) => return Err(ModelError::tensor("query_scale", format!("expected [{rows}] or [{rows}, {heads}], got {:?}", s.size()))),
+        };
+        let past = cache.len();
+        let visible = input.mask.materialize(past, rows, self.device)?;
+        let (cos, sin) = self.rope.tables(input.positions, self.kind);
+        let mut observer = input.observer.take();
+        let mut x = self.embed(input.ids);
+        let mut hidden: Vec<Option<Tensor>> = input.taps.iter().map(|_| None).collect();
+        for (i, layer) in self.layers.iter().enumerate() {
+            record_taps(input.taps, Tap::LayerInput(i), &x, &mut hidden);
+            let attn_in = layer.input_layernorm.forward(&x);
+            let step = AttentionStep { cache: &mut *cache, layer: i, visible: visible.as_ref(), past, cos: &cos, sin: &sin, query_scale: query_scale.as_ref() };
+            x = x + self.attention(&layer.self_attn, &attn_in, step, observer.as_deref_mut());
+            let mlp_in = layer.post_attention_layernorm.forward(&x);
+            let mlp = &layer.mlp;
+            x = x + mlp.down_proj.forward(&(mlp.gate_proj.forward(&mlp_in).silu() * mlp.up_proj.forward(&mlp_in)));
+            record_taps(input.taps, Tap::LayerOutput(i), &x, &mut hidden);
+        }
+        record_taps(input.taps, Tap::LayerInput(self.layers.len()), &x, &mut hidden);
+        cache.advance(rows);
+        let logits = match input.logits {
+            LogitRows::All => Some(self.logits_of(&x)),
+            LogitRows::Last => Some(self.logits_of(&x.narrow(0, rows - 1, 1))),
+            LogitRows::None => None,
+        };
+        let hidden = hidden
+            .into_iter()
+            .zip(input.taps)
+            .map(|(h, tap)| h.ok_or_else(|| ModelError::tensor("tap", format!("{tap:?} is outside the model's {} layers", self.layers.len()))))
+            .collect::<Result<_>>()?;
+        Ok(ForwardOutput { logits, hidden })
+    }
+
+    fn attention<'o>(&self, attn: &Attention, x: &Tensor, step: AttentionStep<'_>, observer: Option<&mut (dyn AttentionObserver + 'o)>) -> Tensor {
+        let c = &self.config;
+        let rows = x.size()[0];
+        let mut q = attn.q_proj.forward(x).view([rows, c.num_heads, c.head_dim]);
+        let mut k = attn.k_proj.forward(x).view([rows, c.num_kv_heads, c.head_dim]);
+        let v = attn.v_proj.forward(x).view([rows, c.num_kv_heads, c.head_dim]);
+        if let (Some(q_norm), Some(k_norm)) = (&attn.q_norm, &attn.k_norm) {
+            q = q_norm.forward(&q);
+            k = k_norm.forward(&k);
+        }
+        let mut q = rope::apply(&q, step.cos, step.sin);
+        let k = rope::apply(&k, step.cos, step.sin);
+        if let Some(scale) = step.query_scale {
+            // In place on this pass's own query tensor: no extra buffer (derivation.md §7).
+            let _ = q.f_mul_(scale);
+        }
+        let q = q.permute([1, 0, 2]); // [H, T, D]
+        let (keys, values) = step.cache.write(step.layer, &k.permute([1, 0, 2]), &v.permute([1, 0, 2]));
+        let softmax_scale = 1.0 / (c.head_dim as f64).sqrt();
+        if let Some(observer) = observer {
+            if observer.wants(step.layer) {
+                let view = AttentionView { queries: &q, keys: &keys, visible: step.visible, past: step.past, softmax_scale };
+                observer.observe(step.layer, &view);
+            }
+        }
+        let out = Tensor::scaled_dot_product_attention(
+            &q.unsqueeze(0),
+            &keys.unsqueeze(0),
+            &values.unsqueeze(0),
+            step.visible.map(|m| m.view([1, 1, rows, -1])),
+            0.0,
+            false,
+            softmax_scale,
+            true,
+        ); // [1, H, T, D]
+        attn.o_proj.forward(&out.squeeze_dim(0).permute([1, 0, 2]).reshape([rows, c.num_heads * c.head_dim]))
+    }
+}
+
+struct AttentionStep<'a> {
+    cache: &'a mut KvCache,
+    layer: usize,
+    visible: Option<&'a Tensor>,
+    past: i64,
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+    query_scale: Option<&'a Tensor>,
+}
+
+fn record_taps(taps: &[Tap], at: Tap, x: &Tensor, out: &mut [Option<Tensor>]) {
+    // `x` is rebound, never mutated in place, so a shallow clone keeps this layer's value.
+    for (slot, tap) in out.iter_mut().zip(taps) {
+        if *tap == at {
+            *slot = Some(x.shallow_clone());
+        }
+    }
+}
