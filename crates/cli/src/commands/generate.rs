@@ -1,0 +1,146 @@
+//! `sharpdraft generate` and `sharpdraft logits`: a target model on its own.
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+use sharpdraft_model::generate::generate;
+use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler, Sampling};
+use tch::{Kind, Tensor};
+
+#[derive(Args, Debug)]
+pub struct ModelArgs {
+    /// Device: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Weights dtype: f32, bf16 or f16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+}
+
+impl ModelArgs {
+    pub fn load(&self, name_or_path: &str) -> anyhow::Result<CausalLm> {
+        let dir = registry::resolve(name_or_path)?;
+        let model = CausalLm::load(&dir, parse_device(&self.device)?, parse_kind(&self.dtype)?)
+            .with_context(|| format!("loading model {name_or_path}"))?;
+        Ok(model)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// Target model: a known name (e.g. smollm2-135m-instruct) or a model folder.
+    #[arg(long)]
+    pub target: String,
+    #[arg(long)]
+    pub prompt: String,
+    #[arg(long, default_value_t = 64)]
+    pub max_new_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f64,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f64,
+    /// 0 keeps the whole vocabulary.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: i64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Use the prompt as raw text instead of a user turn of the chat template.
+    #[arg(long)]
+    pub raw: bool,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+#[derive(Serialize)]
+struct GenerateReport {
+    prompt_ids: Vec<i64>,
+    ids: Vec<i64>,
+    text: String,
+    tokens_per_s: f64,
+    prefill_tokens_per_s: f64,
+}
+
+pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.temperature >= 0.0, "--temperature {} must be >= 0", args.temperature);
+    anyhow::ensure!(args.top_p > 0.0 && args.top_p <= 1.0, "--top-p {} must lie in (0, 1]", args.top_p);
+    let model = args.model.load(&args.target)?;
+    let tokenizer = model.tokenizer()?;
+    let text = if args.raw || !tokenizer.has_chat_template() {
+        args.prompt.clone()
+    } else {
+        tokenizer.apply_chat_template(&[ChatMessage { role: "user".into(), content: args.prompt.clone() }], true)?
+    };
+    let prompt_ids = tokenizer.encode(&text, false)?;
+    anyhow::ensure!(!prompt_ids.is_empty(), "the prompt encodes to no tokens");
+    let sampling = Sampling { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k, seed: args.seed };
+    let result = generate(&model.net, &prompt_ids, args.max_new_tokens, &mut Sampler::new(sampling), &model.stop_tokens())?;
+    let report = GenerateReport {
+        text: tokenizer.decode(&result.ids)?,
+        tokens_per_s: result.tokens_per_second(),
+        prefill_tokens_per_s: prompt_ids.len() as f64 / result.prefill_seconds.max(1e-9),
+        prompt_ids,
+        ids: result.ids,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.text);
+        eprintln!("{} tokens, {:.1} tokens/s (prefill {:.0} tokens/s)", report.ids.len(), report.tokens_per_s, report.prefill_tokens_per_s);
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct LogitsArgs {
+    /// A known model name or a model folder.
+    #[arg(long)]
+    pub model: String,
+    /// Raw text (no chat template; BOS only if the tokenizer adds one).
+    #[arg(long)]
+    pub prompt: String,
+    #[arg(long, default_value_t = 10)]
+    pub top: i64,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub runtime: ModelArgs,
+}
+
+#[derive(Serialize)]
+struct LogitsReport {
+    prompt_ids: Vec<i64>,
+    top_ids: Vec<i64>,
+    top_logits: Vec<f32>,
+}
+
+pub fn run_logits(args: &LogitsArgs) -> anyhow::Result<()> {
+    let model = args.runtime.load(&args.model)?;
+    let prompt_ids = model.tokenizer()?.encode(&args.prompt, true)?;
+    anyhow::ensure!(!prompt_ids.is_empty(), "the prompt encodes to no tokens");
+    anyhow::ensure!(args.top >= 1 && args.top <= model.net.config.vocab_size, "--top {} must lie in 1..={}", args.top, model.net.config.vocab_size);
+    let _guard = tch::no_grad_guard();
+    let mut cache = model.net.new_cache(prompt_ids.len() as i64);
+    let device = model.net.device();
+    let ids = Tensor::from_slice(&prompt_ids).to_device(device);
+    let positions = Tensor::arange(prompt_ids.len() as i64, (Kind::Int64, device));
+    let input = ForwardInput { logits: LogitRows::Last, ..ForwardInput::causal(&ids, &positions) };
+    let logits = model.net.forward(input, &mut cache)?.logits.expect("logits requested").squeeze_dim(0);
+    let (values, indices) = logits.topk(args.top, -1, true, true);
+    let report = LogitsReport {
+        prompt_ids,
+        top_ids: Vec::<i64>::try_from(indices.to_device(tch::Device::Cpu))?,
+        top_logits: Vec::<f32>::try_from(values.to_device(tch::Device::Cpu))?,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        let tokenizer = model.tokenizer()?;
+        for (id, logit) in report.top_ids.iter().zip(&report.top_logits) {
+            println!("{id:>8} {logit:>10.4} {:?}", tokenizer.decode(&[*id])?);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! `sharpdraft fetch` and `sharpdraft import gguf`: getting models into the cache.
+
+use clap::{Args, Subcommand};
+use sharpdraft_model::registry;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct FetchArgs {
+    /// A known model name (see `sharpdraft fetch --list`).
+    #[arg(required_unless_present = "list")]
+    pub name: Option<String>,
+    /// List the known models and whether they are fetched.
+    #[arg(long)]
+    pub list: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ImportCommand {
+    /// Convert a GGUF file into an HF-format model folder (config.json, model.safetensors, tokenizer.json).
+    Gguf {
+        /// The .gguf file.
+        file: PathBuf,
+        /// The folder to write (replaced if it exists).
+        out_dir: PathBuf,
+    },
+}
+
+pub fn fetch(args: &FetchArgs) -> anyhow::Result<()> {
+    if args.list {
+        for model in registry::KNOWN_MODELS {
+            let dir = registry::model_dir(model.name);
+            let state = if dir.join("config.json").exists() { "fetched" } else { "not fetched" };
+            println!("{:<28} {:<12} {}", model.name, state, model.description);
+        }
+        return Ok(());
+    }
+    let name = args.name.as_deref().expect("clap requires a name without --list");
+    let dir = registry::fetch(name)?;
+    println!("{name}: {}", dir.display());
+    Ok(())
+}
+
+pub fn import(command: &ImportCommand) -> anyhow::Result<()> {
+    match command {
+        ImportCommand::Gguf { file, out_dir } => {
+            sharpdraft_model::gguf::import(file, out_dir)?;
+            println!("imported {} into {}", file.display(), out_dir.display());
+        }
+    }
+    Ok(())
+}
