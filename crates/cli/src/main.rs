@@ -24,6 +24,9 @@ enum Command {
     Generate(commands::generate::GenerateArgs),
     /// Top logits of a model for the last position of a raw prompt.
     Logits(commands::generate::LogitsArgs),
+    /// Throughput benchmarks.
+    #[command(subcommand)]
+    Bench(commands::bench::BenchCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,5 +36,6 @@ fn main() -> anyhow::Result<()> {
         Command::Import(command) => commands::models::import(&command),
         Command::Generate(args) => commands::generate::run_generate(&args),
         Command::Logits(args) => commands::generate::run_logits(&args),
+        Command::Bench(command) => commands::bench::run(&command),
     }
 }

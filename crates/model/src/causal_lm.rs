@@ -4,7 +4,7 @@ use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::tokenizer::TextTokenizer;
 use crate::transformer::Transformer;
-use crate::weights::{checkpoint_files, load_strict};
+use crate::weights::{checkpoint_files, hf_route, load_strict};
 use std::path::{Path, PathBuf};
 use tch::{nn::VarStore, Device, Kind};
 
@@ -39,7 +39,7 @@ impl CausalLm {
         // Convert before filling, so that copies cast straight into the final kind.
         vars.set_kind(kind);
         net.set_kind(kind);
-        load_strict(&mut vars, &checkpoint_files(dir)?, tied)?;
+        load_strict(&mut vars, &checkpoint_files(dir)?, hf_route(tied))?;
         let tokenizer = if dir.join("tokenizer.json").exists() { Some(TextTokenizer::load(dir)?) } else { None };
         if let Some(t) = &tokenizer {
             if t.vocab_size() as i64 > net.config.vocab_size {

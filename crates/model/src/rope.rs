@@ -12,11 +12,15 @@ pub struct Rope {
 
 impl Rope {
     pub fn new(config: &ModelConfig, device: Device) -> Self {
-        let half = config.head_dim / 2;
-        let freqs: Vec<f32> = (0..half)
+        Self::with_base(config.head_dim, config.rope_theta, config.rope_scaling, device)
+    }
+
+    /// RoPE for `head_dim` with base `theta` (drafters carry their own base, e.g. EAGLE-3's 10000).
+    pub fn with_base(head_dim: i64, theta: f64, scaling: Option<Llama3Scaling>, device: Device) -> Self {
+        let freqs: Vec<f32> = (0..head_dim / 2)
             .map(|i| {
-                let base = 1.0 / config.rope_theta.powf(2.0 * i as f64 / config.head_dim as f64);
-                config.rope_scaling.map_or(base, |s| llama3_frequency(base, &s)) as f32
+                let base = 1.0 / theta.powf(2.0 * i as f64 / head_dim as f64);
+                scaling.map_or(base, |s| llama3_frequency(base, &s)) as f32
             })
             .collect();
         Self { inv_freq: Tensor::from_slice(&freqs).to_device(device) }

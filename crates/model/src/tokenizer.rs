@@ -56,6 +56,11 @@ impl TextTokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// Token -> id for the whole vocabulary, added tokens included.
+    pub fn vocabulary(&self) -> std::collections::HashMap<String, u32> {
+        self.inner.get_vocab(true)
+    }
+
     pub fn token_id(&self, token: &str) -> Option<i64> {
         self.inner.token_to_id(token).map(i64::from)
     }

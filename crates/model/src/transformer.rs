@@ -283,18 +283,25 @@ impl Transformer {
                 observer.observe(step.layer, &view);
             }
         }
-        let out = Tensor::scaled_dot_product_attention(
-            &q.unsqueeze(0),
-            &keys.unsqueeze(0),
-            &values.unsqueeze(0),
-            step.visible.map(|m| m.view([1, 1, rows, -1])),
-            0.0,
-            false,
-            softmax_scale,
-            true,
-        ); // [1, H, T, D]
-        attn.o_proj.forward(&out.squeeze_dim(0).permute([1, 0, 2]).reshape([rows, c.num_heads * c.head_dim]))
+        attn.o_proj.forward(&attend(&q, &keys, &values, step.visible, softmax_scale))
     }
+}
+
+/// Grouped-query attention of queries `[H, T, D]` over keys and values `[Hkv, L, D]` with an optional
+/// `[T, L]` visibility mask; returns `[T, H * D]`. Shared by the target and the drafters.
+pub fn attend(q: &Tensor, keys: &Tensor, values: &Tensor, visible: Option<&Tensor>, softmax_scale: f64) -> Tensor {
+    let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
+    let out = Tensor::scaled_dot_product_attention(
+        &q.unsqueeze(0),
+        &keys.unsqueeze(0),
+        &values.unsqueeze(0),
+        visible.map(|m| m.view([1, 1, rows, -1])),
+        0.0,
+        false,
+        softmax_scale,
+        true,
+    ); // [1, H, T, D]
+    out.squeeze_dim(0).permute([1, 0, 2]).reshape([rows, heads * head_dim])
 }
 
 struct AttentionStep<'a> {

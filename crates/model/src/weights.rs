@@ -10,6 +10,27 @@ use tch::{nn::VarStore, Kind, Tensor};
 /// Tensors that some exports carry but no forward pass reads.
 const IGNORED_SUFFIXES: [&str; 1] = ["rotary_emb.inv_freq"];
 
+/// What to do with one tensor name found in a checkpoint file.
+pub enum Route {
+    /// Fill the variable of this name.
+    Var(String),
+    /// Return it to the caller as is (integer maps such as EAGLE-3's `d2t`).
+    Side,
+    /// Known and unused.
+    Ignore,
+}
+
+/// The routing of a plain HF causal LM: names are variable names; a tied model ignores `lm_head.weight`.
+pub fn hf_route(tied_lm_head: bool) -> impl Fn(&str) -> Route {
+    move |name: &str| {
+        if IGNORED_SUFFIXES.iter().any(|s| name.ends_with(s)) || (tied_lm_head && name == "lm_head.weight") {
+            Route::Ignore
+        } else {
+            Route::Var(name.to_string())
+        }
+    }
+}
+
 /// The safetensors files of a checkpoint folder: `model.safetensors`, or the shards listed in
 /// `model.safetensors.index.json`.
 pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -32,13 +53,17 @@ fn kind_of(dtype: Dtype) -> Option<Kind> {
         Dtype::F16 => Kind::Half,
         Dtype::BF16 => Kind::BFloat16,
         Dtype::F64 => Kind::Double,
+        Dtype::I64 => Kind::Int64,
+        Dtype::I32 => Kind::Int,
+        Dtype::BOOL => Kind::Bool,
         _ => return None,
     })
 }
 
-/// Fills every variable of `vs` from `files`, converting dtypes. `tied_lm_head`: a file's `lm_head.weight`
-/// is accepted (and unused) when the model ties it to the embedding.
-pub fn load_strict(vs: &mut VarStore, files: &[PathBuf], tied_lm_head: bool) -> Result<()> {
+/// Fills every variable of `vs` from `files`, converting dtypes; `route` maps each file tensor to a
+/// variable, a side tensor (returned) or nothing. Anything missing, mis-shaped or unroutable is reported.
+pub fn load_strict(vs: &mut VarStore, files: &[PathBuf], route: impl Fn(&str) -> Route) -> Result<BTreeMap<String, Tensor>> {
+    let mut side = BTreeMap::new();
     let mut variables: BTreeMap<String, Tensor> = vs.variables().into_iter().collect();
     let mut problems = Vec::new();
     let mut unexpected = Vec::new();
@@ -54,11 +79,20 @@ pub fn load_strict(vs: &mut VarStore, files: &[PathBuf], tied_lm_head: bool) -> 
             let tensors = SafeTensors::deserialize(map).map_err(|e| ModelError::io(file, format!("not a safetensors file: {e}")))?;
             for (name, view) in tensors.tensors() {
                 let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-                let Some(var) = variables.remove(&name) else {
-                    let ignorable = IGNORED_SUFFIXES.iter().any(|s| name.ends_with(s)) || (tied_lm_head && name == "lm_head.weight");
-                    if !ignorable {
-                        unexpected.push(format!("unexpected tensor {name} {shape:?}"));
+                let var_name = match route(&name) {
+                    Route::Ignore => continue,
+                    Route::Side => {
+                        let Some(kind) = kind_of(view.dtype()) else {
+                            problems.push(format!("tensor {name}: dtype {:?} is not supported", view.dtype()));
+                            continue;
+                        };
+                        side.insert(name.clone(), Tensor::f_from_data_size(view.data(), &shape, kind)?);
+                        continue;
                     }
+                    Route::Var(var_name) => var_name,
+                };
+                let Some(var) = variables.remove(&var_name) else {
+                    unexpected.push(format!("unexpected tensor {name} {shape:?}"));
                     continue;
                 };
                 if var.size() != shape {
@@ -79,7 +113,7 @@ pub fn load_strict(vs: &mut VarStore, files: &[PathBuf], tied_lm_head: bool) -> 
     problems.extend(variables.iter().map(|(name, t)| format!("missing tensor {name} {:?}", t.size())));
     problems.extend(unexpected);
     if problems.is_empty() {
-        Ok(())
+        Ok(side)
     } else {
         let path = files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ");
         Err(ModelError::Checkpoint { path, problems })

@@ -1,3 +1,4 @@
+pub mod bench;
 pub mod derive;
 pub mod generate;
 pub mod models;

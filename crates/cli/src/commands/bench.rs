@@ -1,0 +1,167 @@
+//! `sharpdraft bench decode`: autoregressive prefill and decode throughput of a target at several
+//! context lengths and dtypes, next to the memory-bandwidth bound measured on the same machine and
+//! (optionally) HF transformers on the same weights with the same thread count, in the same run.
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use sharpdraft_model::generate::prefill;
+use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, ForwardInput};
+use std::process::Command;
+use std::time::Instant;
+use tch::{Device, Kind, Tensor};
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Prefill and decode tokens/s of a target model.
+    Decode(DecodeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DecodeArgs {
+    #[arg(long, default_value = "smollm2-135m-instruct")]
+    pub target: String,
+    /// Context lengths (prefill lengths) to measure at.
+    #[arg(long, value_delimiter = ',', default_value = "512,2048,8192")]
+    pub contexts: Vec<i64>,
+    #[arg(long, value_delimiter = ',', default_value = "f32,bf16")]
+    pub dtypes: Vec<String>,
+    /// Decode steps timed after each prefill.
+    #[arg(long, default_value_t = 32)]
+    pub decode_tokens: i64,
+    /// CPU threads for libtorch (and for HF transformers); default: all cores.
+    #[arg(long)]
+    pub threads: Option<i32>,
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// A Python with torch and transformers: runs crates/cli/benches/hf_decode.py on the same weights.
+    #[arg(long)]
+    pub hf_python: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize, Clone)]
+struct Row {
+    engine: String,
+    dtype: String,
+    context: i64,
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+    /// Memory-bandwidth bound on decode tokens/s: copy bandwidth / weight bytes.
+    decode_bound_tokens_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    threads: i32,
+    copy_bandwidth_gb_s: f64,
+    rows: Vec<Row>,
+}
+
+/// Bytes per second of `dst.copy_(src)` on a buffer far larger than the caches, counting the read and
+/// the write (what a decode step does with weights is a read; this is the machine's streaming rate).
+fn copy_bandwidth(device: Device) -> f64 {
+    let elements = 64 * 1024 * 1024; // 256 MB of f32
+    let src = Tensor::ones([elements], (Kind::Float, device));
+    let mut dst = Tensor::zeros([elements], (Kind::Float, device));
+    dst.copy_(&src);
+    let rounds = 10;
+    let started = Instant::now();
+    for _ in 0..rounds {
+        dst.copy_(&src);
+    }
+    let _ = dst.sum(Kind::Float).double_value(&[]);
+    (2 * elements * 4 * rounds) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn weight_bytes(model: &CausalLm) -> f64 {
+    model.vars.variables().values().map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as f64).sum()
+}
+
+fn measure(model: &CausalLm, context: i64, decode_tokens: i64) -> anyhow::Result<(f64, f64)> {
+    let _guard = tch::no_grad_guard();
+    let vocab = model.net.config.vocab_size;
+    // Deterministic pseudo-text ids; throughput does not depend on which tokens they are.
+    let ids: Vec<i64> = (0..context).map(|i| (i * 7919 + 13) % vocab).collect();
+    let mut cache = model.net.new_cache(context + decode_tokens + 1);
+    let started = Instant::now();
+    let mut logits = prefill(&model.net, &ids, &mut cache)?;
+    let prefill_seconds = started.elapsed().as_secs_f64();
+    let device = model.net.device();
+    let started = Instant::now();
+    for _ in 0..decode_tokens {
+        let next = logits.argmax(-1, false).int64_value(&[]);
+        let position = cache.len();
+        let ids = Tensor::from_slice(&[next]).to_device(device);
+        let positions = Tensor::from_slice(&[position]).to_device(device);
+        logits = model.net.forward(ForwardInput::causal(&ids, &positions), &mut cache)?.logits.expect("logits").squeeze_dim(0);
+    }
+    Ok((context as f64 / prefill_seconds, decode_tokens as f64 / started.elapsed().as_secs_f64()))
+}
+
+pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
+    let BenchCommand::Decode(args) = command;
+    let threads = args.threads.unwrap_or_else(tch::get_num_threads);
+    tch::set_num_threads(threads);
+    let device = parse_device(&args.device)?;
+    let dir = registry::resolve(&args.target)?;
+    let bandwidth = copy_bandwidth(device);
+    let mut rows = Vec::new();
+    for dtype in &args.dtypes {
+        let model = CausalLm::load(&dir, device, parse_kind(dtype)?)?;
+        let bound = bandwidth / weight_bytes(&model);
+        for &context in &args.contexts {
+            let (prefill_rate, decode_rate) = measure(&model, context, args.decode_tokens)?;
+            let row = Row { engine: "sharpdraft".into(), dtype: dtype.clone(), context, prefill_tokens_per_s: prefill_rate, decode_tokens_per_s: decode_rate, decode_bound_tokens_per_s: bound };
+            if !args.json {
+                print_row(&row);
+            }
+            rows.push(row);
+        }
+        if let Some(python) = &args.hf_python {
+            for row in run_hf(python, &dir, dtype, &args.contexts, args.decode_tokens, threads)? {
+                let row = Row { decode_bound_tokens_per_s: bound, ..row };
+                if !args.json {
+                    print_row(&row);
+                }
+                rows.push(row);
+            }
+        }
+    }
+    let report = Report { threads, copy_bandwidth_gb_s: bandwidth / 1e9, rows };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("threads {threads}, copy bandwidth {:.1} GB/s (read + write)", report.copy_bandwidth_gb_s);
+    }
+    Ok(())
+}
+
+fn print_row(row: &Row) {
+    println!(
+        "{:<11} {:<5} context {:>6}: prefill {:>8.1} tok/s, decode {:>7.2} tok/s (bandwidth bound {:.1})",
+        row.engine, row.dtype, row.context, row.prefill_tokens_per_s, row.decode_tokens_per_s, row.decode_bound_tokens_per_s
+    );
+}
+
+fn run_hf(python: &str, dir: &std::path::Path, dtype: &str, contexts: &[i64], decode_tokens: i64, threads: i32) -> anyhow::Result<Vec<Row>> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/hf_decode.py");
+    let contexts: Vec<String> = contexts.iter().map(i64::to_string).collect();
+    let out = Command::new(python)
+        .arg(&script)
+        .args(["--model", &dir.display().to_string(), "--dtype", dtype, "--contexts", &contexts.join(","), "--decode-tokens", &decode_tokens.to_string(), "--threads", &threads.to_string()])
+        .output()?;
+    anyhow::ensure!(out.status.success(), "{} failed: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Row {
+            engine: "hf".into(),
+            dtype: dtype.to_string(),
+            context: r["context"].as_i64().unwrap_or(0),
+            prefill_tokens_per_s: r["prefill_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
+            decode_tokens_per_s: r["decode_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
+            decode_bound_tokens_per_s: f64::NAN,
+        })
+        .collect())
+}

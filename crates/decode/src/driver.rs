@@ -1,0 +1,226 @@
+//! The speculative decoding loop, the same for every drafter:
+//! prefill -> (propose -> verify in one target pass -> commit or roll back) until done.
+//!
+//! Target cache invariant: it holds every committed token except the root (the last committed token,
+//! produced as the previous bonus). A verification pass feeds `[root, nodes...]`; the commit keeps the
+//! root and the accepted path (`compact`), everything else is rolled back.
+
+use crate::records::{peak_rss_bytes, CycleRecord, SpecReport};
+use crate::verify::{verify_greedy, verify_stochastic, Verdict};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal};
+use sharpdraft_model::generate::PREFILL_CHUNK;
+use sharpdraft_model::{AttentionMask, ForwardInput, KvCache, LogitRows, Sampler, Sampling, Tap, Transformer};
+use std::time::Instant;
+use tch::{Device, Kind, Tensor};
+
+pub type Result<T> = std::result::Result<T, DecodeError>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Model(#[from] sharpdraft_model::ModelError),
+    #[error(transparent)]
+    Draft(#[from] sharpdraft_draft::DraftError),
+    #[error(transparent)]
+    Torch(#[from] tch::TchError),
+    #[error("bad proposal from {method}: {reason}")]
+    Proposal { method: &'static str, reason: String },
+    #[error("{0}")]
+    Input(String),
+}
+
+pub struct SpecConfig {
+    pub max_new_tokens: usize,
+    pub sampling: Sampling,
+    pub stop_tokens: Vec<i64>,
+    /// Largest proposal the drafter can make (sizes the target cache).
+    pub max_proposal: usize,
+}
+
+/// Seeds of the drafter's sampler and the verifier's generator, derived from one user seed.
+const DRAFTER_SEED_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// One sequence being decoded: the target cache, the committed tokens and the drafter's sampler. The
+/// loop of [`speculative_generate`] is `prefill` then `cycle` until `finished`; tests step it by hand to
+/// check the cache invariant after each cycle.
+pub struct Session<'a> {
+    target: &'a Transformer,
+    config: &'a SpecConfig,
+    pub cache: KvCache,
+    /// Prompt and generated tokens; the last one is the root.
+    pub committed: Vec<i64>,
+    prompt_len: usize,
+    taps: Vec<Tap>,
+    verifier_rng: StdRng,
+    drafter_sampler: Sampler,
+    pub finished: bool,
+    pub cycles: Vec<CycleRecord>,
+    pub target_forward_seconds: f64,
+}
+
+impl<'a> Session<'a> {
+    /// Runs the target over the prompt, draws the first token and prefills the drafter.
+    pub fn prefill(target: &'a Transformer, drafter: &mut dyn Drafter, prompt: &[i64], config: &'a SpecConfig) -> Result<Self> {
+        if prompt.is_empty() {
+            return Err(DecodeError::Input("the prompt is empty".into()));
+        }
+        let device = target.device();
+        let taps = drafter.target_taps();
+        let mut cache = target.new_cache(prompt.len() as i64 + config.max_new_tokens as i64 + config.max_proposal as i64 + 2);
+        let mut verifier_rng = StdRng::seed_from_u64(config.sampling.seed);
+        let drafter_sampler = Sampler::new(Sampling { seed: config.sampling.seed ^ DRAFTER_SEED_SALT, ..config.sampling });
+        let mut hidden_chunks = Vec::new();
+        let mut last_logits = None;
+        for chunk in prompt.chunks(PREFILL_CHUNK as usize) {
+            let start = cache.len();
+            let ids = Tensor::from_slice(chunk).to_device(device);
+            let positions = Tensor::arange_start(start, start + chunk.len() as i64, (Kind::Int64, device));
+            let input = ForwardInput { logits: LogitRows::Last, taps: &taps, ..ForwardInput::causal(&ids, &positions) };
+            let out = target.forward(input, &mut cache)?;
+            if !taps.is_empty() {
+                hidden_chunks.push(Tensor::cat(&out.hidden, -1));
+            }
+            last_logits = out.logits;
+        }
+        let first = pick(&last_logits.expect("non-empty prompt").squeeze_dim(0), &config.sampling, &mut verifier_rng);
+        let mut committed = prompt.to_vec();
+        committed.push(first);
+        let prompt_hidden = (!hidden_chunks.is_empty()).then(|| Tensor::cat(&hidden_chunks, 0));
+        let greedy = config.sampling.is_greedy();
+        drafter.prefill(&DraftContext { committed: &committed, target, greedy }, prompt_hidden.as_ref())?;
+        let finished = config.stop_tokens.contains(&first) || config.max_new_tokens <= 1;
+        Ok(Self {
+            target,
+            config,
+            cache,
+            committed,
+            prompt_len: prompt.len(),
+            taps,
+            verifier_rng,
+            drafter_sampler,
+            finished,
+            cycles: Vec::new(),
+            target_forward_seconds: 0.0,
+        })
+    }
+
+    pub fn generated(&self) -> &[i64] {
+        &self.committed[self.prompt_len..]
+    }
+
+    /// One draft -> verify -> commit cycle.
+    pub fn cycle(&mut self, drafter: &mut dyn Drafter) -> Result<()> {
+        let (target, config) = (self.target, self.config);
+        let greedy = config.sampling.is_greedy();
+        let device = target.device();
+        let cycle_start = Instant::now();
+        let context = self.committed.len() as i64;
+        let proposal = drafter.propose(&DraftContext { committed: &self.committed, target, greedy }, &mut self.drafter_sampler)?;
+        proposal
+            .validate(target.config.vocab_size)
+            .map_err(|reason| DecodeError::Proposal { method: drafter.method(), reason })?;
+        let draft_seconds = cycle_start.elapsed().as_secs_f64();
+
+        let verify_start = Instant::now();
+        let base = self.cache.len();
+        let root = *self.committed.last().expect("committed is never empty");
+        let mut ids = vec![root];
+        ids.extend(&proposal.tokens);
+        let depths = proposal.depths();
+        let mut positions = vec![base];
+        positions.extend(depths.iter().map(|d| base + 1 + d));
+        // Row 0 is the root; node i is row i + 1 and hangs off its parent's row (the root for depth 0).
+        let parents: Vec<Option<usize>> = std::iter::once(None).chain(proposal.parents.iter().map(|p| Some(p.map_or(0, |p| p + 1)))).collect();
+        let mask = AttentionMask::tree(base, &parents, device)?;
+        let ids_t = Tensor::from_slice(&ids).to_device(device);
+        let positions_t = Tensor::from_slice(&positions).to_device(device);
+        let mut speculation = self.cache.speculate();
+        let forward_start = Instant::now();
+        let out = target.forward(
+            ForwardInput { mask: &mask, logits: LogitRows::All, taps: &self.taps, ..ForwardInput::causal(&ids_t, &positions_t) },
+            &mut speculation,
+        )?;
+        let logits = out.logits.expect("logits requested");
+        self.target_forward_seconds += forward_start.elapsed().as_secs_f64();
+        let verdict = verify(&logits, &proposal, &config.sampling, &mut self.verifier_rng);
+        let kept_rows: Vec<i64> = std::iter::once(0).chain(verdict.accepted.iter().map(|&n| n as i64 + 1)).collect();
+        speculation.commit_path(&kept_rows)?;
+
+        let mut emitted: Vec<i64> = verdict.accepted.iter().map(|&n| proposal.tokens[n]).collect();
+        emitted.push(verdict.bonus);
+        for token in emitted {
+            self.committed.push(token);
+            if config.stop_tokens.contains(&token) || self.committed.len() - self.prompt_len >= config.max_new_tokens {
+                self.finished = true;
+                break;
+            }
+        }
+        let verify_seconds = verify_start.elapsed().as_secs_f64();
+        let observe_start = Instant::now();
+        if !self.finished {
+            let hidden = (!self.taps.is_empty()).then(|| Tensor::cat(&out.hidden, -1).index_select(0, &Tensor::from_slice(&kept_rows).to_device(device)));
+            let feedback = Feedback { accepted: &verdict.accepted, bonus: verdict.bonus, target_hidden: hidden.as_ref() };
+            drafter.observe(&DraftContext { committed: &self.committed, target, greedy }, &feedback)?;
+        }
+        let max_depth = depths.iter().max().map_or(0, |d| *d as usize + 1);
+        self.cycles.push(CycleRecord {
+            context,
+            drafted: proposal.len(),
+            accepted: verdict.accepted.len(),
+            accepted_per_position: (0..max_depth).map(|d| u8::from(d < verdict.accepted.len())).collect(),
+            bonus: 1,
+            draft_seconds: draft_seconds + observe_start.elapsed().as_secs_f64(),
+            verify_seconds,
+        });
+        Ok(())
+    }
+}
+
+pub fn speculative_generate(target: &Transformer, drafter: &mut dyn Drafter, prompt: &[i64], config: &SpecConfig) -> Result<SpecReport> {
+    let _guard = tch::no_grad_guard();
+    let started = Instant::now();
+    let mut session = Session::prefill(target, drafter, prompt, config)?;
+    let prefill_seconds = started.elapsed().as_secs_f64();
+    while !session.finished {
+        session.cycle(drafter)?;
+    }
+    Ok(SpecReport {
+        prompt_ids: prompt.to_vec(),
+        ids: session.generated().to_vec(),
+        prefill_seconds,
+        total_seconds: started.elapsed().as_secs_f64(),
+        target_forward_seconds: session.target_forward_seconds,
+        drafter_forward_seconds: drafter.forward_seconds(),
+        target_cache_bytes: session.cache.bytes_allocated(),
+        drafter_cache_bytes: drafter.cache_bytes(),
+        peak_rss_bytes: peak_rss_bytes(),
+        cycles: session.cycles,
+    })
+}
+
+/// Greedy or stochastic verification of `proposal` against the target logits `[1 + N, vocab]`.
+fn verify(logits: &Tensor, proposal: &Proposal, sampling: &Sampling, rng: &mut StdRng) -> Verdict {
+    if sampling.is_greedy() {
+        let argmax = Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu)).expect("argmax ids");
+        return verify_greedy(&argmax, proposal);
+    }
+    let probs = sampling.probabilities(logits);
+    let row = |t: &Tensor, i: usize| -> Vec<f64> {
+        Vec::<f32>::try_from(t.get(i as i64).to_device(Device::Cpu)).expect("probability row").into_iter().map(f64::from).collect()
+    };
+    let mut target_probs = |r: usize| row(&probs, r);
+    let mut draft_probs = |n: usize| proposal.draft_probs.as_ref().map(|q| row(q, n));
+    let mut uniform = || rng.random::<f64>();
+    verify_stochastic(&mut target_probs, &mut draft_probs, proposal, &mut uniform)
+}
+
+/// The first token after the prompt, drawn from the target alone.
+fn pick(logits: &Tensor, sampling: &Sampling, rng: &mut StdRng) -> i64 {
+    if sampling.is_greedy() {
+        return logits.argmax(-1, false).int64_value(&[]);
+    }
+    let p: Vec<f64> = Vec::<f32>::try_from(sampling.probabilities(logits).to_device(Device::Cpu)).expect("probabilities").into_iter().map(f64::from).collect();
+    crate::verify::sample(&p, rng.random::<f64>())
+}

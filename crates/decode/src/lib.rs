@@ -1,0 +1,10 @@
+//! The speculative decoding engine: lossless verification as pure functions ([`verify`]) and one
+//! driver loop for every drafter ([`driver`]), with raw per-cycle records ([`records`]).
+
+pub mod driver;
+pub mod records;
+pub mod verify;
+
+pub use driver::{speculative_generate, DecodeError, Session, SpecConfig};
+pub use records::{CycleRecord, SpecReport};
+pub use verify::{verify_greedy, verify_stochastic, Verdict};

@@ -1,0 +1,65 @@
+//! Raw counters of a speculative run; rates are derived from them, never stored instead of them.
+
+use serde::Serialize;
+
+/// One draft -> verify -> commit cycle.
+#[derive(Debug, Clone, Serialize)]
+pub struct CycleRecord {
+    /// Committed tokens when the cycle started (the context the drafter saw, root included).
+    pub context: i64,
+    /// Draft tokens proposed (tree nodes).
+    pub drafted: usize,
+    /// Draft tokens accepted (length of the accepted path).
+    pub accepted: usize,
+    /// Per depth d: 1 when the accepted path reached depth d, else 0 (length = the proposal's depth).
+    pub accepted_per_position: Vec<u8>,
+    /// Tokens the target added itself (1 every cycle).
+    pub bonus: usize,
+    pub draft_seconds: f64,
+    pub verify_seconds: f64,
+}
+
+/// One request.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpecReport {
+    pub prompt_ids: Vec<i64>,
+    /// Generated ids (prompt excluded).
+    pub ids: Vec<i64>,
+    pub cycles: Vec<CycleRecord>,
+    pub prefill_seconds: f64,
+    pub total_seconds: f64,
+    /// Seconds inside target forward passes (prefill excluded).
+    pub target_forward_seconds: f64,
+    /// Seconds inside drafter forward passes.
+    pub drafter_forward_seconds: f64,
+    pub target_cache_bytes: usize,
+    pub drafter_cache_bytes: usize,
+    /// Peak resident memory of the process (VmHWM), bytes; 0 where not available.
+    pub peak_rss_bytes: u64,
+}
+
+impl SpecReport {
+    /// Tokens emitted per target verification pass, bonus included (vLLM's acceptance length).
+    pub fn tau(&self) -> f64 {
+        let emitted: usize = self.cycles.iter().map(|c| c.accepted + c.bonus).sum();
+        emitted as f64 / self.cycles.len().max(1) as f64
+    }
+
+    pub fn tokens_per_second(&self) -> f64 {
+        self.ids.len() as f64 / self.total_seconds.max(1e-9)
+    }
+
+    /// Share of decoding time (prefill excluded) spent outside model forward passes: the engine's own cost.
+    pub fn engine_overhead(&self) -> f64 {
+        let decoding = self.total_seconds - self.prefill_seconds;
+        ((decoding - self.target_forward_seconds - self.drafter_forward_seconds) / decoding.max(1e-9)).max(0.0)
+    }
+}
+
+/// Peak resident set size from /proc (Linux); 0 elsewhere.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+        .map_or(0, |kb| kb * 1024)
+}

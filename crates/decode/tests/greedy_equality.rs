@@ -1,0 +1,46 @@
+//! Greedy speculative decoding is lossless: it emits exactly the target's greedy tokens, for every
+//! drafter, chain and tree.
+mod common;
+
+use common::*;
+use sharpdraft_draft::TreeShape;
+use sharpdraft_model::Sampling;
+
+#[test]
+fn a_vanilla_chain_emits_the_targets_greedy_tokens() {
+    let target = load("llama");
+    let want = greedy_ar(&target, &PROMPT, 24);
+    for (drafter_family, k) in [("qwen2", 1), ("qwen2", 4), ("qwen3", 6)] {
+        let mut drafter = vanilla(drafter_family, &target, k, Sampling::greedy());
+        let got = spec(&target, &mut drafter, &PROMPT, 24, Sampling::greedy());
+        assert_eq!(got.ids, want, "vanilla {drafter_family}, K = {k}");
+        assert!(got.cycles.iter().all(|c| c.drafted == k));
+    }
+}
+
+#[test]
+fn a_drafter_identical_to_the_target_is_always_accepted() {
+    let target = load("qwen2");
+    let mut drafter = vanilla("qwen2", &target, 4, Sampling::greedy());
+    let got = spec(&target, &mut drafter, &PROMPT, 21, Sampling::greedy());
+    assert_eq!(got.ids, greedy_ar(&target, &PROMPT, 21));
+    assert!(got.cycles.iter().all(|c| c.accepted == 4), "{:?}", got.cycles.iter().map(|c| c.accepted).collect::<Vec<_>>());
+    assert_eq!(got.tau(), 5.0);
+}
+
+#[test]
+fn eagle3_chains_and_trees_emit_the_targets_greedy_tokens() {
+    let target = load("llama");
+    let want = greedy_ar(&target, &PROMPT, 24);
+    let dir = tempfile::tempdir().unwrap();
+    for (i, options) in [EagleOptions::default(), EagleOptions { eagle31: true, layers0_prefix: true, reduced_vocab: false, seed: 3 }].iter().enumerate() {
+        let path = dir.path().join(format!("eagle{i}"));
+        write_eagle3(&path, &target, options);
+        for shape in [TreeShape::chain(1), TreeShape::chain(5), TreeShape { depth: 3, top_k: 4, total_tokens: 12 }, TreeShape { depth: 5, top_k: 8, total_tokens: 40 }] {
+            let mut drafter = eagle3(&path, &target, shape, Sampling::greedy());
+            let got = spec(&target, &mut drafter, &PROMPT, 24, Sampling::greedy());
+            assert_eq!(got.ids, want, "eagle {i} {shape:?}");
+            assert!(got.cycles.iter().all(|c| c.drafted <= shape.total_tokens));
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! The one interface every drafting method implements. The decoder drives it:
+//!
+//! 1. `prefill` once, after the target has processed the prompt;
+//! 2. per cycle, `propose` a tree (or chain) after the root, then `observe` what verification kept.
+//!
+//! The drafter owns its own cache and state; it never touches the target's cache.
+
+use crate::proposal::Proposal;
+use sharpdraft_model::{Sampler, Tap, Transformer};
+use tch::Tensor;
+
+pub type Result<T> = std::result::Result<T, DraftError>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DraftError {
+    #[error(transparent)]
+    Model(#[from] sharpdraft_model::ModelError),
+    #[error(transparent)]
+    Torch(#[from] tch::TchError),
+    /// A drafter that does not fit the target (vocabulary, hidden size, layers).
+    #[error("drafter does not fit the target: {0}")]
+    Mismatch(String),
+    /// A drafter checkpoint that does not match the published layout; names the tensor or key.
+    #[error("drafter checkpoint {path}: {reason}")]
+    Checkpoint { path: String, reason: String },
+}
+
+/// What a drafter may read about the sequence being decoded.
+pub struct DraftContext<'a> {
+    /// Every committed token; the last one is the root (the target has not computed its KV yet).
+    pub committed: &'a [i64],
+    /// The target, for drafters that share its embedding or LM head.
+    pub target: &'a Transformer,
+    /// Whether verification is greedy; a drafter then proposes argmax tokens.
+    pub greedy: bool,
+}
+
+/// What verification kept in one cycle.
+pub struct Feedback<'a> {
+    /// Proposal node indices on the accepted path, root to leaf.
+    pub accepted: &'a [usize],
+    /// The token the target emitted after the accepted path (now the root).
+    pub bonus: i64,
+    /// Target hidden states (the drafter's taps, concatenated on features) of the verified root and the
+    /// accepted nodes, `[1 + accepted, features]`; `None` when the drafter asked for no taps.
+    pub target_hidden: Option<&'a Tensor>,
+}
+
+pub trait Drafter {
+    /// Short method name (`vanilla`, `eagle3`, ...).
+    fn method(&self) -> &'static str;
+
+    /// Target hidden states this drafter needs from every target pass (EAGLE-3, DFlash), in order.
+    fn target_taps(&self) -> Vec<Tap> {
+        Vec::new()
+    }
+
+    /// The target has processed `ctx.committed[..n - 1]` (all but the root); `target_hidden` holds its taps
+    /// for those rows, `[n - 1, features]`.
+    fn prefill(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()>;
+
+    /// Proposes tokens after the root. `sampler` draws sampled drafts when `ctx.greedy` is false.
+    fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal>;
+
+    /// Called after verification, with `ctx.committed` already extended by the accepted tokens and bonus.
+    fn observe(&mut self, ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()>;
+
+    /// Bytes held by the drafter's caches (for memory reports).
+    fn cache_bytes(&self) -> usize;
+
+    /// Cumulative seconds spent inside the drafter's model forward passes (for the engine-overhead figure).
+    fn forward_seconds(&self) -> f64;
+}

@@ -1,0 +1,452 @@
+//! EAGLE-3 and EAGLE 3.1 drafters (drafters.md §2): one decoder layer on fused target features.
+//!
+//! Per draft position: `g = fc(cat(h_low, h_mid, h_high))` (EAGLE 3.1 `fc_norm`: an RMSNorm per feature
+//! first), `x = cat(input_layernorm(embed(token)), hidden_norm(g))` (width 2H), attention + MLP with the
+//! residual `g`, `logits = lm_head(norm(h))` over the reduced draft vocabulary, `target = draft + d2t[draft]`.
+//! The next step's hidden is `h` (or `norm(h)` with EAGLE 3.1's `norm_output`).
+//!
+//! Pairing ("shift by one"): pair i is (target hidden of committed token i, embedding of token i + 1), at
+//! draft position i, and predicts token i + 2. Cache invariant: the drafter's cache holds exactly the
+//! pairs fed so far ("stable" KV); tree expansion rows are appended under a speculation guard and rolled
+//! back before `propose` returns.
+
+use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::proposal::Proposal;
+use serde::Deserialize;
+use sharpdraft_model::config::RopeScaling;
+use sharpdraft_model::layers::{Linear, RmsNorm};
+use sharpdraft_model::rope::{self, Rope};
+use sharpdraft_model::transformer::attend;
+use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
+use sharpdraft_model::{AttentionMask, KvCache, Sampler, Sampling, Tap, Transformer};
+use std::path::Path;
+use tch::{nn, Device, Kind, Tensor};
+
+/// `config.json` of an EAGLE-3 head (`LlamaForCausalLMEagle3`), field names verbatim.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Eagle3Config {
+    pub hidden_size: i64,
+    pub intermediate_size: i64,
+    #[serde(default = "one")]
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: i64,
+    #[serde(default)]
+    pub num_key_value_heads: Option<i64>,
+    #[serde(default)]
+    pub head_dim: Option<i64>,
+    pub rms_norm_eps: f64,
+    /// Absent in the published Llama-3.1 head: the draft then uses 10000, not the target's base.
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
+    pub max_position_embeddings: i64,
+    pub vocab_size: i64,
+    #[serde(default)]
+    pub draft_vocab_size: Option<i64>,
+    #[serde(default)]
+    pub target_hidden_size: Option<i64>,
+    /// EAGLE 3.1: an RMSNorm per captured target feature before fc.
+    #[serde(default)]
+    pub fc_norm: bool,
+    /// EAGLE 3.1: feed `norm(h)` instead of `h` to the next draft step.
+    #[serde(default)]
+    pub norm_output: bool,
+    /// vLLM flag: the residual is `hidden_norm(g)` instead of `g`.
+    #[serde(default)]
+    pub norm_before_residual: bool,
+    #[serde(default)]
+    pub eagle_config: Option<EagleExtras>,
+    /// SharpDraft's record of the drafter's training length n0 (absent in published heads).
+    #[serde(default)]
+    pub training_length: Option<i64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct EagleExtras {
+    #[serde(default)]
+    pub eagle_aux_hidden_state_layer_ids: Option<Vec<usize>>,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// Tree (or chain) shape of one proposal.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TreeShape {
+    /// Expansion steps after the first layer (a chain of K tokens has depth K - 1).
+    pub depth: usize,
+    /// Children kept per node and frontier width; 1 means a chain.
+    pub top_k: usize,
+    /// Draft nodes kept after re-ranking (EAGLE's total_token - 1).
+    pub total_tokens: usize,
+}
+
+impl TreeShape {
+    pub fn chain(len: usize) -> Self {
+        Self { depth: len.saturating_sub(1), top_k: 1, total_tokens: len }
+    }
+}
+
+struct Layer {
+    hidden_norm: RmsNorm,
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+/// The trained part: weights and the forward pass of one EAGLE-3 layer.
+pub struct Eagle3Head {
+    pub config: Eagle3Config,
+    _vars: nn::VarStore,
+    fc: Linear,
+    fc_norm: Vec<RmsNorm>,
+    layer: Layer,
+    norm: RmsNorm,
+    lm_head: Linear,
+    /// `[draft_vocab]` on the CPU: target id = draft id + d2t[draft id].
+    d2t: Vec<i64>,
+    rope: Rope,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+}
+
+pub struct Eagle3Drafter {
+    pub head: Eagle3Head,
+    taps: Vec<Tap>,
+    shape: TreeShape,
+    sampling: Sampling,
+    cache: KvCache,
+    /// Target features `[m, 3 Ht]` of committed tokens whose pairs are not fed yet.
+    pending: Option<Tensor>,
+    forward_seconds: std::cell::Cell<f64>,
+}
+
+fn checkpoint_error(path: &Path, reason: impl Into<String>) -> DraftError {
+    DraftError::Checkpoint { path: path.display().to_string(), reason: reason.into() }
+}
+
+impl Eagle3Drafter {
+    /// Loads a head in the published layout (config.json + model.safetensors; `midlayer.` or `layers.0.`)
+    /// for `target`.
+    pub fn load(dir: &Path, target: &Transformer, shape: TreeShape, sampling: Sampling, capacity: i64) -> Result<Self> {
+        let config_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&config_path).map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
+        let de = &mut serde_json::Deserializer::from_str(&text);
+        let config: Eagle3Config = serde_path_to_error::deserialize(de)
+            .map_err(|e| checkpoint_error(&config_path, format!("{}: {}", e.path(), e.inner())))?;
+        let t = &target.config;
+        if config.num_hidden_layers != 1 {
+            return Err(checkpoint_error(&config_path, format!("num_hidden_layers = {}: an EAGLE-3 head has one layer", config.num_hidden_layers)));
+        }
+        let target_hidden = config.target_hidden_size.unwrap_or(config.hidden_size);
+        if target_hidden != t.hidden_size {
+            return Err(DraftError::Mismatch(format!("EAGLE-3 target_hidden_size {target_hidden} but the target's hidden_size is {}", t.hidden_size)));
+        }
+        if config.hidden_size != t.hidden_size {
+            return Err(DraftError::Mismatch(format!("EAGLE-3 hidden_size {} must equal the target's {} (it shares the embedding)", config.hidden_size, t.hidden_size)));
+        }
+        if config.vocab_size != t.vocab_size {
+            return Err(DraftError::Mismatch(format!("EAGLE-3 vocab_size {} differs from the target's {}", config.vocab_size, t.vocab_size)));
+        }
+        let layers = t.num_layers;
+        let ids = config
+            .eagle_config
+            .as_ref()
+            .and_then(|e| e.eagle_aux_hidden_state_layer_ids.clone())
+            .unwrap_or_else(|| vec![2.min(layers), layers / 2, layers.saturating_sub(3)]);
+        if ids.len() != 3 || ids.iter().any(|&i| i > layers) {
+            return Err(DraftError::Mismatch(format!("EAGLE-3 capture layers {ids:?} do not fit a {layers}-layer target")));
+        }
+        let heads = config.num_attention_heads;
+        let kv_heads = config.num_key_value_heads.unwrap_or(heads);
+        let head_dim = config.head_dim.unwrap_or(config.hidden_size / heads);
+        let hidden = config.hidden_size;
+        let draft_vocab = config.draft_vocab_size.unwrap_or(config.vocab_size);
+        let device = target.device();
+        let mut vars = nn::VarStore::new(device);
+        let root = vars.root();
+        let m = &root / "midlayer";
+        let a = &m / "self_attn";
+        let mlp = &m / "mlp";
+        let eps = config.rms_norm_eps;
+        let layer = Layer {
+            hidden_norm: RmsNorm::new(&m / "hidden_norm", hidden, eps),
+            input_layernorm: RmsNorm::new(&m / "input_layernorm", hidden, eps),
+            post_attention_layernorm: RmsNorm::new(&m / "post_attention_layernorm", hidden, eps),
+            q_proj: Linear::new(&a / "q_proj", 2 * hidden, heads * head_dim, false),
+            k_proj: Linear::new(&a / "k_proj", 2 * hidden, kv_heads * head_dim, false),
+            v_proj: Linear::new(&a / "v_proj", 2 * hidden, kv_heads * head_dim, false),
+            o_proj: Linear::new(&a / "o_proj", heads * head_dim, hidden, false),
+            gate_proj: Linear::new(&mlp / "gate_proj", hidden, config.intermediate_size, false),
+            up_proj: Linear::new(&mlp / "up_proj", hidden, config.intermediate_size, false),
+            down_proj: Linear::new(&mlp / "down_proj", config.intermediate_size, hidden, false),
+        };
+        let fc = Linear::new(&root / "fc", 3 * target_hidden, hidden, false);
+        let fc_norm = if config.fc_norm { (0..3).map(|i| RmsNorm::new(&root / "fc_norm" / i, target_hidden, eps)).collect() } else { Vec::new() };
+        let norm = RmsNorm::new(&root / "norm", hidden, eps);
+        let lm_head = Linear::new(&root / "lm_head", hidden, draft_vocab, false);
+        vars.set_kind(target.kind());
+        let route = |name: &str| -> Route {
+            let name = name.strip_prefix("layers.0.").map(|rest| format!("midlayer.{rest}")).unwrap_or_else(|| name.to_string());
+            match name.as_str() {
+                "d2t" => Route::Side,
+                // t2d only masks training targets; the embedding is the target's.
+                "t2d" | "embed_tokens.weight" => Route::Ignore,
+                _ => Route::Var(name),
+            }
+        };
+        let files = checkpoint_files(dir)?;
+        let side = load_strict(&mut vars, &files, route)?;
+        let d2t = match side.get("d2t") {
+            Some(d2t) if d2t.size() == [draft_vocab] => Vec::<i64>::try_from(d2t.to_kind(Kind::Int64))?,
+            Some(d2t) => return Err(checkpoint_error(dir, format!("tensor d2t has shape {:?}, [{draft_vocab}] expected", d2t.size()))),
+            None if draft_vocab == config.vocab_size => vec![0; draft_vocab as usize],
+            None => return Err(checkpoint_error(dir, format!("missing tensor d2t [{draft_vocab}] (draft_vocab_size {draft_vocab} < vocab_size {})", config.vocab_size))),
+        };
+        if let Some((i, _)) = d2t.iter().enumerate().find(|(i, off)| *i as i64 + **off < 0 || *i as i64 + **off >= config.vocab_size) {
+            return Err(checkpoint_error(dir, format!("d2t[{i}] maps outside the target vocabulary")));
+        }
+        let scaling = config.rope_scaling.as_ref().filter(|s| s.rope_type == "llama3").map(|s| sharpdraft_model::config::Llama3Scaling {
+            factor: s.factor.unwrap_or(1.0),
+            low_freq_factor: s.low_freq_factor.unwrap_or(1.0),
+            high_freq_factor: s.high_freq_factor.unwrap_or(4.0),
+            original_max_position_embeddings: s.original_max_position_embeddings.unwrap_or(config.max_position_embeddings as f64),
+        });
+        let rope = Rope::with_base(head_dim, config.rope_theta.unwrap_or(10_000.0), scaling, device);
+        let cache = KvCache::new(1, kv_heads, head_dim, capacity, target.kind(), device);
+        if shape.top_k == 0 || shape.total_tokens == 0 {
+            return Err(DraftError::Mismatch("tree top-k and total tokens must be at least 1".into()));
+        }
+        let head = Eagle3Head { config, _vars: vars, fc, fc_norm, layer, norm, lm_head, d2t, rope, heads, kv_heads, head_dim };
+        Ok(Self { head, taps: ids.into_iter().map(Tap::LayerInput).collect(), shape, sampling, cache, pending: None, forward_seconds: std::cell::Cell::new(0.0) })
+    }
+
+    /// Training length n0 recorded in the checkpoint, else `max_position_embeddings`.
+    pub fn training_length(&self) -> i64 {
+        self.head.config.training_length.unwrap_or(self.head.config.max_position_embeddings)
+    }
+}
+
+impl Eagle3Head {
+    /// `[T, 3 Ht]` target features -> `[T, H]`.
+    fn fuse(&self, features: &Tensor) -> Tensor {
+        if self.fc_norm.is_empty() {
+            return self.fc.forward(features);
+        }
+        let parts = features.chunk(3, -1);
+        let normed: Vec<Tensor> = parts.iter().zip(&self.fc_norm).map(|(p, n)| n.forward(p)).collect();
+        self.fc.forward(&Tensor::cat(&normed, -1))
+    }
+
+    /// One pass of the layer over `T` rows. Returns the next-step hidden `[T, H]` and draft-vocab
+    /// log-probabilities `[T, draft_vocab]`.
+    fn forward(&self, embeddings: &Tensor, hidden: &Tensor, positions: &Tensor, mask: &AttentionMask, cache: &mut KvCache) -> Result<(Tensor, Tensor)> {
+        let l = &self.layer;
+        let rows = embeddings.size()[0];
+        cache.reserve(rows)?;
+        let past = cache.len();
+        let residual = if self.config.norm_before_residual { l.hidden_norm.forward(hidden) } else { hidden.shallow_clone() };
+        let x = Tensor::cat(&[l.input_layernorm.forward(embeddings), l.hidden_norm.forward(hidden)], -1);
+        let (cos, sin) = self.rope.tables(positions, x.kind());
+        let q = rope::apply(&l.q_proj.forward(&x).view([rows, self.heads, self.head_dim]), &cos, &sin).permute([1, 0, 2]);
+        let k = rope::apply(&l.k_proj.forward(&x).view([rows, self.kv_heads, self.head_dim]), &cos, &sin).permute([1, 0, 2]);
+        let v = l.v_proj.forward(&x).view([rows, self.kv_heads, self.head_dim]).permute([1, 0, 2]);
+        let (keys, values) = cache.write(0, &k, &v);
+        let visible = mask.materialize(past, rows, embeddings.device())?;
+        let attn = l.o_proj.forward(&attend(&q, &keys, &values, visible.as_ref(), 1.0 / (self.head_dim as f64).sqrt()));
+        cache.advance(rows);
+        let h = residual + attn;
+        let h = &h + l.down_proj.forward(&(l.gate_proj.forward(&l.post_attention_layernorm.forward(&h)).silu() * l.up_proj.forward(&l.post_attention_layernorm.forward(&h))));
+        let normed = self.norm.forward(&h);
+        let log_probs = self.lm_head.forward(&normed).to_kind(Kind::Float).log_softmax(-1, Kind::Float);
+        Ok((if self.config.norm_output { normed } else { h }, log_probs))
+    }
+
+    fn to_target(&self, draft_id: i64) -> i64 {
+        draft_id + self.d2t[draft_id as usize]
+    }
+
+    /// Full-vocabulary probabilities from draft log-probabilities `[draft_vocab]`, with the sampling
+    /// filters applied (zero outside the draft vocabulary).
+    fn full_vocab_probs(&self, log_probs: &Tensor, vocab: i64, sampling: &Sampling) -> Tensor {
+        let device = log_probs.device();
+        let index = Tensor::from_slice(&self.d2t).to_device(device) + Tensor::arange(self.d2t.len() as i64, (Kind::Int64, device));
+        let full = Tensor::full([vocab], f64::NEG_INFINITY, (Kind::Float, device)).scatter(0, &index, log_probs);
+        sampling.probabilities(&full)
+    }
+}
+
+/// One node of the growing draft tree.
+struct Node {
+    token: i64,
+    parent: Option<usize>,
+    score: f64,
+    /// Cache row of this node once it has been fed (frontier nodes only).
+    row: Option<i64>,
+}
+
+impl Drafter for Eagle3Drafter {
+    fn method(&self) -> &'static str {
+        "eagle3"
+    }
+
+    fn target_taps(&self) -> Vec<Tap> {
+        self.taps.clone()
+    }
+
+    fn prefill(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        self.pending = target_hidden.map(Tensor::shallow_clone);
+        Ok(())
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
+        let _guard = tch::no_grad_guard();
+        let device = ctx.target.device();
+        // 1. Catch up: feed the pairs of newly committed tokens into the stable cache.
+        let features = self.pending.take().ok_or_else(|| DraftError::Mismatch("EAGLE-3 has no target features to pair (prefill not called?)".into()))?;
+        let fed = self.cache.len();
+        let count = features.size()[0];
+        let tokens = &ctx.committed[fed as usize + 1..fed as usize + 1 + count as usize];
+        let embeddings = ctx.target.embed(&Tensor::from_slice(tokens).to_device(device));
+        let positions = Tensor::arange_start(fed, fed + count, (Kind::Int64, device));
+        let head = &self.head;
+        let fused = head.fuse(&features.to_kind(ctx.target.kind()));
+        let timer = std::time::Instant::now();
+        let (hidden, log_probs) = head.forward(&embeddings, &fused, &positions, &AttentionMask::Causal, &mut self.cache)?;
+        self.forward_seconds.set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
+        let stable = self.cache.len();
+        let last_hidden = hidden.narrow(0, count - 1, 1);
+        let last_log_probs = log_probs.get(count - 1);
+
+        // 2. Expand. Chains with sampling draw from q; everything else is deterministic top-k.
+        let vocab = ctx.target.config.vocab_size;
+        let sampled_chain = !ctx.greedy && self.shape.top_k == 1;
+        let mut nodes: Vec<Node> = Vec::new();
+        let mut probs = Vec::new();
+        let mut frontier: Vec<usize> = Vec::new();
+        let sampling = self.sampling;
+        let pick = |this: &Eagle3Head, log_probs: &Tensor, k: i64, sampler: &mut Sampler, probs: &mut Vec<Tensor>| -> Vec<(i64, f64)> {
+            if sampled_chain {
+                let q = this.full_vocab_probs(log_probs, vocab, &sampling);
+                let token = sampler.sample_from(&q);
+                let p = q.double_value(&[token]);
+                probs.push(q);
+                vec![(token, p.ln())]
+            } else {
+                let (values, indices) = log_probs.topk(k, -1, true, true);
+                let values = Vec::<f32>::try_from(values.to_device(Device::Cpu)).unwrap_or_default();
+                let indices = Vec::<i64>::try_from(indices.to_device(Device::Cpu)).unwrap_or_default();
+                indices.into_iter().zip(values).map(|(d, v)| (this.to_target(d), v as f64)).collect()
+            }
+        };
+        let k = self.shape.top_k as i64;
+        for (token, score) in pick(head, &last_log_probs, k, sampler, &mut probs) {
+            frontier.push(nodes.len());
+            nodes.push(Node { token, parent: None, score, row: None });
+        }
+        let mut frontier_hidden = last_hidden.repeat([frontier.len() as i64, 1]);
+        let mut speculation = self.cache.speculate();
+        for depth in 0..self.shape.depth {
+            let rows = frontier.len() as i64;
+            let first_row = speculation.len();
+            // Each frontier node sees the stable context, its fed ancestors and itself.
+            let mut visible = vec![false; (rows * (first_row + rows)) as usize];
+            for (r, &node) in frontier.iter().enumerate() {
+                let row_mask = &mut visible[(r as i64 * (first_row + rows)) as usize..((r as i64 + 1) * (first_row + rows)) as usize];
+                row_mask[..stable as usize].iter_mut().for_each(|v| *v = true);
+                let mut ancestor = nodes[node].parent;
+                while let Some(a) = ancestor {
+                    if let Some(row) = nodes[a].row {
+                        row_mask[row as usize] = true;
+                    }
+                    ancestor = nodes[a].parent;
+                }
+                row_mask[(first_row + r as i64) as usize] = true;
+            }
+            let mask = AttentionMask::Rows(Tensor::from_slice(&visible).view([rows, first_row + rows]).to_device(device));
+            let tokens: Vec<i64> = frontier.iter().map(|&n| nodes[n].token).collect();
+            let embeddings = ctx.target.embed(&Tensor::from_slice(&tokens).to_device(device));
+            let positions = Tensor::full([rows], stable + depth as i64, (Kind::Int64, device));
+            let timer = std::time::Instant::now();
+            let (hidden, log_probs) = head.forward(&embeddings, &frontier_hidden, &positions, &mask, &mut speculation)?;
+            self.forward_seconds.set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
+            for (r, &node) in frontier.iter().enumerate() {
+                nodes[node].row = Some(first_row + r as i64);
+            }
+            // Children of every frontier node; the best `top_k` by cumulative score form the next frontier.
+            let mut children: Vec<(usize, i64, f64, usize)> = Vec::new();
+            for (r, &node) in frontier.iter().enumerate() {
+                for (token, logp) in pick(head, &log_probs.get(r as i64), k, sampler, &mut probs) {
+                    children.push((node, token, nodes[node].score + logp, r));
+                }
+            }
+            children.sort_by(|a, b| b.2.total_cmp(&a.2));
+            let mut next = Vec::new();
+            let mut next_rows = Vec::new();
+            for (i, (parent, token, score, r)) in children.into_iter().enumerate() {
+                nodes.push(Node { token, parent: Some(parent), score, row: None });
+                if i < self.shape.top_k {
+                    next.push(nodes.len() - 1);
+                    next_rows.push(r as i64);
+                }
+            }
+            frontier_hidden = hidden.index_select(0, &Tensor::from_slice(&next_rows).to_device(device));
+            frontier = next;
+        }
+        drop(speculation);
+
+        // 3. Re-rank: the `total_tokens` best nodes, closed under ancestors, in creation (parents-first) order.
+        let mut order: Vec<usize> = (0..nodes.len()).collect();
+        order.sort_by(|&a, &b| nodes[b].score.total_cmp(&nodes[a].score));
+        let mut keep = vec![false; nodes.len()];
+        let mut kept = 0;
+        for &n in &order {
+            if kept >= self.shape.total_tokens {
+                break;
+            }
+            let mut chain = vec![n];
+            let mut ancestor = nodes[n].parent;
+            while let Some(a) = ancestor {
+                chain.push(a);
+                ancestor = nodes[a].parent;
+            }
+            let new: Vec<usize> = chain.into_iter().filter(|&c| !keep[c]).collect();
+            if kept + new.len() > self.shape.total_tokens {
+                continue;
+            }
+            kept += new.len();
+            new.into_iter().for_each(|c| keep[c] = true);
+        }
+        let index_of: Vec<Option<usize>> = keep.iter().scan(0, |next, &k| Some(k.then(|| { *next += 1; *next - 1 }))).collect();
+        let kept_nodes: Vec<usize> = (0..nodes.len()).filter(|&i| keep[i]).collect();
+        let proposal = Proposal {
+            tokens: kept_nodes.iter().map(|&i| nodes[i].token).collect(),
+            parents: kept_nodes.iter().map(|&i| nodes[i].parent.and_then(|p| index_of[p])).collect(),
+            draft_probs: if sampled_chain { Some(Tensor::stack(&probs[..kept_nodes.len()], 0)) } else { None },
+        };
+        Ok(proposal)
+    }
+
+    fn observe(&mut self, _ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
+        let hidden = feedback.target_hidden.ok_or_else(|| DraftError::Mismatch("EAGLE-3 needs the target's hidden states of verified rows".into()))?;
+        self.pending = Some(hidden.shallow_clone());
+        Ok(())
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.cache.bytes_allocated()
+    }
+
+    fn forward_seconds(&self) -> f64 {
+        self.forward_seconds.get()
+    }
+}

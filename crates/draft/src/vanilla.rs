@@ -1,0 +1,126 @@
+//! Vanilla drafting: a small causal LM that shares the target's tokenizer proposes a chain of K tokens,
+//! one forward pass per token.
+//!
+//! Cache invariant: the drafter's KV cache holds a prefix of the committed tokens. `propose` feeds the
+//! committed tokens it lacks (at least the root) and then d1..d(K-1); `observe` truncates back to the
+//! rows that the accepted tokens confirmed (the root, and d1..d(min(a, K-1))).
+
+use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::proposal::Proposal;
+use sharpdraft_model::generate::prefill;
+use sharpdraft_model::{CausalLm, ForwardInput, KvCache, LogitRows, Sampler, Sampling};
+use tch::{Kind, Tensor};
+
+pub struct VanillaDrafter {
+    model: CausalLm,
+    cache: KvCache,
+    draft_len: usize,
+    sampling: Sampling,
+    /// Committed length when the last proposal was made.
+    committed_at_proposal: usize,
+    forward_seconds: f64,
+}
+
+impl VanillaDrafter {
+    /// `sampling` is the target's: sampled drafts use the same temperature and filters, so that q and p
+    /// are comparable in rejection sampling.
+    pub fn new(model: CausalLm, target: &CausalLm, draft_len: usize, capacity: i64, sampling: Sampling) -> Result<Self> {
+        check_same_vocabulary(&model, target)?;
+        if draft_len == 0 {
+            return Err(DraftError::Mismatch("draft length must be at least 1".into()));
+        }
+        let cache = model.net.new_cache(capacity);
+        Ok(Self { model, cache, draft_len, sampling, committed_at_proposal: 0, forward_seconds: 0.0 })
+    }
+
+    fn step(&mut self, ids: &[i64]) -> Result<Tensor> {
+        let device = self.model.net.device();
+        let start = self.cache.len();
+        let ids_t = Tensor::from_slice(ids).to_device(device);
+        let positions = Tensor::arange_start(start, start + ids.len() as i64, (Kind::Int64, device));
+        let input = ForwardInput { logits: LogitRows::Last, ..ForwardInput::causal(&ids_t, &positions) };
+        let started = std::time::Instant::now();
+        let logits = self.model.net.forward(input, &mut self.cache)?.logits.expect("logits requested").squeeze_dim(0);
+        self.forward_seconds += started.elapsed().as_secs_f64();
+        Ok(logits)
+    }
+}
+
+/// Drafter and target must map text to the same ids: same tokenizer vocabulary when both have one,
+/// else the same vocabulary size.
+fn check_same_vocabulary(drafter: &CausalLm, target: &CausalLm) -> Result<()> {
+    match (&drafter.tokenizer, &target.tokenizer) {
+        (Some(d), Some(t)) => {
+            let (dv, tv) = (d.vocabulary(), t.vocabulary());
+            if dv != tv {
+                let differing = tv.iter().filter(|(token, id)| dv.get(*token) != Some(id)).count();
+                return Err(DraftError::Mismatch(format!(
+                    "drafter vocabulary ({} tokens) differs from the target's ({} tokens; {differing} target tokens map differently)",
+                    dv.len(),
+                    tv.len()
+                )));
+            }
+            Ok(())
+        }
+        _ if drafter.net.config.vocab_size != target.net.config.vocab_size => Err(DraftError::Mismatch(format!(
+            "drafter vocab_size {} differs from the target's {}",
+            drafter.net.config.vocab_size, target.net.config.vocab_size
+        ))),
+        _ => Ok(()),
+    }
+}
+
+impl Drafter for VanillaDrafter {
+    fn method(&self) -> &'static str {
+        "vanilla"
+    }
+
+    fn prefill(&mut self, ctx: &DraftContext<'_>, _target_hidden: Option<&Tensor>) -> Result<()> {
+        let _guard = tch::no_grad_guard();
+        let before_root = &ctx.committed[..ctx.committed.len() - 1];
+        if !before_root.is_empty() {
+            let _ = prefill(&self.model.net, before_root, &mut self.cache)?;
+        }
+        Ok(())
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
+        let _guard = tch::no_grad_guard();
+        self.committed_at_proposal = ctx.committed.len();
+        let missing = ctx.committed[self.cache.len() as usize..].to_vec();
+        let mut logits = self.step(&missing)?;
+        let mut tokens = Vec::with_capacity(self.draft_len);
+        let mut probs = Vec::new();
+        for i in 0..self.draft_len {
+            let token = if ctx.greedy {
+                logits.argmax(-1, false).int64_value(&[])
+            } else {
+                let q = self.sampling.probabilities(&logits);
+                let token = sampler.sample_from(&q);
+                probs.push(q);
+                token
+            };
+            tokens.push(token);
+            if i + 1 < self.draft_len {
+                logits = self.step(&[token])?;
+            }
+        }
+        let draft_probs = (!probs.is_empty()).then(|| Tensor::stack(&probs, 0));
+        Ok(Proposal::chain(tokens, draft_probs))
+    }
+
+    fn observe(&mut self, _ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
+        let confirmed = feedback.accepted.len().min(self.draft_len - 1);
+        let keep = (self.committed_at_proposal + confirmed) as i64;
+        self.cache.truncate(keep.min(self.cache.len()))?;
+        Ok(())
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.cache.bytes_allocated()
+    }
+
+    fn forward_seconds(&self) -> f64 {
+        self.forward_seconds
+    }
+}
