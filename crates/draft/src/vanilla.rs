@@ -33,6 +33,15 @@ impl VanillaDrafter {
         Ok(Self { model, cache, draft_len, sampling, committed_at_proposal: 0, forward_seconds: 0.0 })
     }
 
+    /// The drafter's cache (tests check it against a fresh prefill of the committed tokens).
+    pub fn cache(&self) -> &KvCache {
+        &self.cache
+    }
+
+    pub fn model(&self) -> &CausalLm {
+        &self.model
+    }
+
     fn step(&mut self, ids: &[i64]) -> Result<Tensor> {
         let device = self.model.net.device();
         let start = self.cache.len();

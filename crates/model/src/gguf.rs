@@ -139,7 +139,10 @@ pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
         // llama.cpp stores Llama 3.1's frequency scaling as a tensor; importing without it would be wrong.
         return Err(ModelError::io(gguf_path, "rope_freqs.weight (llama3 rope scaling) is not supported by this importer"));
     }
-    let partial = out_dir.with_extension("partial");
+    // Next to the output, named after it in full ("qwen2.5-coder-1.5b" has no extension to replace).
+    let mut partial_name = out_dir.file_name().unwrap_or_default().to_os_string();
+    partial_name.push(".partial");
+    let partial = out_dir.with_file_name(partial_name);
     let _ = std::fs::remove_dir_all(&partial);
     std::fs::create_dir_all(&partial).map_err(|e| ModelError::io(&partial, e))?;
     let written = write_folder(&content, &mut reader, &meta, &tokens, &config, heads, kv_heads, &partial);

@@ -115,7 +115,7 @@ fn a_truncated_gguf_is_a_clear_error_and_leaves_no_folder() {
     let out = dir.path().join("imported");
     let err = import(&gguf, &out).unwrap_err().to_string();
     assert!(err.contains("tiny.gguf") && err.contains("truncated or corrupt"), "{err}");
-    assert!(!out.exists() && !out.with_extension("partial").exists(), "nothing half-written is left");
+    assert!(!out.exists() && !dir.path().join("imported.partial").exists(), "nothing half-written is left");
     std::fs::write(&gguf, b"GGUF but not really").unwrap();
     let err = import(&gguf, &out).unwrap_err().to_string();
     assert!(err.contains("not a readable GGUF file"), "{err}");

@@ -3,6 +3,8 @@
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
+use sharpdraft_decode::{speculative_generate, CycleRecord, SpecConfig};
+use sharpdraft_draft::{Drafter, Eagle3Drafter, TreeShape, VanillaDrafter};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler, Sampling};
 use tch::{Kind, Tensor};
@@ -50,8 +52,35 @@ pub struct GenerateArgs {
     pub raw: bool,
     #[arg(long)]
     pub json: bool,
+    /// Drafter for speculative decoding: a known model name or a folder (a small LM for `vanilla`, an
+    /// EAGLE-3 checkpoint for `eagle3`). Without it, plain autoregressive decoding.
+    #[arg(long)]
+    pub drafter: Option<String>,
+    #[arg(long, value_enum, default_value = "vanilla", requires = "drafter")]
+    pub method: Method,
+    /// Chain length K (vanilla; eagle3 without tree options).
+    #[arg(long, default_value_t = 4)]
+    pub draft_len: usize,
+    /// EAGLE-3 dynamic tree: expansion depth.
+    #[arg(long)]
+    pub tree_depth: Option<usize>,
+    /// EAGLE-3 dynamic tree: children per node and frontier width.
+    #[arg(long)]
+    pub tree_topk: Option<usize>,
+    /// EAGLE-3 dynamic tree: draft tokens kept per cycle.
+    #[arg(long)]
+    pub tree_tokens: Option<usize>,
+    /// Also decode the same prompt autoregressively in this process and report the speedup.
+    #[arg(long, requires = "drafter")]
+    pub compare_ar: bool,
     #[command(flatten)]
     pub model: ModelArgs,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Vanilla,
+    Eagle3,
 }
 
 #[derive(Serialize)]
@@ -61,6 +90,20 @@ struct GenerateReport {
     text: String,
     tokens_per_s: f64,
     prefill_tokens_per_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tau: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cycles: Option<Vec<CycleRecord>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    engine_overhead: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ar_tokens_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    speedup_vs_ar: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    identical_to_ar: Option<bool>,
 }
 
 pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
@@ -76,21 +119,87 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
     let prompt_ids = tokenizer.encode(&text, false)?;
     anyhow::ensure!(!prompt_ids.is_empty(), "the prompt encodes to no tokens");
     let sampling = Sampling { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k, seed: args.seed };
-    let result = generate(&model.net, &prompt_ids, args.max_new_tokens, &mut Sampler::new(sampling), &model.stop_tokens())?;
-    let report = GenerateReport {
-        text: tokenizer.decode(&result.ids)?,
-        tokens_per_s: result.tokens_per_second(),
-        prefill_tokens_per_s: prompt_ids.len() as f64 / result.prefill_seconds.max(1e-9),
-        prompt_ids,
-        ids: result.ids,
+    let report = match &args.drafter {
+        None => {
+            let result = generate(&model.net, &prompt_ids, args.max_new_tokens, &mut Sampler::new(sampling), &model.stop_tokens())?;
+            GenerateReport {
+                text: tokenizer.decode(&result.ids)?,
+                tokens_per_s: result.tokens_per_second(),
+                prefill_tokens_per_s: prompt_ids.len() as f64 / result.prefill_seconds.max(1e-9),
+                prompt_ids,
+                ids: result.ids,
+                method: None,
+                tau: None,
+                cycles: None,
+                engine_overhead: None,
+                ar_tokens_per_s: None,
+                speedup_vs_ar: None,
+                identical_to_ar: None,
+            }
+        }
+        Some(drafter_name) => {
+            let capacity = prompt_ids.len() as i64 + args.max_new_tokens as i64 + 256;
+            let (mut drafter, max_proposal) = build_drafter(args, drafter_name, &model, sampling, capacity)?;
+            let config = SpecConfig { max_new_tokens: args.max_new_tokens, sampling, stop_tokens: model.stop_tokens(), max_proposal };
+            let spec = speculative_generate(&model.net, drafter.as_mut(), &prompt_ids, &config)?;
+            let ar = if args.compare_ar {
+                Some(generate(&model.net, &prompt_ids, args.max_new_tokens, &mut Sampler::new(sampling), &model.stop_tokens())?)
+            } else {
+                None
+            };
+            GenerateReport {
+                text: tokenizer.decode(&spec.ids)?,
+                tokens_per_s: spec.tokens_per_second(),
+                prefill_tokens_per_s: prompt_ids.len() as f64 / spec.prefill_seconds.max(1e-9),
+                method: Some(drafter.method()),
+                tau: Some(spec.tau()),
+                engine_overhead: Some(spec.engine_overhead()),
+                ar_tokens_per_s: ar.as_ref().map(|a| a.tokens_per_second()),
+                speedup_vs_ar: ar.as_ref().map(|a| spec.tokens_per_second() / a.tokens_per_second()),
+                identical_to_ar: ar.as_ref().filter(|_| sampling.is_greedy()).map(|a| a.ids == spec.ids),
+                prompt_ids,
+                ids: spec.ids,
+                cycles: Some(spec.cycles),
+            }
+        }
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!("{}", report.text);
         eprintln!("{} tokens, {:.1} tokens/s (prefill {:.0} tokens/s)", report.ids.len(), report.tokens_per_s, report.prefill_tokens_per_s);
+        if let (Some(method), Some(tau)) = (report.method, report.tau) {
+            let cycles = report.cycles.as_ref().map_or(0, Vec::len);
+            eprintln!("{method}: tau {tau:.2} over {cycles} cycles, engine overhead {:.1}%", 100.0 * report.engine_overhead.unwrap_or(0.0));
+        }
+        if let (Some(ar), Some(speedup)) = (report.ar_tokens_per_s, report.speedup_vs_ar) {
+            eprintln!("autoregressive {ar:.1} tokens/s: speedup {speedup:.2}x");
+        }
     }
     Ok(())
+}
+
+/// The drafter named on the command line and the largest proposal it can make.
+fn build_drafter(args: &GenerateArgs, name: &str, target: &CausalLm, sampling: Sampling, capacity: i64) -> anyhow::Result<(Box<dyn Drafter>, usize)> {
+    anyhow::ensure!(args.draft_len >= 1, "--draft-len must be at least 1");
+    match args.method {
+        Method::Vanilla => {
+            let small = args.model.load(name)?;
+            let drafter = VanillaDrafter::new(small, target, args.draft_len, capacity, sampling).with_context(|| format!("drafter {name}"))?;
+            Ok((Box::new(drafter), args.draft_len))
+        }
+        Method::Eagle3 => {
+            let dir = registry::resolve(name)?;
+            let tree = args.tree_depth.is_some() || args.tree_topk.is_some() || args.tree_tokens.is_some();
+            let shape = if tree {
+                TreeShape { depth: args.tree_depth.unwrap_or(5), top_k: args.tree_topk.unwrap_or(8), total_tokens: args.tree_tokens.unwrap_or(48) }
+            } else {
+                TreeShape::chain(args.draft_len)
+            };
+            let drafter = Eagle3Drafter::load(&dir, &target.net, shape, sampling, capacity).with_context(|| format!("drafter {name}"))?;
+            Ok((Box::new(drafter), shape.total_tokens))
+        }
+    }
 }
 
 #[derive(Args, Debug)]
