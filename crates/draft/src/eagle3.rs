@@ -450,3 +450,92 @@ impl Drafter for Eagle3Drafter {
         self.forward_seconds.get()
     }
 }
+
+/// Shape options of [`write_random_head`].
+pub struct RandomHeadOptions {
+    /// EAGLE 3.1 flags.
+    pub eagle31: bool,
+    /// Name the block `layers.0.` instead of `midlayer.`.
+    pub layers0_prefix: bool,
+    /// Reduced draft vocabulary (target ids 0..vocab with every 4th id dropped) or the full one.
+    pub reduced_vocab: bool,
+    pub seed: i64,
+}
+
+impl Default for RandomHeadOptions {
+    fn default() -> Self {
+        Self { eagle31: false, layers0_prefix: false, reduced_vocab: true, seed: 0 }
+    }
+}
+
+/// Writes a randomly initialised EAGLE-3 head for `target` in the published checkpoint layout
+/// (config.json + model.safetensors with `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`, `t2d`). It drafts
+/// badly but exercises every code path; tests and smoke runs use it, and `train` starts from it.
+pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadOptions) -> Result<()> {
+    let c = &target.config;
+    let (h, vocab) = (c.hidden_size, c.vocab_size);
+    let (heads, kv_heads, head_dim, inter) = (c.num_heads, c.num_kv_heads, c.head_dim, 2 * c.hidden_size);
+    let used: Vec<i64> = if options.reduced_vocab { (0..vocab).filter(|i| i % 4 != 3).collect() } else { (0..vocab).collect() };
+    let draft_vocab = used.len() as i64;
+    let layers = c.num_layers;
+    let aux = [0.min(layers), layers / 2, layers];
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": h, "intermediate_size": inter, "num_hidden_layers": 1,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
+        "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+        "tie_word_embeddings": false, "torch_dtype": "float32",
+        "vocab_size": vocab, "draft_vocab_size": draft_vocab,
+        "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 0,
+        "fc_norm": options.eagle31, "norm_output": options.eagle31,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux},
+    });
+    let io = |e: std::io::Error| checkpoint_error(dir, e.to_string());
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::write(dir.join("config.json"), config.to_string()).map_err(io)?;
+    tch::manual_seed(options.seed);
+    let block = if options.layers0_prefix { "layers.0" } else { "midlayer" };
+    let random = |shape: &[i64], scale: f64| Tensor::randn(shape, (Kind::Float, Device::Cpu)) * scale;
+    let norm = |n: i64| Tensor::ones([n], (Kind::Float, Device::Cpu)) + Tensor::randn([n], (Kind::Float, Device::Cpu)) * 0.1;
+    let mut tensors: Vec<(String, Tensor)> = vec![
+        ("fc.weight".into(), random(&[h, 3 * h], 0.1)),
+        (format!("{block}.hidden_norm.weight"), norm(h)),
+        (format!("{block}.input_layernorm.weight"), norm(h)),
+        (format!("{block}.post_attention_layernorm.weight"), norm(h)),
+        (format!("{block}.self_attn.q_proj.weight"), random(&[heads * head_dim, 2 * h], 0.1)),
+        (format!("{block}.self_attn.k_proj.weight"), random(&[kv_heads * head_dim, 2 * h], 0.1)),
+        (format!("{block}.self_attn.v_proj.weight"), random(&[kv_heads * head_dim, 2 * h], 0.1)),
+        (format!("{block}.self_attn.o_proj.weight"), random(&[h, heads * head_dim], 0.1)),
+        (format!("{block}.mlp.gate_proj.weight"), random(&[inter, h], 0.1)),
+        (format!("{block}.mlp.up_proj.weight"), random(&[inter, h], 0.1)),
+        (format!("{block}.mlp.down_proj.weight"), random(&[h, inter], 0.1)),
+        ("norm.weight".into(), norm(h)),
+        ("lm_head.weight".into(), random(&[draft_vocab, h], 0.3)),
+    ];
+    if options.eagle31 {
+        for i in 0..3 {
+            tensors.push((format!("fc_norm.{i}.weight"), norm(h)));
+        }
+    }
+    let d2t: Vec<i64> = used.iter().enumerate().map(|(i, &t)| t - i as i64).collect();
+    let t2d: Vec<bool> = (0..vocab).map(|t| used.contains(&t)).collect();
+    let mut buffers: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(name, t)| {
+            let data: Vec<f32> = Vec::try_from(t.flatten(0, -1)).expect("f32 tensor");
+            (name.clone(), safetensors::Dtype::F32, t.size().iter().map(|&d| d as usize).collect(), data.iter().flat_map(|v| v.to_le_bytes()).collect())
+        })
+        .collect();
+    if options.reduced_vocab {
+        buffers.push(("d2t".into(), safetensors::Dtype::I64, vec![d2t.len()], d2t.iter().flat_map(|v| v.to_le_bytes()).collect()));
+        buffers.push(("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d.iter().map(|&b| b as u8).collect()));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = buffers
+        .iter()
+        .map(|(name, dtype, shape, data)| {
+            safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).map(|v| (name.clone(), v)).map_err(|e| checkpoint_error(dir, e.to_string()))
+        })
+        .collect::<Result<_>>()?;
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).map_err(|e| checkpoint_error(dir, e.to_string()))
+}

@@ -1,0 +1,67 @@
+//! `sharpdraft generate` with a drafter, end to end on the real SmolLM2 (when fetched).
+use serde_json::Value;
+use std::process::Command;
+
+fn run(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_sharpdraft")).args(args).env("RUST_BACKTRACE", "0").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn fetched() -> bool {
+    let ok = sharpdraft_model::registry::resolve("smollm2-135m-instruct").is_ok();
+    if !ok {
+        eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
+    }
+    ok
+}
+
+const BASE: [&str; 8] = ["generate", "--target", "smollm2-135m-instruct", "--prompt", "Name three fruits.", "--max-new-tokens", "20", "--json"];
+
+#[test]
+fn vanilla_speculation_reports_tau_cycles_and_the_speedup_against_ar() {
+    if !fetched() {
+        return;
+    }
+    let mut args = BASE.to_vec();
+    args.extend(["--drafter", "smollm2-135m-instruct", "--method", "vanilla", "--draft-len", "3", "--compare-ar"]);
+    let v = run(&args);
+    assert_eq!(v["identical_to_ar"], true);
+    assert!(v["tau"].as_f64().unwrap() > 3.0, "a model drafting for itself is accepted: {}", v["tau"]);
+    let cycles = v["cycles"].as_array().unwrap();
+    assert!(!cycles.is_empty());
+    for key in ["context", "drafted", "accepted", "accepted_per_position", "bonus", "draft_seconds", "verify_seconds"] {
+        assert!(cycles[0].get(key).is_some(), "cycle record lacks {key}");
+    }
+    assert!(v["speedup_vs_ar"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn eagle3_trees_from_a_published_layout_checkpoint_run_from_the_cli() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let target = sharpdraft_model::CausalLm::load(&sharpdraft_model::registry::resolve("smollm2-135m-instruct").unwrap(), tch::Device::Cpu, tch::Kind::Float).unwrap();
+    sharpdraft_draft::eagle3::write_random_head(dir.path(), &target.net, &Default::default()).unwrap();
+    let head = dir.path().to_str().unwrap();
+    let mut args = BASE.to_vec();
+    args.extend(["--drafter", head, "--method", "eagle3", "--tree-depth", "3", "--tree-topk", "4", "--tree-tokens", "12", "--compare-ar"]);
+    let v = run(&args);
+    assert_eq!(v["identical_to_ar"], true);
+    assert!(v["cycles"].as_array().unwrap().iter().all(|c| c["drafted"].as_u64().unwrap() <= 12));
+}
+
+#[test]
+fn a_drafter_without_a_target_match_is_a_clear_error() {
+    if !fetched() {
+        return;
+    }
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/qwen2");
+    let mut args = BASE.to_vec();
+    args.extend(["--drafter", fixture.to_str().unwrap(), "--method", "vanilla"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_sharpdraft")).args(&args).env("RUST_BACKTRACE", "0").output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("vocab_size 64 differs from the target's 49152"), "{stderr}");
+}

@@ -1,0 +1,43 @@
+//! On the real default target (when fetched; `make test` fetches it): speculative greedy output equals
+//! autoregressive greedy output for every drafter, chain and tree.
+mod common;
+
+use common::*;
+use sharpdraft_draft::{TreeShape, VanillaDrafter};
+use sharpdraft_model::{registry, CausalLm, ChatMessage, Sampling};
+use tch::{Device, Kind};
+
+fn smollm2() -> Option<CausalLm> {
+    match registry::resolve("smollm2-135m-instruct") {
+        Ok(dir) => Some(CausalLm::load(&dir, Device::Cpu, Kind::Float).unwrap()),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+fn prompt(model: &CausalLm) -> Vec<i64> {
+    let tokenizer = model.tokenizer().unwrap();
+    let message = ChatMessage { role: "user".into(), content: "Explain in two sentences why the sky is blue.".into() };
+    tokenizer.encode(&tokenizer.apply_chat_template(&[message], true).unwrap(), false).unwrap()
+}
+
+#[test]
+fn smollm2_speculative_greedy_equals_autoregressive_greedy_for_every_drafter() {
+    let Some(target) = smollm2() else { return };
+    let prompt = prompt(&target);
+    let want = greedy_ar(&target, &prompt, 24);
+    // Vanilla: the model drafting for itself is always accepted.
+    let mut own = VanillaDrafter::new(smollm2().unwrap(), &target, 4, 512, Sampling::greedy()).unwrap();
+    let report = spec(&target, &mut own, &prompt, 24, Sampling::greedy());
+    assert_eq!(report.ids, want);
+    assert!(report.tau() > 4.0, "tau {}", report.tau());
+    // EAGLE-3 heads in the published layout (random weights), chain and tree.
+    let dir = tempfile::tempdir().unwrap();
+    write_eagle3(dir.path(), &target, &EagleOptions { eagle31: true, ..EagleOptions::default() });
+    for shape in [TreeShape::chain(4), TreeShape { depth: 4, top_k: 6, total_tokens: 24 }] {
+        let mut drafter = eagle3(dir.path(), &target, shape, Sampling::greedy());
+        assert_eq!(spec(&target, &mut drafter, &prompt, 24, Sampling::greedy()).ids, want, "{shape:?}");
+    }
+}
