@@ -20,7 +20,10 @@ enum Command {
     /// Convert a model from another format.
     #[command(subcommand)]
     Import(commands::models::ImportCommand),
-    /// Generate text with a target model (autoregressive).
+    /// Initialise a drafter checkpoint (random weights, published layout).
+    #[command(subcommand)]
+    Init(commands::models::InitCommand),
+    /// Generate text with a target model, autoregressively or with a drafter.
     Generate(commands::generate::GenerateArgs),
     /// Top logits of a model for the last position of a raw prompt.
     Logits(commands::generate::LogitsArgs),
@@ -34,6 +37,7 @@ fn main() -> anyhow::Result<()> {
         Command::Derive(args) => commands::derive::run(&args),
         Command::Fetch(args) => commands::models::fetch(&args),
         Command::Import(command) => commands::models::import(&command),
+        Command::Init(command) => commands::models::init(&command),
         Command::Generate(args) => commands::generate::run_generate(&args),
         Command::Logits(args) => commands::generate::run_logits(&args),
         Command::Bench(command) => commands::bench::run(&command),

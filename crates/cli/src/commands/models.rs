@@ -25,6 +25,34 @@ pub enum ImportCommand {
     },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum InitCommand {
+    /// Write a randomly initialised EAGLE-3 (or 3.1) head for a target in the published layout.
+    Eagle3 {
+        /// Target model (known name or folder) whose hidden size, heads and vocabulary the head fits.
+        #[arg(long)]
+        target: String,
+        /// Output folder (config.json + model.safetensors).
+        #[arg(long)]
+        out: PathBuf,
+        /// EAGLE 3.1 flags (fc_norm, norm_output).
+        #[arg(long)]
+        eagle31: bool,
+        #[arg(long, default_value_t = 0)]
+        seed: i64,
+    },
+}
+
+pub fn init(command: &InitCommand) -> anyhow::Result<()> {
+    let InitCommand::Eagle3 { target, out, eagle31, seed } = command;
+    let dir = registry::resolve(target)?;
+    let model = sharpdraft_model::CausalLm::load(&dir, tch::Device::Cpu, tch::Kind::Float)?;
+    let options = sharpdraft_draft::eagle3::RandomHeadOptions { eagle31: *eagle31, seed: *seed, ..Default::default() };
+    sharpdraft_draft::eagle3::write_random_head(out, &model.net, &options)?;
+    println!("wrote a random EAGLE-3 head for {target} to {}", out.display());
+    Ok(())
+}
+
 pub fn fetch(args: &FetchArgs) -> anyhow::Result<()> {
     if args.list {
         for model in registry::KNOWN_MODELS {
