@@ -21,7 +21,10 @@ DEFAULT_MODEL     := smollm2-135m-instruct
 run: deps
 	$(CARGO) run -p sharpdraft -- derive --k 4 --delta 4 --sigma 1 --n0 2048 --n 131072
 
-test: deps models
+# The test build's own sharpdraft binary fetches the model, so the workspace compiles once.
+test: deps
+	$(CARGO) test --workspace --no-run
+	$${CARGO_TARGET_DIR:-target}/debug/sharpdraft fetch $(DEFAULT_MODEL)
 	$(CARGO) test --workspace
 
 bench: deps models

@@ -68,3 +68,26 @@ fn the_target_cache_stays_exact_under_eagle3_trees() {
         run(&target, &mut drafter, sampling, |_, _| {});
     }
 }
+
+#[test]
+fn pard_and_dflash_keep_every_cache_exact() {
+    let target = load("qwen2");
+    let dir = tempfile::tempdir().unwrap();
+    let pard_dir = dir.path().join("pard");
+    write_pard(&pard_dir, "qwen2");
+    let pard_model = sharpdraft_model::CausalLm::load(&pard_dir, tch::Device::Cpu, tch::Kind::Float).unwrap();
+    for sampling in [Sampling::greedy(), Sampling { temperature: 1.0, top_p: 1.0, top_k: 0, seed: 2 }] {
+        let mut drafter = pard(&pard_dir, &target, 4);
+        run(&target, &mut drafter, sampling, |d, committed| {
+            // PARD keeps a prefix of the committed tokens (everything committed when it proposed, the root
+            // included) and none of its mask slots.
+            let len = d.cache().len() as usize;
+            assert!(len < committed.len());
+            assert_cache_is_fresh_prefill(&pard_model.net, d.cache(), &committed[..len], "pard");
+        });
+        let dflash_dir = dir.path().join("dflash");
+        write_dflash(&dflash_dir, &target, &dflash_options(5, Some(7)));
+        let mut drafter = dflash(&dflash_dir, &target);
+        run(&target, &mut drafter, sampling, |_, _| {});
+    }
+}

@@ -44,3 +44,29 @@ fn eagle3_chains_and_trees_emit_the_targets_greedy_tokens() {
         }
     }
 }
+
+#[test]
+fn pard_and_dflash_emit_the_targets_greedy_tokens() {
+    let target = load("llama");
+    let want = greedy_ar(&target, &PROMPT, 24);
+    let dir = tempfile::tempdir().unwrap();
+    for family in ["qwen2", "llama"] {
+        let path = dir.path().join(format!("pard-{family}"));
+        write_pard(&path, family);
+        for k in [1, 4, 8] {
+            let got = spec(&target, &mut pard(&path, &target, k), &PROMPT, 24, Sampling::greedy());
+            assert_eq!(got.ids, want, "pard {family} K = {k}");
+        }
+    }
+    // A PARD drafter that is the target itself is always right about d1.
+    let own = dir.path().join("pard-llama");
+    let got = spec(&target, &mut pard(&own, &target, 4), &PROMPT, 24, Sampling::greedy());
+    assert!(got.cycles.iter().all(|c| c.accepted >= 1));
+    for (i, (block, window)) in [(4, None), (8, None), (6, Some(5))].into_iter().enumerate() {
+        let path = dir.path().join(format!("dflash{i}"));
+        write_dflash(&path, &target, &dflash_options(block, window));
+        let got = spec(&target, &mut dflash(&path, &target), &PROMPT, 24, Sampling::greedy());
+        assert_eq!(got.ids, want, "dflash block {block} window {window:?}");
+        assert!(got.cycles.iter().all(|c| c.drafted == block as usize - 1));
+    }
+}

@@ -82,3 +82,18 @@ fn eagle3_trees_and_sampled_chains_are_lossless() {
         assert!(p_value(&counts, &exact) > 1e-3, "{shape:?}: {counts:?}");
     }
 }
+
+#[test]
+fn pard_and_dflash_are_lossless() {
+    let target = load("llama");
+    let exact = exact_second_token(&target);
+    let dir = tempfile::tempdir().unwrap();
+    let pard_dir = dir.path().join("pard");
+    write_pard(&pard_dir, "llama");
+    let counts = second_token_counts(&target, |_| Box::new(pard(&pard_dir, &target, 3)));
+    assert!(p_value(&counts, &exact) > 1e-3, "pard: {counts:?}");
+    let dflash_dir = dir.path().join("dflash");
+    write_dflash(&dflash_dir, &target, &dflash_options(4, None));
+    let counts = second_token_counts(&target, |_| Box::new(dflash(&dflash_dir, &target)));
+    assert!(p_value(&counts, &exact) > 1e-3, "dflash: {counts:?}");
+}

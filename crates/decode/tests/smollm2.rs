@@ -40,4 +40,24 @@ fn smollm2_speculative_greedy_equals_autoregressive_greedy_for_every_drafter() {
         let mut drafter = eagle3(dir.path(), &target, shape, Sampling::greedy());
         assert_eq!(spec(&target, &mut drafter, &prompt, 24, Sampling::greedy()).ids, want, "{shape:?}");
     }
+    // PARD: the target's own weights with a mask token; d1 comes from the last real token, so it is
+    // always accepted.
+    let pard_dir = dir.path().join("pard");
+    std::fs::create_dir_all(&pard_dir).unwrap();
+    let source = registry::resolve("smollm2-135m-instruct").unwrap();
+    for file in ["model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        std::os::unix::fs::symlink(source.join(file), pard_dir.join(file)).unwrap();
+    }
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).unwrap()).unwrap();
+    config["pard_token"] = 16.into(); // <empty_output>, a special token chat never uses
+    std::fs::write(pard_dir.join("config.json"), config.to_string()).unwrap();
+    let mut drafter = sharpdraft_draft::PardDrafter::new(CausalLm::load(&pard_dir, Device::Cpu, Kind::Float).unwrap(), &target, 4, 512).unwrap();
+    let report = spec(&target, &mut drafter, &prompt, 24, Sampling::greedy());
+    assert_eq!(report.ids, want);
+    assert!(report.cycles.iter().all(|c| c.accepted >= 1), "real verification accepts PARD's d1");
+    // DFlash, random weights in the published layout.
+    let dflash_dir = dir.path().join("dflash");
+    sharpdraft_draft::dflash::write_random_dflash(&dflash_dir, &target.net, &sharpdraft_draft::dflash::RandomDFlashOptions { layers: 2, block_size: 8, sliding_window: None, mask_token: 16, seed: 0 }).unwrap();
+    let mut drafter = dflash(&dflash_dir, &target);
+    assert_eq!(spec(&target, &mut drafter, &prompt, 24, Sampling::greedy()).ids, want, "dflash");
 }

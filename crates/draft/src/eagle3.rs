@@ -519,23 +519,27 @@ pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadO
         }
     }
     let d2t: Vec<i64> = used.iter().enumerate().map(|(i, &t)| t - i as i64).collect();
-    let t2d: Vec<bool> = (0..vocab).map(|t| used.contains(&t)).collect();
-    let mut buffers: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = tensors
-        .iter()
-        .map(|(name, t)| {
-            let data: Vec<f32> = Vec::try_from(t.flatten(0, -1)).expect("f32 tensor");
-            (name.clone(), safetensors::Dtype::F32, t.size().iter().map(|&d| d as usize).collect(), data.iter().flat_map(|v| v.to_le_bytes()).collect())
-        })
-        .collect();
+    let t2d: Vec<u8> = (0..vocab).map(|t| u8::from(used.contains(&t))).collect();
+    let mut extra: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     if options.reduced_vocab {
-        buffers.push(("d2t".into(), safetensors::Dtype::I64, vec![d2t.len()], d2t.iter().flat_map(|v| v.to_le_bytes()).collect()));
-        buffers.push(("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d.iter().map(|&b| b as u8).collect()));
+        extra.push(("d2t".into(), safetensors::Dtype::I64, vec![d2t.len()], d2t.iter().flat_map(|v| v.to_le_bytes()).collect()));
+        extra.push(("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d));
     }
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = buffers
+    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &extra).map_err(|e| checkpoint_error(dir, e))
+}
+
+/// Writes f32 tensors (plus raw extra tensors of other dtypes) to one safetensors file.
+pub(crate) fn write_f32_safetensors(path: &Path, tensors: &[(String, Tensor)], extra: &[(String, safetensors::Dtype, Vec<usize>, Vec<u8>)]) -> std::result::Result<(), String> {
+    let mut buffers: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::with_capacity(tensors.len() + extra.len());
+    for (name, t) in tensors {
+        let data = Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1)).map_err(|e| format!("{name}: {e}"))?;
+        let shape = t.size().iter().map(|&d| d as usize).collect();
+        buffers.push((name.clone(), safetensors::Dtype::F32, shape, data.iter().flat_map(|v| v.to_le_bytes()).collect()));
+    }
+    buffers.extend(extra.iter().cloned());
+    let views = buffers
         .iter()
-        .map(|(name, dtype, shape, data)| {
-            safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).map(|v| (name.clone(), v)).map_err(|e| checkpoint_error(dir, e.to_string()))
-        })
-        .collect::<Result<_>>()?;
-    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).map_err(|e| checkpoint_error(dir, e.to_string()))
+        .map(|(name, dtype, shape, data)| safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).map(|v| (name.clone(), v)).map_err(|e| format!("{name}: {e}")))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    safetensors::serialize_to_file(views, None, path).map_err(|e| e.to_string())
 }

@@ -1,12 +1,16 @@
 //! Drafters for speculative decoding on SharpDraft's model layer. Each method lives in its own file and
 //! implements [`Drafter`]; the decoder crate drives them and verifies their proposals.
 
+pub mod dflash;
 pub mod drafter;
 pub mod eagle3;
+pub mod pard;
 pub mod proposal;
 pub mod vanilla;
 
+pub use dflash::DFlashDrafter;
 pub use drafter::{DraftContext, DraftError, Drafter, Feedback};
 pub use eagle3::{Eagle3Drafter, TreeShape};
+pub use pard::PardDrafter;
 pub use proposal::Proposal;
 pub use vanilla::VanillaDrafter;

@@ -57,7 +57,7 @@ impl VanillaDrafter {
 
 /// Drafter and target must map text to the same ids: same tokenizer vocabulary when both have one,
 /// else the same vocabulary size.
-fn check_same_vocabulary(drafter: &CausalLm, target: &CausalLm) -> Result<()> {
+pub(crate) fn check_same_vocabulary(drafter: &CausalLm, target: &CausalLm) -> Result<()> {
     match (&drafter.tokenizer, &target.tokenizer) {
         (Some(d), Some(t)) => {
             let (dv, tv) = (d.vocabulary(), t.vocabulary());

@@ -109,3 +109,40 @@ fn a_vanilla_drafter_with_another_vocabulary_is_refused() {
     let err = VanillaDrafter::new(load(dir.path()), &target, 4, 64, Sampling::greedy()).err().unwrap().to_string();
     assert!(err.contains("drafter vocab_size 80 differs from the target's 64"), "{err}");
 }
+
+#[test]
+fn a_pard_config_without_a_mask_token_is_an_error() {
+    let target = load(&fixture("llama"));
+    let err = sharpdraft_draft::PardDrafter::new(load(&fixture("qwen2")), &target, 4, 64).err().unwrap().to_string();
+    assert!(err.contains("config.json") && err.contains("no pard_token"), "{err}");
+}
+
+#[test]
+fn dflash_checkpoints_are_checked_by_key_and_tensor() {
+    use sharpdraft_draft::dflash::{write_random_dflash, RandomDFlashOptions};
+    let target = load(&fixture("qwen3"));
+    let dir = tempfile::tempdir().unwrap();
+    let options = RandomDFlashOptions { layers: 2, block_size: 4, sliding_window: Some(8), mask_token: 63, seed: 0 };
+    write_random_dflash(dir.path(), &target.net, &options).unwrap();
+    let drafter = sharpdraft_draft::DFlashDrafter::load(dir.path(), &target.net, 64).unwrap();
+    assert_eq!(drafter.block_size(), 4);
+    let error = || sharpdraft_draft::DFlashDrafter::load(dir.path(), &target.net, 64).err().unwrap().to_string();
+    edit_head(dir.path(), |t| {
+        t.remove("layers.1.self_attn.k_norm.weight");
+    });
+    assert!(error().contains("missing tensor layers.1.self_attn.k_norm.weight [16]"), "{}", error());
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap()).unwrap();
+    config["dflash_config"] = serde_json::json!({"target_layer_ids": [0, 1]});
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    assert!(error().contains("dflash_config.mask_token_id is missing"), "{}", error());
+    config["dflash_config"] = serde_json::json!({"mask_token_id": 63, "target_layer_ids": [0, 9]});
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    assert!(error().contains("target_layer_ids [0, 9] do not fit a 2-layer target"), "{}", error());
+}
+
+#[test]
+fn dflash_capture_layers_default_to_the_published_spacing() {
+    // Qwen3-8B (36 layers) with a 5-layer drafter captures [1, 9, 17, 25, 33] (drafters.md §4.1).
+    assert_eq!(sharpdraft_draft::dflash::default_target_layers(36, 5), vec![1, 9, 17, 25, 33]);
+    assert_eq!(sharpdraft_draft::dflash::default_target_layers(30, 1), vec![15]);
+}

@@ -65,6 +65,15 @@ pub struct HfConfig {
     pub eos_token_id: Option<TokenIds>,
     #[serde(default)]
     pub torch_dtype: Option<String>,
+    /// PARD drafters: the mask ("pard") token appended for future positions.
+    #[serde(default)]
+    pub pard_token: Option<i64>,
+    /// vLLM's alternative name for the PARD mask token.
+    #[serde(default)]
+    pub ptd_token_id: Option<i64>,
+    /// SharpDraft's record of a drafter's training length n0.
+    #[serde(default)]
+    pub training_length: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -202,9 +202,14 @@ impl Transformer {
 
     /// Final norm + LM head on hidden states `[T, hidden]` -> `[T, vocab]` f32.
     pub fn logits_of(&self, hidden: &Tensor) -> Tensor {
-        let normed = self.norm.forward(hidden);
+        self.lm_head(&self.norm.forward(hidden))
+    }
+
+    /// The LM head alone on already-normalised states `[T, hidden]` -> `[T, vocab]` f32 (DFlash applies
+    /// its own final norm and then the target's head).
+    pub fn lm_head(&self, normed: &Tensor) -> Tensor {
         let logits = match &self.lm_head {
-            Some(head) => head.forward(&normed),
+            Some(head) => head.forward(normed),
             None => normed.matmul(&self.embed_tokens.transpose(0, 1)),
         };
         logits.to_kind(Kind::Float)

@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::{speculative_generate, CycleRecord, SpecConfig};
-use sharpdraft_draft::{Drafter, Eagle3Drafter, TreeShape, VanillaDrafter};
+use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler, Sampling};
 use tch::{Kind, Tensor};
@@ -58,7 +58,7 @@ pub struct GenerateArgs {
     pub drafter: Option<String>,
     #[arg(long, value_enum, default_value = "vanilla", requires = "drafter")]
     pub method: Method,
-    /// Chain length K (vanilla; eagle3 without tree options).
+    /// Chain length K (vanilla, pard; eagle3 without tree options). DFlash drafts block_size - 1.
     #[arg(long, default_value_t = 4)]
     pub draft_len: usize,
     /// EAGLE-3 dynamic tree: expansion depth.
@@ -79,8 +79,14 @@ pub struct GenerateArgs {
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
+    /// A small LM with the target's tokenizer, K forward passes per chain.
     Vanilla,
+    /// An EAGLE-3 / 3.1 head on target features, chain or dynamic tree.
     Eagle3,
+    /// A PARD drafter (config carries pard_token): K tokens in one pass.
+    Pard,
+    /// A DFlash block-diffusion drafter: block_size - 1 tokens in one pass.
+    Dflash,
 }
 
 #[derive(Serialize)]
@@ -198,6 +204,17 @@ fn build_drafter(args: &GenerateArgs, name: &str, target: &CausalLm, sampling: S
             };
             let drafter = Eagle3Drafter::load(&dir, &target.net, shape, sampling, capacity).with_context(|| format!("drafter {name}"))?;
             Ok((Box::new(drafter), shape.total_tokens))
+        }
+        Method::Pard => {
+            let small = args.model.load(name)?;
+            let drafter = PardDrafter::new(small, target, args.draft_len, capacity).with_context(|| format!("drafter {name}"))?;
+            Ok((Box::new(drafter), args.draft_len))
+        }
+        Method::Dflash => {
+            let dir = registry::resolve(name)?;
+            let drafter = DFlashDrafter::load(&dir, &target.net, capacity).with_context(|| format!("drafter {name}"))?;
+            let block = drafter.block_size() as usize;
+            Ok((Box::new(drafter), block))
         }
     }
 }

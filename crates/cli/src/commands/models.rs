@@ -41,15 +41,40 @@ pub enum InitCommand {
         #[arg(long, default_value_t = 0)]
         seed: i64,
     },
+    /// Write a randomly initialised DFlash drafter for a target in the published layout.
+    Dflash {
+        #[arg(long)]
+        target: String,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 2)]
+        layers: usize,
+        #[arg(long, default_value_t = 8)]
+        block_size: i64,
+        /// Mask token id (an id the target never produces in text).
+        #[arg(long)]
+        mask_token: i64,
+        #[arg(long, default_value_t = 0)]
+        seed: i64,
+    },
 }
 
 pub fn init(command: &InitCommand) -> anyhow::Result<()> {
-    let InitCommand::Eagle3 { target, out, eagle31, seed } = command;
-    let dir = registry::resolve(target)?;
-    let model = sharpdraft_model::CausalLm::load(&dir, tch::Device::Cpu, tch::Kind::Float)?;
-    let options = sharpdraft_draft::eagle3::RandomHeadOptions { eagle31: *eagle31, seed: *seed, ..Default::default() };
-    sharpdraft_draft::eagle3::write_random_head(out, &model.net, &options)?;
-    println!("wrote a random EAGLE-3 head for {target} to {}", out.display());
+    let load = |target: &str| -> anyhow::Result<sharpdraft_model::CausalLm> {
+        Ok(sharpdraft_model::CausalLm::load(&registry::resolve(target)?, tch::Device::Cpu, tch::Kind::Float)?)
+    };
+    match command {
+        InitCommand::Eagle3 { target, out, eagle31, seed } => {
+            let options = sharpdraft_draft::eagle3::RandomHeadOptions { eagle31: *eagle31, seed: *seed, ..Default::default() };
+            sharpdraft_draft::eagle3::write_random_head(out, &load(target)?.net, &options)?;
+            println!("wrote a random EAGLE-3 head for {target} to {}", out.display());
+        }
+        InitCommand::Dflash { target, out, layers, block_size, mask_token, seed } => {
+            let options = sharpdraft_draft::dflash::RandomDFlashOptions { layers: *layers, block_size: *block_size, sliding_window: None, mask_token: *mask_token, seed: *seed };
+            sharpdraft_draft::dflash::write_random_dflash(out, &load(target)?.net, &options)?;
+            println!("wrote a random DFlash drafter for {target} to {}", out.display());
+        }
+    }
     Ok(())
 }
 

@@ -4,7 +4,8 @@
 
 use sharpdraft_decode::{speculative_generate, SpecConfig, SpecReport};
 pub use sharpdraft_draft::eagle3::RandomHeadOptions as EagleOptions;
-use sharpdraft_draft::{Drafter, Eagle3Drafter, TreeShape, VanillaDrafter};
+use sharpdraft_draft::dflash::{write_random_dflash, RandomDFlashOptions};
+use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{CausalLm, Sampler, Sampling};
 use std::path::{Path, PathBuf};
@@ -39,4 +40,30 @@ pub fn spec(target: &CausalLm, drafter: &mut dyn Drafter, prompt: &[i64], new_to
 
 pub fn greedy_ar(target: &CausalLm, prompt: &[i64], new_tokens: usize) -> Vec<i64> {
     generate(&target.net, prompt, new_tokens, &mut Sampler::new(Sampling::greedy()), &[]).unwrap().ids
+}
+
+/// A PARD drafter folder: a copy of a fixture whose config names `pard_token` (id 63, unused by the
+/// tiny models' prompts).
+pub fn write_pard(dir: &Path, family: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture(family).join("config.json")).unwrap()).unwrap();
+    config["pard_token"] = 63.into();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    std::fs::copy(fixture(family).join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+}
+
+pub fn pard(dir: &Path, target: &CausalLm, draft_len: usize) -> PardDrafter {
+    PardDrafter::new(CausalLm::load(dir, Device::Cpu, Kind::Float).unwrap(), target, draft_len, 512).unwrap()
+}
+
+pub fn dflash_options(block_size: i64, sliding_window: Option<i64>) -> RandomDFlashOptions {
+    RandomDFlashOptions { layers: 2, block_size, sliding_window, mask_token: 63, seed: 1 }
+}
+
+pub fn write_dflash(dir: &Path, target: &CausalLm, options: &RandomDFlashOptions) {
+    write_random_dflash(dir, &target.net, options).unwrap();
+}
+
+pub fn dflash(dir: &Path, target: &CausalLm) -> DFlashDrafter {
+    DFlashDrafter::load(dir, &target.net, 512).unwrap()
 }

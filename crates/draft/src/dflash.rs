@@ -1,0 +1,400 @@
+//! DFlash (block diffusion drafting, arXiv 2602.06036; drafters.md §4): a Qwen3-style stack of n layers
+//! on fused target features. Context features `c = hidden_norm(fc(cat(h_l1 .. h_ln)))` (outputs of the
+//! target's `target_layer_ids`) are projected by every layer's own k/v into context K/V ("KV
+//! injection"); the block `[root, MASK x (B - 1)]`, embedded with the target's embedding, attends over
+//! the context and itself without a causal mask (unless the layer is sliding-window or the config says
+//! causal), in ONE pass; `target.lm_head(norm(x))[1:]` gives B - 1 argmax drafts.
+//!
+//! Cache invariant: every layer's cache holds the context K/V of the committed tokens that have target
+//! features (all but the root), at their own positions; block K/V are appended under a speculation guard
+//! and dropped before `propose` returns.
+
+use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::proposal::Proposal;
+use serde::Deserialize;
+use sharpdraft_model::layers::{Linear, RmsNorm};
+use sharpdraft_model::rope::{self, Rope};
+use sharpdraft_model::transformer::attend;
+use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
+use sharpdraft_model::{KvCache, Sampler, Tap, Transformer};
+use std::path::Path;
+use tch::{nn, Device, Kind, Tensor};
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct DFlashExtras {
+    pub mask_token_id: Option<i64>,
+    #[serde(default)]
+    pub target_layer_ids: Option<Vec<usize>>,
+    /// Newer checkpoints keep the block size here.
+    #[serde(default)]
+    pub block_size: Option<i64>,
+    /// A causal block instead of a bidirectional one.
+    #[serde(default)]
+    pub causal: bool,
+}
+
+/// `config.json` of a DFlash drafter (`DFlashDraftModel`), field names verbatim.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DFlashConfig {
+    pub hidden_size: i64,
+    pub intermediate_size: i64,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: i64,
+    #[serde(default)]
+    pub num_key_value_heads: Option<i64>,
+    #[serde(default)]
+    pub head_dim: Option<i64>,
+    pub rms_norm_eps: f64,
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    pub max_position_embeddings: i64,
+    #[serde(default)]
+    pub attention_bias: bool,
+    pub vocab_size: i64,
+    #[serde(default)]
+    pub block_size: Option<i64>,
+    #[serde(default)]
+    pub num_target_layers: Option<usize>,
+    /// `full_attention` or `sliding_attention` per layer.
+    #[serde(default)]
+    pub layer_types: Option<Vec<String>>,
+    #[serde(default)]
+    pub sliding_window: Option<i64>,
+    pub dflash_config: DFlashExtras,
+    /// SharpDraft's record of the drafter's training length n0.
+    #[serde(default)]
+    pub training_length: Option<i64>,
+}
+
+/// DFlash's default capture layers: the middle layer for one drafter layer, else evenly spaced from 1 to
+/// L - 3 (`round(1 + i (L - 4) / (n - 1))`).
+pub fn default_target_layers(target_layers: usize, draft_layers: usize) -> Vec<usize> {
+    if draft_layers <= 1 {
+        return vec![target_layers / 2];
+    }
+    let span = target_layers.saturating_sub(4) as f64;
+    (0..draft_layers).map(|i| (1.0 + i as f64 * span / (draft_layers - 1) as f64).round() as usize).collect()
+}
+
+struct Layer {
+    input_layernorm: RmsNorm,
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: RmsNorm,
+    k_norm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+    /// Sliding window in keys, for `sliding_attention` layers.
+    window: Option<i64>,
+}
+
+pub struct DFlashDrafter {
+    pub config: DFlashConfig,
+    _vars: nn::VarStore,
+    fc: Linear,
+    hidden_norm: RmsNorm,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    rope: Rope,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+    block_size: i64,
+    mask_token: i64,
+    causal: bool,
+    taps: Vec<Tap>,
+    cache: KvCache,
+    /// Target features `[m, n_t * H]` of committed tokens whose context K/V are not cached yet.
+    pending: Option<Tensor>,
+    forward_seconds: f64,
+}
+
+fn checkpoint_error(path: &Path, reason: impl Into<String>) -> DraftError {
+    DraftError::Checkpoint { path: path.display().to_string(), reason: reason.into() }
+}
+
+impl DFlashDrafter {
+    /// Loads a drafter in the published layout (config.json with `dflash_config` + model.safetensors).
+    pub fn load(dir: &Path, target: &Transformer, capacity: i64) -> Result<Self> {
+        let config_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&config_path).map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
+        let de = &mut serde_json::Deserializer::from_str(&text);
+        let config: DFlashConfig =
+            serde_path_to_error::deserialize(de).map_err(|e| checkpoint_error(&config_path, format!("{}: {}", e.path(), e.inner())))?;
+        let t = &target.config;
+        let mask_token = config
+            .dflash_config
+            .mask_token_id
+            .ok_or_else(|| checkpoint_error(&config_path, "dflash_config.mask_token_id is missing"))?;
+        if mask_token < 0 || mask_token >= t.vocab_size {
+            return Err(checkpoint_error(&config_path, format!("dflash_config.mask_token_id {mask_token} outside the target vocabulary of {}", t.vocab_size)));
+        }
+        if config.hidden_size != t.hidden_size {
+            return Err(DraftError::Mismatch(format!("DFlash hidden_size {} must equal the target's {} (it shares embedding and LM head)", config.hidden_size, t.hidden_size)));
+        }
+        if config.vocab_size != t.vocab_size {
+            return Err(DraftError::Mismatch(format!("DFlash vocab_size {} differs from the target's {}", config.vocab_size, t.vocab_size)));
+        }
+        let block_size = config.dflash_config.block_size.or(config.block_size).unwrap_or(16);
+        if block_size < 2 {
+            return Err(checkpoint_error(&config_path, format!("block_size {block_size} must be at least 2")));
+        }
+        let n = config.num_hidden_layers;
+        let ids = config.dflash_config.target_layer_ids.clone().unwrap_or_else(|| default_target_layers(t.num_layers, n));
+        if ids.is_empty() || ids.iter().any(|&i| i >= t.num_layers) {
+            return Err(DraftError::Mismatch(format!("DFlash target_layer_ids {ids:?} do not fit a {}-layer target", t.num_layers)));
+        }
+        let layer_types = config.layer_types.clone().unwrap_or_else(|| vec!["full_attention".into(); n]);
+        if layer_types.len() != n {
+            return Err(checkpoint_error(&config_path, format!("layer_types has {} entries for {n} layers", layer_types.len())));
+        }
+        let heads = config.num_attention_heads;
+        let kv_heads = config.num_key_value_heads.unwrap_or(heads);
+        let head_dim = config.head_dim.unwrap_or(config.hidden_size / heads);
+        let hidden = config.hidden_size;
+        let eps = config.rms_norm_eps;
+        let device = target.device();
+        let mut vars = nn::VarStore::new(device);
+        let root = vars.root();
+        let mut layers = Vec::with_capacity(n);
+        for (i, kind) in layer_types.iter().enumerate() {
+            let p = &root / "layers" / i;
+            let a = &p / "self_attn";
+            let m = &p / "mlp";
+            let window = match kind.as_str() {
+                "full_attention" => None,
+                "sliding_attention" => Some(config.sliding_window.ok_or_else(|| checkpoint_error(&config_path, "a sliding_attention layer needs sliding_window"))?),
+                other => return Err(checkpoint_error(&config_path, format!("layer_types[{i}] = {other:?} (full_attention or sliding_attention)"))),
+            };
+            layers.push(Layer {
+                input_layernorm: RmsNorm::new(&p / "input_layernorm", hidden, eps),
+                q_proj: Linear::new(&a / "q_proj", hidden, heads * head_dim, config.attention_bias),
+                k_proj: Linear::new(&a / "k_proj", hidden, kv_heads * head_dim, config.attention_bias),
+                v_proj: Linear::new(&a / "v_proj", hidden, kv_heads * head_dim, config.attention_bias),
+                o_proj: Linear::new(&a / "o_proj", heads * head_dim, hidden, false),
+                q_norm: RmsNorm::new(&a / "q_norm", head_dim, eps),
+                k_norm: RmsNorm::new(&a / "k_norm", head_dim, eps),
+                post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", hidden, eps),
+                gate_proj: Linear::new(&m / "gate_proj", hidden, config.intermediate_size, false),
+                up_proj: Linear::new(&m / "up_proj", hidden, config.intermediate_size, false),
+                down_proj: Linear::new(&m / "down_proj", config.intermediate_size, hidden, false),
+                window,
+            });
+        }
+        let fc = Linear::new(&root / "fc", ids.len() as i64 * t.hidden_size, hidden, false);
+        let hidden_norm = RmsNorm::new(&root / "hidden_norm", hidden, eps);
+        let norm = RmsNorm::new(&root / "norm", hidden, eps);
+        vars.set_kind(target.kind());
+        // Other exporters: `midlayer.` is layer 0, `encoder.fc.` is fc (drafters.md §4.2).
+        let route = |name: &str| -> Route {
+            let name = if let Some(rest) = name.strip_prefix("midlayer.") {
+                format!("layers.0.{rest}")
+            } else if let Some(rest) = name.strip_prefix("encoder.") {
+                rest.to_string()
+            } else {
+                name.to_string()
+            };
+            Route::Var(name)
+        };
+        load_strict(&mut vars, &checkpoint_files(dir)?, route)?;
+        let rope = Rope::with_base(head_dim, config.rope_theta.unwrap_or(1_000_000.0), None, device);
+        let cache = KvCache::new(n, kv_heads, head_dim, capacity + block_size, target.kind(), device);
+        Ok(Self {
+            causal: config.dflash_config.causal,
+            taps: ids.into_iter().map(Tap::LayerOutput).collect(),
+            config,
+            _vars: vars,
+            fc,
+            hidden_norm,
+            layers,
+            norm,
+            rope,
+            heads,
+            kv_heads,
+            head_dim,
+            block_size,
+            mask_token,
+            cache,
+            pending: None,
+            forward_seconds: 0.0,
+        })
+    }
+
+    pub fn block_size(&self) -> i64 {
+        self.block_size
+    }
+
+    /// Training length n0 recorded in the checkpoint, else `max_position_embeddings`.
+    pub fn training_length(&self) -> i64 {
+        self.config.training_length.unwrap_or(self.config.max_position_embeddings)
+    }
+
+    /// Projects context features `c` `[m, H]` into every layer's cache at positions `start..start + m`.
+    fn write_context(&mut self, c: &Tensor, start: i64) {
+        let rows = c.size()[0];
+        let positions = Tensor::arange_start(start, start + rows, (Kind::Int64, c.device()));
+        let (cos, sin) = self.rope.tables(&positions, c.kind());
+        for (i, layer) in self.layers.iter().enumerate() {
+            let k = layer.k_norm.forward(&layer.k_proj.forward(c).view([rows, self.kv_heads, self.head_dim]));
+            let k = rope::apply(&k, &cos, &sin).permute([1, 0, 2]);
+            let v = layer.v_proj.forward(c).view([rows, self.kv_heads, self.head_dim]).permute([1, 0, 2]);
+            let _ = self.cache.write(i, &k, &v);
+        }
+        self.cache.advance(rows);
+    }
+
+    /// Visibility of the block's rows over `[context | block]` for one layer, or `None` for all-visible.
+    fn block_mask(&self, layer: &Layer, context: i64, start: i64) -> Option<Tensor> {
+        let b = self.block_size;
+        if layer.window.is_none() && !self.causal {
+            return None;
+        }
+        let mut visible = vec![true; (b * (context + b)) as usize];
+        for r in 0..b {
+            let row_position = start + r;
+            for key in 0..context + b {
+                let key_position = if key < context { key } else { start + key - context };
+                let in_window = layer.window.is_none_or(|w| key_position > row_position - w);
+                let causal_ok = !self.causal || key < context || key_position <= row_position;
+                visible[(r * (context + b) + key) as usize] = in_window && causal_ok;
+            }
+        }
+        Some(Tensor::from_slice(&visible).view([b, context + b]))
+    }
+}
+
+impl Drafter for DFlashDrafter {
+    fn method(&self) -> &'static str {
+        "dflash"
+    }
+
+    fn target_taps(&self) -> Vec<Tap> {
+        self.taps.clone()
+    }
+
+    fn prefill(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        self.pending = target_hidden.map(Tensor::shallow_clone);
+        Ok(())
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, _sampler: &mut Sampler) -> Result<Proposal> {
+        let _guard = tch::no_grad_guard();
+        let started = std::time::Instant::now();
+        let device = ctx.target.device();
+        let kind = ctx.target.kind();
+        if let Some(features) = self.pending.take() {
+            let c = self.hidden_norm.forward(&self.fc.forward(&features.to_kind(kind)));
+            let start = self.cache.len();
+            self.write_context(&c, start);
+        }
+        let context = self.cache.len();
+        let start = ctx.committed.len() as i64 - 1; // the root's position
+        if context != start {
+            return Err(DraftError::Mismatch(format!("DFlash context holds {context} positions, the root sits at {start}")));
+        }
+        let b = self.block_size;
+        let mut block = vec![self.mask_token; b as usize];
+        block[0] = *ctx.committed.last().expect("a root");
+        let mut x = ctx.target.embed(&Tensor::from_slice(&block).to_device(device));
+        let positions = Tensor::arange_start(start, start + b, (Kind::Int64, device));
+        let (cos, sin) = self.rope.tables(&positions, kind);
+        let masks: Vec<Option<Tensor>> = self.layers.iter().map(|l| self.block_mask(l, context, start).map(|m| m.to_device(device))).collect();
+        let mut speculation = self.cache.speculate();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let y = layer.input_layernorm.forward(&x);
+            let q = layer.q_norm.forward(&layer.q_proj.forward(&y).view([b, self.heads, self.head_dim]));
+            let q = rope::apply(&q, &cos, &sin).permute([1, 0, 2]);
+            let k = layer.k_norm.forward(&layer.k_proj.forward(&y).view([b, self.kv_heads, self.head_dim]));
+            let k = rope::apply(&k, &cos, &sin).permute([1, 0, 2]);
+            let v = layer.v_proj.forward(&y).view([b, self.kv_heads, self.head_dim]).permute([1, 0, 2]);
+            let (keys, values) = speculation.write(i, &k, &v);
+            let attn = attend(&q, &keys, &values, masks[i].as_ref(), 1.0 / (self.head_dim as f64).sqrt());
+            x = x + layer.o_proj.forward(&attn);
+            let h = layer.post_attention_layernorm.forward(&x);
+            x = &x + layer.down_proj.forward(&(layer.gate_proj.forward(&h).silu() * layer.up_proj.forward(&h)));
+        }
+        drop(speculation); // block K/V are never kept
+        let logits = ctx.target.lm_head(&self.norm.forward(&x.narrow(0, 1, b - 1)));
+        let drafts = Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))?;
+        self.forward_seconds += started.elapsed().as_secs_f64();
+        Ok(Proposal::chain(drafts, None))
+    }
+
+    fn observe(&mut self, _ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
+        let hidden = feedback.target_hidden.ok_or_else(|| DraftError::Mismatch("DFlash needs the target's hidden states of verified rows".into()))?;
+        self.pending = Some(hidden.shallow_clone());
+        Ok(())
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.cache.bytes_allocated()
+    }
+
+    fn forward_seconds(&self) -> f64 {
+        self.forward_seconds
+    }
+}
+
+/// Shape options of [`write_random_dflash`].
+pub struct RandomDFlashOptions {
+    pub layers: usize,
+    pub block_size: i64,
+    /// Make the last layer a sliding-window layer of this many keys.
+    pub sliding_window: Option<i64>,
+    pub mask_token: i64,
+    pub seed: i64,
+}
+
+/// Writes a randomly initialised DFlash drafter for `target` in the published layout (config.json with
+/// `dflash_config`, model.safetensors with `fc`, `hidden_norm`, `layers.N.*`, `norm`). It drafts badly but
+/// exercises every code path; tests and smoke runs use it, and training starts from it.
+pub fn write_random_dflash(dir: &Path, target: &Transformer, options: &RandomDFlashOptions) -> Result<()> {
+    let c = &target.config;
+    let (h, heads, kv_heads, head_dim, inter) = (c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, 2 * c.hidden_size);
+    let ids = default_target_layers(c.num_layers, options.layers).into_iter().map(|i| i.min(c.num_layers - 1)).collect::<Vec<_>>();
+    let mut layer_types = vec!["full_attention"; options.layers];
+    if options.sliding_window.is_some() {
+        layer_types[options.layers - 1] = "sliding_attention";
+    }
+    let config = serde_json::json!({
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
+        "block_size": options.block_size, "num_target_layers": c.num_layers, "num_hidden_layers": options.layers,
+        "hidden_size": h, "intermediate_size": inter, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+        "head_dim": head_dim, "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0, "max_position_embeddings": 4096,
+        "attention_bias": false, "tie_word_embeddings": false, "vocab_size": c.vocab_size,
+        "layer_types": layer_types, "sliding_window": options.sliding_window, "dtype": "float32",
+        "dflash_config": {"mask_token_id": options.mask_token, "target_layer_ids": ids},
+    });
+    let io = |e: std::io::Error| checkpoint_error(dir, e.to_string());
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::write(dir.join("config.json"), config.to_string()).map_err(io)?;
+    tch::manual_seed(options.seed);
+    let random = |shape: &[i64], scale: f64| Tensor::randn(shape, (Kind::Float, Device::Cpu)) * scale;
+    let norm = |n: i64| Tensor::ones([n], (Kind::Float, Device::Cpu)) + Tensor::randn([n], (Kind::Float, Device::Cpu)) * 0.1;
+    let mut tensors: Vec<(String, Tensor)> = vec![
+        ("fc.weight".into(), random(&[h, ids.len() as i64 * h], 0.1)),
+        ("hidden_norm.weight".into(), norm(h)),
+        ("norm.weight".into(), norm(h)),
+    ];
+    for i in 0..options.layers {
+        let p = format!("layers.{i}");
+        tensors.extend([
+            (format!("{p}.input_layernorm.weight"), norm(h)),
+            (format!("{p}.post_attention_layernorm.weight"), norm(h)),
+            (format!("{p}.self_attn.q_proj.weight"), random(&[heads * head_dim, h], 0.1)),
+            (format!("{p}.self_attn.k_proj.weight"), random(&[kv_heads * head_dim, h], 0.1)),
+            (format!("{p}.self_attn.v_proj.weight"), random(&[kv_heads * head_dim, h], 0.1)),
+            (format!("{p}.self_attn.o_proj.weight"), random(&[h, heads * head_dim], 0.1)),
+            (format!("{p}.self_attn.q_norm.weight"), norm(head_dim)),
+            (format!("{p}.self_attn.k_norm.weight"), norm(head_dim)),
+            (format!("{p}.mlp.gate_proj.weight"), random(&[inter, h], 0.1)),
+            (format!("{p}.mlp.up_proj.weight"), random(&[inter, h], 0.1)),
+            (format!("{p}.mlp.down_proj.weight"), random(&[h, inter], 0.1)),
+        ]);
+    }
+    crate::eagle3::write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[]).map_err(|e| checkpoint_error(dir, e))
+}

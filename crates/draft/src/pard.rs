@@ -1,0 +1,107 @@
+//! PARD (PARallel Draft, arXiv 2504.18583; drafters.md §3): a small causal LM of the target's family,
+//! trained to predict several future tokens at once. Each cycle feeds the committed tokens it lacks plus
+//! K - 1 mask (`pard_token`) tokens in ONE forward pass: the last real token predicts d1, mask j predicts
+//! d(j+1). Drafts are argmax, as in the reference implementation (deterministic drafts).
+//!
+//! Cache invariant: the drafter's cache holds a prefix of the committed tokens. The mask slots written by
+//! a proposal are cropped right after its forward pass; accepted drafts were never fed as real tokens, so
+//! the next proposal feeds them (with the bonus) first.
+
+use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::proposal::Proposal;
+use crate::vanilla::check_same_vocabulary;
+use sharpdraft_model::generate::prefill;
+use sharpdraft_model::{CausalLm, ForwardInput, KvCache, LogitRows, Sampler};
+use tch::{Device, Kind, Tensor};
+
+pub struct PardDrafter {
+    model: CausalLm,
+    cache: KvCache,
+    draft_len: usize,
+    mask_token: i64,
+    forward_seconds: f64,
+}
+
+impl PardDrafter {
+    /// `model`'s config must carry `pard_token` (or vLLM's `ptd_token_id`).
+    pub fn new(model: CausalLm, target: &CausalLm, draft_len: usize, capacity: i64) -> Result<Self> {
+        check_same_vocabulary(&model, target)?;
+        let raw = &model.net.config.raw;
+        let mask_token = raw.pard_token.or(raw.ptd_token_id).ok_or_else(|| DraftError::Checkpoint {
+            path: model.dir.join("config.json").display().to_string(),
+            reason: "no pard_token (or ptd_token_id): not a PARD drafter".into(),
+        })?;
+        if mask_token < 0 || mask_token >= model.net.config.vocab_size {
+            return Err(DraftError::Checkpoint {
+                path: model.dir.join("config.json").display().to_string(),
+                reason: format!("pard_token {mask_token} outside the vocabulary of {}", model.net.config.vocab_size),
+            });
+        }
+        if draft_len == 0 {
+            return Err(DraftError::Mismatch("draft length must be at least 1".into()));
+        }
+        let cache = model.net.new_cache(capacity + draft_len as i64);
+        Ok(Self { model, cache, draft_len, mask_token, forward_seconds: 0.0 })
+    }
+
+    pub fn mask_token(&self) -> i64 {
+        self.mask_token
+    }
+
+    pub fn cache(&self) -> &KvCache {
+        &self.cache
+    }
+
+    /// Training length n0 recorded in the checkpoint, if any.
+    pub fn training_length(&self) -> Option<i64> {
+        self.model.net.config.raw.training_length
+    }
+}
+
+impl Drafter for PardDrafter {
+    fn method(&self) -> &'static str {
+        "pard"
+    }
+
+    fn prefill(&mut self, ctx: &DraftContext<'_>, _target_hidden: Option<&Tensor>) -> Result<()> {
+        let _guard = tch::no_grad_guard();
+        let before_root = &ctx.committed[..ctx.committed.len() - 1];
+        if !before_root.is_empty() {
+            let _ = prefill(&self.model.net, before_root, &mut self.cache)?;
+        }
+        Ok(())
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, _sampler: &mut Sampler) -> Result<Proposal> {
+        let _guard = tch::no_grad_guard();
+        let device = self.model.net.device();
+        let committed_len = ctx.committed.len() as i64;
+        let mut ids = ctx.committed[self.cache.len() as usize..].to_vec();
+        let real = ids.len() as i64;
+        ids.extend(std::iter::repeat_n(self.mask_token, self.draft_len - 1));
+        let start = self.cache.len();
+        let ids_t = Tensor::from_slice(&ids).to_device(device);
+        let positions = Tensor::arange_start(start, start + ids.len() as i64, (Kind::Int64, device));
+        let input = ForwardInput { logits: LogitRows::All, ..ForwardInput::causal(&ids_t, &positions) };
+        let started = std::time::Instant::now();
+        let logits = self.model.net.forward(input, &mut self.cache)?.logits.expect("logits requested");
+        self.forward_seconds += started.elapsed().as_secs_f64();
+        // Drop the mask slots: the cache keeps exactly the committed tokens.
+        self.cache.truncate(committed_len)?;
+        let predictions = logits.narrow(0, real - 1, self.draft_len as i64).argmax(-1, false);
+        Ok(Proposal::chain(Vec::<i64>::try_from(predictions.to_device(Device::Cpu))?, None))
+    }
+
+    fn observe(&mut self, _ctx: &DraftContext<'_>, _feedback: &Feedback<'_>) -> Result<()> {
+        // Nothing to roll back: only committed tokens were kept, and they are all still committed.
+        Ok(())
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.cache.bytes_allocated()
+    }
+
+    fn forward_seconds(&self) -> f64 {
+        self.forward_seconds
+    }
+}
