@@ -5,7 +5,6 @@ mod common;
 use common::*;
 use sharpdraft_draft::{Drafter, TreeShape};
 use sharpdraft_model::{ForwardInput, Sampling};
-use statrs::distribution::{ChiSquared, ContinuousCDF};
 use tch::{Device, Kind, Tensor};
 
 const RUNS: u64 = 1200;
@@ -32,26 +31,6 @@ fn exact_second_token(target: &sharpdraft_model::CausalLm) -> Vec<f64> {
     second
 }
 
-fn p_value(counts: &[usize], p: &[f64]) -> f64 {
-    let n: usize = counts.iter().sum();
-    let (mut stat, mut cells, mut rest_obs, mut rest_exp) = (0.0, 0, 0.0, 0.0);
-    for (&c, &pi) in counts.iter().zip(p) {
-        let e = pi * n as f64;
-        if e < 5.0 {
-            rest_obs += c as f64;
-            rest_exp += e;
-        } else {
-            stat += (c as f64 - e).powi(2) / e;
-            cells += 1;
-        }
-    }
-    if rest_exp > 0.0 {
-        stat += (rest_obs - rest_exp).powi(2) / rest_exp;
-        cells += 1;
-    }
-    1.0 - ChiSquared::new((cells - 1) as f64).unwrap().cdf(stat)
-}
-
 fn second_token_counts(target: &sharpdraft_model::CausalLm, mut make: impl FnMut(Sampling) -> Box<dyn Drafter>) -> Vec<usize> {
     let mut counts = vec![0usize; target.net.config.vocab_size as usize];
     for seed in 0..RUNS {
@@ -68,7 +47,7 @@ fn sampled_vanilla_chains_are_lossless() {
     let target = load("llama");
     let exact = exact_second_token(&target);
     let counts = second_token_counts(&target, |s| Box::new(vanilla("qwen2", &target, 3, s)));
-    assert!(p_value(&counts, &exact) > 1e-3, "{counts:?}");
+    assert!(chi_square_p_value(&counts, &exact) > 1e-3, "{counts:?}");
 }
 
 #[test]
@@ -79,7 +58,7 @@ fn eagle3_trees_and_sampled_chains_are_lossless() {
     write_eagle3(dir.path(), &target, &EagleOptions::default());
     for shape in [TreeShape { depth: 2, top_k: 4, total_tokens: 10 }, TreeShape::chain(3)] {
         let counts = second_token_counts(&target, |s| Box::new(eagle3(dir.path(), &target, shape, s)));
-        assert!(p_value(&counts, &exact) > 1e-3, "{shape:?}: {counts:?}");
+        assert!(chi_square_p_value(&counts, &exact) > 1e-3, "{shape:?}: {counts:?}");
     }
 }
 
@@ -91,9 +70,9 @@ fn pard_and_dflash_are_lossless() {
     let pard_dir = dir.path().join("pard");
     write_pard(&pard_dir, "llama");
     let counts = second_token_counts(&target, |_| Box::new(pard(&pard_dir, &target, 3)));
-    assert!(p_value(&counts, &exact) > 1e-3, "pard: {counts:?}");
+    assert!(chi_square_p_value(&counts, &exact) > 1e-3, "pard: {counts:?}");
     let dflash_dir = dir.path().join("dflash");
     write_dflash(&dflash_dir, &target, &dflash_options(4, None));
     let counts = second_token_counts(&target, |_| Box::new(dflash(&dflash_dir, &target)));
-    assert!(p_value(&counts, &exact) > 1e-3, "dflash: {counts:?}");
+    assert!(chi_square_p_value(&counts, &exact) > 1e-3, "dflash: {counts:?}");
 }

@@ -1,11 +1,13 @@
 //! Verification on hand-built distributions: golden greedy cases, and seeded statistical checks that
 //! stochastic verification reproduces the target distribution (chain with known q, deterministic trees).
+mod common;
+
+use common::chi_square_p_value;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sharpdraft_decode::verify::sample;
 use sharpdraft_decode::{verify_greedy, verify_stochastic, Verdict};
 use sharpdraft_draft::Proposal;
-use statrs::distribution::{ChiSquared, ContinuousCDF};
 
 #[test]
 fn greedy_accepts_the_longest_matching_prefix_and_emits_the_targets_next_token() {
@@ -22,27 +24,6 @@ fn greedy_follows_whichever_sibling_matches() {
     // Rows: root, node0, node1, node2, node3. The target wants 11 after the root, then 13, then 2.
     let argmax = [11, 0, 13, 0, 2];
     assert_eq!(verify_greedy(&argmax, &tree), Verdict { accepted: vec![1, 3], bonus: 2 });
-}
-
-/// Pearson chi-square p-value of `counts` against probabilities `p`, merging cells expected below 5.
-fn chi_square_p_value(counts: &[usize], p: &[f64]) -> f64 {
-    let n: usize = counts.iter().sum();
-    let (mut stat, mut cells, mut merged_obs, mut merged_exp) = (0.0, 0, 0.0, 0.0);
-    for (&c, &pi) in counts.iter().zip(p) {
-        let expected = pi * n as f64;
-        if expected < 5.0 {
-            merged_obs += c as f64;
-            merged_exp += expected;
-            continue;
-        }
-        stat += (c as f64 - expected).powi(2) / expected;
-        cells += 1;
-    }
-    if merged_exp > 0.0 {
-        stat += (merged_obs - merged_exp).powi(2) / merged_exp.max(1e-9);
-        cells += 1;
-    }
-    1.0 - ChiSquared::new((cells - 1) as f64).unwrap().cdf(stat)
 }
 
 const P_ROOT: [f64; 5] = [0.1, 0.2, 0.3, 0.4, 0.0];

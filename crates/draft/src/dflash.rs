@@ -11,6 +11,7 @@
 
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
+use crate::random_init::{random_norm, random_weight, write_config, write_f32_safetensors};
 use serde::Deserialize;
 use sharpdraft_model::layers::{Linear, RmsNorm};
 use sharpdraft_model::rope::{self, Rope};
@@ -369,12 +370,9 @@ pub fn write_random_dflash(dir: &Path, target: &Transformer, options: &RandomDFl
         "layer_types": layer_types, "sliding_window": options.sliding_window, "dtype": "float32",
         "dflash_config": {"mask_token_id": options.mask_token, "target_layer_ids": ids},
     });
-    let io = |e: std::io::Error| checkpoint_error(dir, e.to_string());
-    std::fs::create_dir_all(dir).map_err(io)?;
-    std::fs::write(dir.join("config.json"), config.to_string()).map_err(io)?;
+    write_config(dir, &config).map_err(|e| checkpoint_error(dir, e))?;
     tch::manual_seed(options.seed);
-    let random = |shape: &[i64], scale: f64| Tensor::randn(shape, (Kind::Float, Device::Cpu)) * scale;
-    let norm = |n: i64| Tensor::ones([n], (Kind::Float, Device::Cpu)) + Tensor::randn([n], (Kind::Float, Device::Cpu)) * 0.1;
+    let (random, norm) = (random_weight, random_norm);
     let mut tensors: Vec<(String, Tensor)> = vec![
         ("fc.weight".into(), random(&[h, ids.len() as i64 * h], 0.1)),
         ("hidden_norm.weight".into(), norm(h)),
@@ -396,5 +394,5 @@ pub fn write_random_dflash(dir: &Path, target: &Transformer, options: &RandomDFl
             (format!("{p}.mlp.down_proj.weight"), random(&[h, inter], 0.1)),
         ]);
     }
-    crate::eagle3::write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[]).map_err(|e| checkpoint_error(dir, e))
+    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[]).map_err(|e| checkpoint_error(dir, e))
 }

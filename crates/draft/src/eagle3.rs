@@ -12,6 +12,7 @@
 
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
+use crate::random_init::{random_norm, random_weight, write_config, write_f32_safetensors, RawTensor};
 use serde::Deserialize;
 use sharpdraft_model::config::RopeScaling;
 use sharpdraft_model::layers::{Linear, RmsNorm};
@@ -491,13 +492,10 @@ pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadO
         "fc_norm": options.eagle31, "norm_output": options.eagle31,
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux},
     });
-    let io = |e: std::io::Error| checkpoint_error(dir, e.to_string());
-    std::fs::create_dir_all(dir).map_err(io)?;
-    std::fs::write(dir.join("config.json"), config.to_string()).map_err(io)?;
+    write_config(dir, &config).map_err(|e| checkpoint_error(dir, e))?;
     tch::manual_seed(options.seed);
     let block = if options.layers0_prefix { "layers.0" } else { "midlayer" };
-    let random = |shape: &[i64], scale: f64| Tensor::randn(shape, (Kind::Float, Device::Cpu)) * scale;
-    let norm = |n: i64| Tensor::ones([n], (Kind::Float, Device::Cpu)) + Tensor::randn([n], (Kind::Float, Device::Cpu)) * 0.1;
+    let (random, norm) = (random_weight, random_norm);
     let mut tensors: Vec<(String, Tensor)> = vec![
         ("fc.weight".into(), random(&[h, 3 * h], 0.1)),
         (format!("{block}.hidden_norm.weight"), norm(h)),
@@ -520,26 +518,10 @@ pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadO
     }
     let d2t: Vec<i64> = used.iter().enumerate().map(|(i, &t)| t - i as i64).collect();
     let t2d: Vec<u8> = (0..vocab).map(|t| u8::from(used.contains(&t))).collect();
-    let mut extra: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut extra: Vec<RawTensor> = Vec::new();
     if options.reduced_vocab {
         extra.push(("d2t".into(), safetensors::Dtype::I64, vec![d2t.len()], d2t.iter().flat_map(|v| v.to_le_bytes()).collect()));
         extra.push(("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d));
     }
     write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &extra).map_err(|e| checkpoint_error(dir, e))
-}
-
-/// Writes f32 tensors (plus raw extra tensors of other dtypes) to one safetensors file.
-pub(crate) fn write_f32_safetensors(path: &Path, tensors: &[(String, Tensor)], extra: &[(String, safetensors::Dtype, Vec<usize>, Vec<u8>)]) -> std::result::Result<(), String> {
-    let mut buffers: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::with_capacity(tensors.len() + extra.len());
-    for (name, t) in tensors {
-        let data = Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1)).map_err(|e| format!("{name}: {e}"))?;
-        let shape = t.size().iter().map(|&d| d as usize).collect();
-        buffers.push((name.clone(), safetensors::Dtype::F32, shape, data.iter().flat_map(|v| v.to_le_bytes()).collect()));
-    }
-    buffers.extend(extra.iter().cloned());
-    let views = buffers
-        .iter()
-        .map(|(name, dtype, shape, data)| safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).map(|v| (name.clone(), v)).map_err(|e| format!("{name}: {e}")))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    safetensors::serialize_to_file(views, None, path).map_err(|e| e.to_string())
 }

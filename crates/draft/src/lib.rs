@@ -1,11 +1,13 @@
 //! Drafters for speculative decoding on SharpDraft's model layer. Each method lives in its own file and
 //! implements [`Drafter`]; the decoder crate drives them and verifies their proposals.
 
+mod causal_drafting;
 pub mod dflash;
 pub mod drafter;
 pub mod eagle3;
 pub mod pard;
 pub mod proposal;
+mod random_init;
 pub mod vanilla;
 
 pub use dflash::DFlashDrafter;

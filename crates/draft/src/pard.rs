@@ -9,10 +9,10 @@
 
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
+use crate::causal_drafting::{feed, prefill_before_root};
 use crate::vanilla::check_same_vocabulary;
-use sharpdraft_model::generate::prefill;
-use sharpdraft_model::{CausalLm, ForwardInput, KvCache, LogitRows, Sampler};
-use tch::{Device, Kind, Tensor};
+use sharpdraft_model::{CausalLm, KvCache, LogitRows, Sampler};
+use tch::{Device, Tensor};
 
 pub struct PardDrafter {
     model: CausalLm,
@@ -64,28 +64,17 @@ impl Drafter for PardDrafter {
     }
 
     fn prefill(&mut self, ctx: &DraftContext<'_>, _target_hidden: Option<&Tensor>) -> Result<()> {
-        let _guard = tch::no_grad_guard();
-        let before_root = &ctx.committed[..ctx.committed.len() - 1];
-        if !before_root.is_empty() {
-            let _ = prefill(&self.model.net, before_root, &mut self.cache)?;
-        }
-        Ok(())
+        prefill_before_root(&self.model, &mut self.cache, ctx.committed)
     }
 
     fn propose(&mut self, ctx: &DraftContext<'_>, _sampler: &mut Sampler) -> Result<Proposal> {
         let _guard = tch::no_grad_guard();
-        let device = self.model.net.device();
         let committed_len = ctx.committed.len() as i64;
         let mut ids = ctx.committed[self.cache.len() as usize..].to_vec();
         let real = ids.len() as i64;
         ids.extend(std::iter::repeat_n(self.mask_token, self.draft_len - 1));
-        let start = self.cache.len();
-        let ids_t = Tensor::from_slice(&ids).to_device(device);
-        let positions = Tensor::arange_start(start, start + ids.len() as i64, (Kind::Int64, device));
-        let input = ForwardInput { logits: LogitRows::All, ..ForwardInput::causal(&ids_t, &positions) };
-        let started = std::time::Instant::now();
-        let logits = self.model.net.forward(input, &mut self.cache)?.logits.expect("logits requested");
-        self.forward_seconds += started.elapsed().as_secs_f64();
+        let (logits, seconds) = feed(&self.model, &mut self.cache, &ids, LogitRows::All)?;
+        self.forward_seconds += seconds;
         // Drop the mask slots: the cache keeps exactly the committed tokens.
         self.cache.truncate(committed_len)?;
         let predictions = logits.narrow(0, real - 1, self.draft_len as i64).argmax(-1, false);

@@ -7,9 +7,9 @@
 
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
-use sharpdraft_model::generate::prefill;
-use sharpdraft_model::{CausalLm, ForwardInput, KvCache, LogitRows, Sampler, Sampling};
-use tch::{Kind, Tensor};
+use crate::causal_drafting::{feed, prefill_before_root};
+use sharpdraft_model::{CausalLm, KvCache, LogitRows, Sampler, Sampling};
+use tch::Tensor;
 
 pub struct VanillaDrafter {
     model: CausalLm,
@@ -42,16 +42,11 @@ impl VanillaDrafter {
         &self.model
     }
 
+    /// Feeds `ids` and returns the last row's logits `[vocab]`.
     fn step(&mut self, ids: &[i64]) -> Result<Tensor> {
-        let device = self.model.net.device();
-        let start = self.cache.len();
-        let ids_t = Tensor::from_slice(ids).to_device(device);
-        let positions = Tensor::arange_start(start, start + ids.len() as i64, (Kind::Int64, device));
-        let input = ForwardInput { logits: LogitRows::Last, ..ForwardInput::causal(&ids_t, &positions) };
-        let started = std::time::Instant::now();
-        let logits = self.model.net.forward(input, &mut self.cache)?.logits.expect("logits requested").squeeze_dim(0);
-        self.forward_seconds += started.elapsed().as_secs_f64();
-        Ok(logits)
+        let (logits, seconds) = feed(&self.model, &mut self.cache, ids, LogitRows::Last)?;
+        self.forward_seconds += seconds;
+        Ok(logits.squeeze_dim(0))
     }
 }
 
@@ -85,12 +80,7 @@ impl Drafter for VanillaDrafter {
     }
 
     fn prefill(&mut self, ctx: &DraftContext<'_>, _target_hidden: Option<&Tensor>) -> Result<()> {
-        let _guard = tch::no_grad_guard();
-        let before_root = &ctx.committed[..ctx.committed.len() - 1];
-        if !before_root.is_empty() {
-            let _ = prefill(&self.model.net, before_root, &mut self.cache)?;
-        }
-        Ok(())
+        prefill_before_root(&self.model, &mut self.cache, ctx.committed)
     }
 
     fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {

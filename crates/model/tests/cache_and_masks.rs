@@ -13,7 +13,7 @@ fn cropping_then_reappending_equals_a_fresh_prefill() {
         let mut fresh = model.net.new_cache(32);
         let want = forward(&model.net, &ids[..15], &mut fresh);
         let mut cache = model.net.new_cache(32);
-        forward(&model.net, &ids[..12], &mut cache);
+        let _ = forward(&model.net, &ids[..12], &mut cache);
         forward(&model.net, &[1, 2, 3], &mut cache); // a rejected draft
         cache.truncate(10).unwrap();
         let again = forward(&model.net, &ids[10..15], &mut cache);
@@ -31,15 +31,15 @@ fn a_dropped_speculation_rolls_back_and_a_commit_keeps_the_accepted_rows() {
     let model = load("llama");
     let ids = expected("llama").ids;
     let mut cache = model.net.new_cache(32);
-    forward(&model.net, &ids[..5], &mut cache);
+    let _ = forward(&model.net, &ids[..5], &mut cache);
     {
         let mut speculation = cache.speculate();
-        forward(&model.net, &ids[5..9], &mut speculation);
+        let _ = forward(&model.net, &ids[5..9], &mut speculation);
         assert_eq!(speculation.len(), 9);
     }
     assert_eq!(cache.len(), 5, "dropping the guard rolls back");
     let mut speculation = cache.speculate();
-    forward(&model.net, &ids[5..9], &mut speculation);
+    let _ = forward(&model.net, &ids[5..9], &mut speculation);
     speculation.commit(2).unwrap();
     assert_eq!(cache.len(), 7);
 }
@@ -56,7 +56,7 @@ fn a_tree_row_sees_only_its_ancestors() {
         let model = load(family);
         let prefix = &expected(family).ids[..6];
         let mut cache = model.net.new_cache(32);
-        forward(&model.net, prefix, &mut cache);
+        let _ = forward(&model.net, prefix, &mut cache);
         let mask = AttentionMask::tree(6, &PARENTS, Device::Cpu).unwrap();
         let positions: Vec<i64> = DEPTHS.iter().map(|d| 6 + d).collect();
         let tree = forward_masked(&model.net, &TREE_IDS, &mut cache.speculate(), &mask, Some(&positions));
@@ -76,16 +76,16 @@ fn compacting_the_accepted_tree_path_equals_a_fresh_prefill_of_it() {
     let model = load("qwen3");
     let prefix = &expected("qwen3").ids[..6];
     let mut cache = model.net.new_cache(32);
-    forward(&model.net, prefix, &mut cache);
+    let _ = forward(&model.net, prefix, &mut cache);
     let mask = AttentionMask::tree(6, &PARENTS, Device::Cpu).unwrap();
     let positions: Vec<i64> = DEPTHS.iter().map(|d| 6 + d).collect();
     let mut speculation = cache.speculate();
-    forward_masked(&model.net, &TREE_IDS, &mut speculation, &mask, Some(&positions));
+    let _ = forward_masked(&model.net, &TREE_IDS, &mut speculation, &mask, Some(&positions));
     speculation.commit_path(&[0, 2, 4]).unwrap();
     let mut fresh = model.net.new_cache(32);
     let mut sequence = prefix.to_vec();
     sequence.extend([TREE_IDS[0], TREE_IDS[2], TREE_IDS[4]]);
-    forward(&model.net, &sequence, &mut fresh);
+    let _ = forward(&model.net, &sequence, &mut fresh);
     assert_eq!(cache.len(), 9);
     for layer in 0..cache.num_layers() {
         assert!(max_abs_diff(&cache.layer(layer).0, &fresh.layer(layer).0) < 1e-5);

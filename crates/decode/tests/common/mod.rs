@@ -67,3 +67,25 @@ pub fn write_dflash(dir: &Path, target: &CausalLm, options: &RandomDFlashOptions
 pub fn dflash(dir: &Path, target: &CausalLm) -> DFlashDrafter {
     DFlashDrafter::load(dir, &target.net, 512).unwrap()
 }
+
+/// Pearson chi-square p-value of `counts` against probabilities `p`, merging cells expected below 5.
+pub fn chi_square_p_value(counts: &[usize], p: &[f64]) -> f64 {
+    use statrs::distribution::{ChiSquared, ContinuousCDF};
+    let n: usize = counts.iter().sum();
+    let (mut stat, mut cells, mut rest_observed, mut rest_expected) = (0.0, 0, 0.0, 0.0);
+    for (&c, &pi) in counts.iter().zip(p) {
+        let expected = pi * n as f64;
+        if expected < 5.0 {
+            rest_observed += c as f64;
+            rest_expected += expected;
+        } else {
+            stat += (c as f64 - expected).powi(2) / expected;
+            cells += 1;
+        }
+    }
+    if rest_expected > 0.0 {
+        stat += (rest_observed - rest_expected).powi(2) / rest_expected;
+        cells += 1;
+    }
+    1.0 - ChiSquared::new((cells - 1) as f64).unwrap().cdf(stat)
+}

@@ -1,0 +1,39 @@
+//! Random initialisation in the published checkpoint layouts (`init eagle3`, `init dflash`, tests): the
+//! weight and norm initialisers and the writers of config.json and f32 safetensors.
+
+use std::path::Path;
+use tch::{Device, Kind, Tensor};
+
+/// `N(0, scale^2)` weights.
+pub(crate) fn random_weight(shape: &[i64], scale: f64) -> Tensor {
+    Tensor::randn(shape, (Kind::Float, Device::Cpu)) * scale
+}
+
+/// RMSNorm weights near 1, so that a misplaced norm does not hide behind an identity.
+pub(crate) fn random_norm(size: i64) -> Tensor {
+    Tensor::ones([size], (Kind::Float, Device::Cpu)) + Tensor::randn([size], (Kind::Float, Device::Cpu)) * 0.1
+}
+
+pub(crate) fn write_config(dir: &Path, config: &serde_json::Value) -> std::result::Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("config.json"), config.to_string()).map_err(|e| e.to_string())
+}
+
+/// Raw tensors of other dtypes (EAGLE-3's `d2t` i64 and `t2d` bool): name, dtype, shape, bytes.
+pub(crate) type RawTensor = (String, safetensors::Dtype, Vec<usize>, Vec<u8>);
+
+/// Writes f32 tensors (plus raw extras) to one safetensors file.
+pub(crate) fn write_f32_safetensors(path: &Path, tensors: &[(String, Tensor)], extra: &[RawTensor]) -> std::result::Result<(), String> {
+    let mut buffers: Vec<RawTensor> = Vec::with_capacity(tensors.len() + extra.len());
+    for (name, t) in tensors {
+        let data = Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1)).map_err(|e| format!("{name}: {e}"))?;
+        let shape = t.size().iter().map(|&d| d as usize).collect();
+        buffers.push((name.clone(), safetensors::Dtype::F32, shape, data.iter().flat_map(|v| v.to_le_bytes()).collect()));
+    }
+    buffers.extend(extra.iter().cloned());
+    let views = buffers
+        .iter()
+        .map(|(name, dtype, shape, data)| safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).map(|v| (name.clone(), v)).map_err(|e| format!("{name}: {e}")))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    safetensors::serialize_to_file(views, None, path).map_err(|e| e.to_string())
+}
