@@ -16,7 +16,7 @@ CARGO             ?= cargo
 
 DEFAULT_MODEL     := smollm2-135m-instruct
 
-.PHONY: run test deps models bench clean-deps
+.PHONY: run test deps models fetch-qwen bench clean-deps
 
 run: deps
 	$(CARGO) run -p sharpdraft -- derive --k 4 --delta 4 --sigma 1 --n0 2048 --n 131072
@@ -49,6 +49,10 @@ $(LIBTORCH_STAMP):
 	fi
 	@mkdir -p .deps && ln -sfn "$(TORCH_CACHE)" "$(TORCH_LINK)"
 	@test -f "$(LIBTORCH_STAMP)" || { echo "error: $(LIBTORCH_STAMP) missing after set-up"; exit 1; }
+
+# Opt-in: the larger real pair, Qwen2.5-Coder-1.5B-Instruct (target) and 0.5B-Instruct (drafter), ~1.6 GB.
+fetch-qwen: deps
+	$(CARGO) run --release -q -p sharpdraft -- fetch qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct
 
 clean-deps:
 	rm -rf .deps

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct FetchArgs {
-    /// A known model name (see `sharpdraft fetch --list`).
+    /// Known model names (see `sharpdraft fetch --list`).
     #[arg(required_unless_present = "list")]
-    pub name: Option<String>,
+    pub names: Vec<String>,
     /// List the known models and whether they are fetched.
     #[arg(long)]
     pub list: bool,
@@ -87,9 +87,10 @@ pub fn fetch(args: &FetchArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let name = args.name.as_deref().expect("clap requires a name without --list");
-    let dir = registry::fetch(name)?;
-    println!("{name}: {}", dir.display());
+    for name in &args.names {
+        let dir = registry::fetch(name)?;
+        println!("{name}: {}", dir.display());
+    }
     Ok(())
 }
 
