@@ -27,6 +27,10 @@ enum Command {
     Generate(commands::generate::GenerateArgs),
     /// Top logits of a model for the last position of a raw prompt.
     Logits(commands::generate::LogitsArgs),
+    /// Train a drafter for a target from a YAML config (see configs/train/).
+    Train {
+        config: std::path::PathBuf,
+    },
     /// Throughput benchmarks.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
@@ -41,5 +45,10 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(args) => commands::generate::run_generate(&args),
         Command::Logits(args) => commands::generate::run_logits(&args),
         Command::Bench(command) => commands::bench::run(&command),
+        Command::Train { config } => {
+            let out = sharpdraft_lab::train::run(&config)?;
+            println!("trained drafter: {}", out.display());
+            Ok(())
+        }
     }
 }

@@ -33,7 +33,7 @@ fn eagle3_chains_and_trees_emit_the_targets_greedy_tokens() {
     let target = load("llama");
     let want = greedy_ar(&target, &PROMPT, 24);
     let dir = tempfile::tempdir().unwrap();
-    for (i, options) in [EagleOptions::default(), EagleOptions { eagle31: true, layers0_prefix: true, reduced_vocab: false, seed: 3 }].iter().enumerate() {
+    for (i, options) in [EagleOptions::default(), EagleOptions { eagle31: true, layers0_prefix: true, reduced_vocab: false, seed: 3, ..Default::default() }].iter().enumerate() {
         let path = dir.path().join(format!("eagle{i}"));
         write_eagle3(&path, &target, options);
         for shape in [TreeShape::chain(1), TreeShape::chain(5), TreeShape { depth: 3, top_k: 4, total_tokens: 12 }, TreeShape { depth: 5, top_k: 8, total_tokens: 40 }] {

@@ -106,7 +106,10 @@ struct Layer {
 /// The trained part: weights and the forward pass of one EAGLE-3 layer.
 pub struct Eagle3Head {
     pub config: Eagle3Config,
-    _vars: nn::VarStore,
+    /// config.json as read, so that saving keeps every key (published or not).
+    raw_config: serde_json::Value,
+    /// The head's weights (trainable when loaded for training).
+    pub vars: nn::VarStore,
     fc: Linear,
     fc_norm: Vec<RmsNorm>,
     layer: Layer,
@@ -139,6 +142,24 @@ impl Eagle3Drafter {
     /// Loads a head in the published layout (config.json + model.safetensors; `midlayer.` or `layers.0.`)
     /// for `target`.
     pub fn load(dir: &Path, target: &Transformer, shape: TreeShape, sampling: Sampling, capacity: i64) -> Result<Self> {
+        let (head, taps) = Eagle3Head::load(dir, target, false)?;
+        if shape.top_k == 0 || shape.total_tokens == 0 {
+            return Err(DraftError::Mismatch("tree top-k and total tokens must be at least 1".into()));
+        }
+        let cache = KvCache::new(1, head.kv_heads, head.head_dim, capacity, target.kind(), target.device());
+        Ok(Self { head, taps, shape, sampling, cache, pending: None, forward_seconds: std::cell::Cell::new(0.0) })
+    }
+
+    /// Training length n0 recorded in the checkpoint, else `max_position_embeddings`.
+    pub fn training_length(&self) -> i64 {
+        self.head.config.training_length.unwrap_or(self.head.config.max_position_embeddings)
+    }
+}
+
+impl Eagle3Head {
+    /// Loads the head's weights; `trainable` makes every weight take gradients (training). Returns the
+    /// target taps the head reads.
+    pub fn load(dir: &Path, target: &Transformer, trainable: bool) -> Result<(Self, Vec<Tap>)> {
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path).map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
         let de = &mut serde_json::Deserializer::from_str(&text);
@@ -179,22 +200,23 @@ impl Eagle3Drafter {
         let a = &m / "self_attn";
         let mlp = &m / "mlp";
         let eps = config.rms_norm_eps;
+        let t = trainable;
         let layer = Layer {
-            hidden_norm: RmsNorm::new(&m / "hidden_norm", hidden, eps),
-            input_layernorm: RmsNorm::new(&m / "input_layernorm", hidden, eps),
-            post_attention_layernorm: RmsNorm::new(&m / "post_attention_layernorm", hidden, eps),
-            q_proj: Linear::new(&a / "q_proj", 2 * hidden, heads * head_dim, false),
-            k_proj: Linear::new(&a / "k_proj", 2 * hidden, kv_heads * head_dim, false),
-            v_proj: Linear::new(&a / "v_proj", 2 * hidden, kv_heads * head_dim, false),
-            o_proj: Linear::new(&a / "o_proj", heads * head_dim, hidden, false),
-            gate_proj: Linear::new(&mlp / "gate_proj", hidden, config.intermediate_size, false),
-            up_proj: Linear::new(&mlp / "up_proj", hidden, config.intermediate_size, false),
-            down_proj: Linear::new(&mlp / "down_proj", config.intermediate_size, hidden, false),
+            hidden_norm: RmsNorm::with_grad(&m / "hidden_norm", hidden, eps, t),
+            input_layernorm: RmsNorm::with_grad(&m / "input_layernorm", hidden, eps, t),
+            post_attention_layernorm: RmsNorm::with_grad(&m / "post_attention_layernorm", hidden, eps, t),
+            q_proj: Linear::with_grad(&a / "q_proj", 2 * hidden, heads * head_dim, false, t),
+            k_proj: Linear::with_grad(&a / "k_proj", 2 * hidden, kv_heads * head_dim, false, t),
+            v_proj: Linear::with_grad(&a / "v_proj", 2 * hidden, kv_heads * head_dim, false, t),
+            o_proj: Linear::with_grad(&a / "o_proj", heads * head_dim, hidden, false, t),
+            gate_proj: Linear::with_grad(&mlp / "gate_proj", hidden, config.intermediate_size, false, t),
+            up_proj: Linear::with_grad(&mlp / "up_proj", hidden, config.intermediate_size, false, t),
+            down_proj: Linear::with_grad(&mlp / "down_proj", config.intermediate_size, hidden, false, t),
         };
-        let fc = Linear::new(&root / "fc", 3 * target_hidden, hidden, false);
-        let fc_norm = if config.fc_norm { (0..3).map(|i| RmsNorm::new(&root / "fc_norm" / i, target_hidden, eps)).collect() } else { Vec::new() };
-        let norm = RmsNorm::new(&root / "norm", hidden, eps);
-        let lm_head = Linear::new(&root / "lm_head", hidden, draft_vocab, false);
+        let fc = Linear::with_grad(&root / "fc", 3 * target_hidden, hidden, false, t);
+        let fc_norm = if config.fc_norm { (0..3).map(|i| RmsNorm::with_grad(&root / "fc_norm" / i, target_hidden, eps, t)).collect() } else { Vec::new() };
+        let norm = RmsNorm::with_grad(&root / "norm", hidden, eps, t);
+        let lm_head = Linear::with_grad(&root / "lm_head", hidden, draft_vocab, false, t);
         vars.set_kind(target.kind());
         let route = |name: &str| -> Route {
             let name = name.strip_prefix("layers.0.").map(|rest| format!("midlayer.{rest}")).unwrap_or_else(|| name.to_string());
@@ -223,21 +245,11 @@ impl Eagle3Drafter {
             original_max_position_embeddings: s.original_max_position_embeddings.unwrap_or(config.max_position_embeddings as f64),
         });
         let rope = Rope::with_base(head_dim, config.rope_theta.unwrap_or(10_000.0), scaling, device);
-        let cache = KvCache::new(1, kv_heads, head_dim, capacity, target.kind(), device);
-        if shape.top_k == 0 || shape.total_tokens == 0 {
-            return Err(DraftError::Mismatch("tree top-k and total tokens must be at least 1".into()));
-        }
-        let head = Eagle3Head { config, _vars: vars, fc, fc_norm, layer, norm, lm_head, d2t, rope, heads, kv_heads, head_dim };
-        Ok(Self { head, taps: ids.into_iter().map(Tap::LayerInput).collect(), shape, sampling, cache, pending: None, forward_seconds: std::cell::Cell::new(0.0) })
+        let raw_config: serde_json::Value = serde_json::from_str(&text).map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
+        let head = Eagle3Head { config, raw_config, vars, fc, fc_norm, layer, norm, lm_head, d2t, rope, heads, kv_heads, head_dim };
+        Ok((head, ids.into_iter().map(Tap::LayerInput).collect()))
     }
 
-    /// Training length n0 recorded in the checkpoint, else `max_position_embeddings`.
-    pub fn training_length(&self) -> i64 {
-        self.head.config.training_length.unwrap_or(self.head.config.max_position_embeddings)
-    }
-}
-
-impl Eagle3Head {
     /// `[T, 3 Ht]` target features -> `[T, H]`.
     fn fuse(&self, features: &Tensor) -> Tensor {
         if self.fc_norm.is_empty() {
@@ -274,6 +286,90 @@ impl Eagle3Head {
 
     fn to_target(&self, draft_id: i64) -> i64 {
         draft_id + self.d2t[draft_id as usize]
+    }
+
+    /// EAGLE-3's training-time test (drafters.md §2.4) on one window, as a differentiable scalar.
+    ///
+    /// `embeddings` `[T, H]` (the target's embedding of `tokens`), `features` `[T, 3 Ht]` (the target's taps
+    /// at the same rows), `targets`: per target row r, the target's distribution over the draft vocabulary
+    /// for token r + 1 as `(draft ids [T, K], probabilities [T, K])` (zero probability = unused slot).
+    ///
+    /// Step 0 feeds pairs i = (fc(h_i), e(x_{i+1})) at position i. Step j > 0 feeds, for the same i, the
+    /// draft's own step j - 1 output with e(x_{i+1+j}) at position i + j: exactly what depth j of a draft
+    /// tree sees. Its query attends to step 0's keys of pairs 0..=i (causal) and to its own keys of steps
+    /// 1..=j (the diagonal), as a tree node attends to the stable context and its ancestors. Step j's loss
+    /// is the soft cross-entropy against the target at row i + 1 + j, weighted `decay^j`.
+    pub fn ttt_loss(&self, embeddings: &Tensor, features: &Tensor, targets: (&Tensor, &Tensor), steps: usize, decay: f64) -> Tensor {
+        let l = &self.layer;
+        let t = embeddings.size()[0];
+        let device = embeddings.device();
+        let pairs = t - 1;
+        let mut hidden = self.fuse(&features.narrow(0, 0, pairs));
+        let (mut keys, mut values): (Vec<Tensor>, Vec<Tensor>) = (Vec::new(), Vec::new());
+        let mut total = Tensor::zeros([], (Kind::Float, device));
+        let mut weight_sum = 0.0;
+        for j in 0..steps.min(pairs as usize - 1) as i64 {
+            let n = pairs - j;
+            let hidden_j = hidden.narrow(0, 0, n);
+            let emb = embeddings.narrow(0, 1 + j, n);
+            let positions = Tensor::arange_start(j, j + n, (Kind::Int64, device));
+            let (cos, sin) = self.rope.tables(&positions, emb.kind());
+            let residual = if self.config.norm_before_residual { l.hidden_norm.forward(&hidden_j) } else { hidden_j.shallow_clone() };
+            let x = Tensor::cat(&[l.input_layernorm.forward(&emb), l.hidden_norm.forward(&hidden_j)], -1);
+            let q = rope::apply(&l.q_proj.forward(&x).view([n, self.heads, self.head_dim]), &cos, &sin).permute([1, 0, 2]);
+            let k = rope::apply(&l.k_proj.forward(&x).view([n, self.kv_heads, self.head_dim]), &cos, &sin).permute([1, 0, 2]);
+            let v = l.v_proj.forward(&x).view([n, self.kv_heads, self.head_dim]).permute([1, 0, 2]);
+            keys.push(k);
+            values.push(v);
+            // [causal over step 0 | identity for each later step], every block cut to the n live pairs.
+            let rows = Tensor::arange(n, (Kind::Int64, device));
+            let causal = rows.unsqueeze(1).ge_tensor(&rows.unsqueeze(0));
+            let eye = rows.unsqueeze(1).eq_tensor(&rows.unsqueeze(0));
+            let mut blocks = vec![causal];
+            blocks.extend((1..=j).map(|_| eye.shallow_clone()));
+            let mask = Tensor::cat(&blocks, 1);
+            let all_keys = Tensor::cat(&keys.iter().map(|k| k.narrow(1, 0, n)).collect::<Vec<_>>(), 1);
+            let all_values = Tensor::cat(&values.iter().map(|v| v.narrow(1, 0, n)).collect::<Vec<_>>(), 1);
+            let attn = l.o_proj.forward(&attend(&q, &all_keys, &all_values, Some(&mask), 1.0 / (self.head_dim as f64).sqrt()));
+            let h = residual + attn;
+            let post = l.post_attention_layernorm.forward(&h);
+            let h = &h + l.down_proj.forward(&(l.gate_proj.forward(&post).silu() * l.up_proj.forward(&post)));
+            let normed = self.norm.forward(&h);
+            let log_q = self.lm_head.forward(&normed).to_kind(Kind::Float).log_softmax(-1, Kind::Float); // [n, dv]
+            let (ids, probs) = (targets.0.narrow(0, 1 + j, n), targets.1.narrow(0, 1 + j, n));
+            let step_loss = -(log_q.gather(1, &ids, false) * probs).sum_dim_intlist(&[1i64][..], false, Kind::Float).mean(Kind::Float);
+            let w = decay.powi(j as i32);
+            total = total + step_loss * w;
+            weight_sum += w;
+            hidden = if self.config.norm_output { normed } else { h };
+        }
+        total / weight_sum.max(1e-9)
+    }
+
+    /// Target id -> draft id (or -1 when the draft vocabulary does not hold it), `[vocab]` i64.
+    pub fn target_to_draft(&self, vocab: i64) -> Tensor {
+        let mut map = vec![-1i64; vocab as usize];
+        for (draft_id, offset) in self.d2t.iter().enumerate() {
+            map[(draft_id as i64 + offset) as usize] = draft_id as i64;
+        }
+        Tensor::from_slice(&map)
+    }
+
+    /// Writes this head in the published layout (config.json + model.safetensors with d2t and t2d),
+    /// recording `training_length`.
+    pub fn save(&self, dir: &Path, training_length: i64) -> Result<()> {
+        let mut config = self.raw_config.clone();
+        config["training_length"] = training_length.into();
+        config["torch_dtype"] = "float32".into();
+        write_config(dir, &config).map_err(|e| checkpoint_error(dir, e))?;
+        let tensors: Vec<(String, Tensor)> = self.vars.variables().into_iter().map(|(name, t)| (name, t.detach())).collect();
+        let vocab = self.config.vocab_size;
+        let t2d: Vec<u8> = Vec::<i64>::try_from(self.target_to_draft(vocab)).unwrap_or_default().iter().map(|&d| u8::from(d >= 0)).collect();
+        let extra: Vec<RawTensor> = vec![
+            ("d2t".into(), safetensors::Dtype::I64, vec![self.d2t.len()], self.d2t.iter().flat_map(|v| v.to_le_bytes()).collect()),
+            ("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d),
+        ];
+        write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &extra).map_err(|e| checkpoint_error(dir, e))
     }
 
     /// Full-vocabulary probabilities from draft log-probabilities `[draft_vocab]`, with the sampling
@@ -460,12 +556,18 @@ pub struct RandomHeadOptions {
     pub layers0_prefix: bool,
     /// Reduced draft vocabulary (target ids 0..vocab with every 4th id dropped) or the full one.
     pub reduced_vocab: bool,
+    /// An explicit draft vocabulary (sorted target ids), overriding `reduced_vocab` (training picks the
+    /// most frequent tokens).
+    pub used_tokens: Option<Vec<i64>>,
+    /// Target layers whose inputs are captured; default (2, L/2, L - 3), or (0, L/2, L) for targets of
+    /// fewer than 4 layers.
+    pub aux_layers: Option<Vec<usize>>,
     pub seed: i64,
 }
 
 impl Default for RandomHeadOptions {
     fn default() -> Self {
-        Self { eagle31: false, layers0_prefix: false, reduced_vocab: true, seed: 0 }
+        Self { eagle31: false, layers0_prefix: false, reduced_vocab: true, used_tokens: None, aux_layers: None, seed: 0 }
     }
 }
 
@@ -476,10 +578,14 @@ pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadO
     let c = &target.config;
     let (h, vocab) = (c.hidden_size, c.vocab_size);
     let (heads, kv_heads, head_dim, inter) = (c.num_heads, c.num_kv_heads, c.head_dim, 2 * c.hidden_size);
-    let used: Vec<i64> = if options.reduced_vocab { (0..vocab).filter(|i| i % 4 != 3).collect() } else { (0..vocab).collect() };
+    let used: Vec<i64> = match &options.used_tokens {
+        Some(used) => used.clone(),
+        None if options.reduced_vocab => (0..vocab).filter(|i| i % 4 != 3).collect(),
+        None => (0..vocab).collect(),
+    };
     let draft_vocab = used.len() as i64;
     let layers = c.num_layers;
-    let aux = [0.min(layers), layers / 2, layers];
+    let aux = options.aux_layers.clone().unwrap_or_else(|| if layers >= 4 { vec![2, layers / 2, layers - 3] } else { vec![0, layers / 2, layers] });
     let config = serde_json::json!({
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
@@ -519,7 +625,7 @@ pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadO
     let d2t: Vec<i64> = used.iter().enumerate().map(|(i, &t)| t - i as i64).collect();
     let t2d: Vec<u8> = (0..vocab).map(|t| u8::from(used.contains(&t))).collect();
     let mut extra: Vec<RawTensor> = Vec::new();
-    if options.reduced_vocab {
+    if options.reduced_vocab || options.used_tokens.is_some() {
         extra.push(("d2t".into(), safetensors::Dtype::I64, vec![d2t.len()], d2t.iter().flat_map(|v| v.to_le_bytes()).collect()));
         extra.push(("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d));
     }

@@ -5,6 +5,7 @@ mod causal_drafting;
 pub mod dflash;
 pub mod drafter;
 pub mod eagle3;
+pub mod eagle3_train;
 pub mod pard;
 pub mod proposal;
 mod random_init;

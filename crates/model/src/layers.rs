@@ -11,8 +11,14 @@ pub struct Linear {
 
 impl Linear {
     pub fn new(p: nn::Path, inputs: i64, outputs: i64, bias: bool) -> Self {
-        let weight = p.zeros_no_train("weight", &[outputs, inputs]);
-        let bias = bias.then(|| p.zeros_no_train("bias", &[outputs]));
+        Self::with_grad(p, inputs, outputs, bias, false)
+    }
+
+    /// `trainable`: the variables take gradients (drafter training); otherwise they are frozen.
+    pub fn with_grad(p: nn::Path, inputs: i64, outputs: i64, bias: bool, trainable: bool) -> Self {
+        let var = |name: &str, dims: &[i64]| if trainable { p.zeros(name, dims) } else { p.zeros_no_train(name, dims) };
+        let weight = var("weight", &[outputs, inputs]);
+        let bias = bias.then(|| var("bias", &[outputs]));
         Self { weight, bias }
     }
 
@@ -29,7 +35,12 @@ pub struct RmsNorm {
 
 impl RmsNorm {
     pub fn new(p: nn::Path, size: i64, eps: f64) -> Self {
-        Self { weight: p.zeros_no_train("weight", &[size]), eps }
+        Self::with_grad(p, size, eps, false)
+    }
+
+    pub fn with_grad(p: nn::Path, size: i64, eps: f64, trainable: bool) -> Self {
+        let weight = if trainable { p.ones("weight", &[size]) } else { p.zeros_no_train("weight", &[size]) };
+        Self { weight, eps }
     }
 
     /// Normalises the last dimension in f32 (as HF does) and returns the input's kind.

@@ -112,6 +112,11 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
     if path.join("config.json").exists() {
         return Ok(path);
     }
+    // Models made here (trained drafters) live under the same folder and are named like known ones.
+    let made_here = model_dir(name_or_path);
+    if !name_or_path.contains('/') && made_here.join("config.json").exists() {
+        return Ok(made_here);
+    }
     let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
     Err(ModelError::io(&path, format!("neither a model folder (no config.json) nor a known model ({})", names.join(", "))))
 }

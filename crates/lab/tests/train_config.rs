@@ -1,0 +1,59 @@
+//! Bad training configs are clear errors before any compute is spent.
+use sharpdraft_lab::datasets::{token_stream, Source};
+use sharpdraft_lab::train::TrainConfig;
+use sharpdraft_model::CausalLm;
+use std::path::{Path, PathBuf};
+use tch::{Device, Kind};
+
+fn tiny_target() -> CausalLm {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/llama");
+    CausalLm::load(&dir, Device::Cpu, Kind::Float).unwrap()
+}
+
+fn parse(yaml: &str) -> anyhow::Result<TrainConfig> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("train.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    TrainConfig::load(&path)
+}
+
+const GOOD: &str = "target: t\nmethod: eagle3\nout: o\nwindows: 4\ndata:\n  - text_file: corpus.txt\neagle3: {n0: 64, steps: 10, draft_vocab: 32}\n";
+
+#[test]
+fn a_good_config_parses_with_one_key_maps_for_sources() {
+    let config = parse(GOOD).unwrap();
+    assert_eq!(config.data, vec![Source::TextFile("corpus.txt".into())]);
+    assert_eq!(config.eagle3.unwrap().ttt_steps, 5, "defaults fill what is not given");
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let err = format!("{:#}", parse(&GOOD.replace("windows: 4", "windows: 4\nwindow: 3")).unwrap_err());
+    assert!(err.contains("unknown field `window`"), "{err}");
+    let err = format!("{:#}", parse(&GOOD.replace("steps: 10", "steps: 10, lr: 1")).unwrap_err());
+    assert!(err.contains("unknown field `lr`"), "{err}");
+    let err = format!("{:#}", parse(&GOOD.replace("text_file", "txt_file")).unwrap_err());
+    assert!(err.contains("txt_file"), "{err}");
+}
+
+#[test]
+fn configs_that_do_not_fit_the_target_fail_validation() {
+    let target = tiny_target();
+    let check = |yaml: String| format!("{:#}", parse(&yaml).unwrap().validate(&target).unwrap_err());
+    assert!(check(GOOD.replace("n0: 64", "n0: 4096")).contains("eagle3.n0 = 4096 must lie in 8..=128"));
+    assert!(check(GOOD.replace("draft_vocab: 32", "draft_vocab: 100")).contains("eagle3.draft_vocab = 100 must lie in 2..=64"));
+    assert!(check(GOOD.replace("eagle3: {n0: 64, steps: 10, draft_vocab: 32}\n", "")).contains("needs an `eagle3:` block"));
+    assert!(check(GOOD.to_string()).contains("at least 4 layers"), "the tiny target has 2 layers");
+}
+
+#[test]
+fn missing_data_is_named_by_file_line_and_field() {
+    let target = tiny_target();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("p.jsonl"), "{\"prompt\": \"a b\"}\n{\"other\": 1}\n").unwrap();
+    let jsonl = Source::Jsonl { path: "p.jsonl".into(), field: "prompt".into(), max_tokens: None };
+    let err = format!("{:#}", token_stream(&[jsonl], dir.path(), &target).err().unwrap());
+    assert!(err.contains("p.jsonl:2: no string field \"prompt\""), "{err}");
+    let err = format!("{:#}", token_stream(&[Source::TextFile("absent.txt".into())], Path::new("/nonexistent"), &target).err().unwrap());
+    assert!(err.contains("/nonexistent/absent.txt"), "{err}");
+}
