@@ -481,9 +481,22 @@ impl Drafter for Eagle3Drafter {
             }
             // Children of every frontier node; the best `top_k` by cumulative score form the next frontier.
             let mut children: Vec<(usize, i64, f64, usize)> = Vec::new();
-            for (r, &node) in frontier.iter().enumerate() {
-                for (token, logp) in pick(head, &log_probs.get(r as i64), k, sampler, &mut probs) {
-                    children.push((node, token, nodes[node].score + logp, r));
+            if sampled_chain {
+                for (r, &node) in frontier.iter().enumerate() {
+                    for (token, logp) in pick(head, &log_probs.get(r as i64), k, sampler, &mut probs) {
+                        children.push((node, token, nodes[node].score + logp, r));
+                    }
+                }
+            } else {
+                // One top-k over all frontier rows and one copy to the host: [rows, k] each.
+                let (values, indices) = log_probs.topk(k, -1, true, true);
+                let values = Vec::<f32>::try_from(values.flatten(0, -1).to_device(Device::Cpu))?;
+                let indices = Vec::<i64>::try_from(indices.flatten(0, -1).to_device(Device::Cpu))?;
+                for (r, &node) in frontier.iter().enumerate() {
+                    for c in 0..k as usize {
+                        let i = r * k as usize + c;
+                        children.push((node, head.to_target(indices[i]), nodes[node].score + values[i] as f64, r));
+                    }
                 }
             }
             children.sort_by(|a, b| b.2.total_cmp(&a.2));
