@@ -10,10 +10,10 @@ use crate::verify::{verify_greedy, verify_stochastic, Verdict};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal};
-use sharpdraft_model::generate::PREFILL_CHUNK;
+use sharpdraft_model::generate::prefill_with_taps;
 use sharpdraft_model::{AttentionMask, ForwardInput, KvCache, LogitRows, Sampler, Sampling, Tap, Transformer};
 use std::time::Instant;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 pub type Result<T> = std::result::Result<T, DecodeError>;
 
@@ -66,28 +66,14 @@ impl<'a> Session<'a> {
         if prompt.is_empty() {
             return Err(DecodeError::Input("the prompt is empty".into()));
         }
-        let device = target.device();
         let taps = drafter.target_taps();
         let mut cache = target.new_cache(prompt.len() as i64 + config.max_new_tokens as i64 + config.max_proposal as i64 + 2);
         let mut verifier_rng = StdRng::seed_from_u64(config.sampling.seed);
         let drafter_sampler = Sampler::new(Sampling { seed: config.sampling.seed ^ DRAFTER_SEED_SALT, ..config.sampling });
-        let mut hidden_chunks = Vec::new();
-        let mut last_logits = None;
-        for chunk in prompt.chunks(PREFILL_CHUNK as usize) {
-            let start = cache.len();
-            let ids = Tensor::from_slice(chunk).to_device(device);
-            let positions = Tensor::arange_start(start, start + chunk.len() as i64, (Kind::Int64, device));
-            let input = ForwardInput { logits: LogitRows::Last, taps: &taps, ..ForwardInput::causal(&ids, &positions) };
-            let out = target.forward(input, &mut cache)?;
-            if !taps.is_empty() {
-                hidden_chunks.push(Tensor::cat(&out.hidden, -1));
-            }
-            last_logits = out.logits;
-        }
-        let first = pick(&last_logits.expect("non-empty prompt").squeeze_dim(0), &config.sampling, &mut verifier_rng);
+        let (last_logits, prompt_hidden) = prefill_with_taps(target, prompt, &mut cache, &taps)?;
+        let first = pick(&last_logits, &config.sampling, &mut verifier_rng);
         let mut committed = prompt.to_vec();
         committed.push(first);
-        let prompt_hidden = (!hidden_chunks.is_empty()).then(|| Tensor::cat(&hidden_chunks, 0));
         let greedy = config.sampling.is_greedy();
         drafter.prefill(&DraftContext { committed: &committed, target, greedy }, prompt_hidden.as_ref())?;
         let finished = config.stop_tokens.contains(&first) || config.max_new_tokens <= 1;

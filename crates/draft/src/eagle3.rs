@@ -260,28 +260,44 @@ impl Eagle3Head {
         self.fc.forward(&Tensor::cat(&normed, -1))
     }
 
-    /// One pass of the layer over `T` rows. Returns the next-step hidden `[T, H]` and draft-vocab
-    /// log-probabilities `[T, draft_vocab]`.
-    fn forward(&self, embeddings: &Tensor, hidden: &Tensor, positions: &Tensor, mask: &AttentionMask, cache: &mut KvCache) -> Result<(Tensor, Tensor)> {
+    /// First half of the layer, shared by drafting and training: the residual, and RoPE'd queries
+    /// `[H, T, D]`, keys and values `[Hkv, T, D]` of `T` (embedding, hidden) pairs at `positions`.
+    fn project(&self, embeddings: &Tensor, hidden: &Tensor, positions: &Tensor) -> (Tensor, Tensor, Tensor, Tensor) {
         let l = &self.layer;
         let rows = embeddings.size()[0];
-        cache.reserve(rows)?;
-        let past = cache.len();
         let residual = if self.config.norm_before_residual { l.hidden_norm.forward(hidden) } else { hidden.shallow_clone() };
         let x = Tensor::cat(&[l.input_layernorm.forward(embeddings), l.hidden_norm.forward(hidden)], -1);
         let (cos, sin) = self.rope.tables(positions, x.kind());
         let q = rope::apply(&l.q_proj.forward(&x).view([rows, self.heads, self.head_dim]), &cos, &sin).permute([1, 0, 2]);
         let k = rope::apply(&l.k_proj.forward(&x).view([rows, self.kv_heads, self.head_dim]), &cos, &sin).permute([1, 0, 2]);
         let v = l.v_proj.forward(&x).view([rows, self.kv_heads, self.head_dim]).permute([1, 0, 2]);
-        let (keys, values) = cache.write(0, &k, &v);
-        let visible = mask.materialize(past, rows, embeddings.device())?;
-        let attn = l.o_proj.forward(&attend(&q, &keys, &values, visible.as_ref(), 1.0 / (self.head_dim as f64).sqrt()));
-        cache.advance(rows);
+        (residual, q, k, v)
+    }
+
+    /// Second half: attention over `keys`/`values` (`[Hkv, L, D]`, `visible` `[T, L]`), MLP, head. Returns the
+    /// next-step hidden `[T, H]` and draft-vocab log-probabilities `[T, draft_vocab]` (f32).
+    fn finish(&self, residual: Tensor, q: &Tensor, keys: &Tensor, values: &Tensor, visible: Option<&Tensor>) -> (Tensor, Tensor) {
+        let l = &self.layer;
+        let attn = l.o_proj.forward(&attend(q, keys, values, visible, 1.0 / (self.head_dim as f64).sqrt()));
         let h = residual + attn;
-        let h = &h + l.down_proj.forward(&(l.gate_proj.forward(&l.post_attention_layernorm.forward(&h)).silu() * l.up_proj.forward(&l.post_attention_layernorm.forward(&h))));
+        let post = l.post_attention_layernorm.forward(&h);
+        let h = &h + l.down_proj.forward(&(l.gate_proj.forward(&post).silu() * l.up_proj.forward(&post)));
         let normed = self.norm.forward(&h);
         let log_probs = self.lm_head.forward(&normed).to_kind(Kind::Float).log_softmax(-1, Kind::Float);
-        Ok((if self.config.norm_output { normed } else { h }, log_probs))
+        (if self.config.norm_output { normed } else { h }, log_probs)
+    }
+
+    /// One pass of the layer over `T` rows against the drafter's cache.
+    fn forward(&self, embeddings: &Tensor, hidden: &Tensor, positions: &Tensor, mask: &AttentionMask, cache: &mut KvCache) -> Result<(Tensor, Tensor)> {
+        let rows = embeddings.size()[0];
+        cache.reserve(rows)?;
+        let past = cache.len();
+        let (residual, q, k, v) = self.project(embeddings, hidden, positions);
+        let (keys, values) = cache.write(0, &k, &v);
+        let visible = mask.materialize(past, rows, embeddings.device())?;
+        let out = self.finish(residual, &q, &keys, &values, visible.as_ref());
+        cache.advance(rows);
+        Ok(out)
     }
 
     fn to_target(&self, draft_id: i64) -> i64 {
@@ -300,7 +316,6 @@ impl Eagle3Head {
     /// 1..=j (the diagonal), as a tree node attends to the stable context and its ancestors. Step j's loss
     /// is the soft cross-entropy against the target at row i + 1 + j, weighted `decay^j`.
     pub fn ttt_loss(&self, embeddings: &Tensor, features: &Tensor, targets: (&Tensor, &Tensor), steps: usize, decay: f64) -> Tensor {
-        let l = &self.layer;
         let t = embeddings.size()[0];
         let device = embeddings.device();
         let pairs = t - 1;
@@ -313,12 +328,7 @@ impl Eagle3Head {
             let hidden_j = hidden.narrow(0, 0, n);
             let emb = embeddings.narrow(0, 1 + j, n);
             let positions = Tensor::arange_start(j, j + n, (Kind::Int64, device));
-            let (cos, sin) = self.rope.tables(&positions, emb.kind());
-            let residual = if self.config.norm_before_residual { l.hidden_norm.forward(&hidden_j) } else { hidden_j.shallow_clone() };
-            let x = Tensor::cat(&[l.input_layernorm.forward(&emb), l.hidden_norm.forward(&hidden_j)], -1);
-            let q = rope::apply(&l.q_proj.forward(&x).view([n, self.heads, self.head_dim]), &cos, &sin).permute([1, 0, 2]);
-            let k = rope::apply(&l.k_proj.forward(&x).view([n, self.kv_heads, self.head_dim]), &cos, &sin).permute([1, 0, 2]);
-            let v = l.v_proj.forward(&x).view([n, self.kv_heads, self.head_dim]).permute([1, 0, 2]);
+            let (residual, q, k, v) = self.project(&emb, &hidden_j, &positions);
             keys.push(k);
             values.push(v);
             // [causal over step 0 | identity for each later step], every block cut to the n live pairs.
@@ -330,18 +340,13 @@ impl Eagle3Head {
             let mask = Tensor::cat(&blocks, 1);
             let all_keys = Tensor::cat(&keys.iter().map(|k| k.narrow(1, 0, n)).collect::<Vec<_>>(), 1);
             let all_values = Tensor::cat(&values.iter().map(|v| v.narrow(1, 0, n)).collect::<Vec<_>>(), 1);
-            let attn = l.o_proj.forward(&attend(&q, &all_keys, &all_values, Some(&mask), 1.0 / (self.head_dim as f64).sqrt()));
-            let h = residual + attn;
-            let post = l.post_attention_layernorm.forward(&h);
-            let h = &h + l.down_proj.forward(&(l.gate_proj.forward(&post).silu() * l.up_proj.forward(&post)));
-            let normed = self.norm.forward(&h);
-            let log_q = self.lm_head.forward(&normed).to_kind(Kind::Float).log_softmax(-1, Kind::Float); // [n, dv]
+            let (next_hidden, log_q) = self.finish(residual, &q, &all_keys, &all_values, Some(&mask)); // log_q [n, dv]
             let (ids, probs) = (targets.0.narrow(0, 1 + j, n), targets.1.narrow(0, 1 + j, n));
             let step_loss = -(log_q.gather(1, &ids, false) * probs).sum_dim_intlist(&[1i64][..], false, Kind::Float).mean(Kind::Float);
             let w = decay.powi(j as i32);
             total = total + step_loss * w;
             weight_sum += w;
-            hidden = if self.config.norm_output { normed } else { h };
+            hidden = next_hidden;
         }
         total / weight_sum.max(1e-9)
     }

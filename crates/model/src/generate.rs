@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::sampling::Sampler;
-use crate::transformer::{ForwardInput, LogitRows, Transformer};
+use crate::transformer::{ForwardInput, LogitRows, Tap, Transformer};
 use crate::mask::AttentionMask;
 use std::time::Instant;
 use tch::{Kind, Tensor};
@@ -28,16 +28,28 @@ impl Generation {
 
 /// Runs `ids` through `net` in chunks and returns the last row's logits `[vocab]`.
 pub fn prefill(net: &Transformer, ids: &[i64], cache: &mut crate::kv_cache::KvCache) -> Result<Tensor> {
+    Ok(prefill_with_taps(net, ids, cache, &[])?.0)
+}
+
+/// [`prefill`] that also returns the requested taps for every prompt row, concatenated on features
+/// (`[len, features]`; `None` without taps). Drafters on target features start from these.
+pub fn prefill_with_taps(net: &Transformer, ids: &[i64], cache: &mut crate::kv_cache::KvCache, taps: &[Tap]) -> Result<(Tensor, Option<Tensor>)> {
     let device = net.device();
     let mut last = None;
+    let mut hidden = Vec::new();
     for chunk in ids.chunks(PREFILL_CHUNK as usize) {
         let start = cache.len();
         let ids = Tensor::from_slice(chunk).to_device(device);
         let positions = Tensor::arange_start(start, start + chunk.len() as i64, (Kind::Int64, device));
-        let input = ForwardInput { logits: LogitRows::Last, ..ForwardInput::causal(&ids, &positions) };
-        last = net.forward(input, cache)?.logits;
+        let input = ForwardInput { logits: LogitRows::Last, taps, ..ForwardInput::causal(&ids, &positions) };
+        let out = net.forward(input, cache)?;
+        if !taps.is_empty() {
+            hidden.push(Tensor::cat(&out.hidden, -1));
+        }
+        last = out.logits;
     }
-    Ok(last.expect("prefill of an empty prompt").squeeze_dim(0))
+    let hidden = (!hidden.is_empty()).then(|| Tensor::cat(&hidden, 0));
+    Ok((last.expect("prefill of an empty prompt").squeeze_dim(0), hidden))
 }
 
 /// Generates up to `max_new_tokens` after `prompt`, stopping after any id in `stop`.

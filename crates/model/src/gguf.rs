@@ -16,39 +16,39 @@ use std::io::BufReader;
 use std::path::Path;
 
 /// llama.cpp's converter stores each head's Q/K rows interleaved: HF row `j * half + i` (pair member
-/// `j` in {0, 1}, frequency `i`) of head `h` sits at GGUF row `2 i + j`. This undoes it for a
-/// `[rows, cols]` row-major matrix (or a bias with `cols = 1`) of `heads` heads.
-pub fn unpermute_rows(gguf: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f32> {
+/// `j` in {0, 1}, frequency `i`) of head `h` sits at GGUF row `2 i + j`. Calls `f(hf_row, gguf_row)` for
+/// every row of a `[rows, _]` matrix of `heads` heads.
+fn for_each_row_pair(rows: usize, heads: usize, mut f: impl FnMut(usize, usize)) {
     let head_dim = rows / heads;
     let half = head_dim / 2;
-    let mut hf = vec![0.0; gguf.len()];
     for h in 0..heads {
         for i in 0..half {
             for j in 0..2 {
-                let from = (h * head_dim + 2 * i + j) * cols;
-                let to = (h * head_dim + j * half + i) * cols;
-                hf[to..to + cols].copy_from_slice(&gguf[from..from + cols]);
+                f(h * head_dim + j * half + i, h * head_dim + 2 * i + j);
             }
         }
     }
-    hf
+}
+
+/// Copies whole rows of `cols` values from `source` to `target` row indices chosen by `pick(hf, gguf)`.
+fn move_rows(source: &[f32], rows: usize, cols: usize, heads: usize, pick: impl Fn(usize, usize) -> (usize, usize)) -> Vec<f32> {
+    let mut out = vec![0.0; source.len()];
+    for_each_row_pair(rows, heads, |hf, gguf| {
+        let (from, to) = pick(hf, gguf);
+        out[to * cols..(to + 1) * cols].copy_from_slice(&source[from * cols..(from + 1) * cols]);
+    });
+    out
+}
+
+/// Undoes llama.cpp's Q/K row permutation for a `[rows, cols]` row-major matrix (or a bias with
+/// `cols = 1`) of `heads` heads.
+pub fn unpermute_rows(gguf: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f32> {
+    move_rows(gguf, rows, cols, heads, |hf, gguf| (gguf, hf))
 }
 
 /// The inverse of [`unpermute_rows`] (what llama.cpp's converter does); used by tests.
 pub fn permute_rows(hf: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f32> {
-    let head_dim = rows / heads;
-    let half = head_dim / 2;
-    let mut gguf = vec![0.0; hf.len()];
-    for h in 0..heads {
-        for i in 0..half {
-            for j in 0..2 {
-                let to = (h * head_dim + 2 * i + j) * cols;
-                let from = (h * head_dim + j * half + i) * cols;
-                gguf[to..to + cols].copy_from_slice(&hf[from..from + cols]);
-            }
-        }
-    }
-    gguf
+    move_rows(hf, rows, cols, heads, |hf, gguf| (hf, gguf))
 }
 
 /// HF name of a GGUF tensor name, or `None` for tensors no forward pass reads.

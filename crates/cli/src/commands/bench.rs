@@ -4,8 +4,8 @@
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
-use sharpdraft_model::generate::prefill;
-use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, ForwardInput};
+use sharpdraft_model::generate::generate;
+use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, Sampler, Sampling};
 use std::process::Command;
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
@@ -78,25 +78,14 @@ fn weight_bytes(model: &CausalLm) -> f64 {
     model.vars.variables().values().map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as f64).sum()
 }
 
+/// Prefill tokens/s at `context`, and decode tokens/s of the greedy steps after it (the first generated
+/// token comes from the prefill pass and is not counted as decode).
 fn measure(model: &CausalLm, context: i64, decode_tokens: i64) -> anyhow::Result<(f64, f64)> {
-    let _guard = tch::no_grad_guard();
     let vocab = model.net.config.vocab_size;
     // Deterministic pseudo-text ids; throughput does not depend on which tokens they are.
     let ids: Vec<i64> = (0..context).map(|i| (i * 7919 + 13) % vocab).collect();
-    let mut cache = model.net.new_cache(context + decode_tokens + 1);
-    let started = Instant::now();
-    let mut logits = prefill(&model.net, &ids, &mut cache)?;
-    let prefill_seconds = started.elapsed().as_secs_f64();
-    let device = model.net.device();
-    let started = Instant::now();
-    for _ in 0..decode_tokens {
-        let next = logits.argmax(-1, false).int64_value(&[]);
-        let position = cache.len();
-        let ids = Tensor::from_slice(&[next]).to_device(device);
-        let positions = Tensor::from_slice(&[position]).to_device(device);
-        logits = model.net.forward(ForwardInput::causal(&ids, &positions), &mut cache)?.logits.expect("logits").squeeze_dim(0);
-    }
-    Ok((context as f64 / prefill_seconds, decode_tokens as f64 / started.elapsed().as_secs_f64()))
+    let out = generate(&model.net, &ids, decode_tokens as usize + 1, &mut Sampler::new(Sampling::greedy()), &[])?;
+    Ok((context as f64 / out.prefill_seconds, (out.ids.len() - 1) as f64 / out.decode_seconds.max(1e-9)))
 }
 
 pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
