@@ -25,6 +25,8 @@ enum Command {
     Init(commands::models::InitCommand),
     /// Generate text with a target model, autoregressively or with a drafter.
     Generate(commands::generate::GenerateArgs),
+    /// Acceptance (tau) of a drafter on held-out chat prompts at chosen context lengths.
+    Tau(commands::tau::TauArgs),
     /// Top logits of a model for the last position of a raw prompt.
     Logits(commands::generate::LogitsArgs),
     /// Train a drafter for a target from a YAML config (see configs/train/).
@@ -43,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         Command::Import(command) => commands::models::import(&command),
         Command::Init(command) => commands::models::init(&command),
         Command::Generate(args) => commands::generate::run_generate(&args),
+        Command::Tau(args) => commands::tau::run(&args),
         Command::Logits(args) => commands::generate::run_logits(&args),
         Command::Bench(command) => commands::bench::run(&command),
         Command::Train { config } => {

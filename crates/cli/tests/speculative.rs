@@ -1,4 +1,4 @@
-//! `sharpdraft generate` with a drafter, end to end on the real SmolLM2 (when fetched).
+//! `sharpdraft generate` with a drafter and `sharpdraft tau`, end to end on the real SmolLM2 (when fetched).
 use serde_json::Value;
 use std::process::Command;
 
@@ -64,4 +64,37 @@ fn a_drafter_without_a_target_match_is_a_clear_error() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("vocab_size 64 differs from the target's 49152"), "{stderr}");
+}
+
+#[test]
+fn tau_reports_acceptance_per_prompt_and_context_with_a_long_text_before_the_question() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("q.jsonl");
+    std::fs::write(&prompts, "{\"turns\": [\"Name a colour.\", \"And another?\"]}\n{\"turns\": [\"Name a fruit.\"]}\n").unwrap();
+    let filler = dir.path().join("filler.txt");
+    std::fs::write(&filler, "The quick brown fox jumps over the lazy dog. ".repeat(100)).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["tau", "--target", "smollm2-135m-instruct", "--drafter", "smollm2-135m-instruct", "--method", "vanilla"];
+        args.extend_from_slice(&["--prompts", prompts.to_str().unwrap(), "--field", "turns", "--skip", "1", "--count", "1", "--max-new-tokens", "8"]);
+        args.extend_from_slice(extra);
+        std::process::Command::new(env!("CARGO_BIN_EXE_sharpdraft")).args(&args).output().unwrap()
+    };
+    let out = run(&["--contexts", "0,300", "--filler", filler.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["prompt"], 1, "--skip 1 takes the second line");
+    let long = rows[1]["context"].as_i64().unwrap();
+    assert!((290..=310).contains(&long), "context {long} for a requested 300");
+    // The target drafting for itself is always accepted: K = 4 drafts + 1 bonus per pass.
+    for summary in report["summary"].as_array().unwrap() {
+        assert!(summary["tau"].as_f64().unwrap() > 3.0, "{summary}");
+    }
+    let out = run(&["--contexts", "300"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("need --filler"));
 }

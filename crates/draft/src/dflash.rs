@@ -11,7 +11,7 @@
 
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
-use crate::random_init::{random_norm, random_weight, write_config, write_f32_safetensors};
+use crate::random_init::{random_norm, random_weight, save_trained, write_config, write_f32_safetensors};
 use serde::Deserialize;
 use sharpdraft_model::layers::{Linear, RmsNorm};
 use sharpdraft_model::rope::{self, Rope};
@@ -77,8 +77,8 @@ pub fn default_target_layers(target_layers: usize, draft_layers: usize) -> Vec<u
     (0..draft_layers).map(|i| (1.0 + i as f64 * span / (draft_layers - 1) as f64).round() as usize).collect()
 }
 
-struct Layer {
-    input_layernorm: RmsNorm,
+pub(crate) struct Layer {
+    pub(crate) input_layernorm: RmsNorm,
     q_proj: Linear,
     k_proj: Linear,
     v_proj: Linear,
@@ -90,23 +90,51 @@ struct Layer {
     up_proj: Linear,
     down_proj: Linear,
     /// Sliding window in keys, for `sliding_attention` layers.
-    window: Option<i64>,
+    pub(crate) window: Option<i64>,
+}
+
+impl Layer {
+    /// Queries of block rows `y` `[R, H]` (after input_layernorm) with RoPE: `[heads, R, head_dim]`.
+    pub(crate) fn queries(&self, y: &Tensor, cos: &Tensor, sin: &Tensor, heads: i64, head_dim: i64) -> Tensor {
+        let rows = y.size()[0];
+        let q = self.q_norm.forward(&self.q_proj.forward(y).view([rows, heads, head_dim]));
+        rope::apply(&q, cos, sin).permute([1, 0, 2])
+    }
+
+    /// Keys and values of rows `x` `[R, H]` (block rows after input_layernorm, or fused context rows) with
+    /// RoPE on the keys: two `[kv_heads, R, head_dim]`.
+    pub(crate) fn keys_values(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, kv_heads: i64, head_dim: i64) -> (Tensor, Tensor) {
+        let rows = x.size()[0];
+        let k = self.k_norm.forward(&self.k_proj.forward(x).view([rows, kv_heads, head_dim]));
+        let k = rope::apply(&k, cos, sin).permute([1, 0, 2]);
+        let v = self.v_proj.forward(x).view([rows, kv_heads, head_dim]).permute([1, 0, 2]);
+        (k, v)
+    }
+
+    /// Residual of the attention output `[R, heads * head_dim]`, then the MLP block.
+    pub(crate) fn finish(&self, x: &Tensor, attention: &Tensor) -> Tensor {
+        let x = x + self.o_proj.forward(attention);
+        let h = self.post_attention_layernorm.forward(&x);
+        &x + self.down_proj.forward(&(self.gate_proj.forward(&h).silu() * self.up_proj.forward(&h)))
+    }
 }
 
 pub struct DFlashDrafter {
     pub config: DFlashConfig,
-    _vars: nn::VarStore,
-    fc: Linear,
-    hidden_norm: RmsNorm,
-    layers: Vec<Layer>,
-    norm: RmsNorm,
-    rope: Rope,
-    heads: i64,
-    kv_heads: i64,
-    head_dim: i64,
-    block_size: i64,
-    mask_token: i64,
-    causal: bool,
+    /// config.json as read, so that saving keeps every key.
+    pub(crate) raw_config: serde_json::Value,
+    pub(crate) vars: nn::VarStore,
+    pub(crate) fc: Linear,
+    pub(crate) hidden_norm: RmsNorm,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) norm: RmsNorm,
+    pub(crate) rope: Rope,
+    pub(crate) heads: i64,
+    pub(crate) kv_heads: i64,
+    pub(crate) head_dim: i64,
+    pub(crate) block_size: i64,
+    pub(crate) mask_token: i64,
+    pub(crate) causal: bool,
     taps: Vec<Tap>,
     cache: KvCache,
     /// Target features `[m, n_t * H]` of committed tokens whose context K/V are not cached yet.
@@ -207,8 +235,9 @@ impl DFlashDrafter {
         Ok(Self {
             causal: config.dflash_config.causal,
             taps: ids.into_iter().map(Tap::LayerOutput).collect(),
+            raw_config: serde_json::from_str(&text).map_err(|e| checkpoint_error(&config_path, e.to_string()))?,
             config,
-            _vars: vars,
+            vars,
             fc,
             hidden_norm,
             layers,
@@ -234,15 +263,19 @@ impl DFlashDrafter {
         self.config.training_length.unwrap_or(self.config.max_position_embeddings)
     }
 
+    /// Writes the drafter in the published layout (config.json with `dflash_config` + model.safetensors),
+    /// recording `training_length`.
+    pub fn save(&self, dir: &Path, training_length: i64) -> Result<()> {
+        save_trained(dir, &self.raw_config, "dtype", training_length, &self.vars, &[])
+    }
+
     /// Projects context features `c` `[m, H]` into every layer's cache at positions `start..start + m`.
     fn write_context(&mut self, c: &Tensor, start: i64) {
         let rows = c.size()[0];
         let positions = Tensor::arange_start(start, start + rows, (Kind::Int64, c.device()));
         let (cos, sin) = self.rope.tables(&positions, c.kind());
         for (i, layer) in self.layers.iter().enumerate() {
-            let k = layer.k_norm.forward(&layer.k_proj.forward(c).view([rows, self.kv_heads, self.head_dim]));
-            let k = rope::apply(&k, &cos, &sin).permute([1, 0, 2]);
-            let v = layer.v_proj.forward(c).view([rows, self.kv_heads, self.head_dim]).permute([1, 0, 2]);
+            let (k, v) = layer.keys_values(c, &cos, &sin, self.kv_heads, self.head_dim);
             let _ = self.cache.write(i, &k, &v);
         }
         self.cache.advance(rows);
@@ -307,16 +340,10 @@ impl Drafter for DFlashDrafter {
         let mut speculation = self.cache.speculate();
         for (i, layer) in self.layers.iter().enumerate() {
             let y = layer.input_layernorm.forward(&x);
-            let q = layer.q_norm.forward(&layer.q_proj.forward(&y).view([b, self.heads, self.head_dim]));
-            let q = rope::apply(&q, &cos, &sin).permute([1, 0, 2]);
-            let k = layer.k_norm.forward(&layer.k_proj.forward(&y).view([b, self.kv_heads, self.head_dim]));
-            let k = rope::apply(&k, &cos, &sin).permute([1, 0, 2]);
-            let v = layer.v_proj.forward(&y).view([b, self.kv_heads, self.head_dim]).permute([1, 0, 2]);
+            let q = layer.queries(&y, &cos, &sin, self.heads, self.head_dim);
+            let (k, v) = layer.keys_values(&y, &cos, &sin, self.kv_heads, self.head_dim);
             let (keys, values) = speculation.write(i, &k, &v);
-            let attn = attend(&q, &keys, &values, masks[i].as_ref(), 1.0 / (self.head_dim as f64).sqrt());
-            x = x + layer.o_proj.forward(&attn);
-            let h = layer.post_attention_layernorm.forward(&x);
-            x = &x + layer.down_proj.forward(&(layer.gate_proj.forward(&h).silu() * layer.up_proj.forward(&h)));
+            x = layer.finish(&x, &attend(&q, &keys, &values, masks[i].as_ref(), 1.0 / (self.head_dim as f64).sqrt()));
         }
         drop(speculation); // block K/V are never kept
         let logits = ctx.target.lm_head(&self.norm.forward(&x.narrow(0, 1, b - 1)));

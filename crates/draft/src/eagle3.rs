@@ -12,7 +12,7 @@
 
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
-use crate::random_init::{random_norm, random_weight, write_config, write_f32_safetensors, RawTensor};
+use crate::random_init::{random_norm, random_weight, save_trained, write_config, write_f32_safetensors, RawTensor};
 use serde::Deserialize;
 use sharpdraft_model::config::RopeScaling;
 use sharpdraft_model::layers::{Linear, RmsNorm};
@@ -363,18 +363,13 @@ impl Eagle3Head {
     /// Writes this head in the published layout (config.json + model.safetensors with d2t and t2d),
     /// recording `training_length`.
     pub fn save(&self, dir: &Path, training_length: i64) -> Result<()> {
-        let mut config = self.raw_config.clone();
-        config["training_length"] = training_length.into();
-        config["torch_dtype"] = "float32".into();
-        write_config(dir, &config).map_err(|e| checkpoint_error(dir, e))?;
-        let tensors: Vec<(String, Tensor)> = self.vars.variables().into_iter().map(|(name, t)| (name, t.detach())).collect();
         let vocab = self.config.vocab_size;
         let t2d: Vec<u8> = Vec::<i64>::try_from(self.target_to_draft(vocab)).unwrap_or_default().iter().map(|&d| u8::from(d >= 0)).collect();
         let extra: Vec<RawTensor> = vec![
             ("d2t".into(), safetensors::Dtype::I64, vec![self.d2t.len()], self.d2t.iter().flat_map(|v| v.to_le_bytes()).collect()),
             ("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d),
         ];
-        write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &extra).map_err(|e| checkpoint_error(dir, e))
+        save_trained(dir, &self.raw_config, "torch_dtype", training_length, &self.vars, &extra)
     }
 
     /// Full-vocabulary probabilities from draft log-probabilities `[draft_vocab]`, with the sampling
@@ -596,11 +591,13 @@ pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadO
     let c = &target.config;
     let (h, vocab) = (c.hidden_size, c.vocab_size);
     let (heads, kv_heads, head_dim, inter) = (c.num_heads, c.num_kv_heads, c.head_dim, 2 * c.hidden_size);
-    let used: Vec<i64> = match &options.used_tokens {
+    let mut used: Vec<i64> = match &options.used_tokens {
         Some(used) => used.clone(),
         None if options.reduced_vocab => (0..vocab).filter(|i| i % 4 != 3).collect(),
         None => (0..vocab).collect(),
     };
+    used.sort_unstable();
+    used.dedup();
     let draft_vocab = used.len() as i64;
     let layers = c.num_layers;
     let aux = options.aux_layers.clone().unwrap_or_else(|| if layers >= 4 { vec![2, layers / 2, layers - 3] } else { vec![0, layers / 2, layers] });
@@ -641,7 +638,7 @@ pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadO
         }
     }
     let d2t: Vec<i64> = used.iter().enumerate().map(|(i, &t)| t - i as i64).collect();
-    let t2d: Vec<u8> = (0..vocab).map(|t| u8::from(used.contains(&t))).collect();
+    let t2d: Vec<u8> = (0..vocab).map(|t| u8::from(used.binary_search(&t).is_ok())).collect();
     let mut extra: Vec<RawTensor> = Vec::new();
     if options.reduced_vocab || options.used_tokens.is_some() {
         extra.push(("d2t".into(), safetensors::Dtype::I64, vec![d2t.len()], d2t.iter().flat_map(|v| v.to_le_bytes()).collect()));

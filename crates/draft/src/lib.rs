@@ -1,14 +1,18 @@
 //! Drafters for speculative decoding on SharpDraft's model layer. Each method lives in its own file and
 //! implements [`Drafter`]; the decoder crate drives them and verifies their proposals.
 
+pub mod adamw;
 mod causal_drafting;
 pub mod dflash;
+pub mod dflash_train;
 pub mod drafter;
 pub mod eagle3;
 pub mod eagle3_train;
 pub mod pard;
+pub mod pard_train;
 pub mod proposal;
 mod random_init;
+pub mod training;
 pub mod vanilla;
 
 pub use dflash::DFlashDrafter;

@@ -37,3 +37,16 @@ pub(crate) fn write_f32_safetensors(path: &Path, tensors: &[(String, Tensor)], e
         .collect::<std::result::Result<Vec<_>, _>>()?;
     safetensors::serialize_to_file(views, None, path).map_err(|e| e.to_string())
 }
+
+/// Writes a trained drafter in its published layout: `config` with `training_length` recorded and the
+/// dtype key set to float32, and the variables of `vars` (detached, f32) plus raw extras.
+pub(crate) fn save_trained(dir: &Path, config: &serde_json::Value, dtype_key: &str, training_length: i64, vars: &tch::nn::VarStore, extra: &[RawTensor]) -> crate::drafter::Result<()> {
+    let error = |reason: String| crate::drafter::DraftError::Checkpoint { path: dir.display().to_string(), reason };
+    let mut config = config.clone();
+    config["training_length"] = training_length.into();
+    config[dtype_key] = "float32".into();
+    write_config(dir, &config).map_err(error)?;
+    let mut tensors: Vec<(String, Tensor)> = vars.variables().into_iter().map(|(name, t)| (name, t.detach())).collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, extra).map_err(error)
+}

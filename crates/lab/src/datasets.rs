@@ -9,16 +9,29 @@ use sharpdraft_model::{registry, CausalLm, ChatMessage, Sampler, Sampling};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// One source of text. Relative paths are resolved against the config file's folder.
+/// A pinned PyPI distribution (wheel or source archive, identified by its sha256).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PypiPackage {
+    pub package: String,
+    pub version: String,
+    pub sha256: String,
+}
+
+/// One source of text. Relative paths are resolved against the config file's folder; with `pypi`, `path`
+/// names a member of that package instead (`.gz` members are decompressed).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Source {
     /// A plain text file.
     TextFile(PathBuf),
-    /// One string field of every line of a JSONL file.
+    /// One field of every line of a JSONL file: a string, or a list of strings (MT-Bench's `turns`) of
+    /// which the first is taken.
     Jsonl {
         path: PathBuf,
         field: String,
+        #[serde(default)]
+        pypi: Option<PypiPackage>,
         #[serde(default)]
         max_tokens: Option<usize>,
     },
@@ -31,8 +44,19 @@ pub enum Source {
         #[serde(default)]
         max_tokens: Option<usize>,
     },
-    /// Greedy continuations by the target of chat prompts taken from a JSONL field.
-    TargetContinuations { path: PathBuf, field: String, prompts: usize, max_new_tokens: usize },
+    /// Greedy continuations by the target of chat prompts taken from a JSONL field (lines `skip..skip +
+    /// prompts`). Cached under `$SHARPDRAFT_HOME/cache/continuations`, so every config that names the same
+    /// prompts reuses them.
+    TargetContinuations {
+        path: PathBuf,
+        field: String,
+        #[serde(default)]
+        pypi: Option<PypiPackage>,
+        #[serde(default)]
+        skip: usize,
+        prompts: usize,
+        max_new_tokens: usize,
+    },
 }
 
 /// A document: text, or ids when the target wrote them (no re-tokenisation round trip).
@@ -49,47 +73,119 @@ fn resolve(base: &Path, path: &Path) -> PathBuf {
     }
 }
 
-fn jsonl_field(path: &Path, field: &str) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+/// The text of `path`, decompressed when it ends in `.gz`.
+fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text).with_context(|| format!("{}: not gzip-compressed UTF-8", path.display()))?;
+        Ok(text)
+    } else {
+        String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", path.display()))
+    }
+}
+
+/// The file a source names: a path beside the config, or a member of a pinned PyPI package.
+fn locate(base: &Path, path: &Path, pypi: Option<&PypiPackage>) -> Result<PathBuf> {
+    match pypi {
+        None => Ok(resolve(base, path)),
+        Some(p) => {
+            let member = pypi_package(p)?.join(path);
+            ensure!(member.is_file(), "{}=={} has no member {}", p.package, p.version, path.display());
+            Ok(member)
+        }
+    }
+}
+
+pub fn jsonl_field(path: &Path, field: &str) -> Result<Vec<String>> {
+    let text = read_text(path)?;
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, line)| {
             let value: serde_json::Value = serde_json::from_str(line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
-            value[field].as_str().map(str::to_string).with_context(|| format!("{}:{}: no string field {field:?}", path.display(), i + 1))
+            let value = match &value[field] {
+                serde_json::Value::Array(items) => items.first().cloned().unwrap_or_default(),
+                other => other.clone(),
+            };
+            value.as_str().map(str::to_string).with_context(|| format!("{}:{}: no string (or list of strings) field {field:?}", path.display(), i + 1))
         })
         .collect()
 }
 
-/// Downloads (cached under `$SHARPDRAFT_HOME/downloads`) and checks a source distribution, then returns
-/// the unpacked folder.
-fn pypi_sdist(package: &str, version: &str, sha256: &str) -> Result<PathBuf> {
+/// Downloads (cached under `$SHARPDRAFT_HOME/downloads`) the distribution of `p` whose sha256 is the
+/// pinned one (a wheel or a source archive), and returns the folder it was unpacked into.
+pub fn pypi_package(p: &PypiPackage) -> Result<PathBuf> {
     let downloads = registry::home().join("downloads");
-    let unpacked = downloads.join(format!("{package}-{version}-src"));
+    let unpacked = downloads.join(format!("{}-{}-src", p.package, p.version));
     if unpacked.is_dir() {
         return Ok(unpacked);
     }
-    std::fs::create_dir_all(&downloads)?;
-    let status = Command::new("python3")
-        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--no-binary=:all:", "-d"])
-        .arg(&downloads)
-        .arg(format!("{package}=={version}"))
-        .status()
-        .context("running python3 -m pip (install python3 and pip)")?;
-    ensure!(status.success(), "pip download {package}=={version} failed");
-    let archive = std::fs::read_dir(&downloads)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{package}-{version}")) && n.ends_with(".tar.gz")))
-        .with_context(|| format!("pip left no source archive of {package}=={version}"))?;
-    let digest = format!("{:x}", Sha256::digest(std::fs::read(&archive)?));
-    ensure!(digest == sha256, "{}: sha256 {digest} does not match the pinned {sha256}", archive.display());
-    let staging = downloads.join(format!("{package}-{version}-src.partial"));
+    let fetched = downloads.join(format!("{}-{}-dist", p.package, p.version));
+    std::fs::create_dir_all(&fetched)?;
+    let mut digests = Vec::new();
+    // pip's preferred file first, then the source archive.
+    for extra in [None, Some("--no-binary=:all:")] {
+        let status = Command::new("python3")
+            .args(["-m", "pip", "download", "--quiet", "--no-deps", "-d"])
+            .arg(&fetched)
+            .args(extra)
+            .arg(format!("{}=={}", p.package, p.version))
+            .status()
+            .context("running python3 -m pip (install python3 and pip)")?;
+        ensure!(status.success(), "pip download {}=={} failed", p.package, p.version);
+        for entry in std::fs::read_dir(&fetched)? {
+            let archive = entry?.path();
+            let digest = format!("{:x}", Sha256::digest(std::fs::read(&archive)?));
+            if digest == p.sha256 {
+                return unpack(&archive, &unpacked);
+            }
+            digests.push(format!("{} {digest}", archive.display()));
+        }
+    }
+    bail!("no download of {}=={} has the pinned sha256 {} (found: {})", p.package, p.version, p.sha256, digests.join(", "))
+}
+
+/// Unpacks a wheel (zip) or a `.tar.gz` into `dest`, atomically.
+fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf> {
+    let staging = dest.with_extension("partial");
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)?;
-    let status = Command::new("tar").arg("xzf").arg(&archive).arg("-C").arg(&staging).status().context("running tar")?;
-    ensure!(status.success(), "tar could not unpack {}", archive.display());
-    std::fs::rename(&staging, &unpacked)?;
-    Ok(unpacked)
+    if archive.extension().is_some_and(|e| e == "whl" || e == "zip") {
+        let file = std::fs::File::open(archive)?;
+        zip::ZipArchive::new(file).and_then(|mut z| z.extract(&staging)).with_context(|| format!("unpacking {}", archive.display()))?;
+    } else {
+        let status = Command::new("tar").arg("xzf").arg(archive).arg("-C").arg(&staging).status().context("running tar")?;
+        ensure!(status.success(), "tar could not unpack {}", archive.display());
+    }
+    std::fs::rename(&staging, dest)?;
+    Ok(dest.to_path_buf())
+}
+
+/// The target's greedy continuation of one chat prompt (prompt ids included), cached on disk by target
+/// folder, prompt and length.
+fn continuation(target: &CausalLm, prompt: &str, max_new_tokens: usize) -> Result<Vec<i64>> {
+    let key = format!("{:x}", Sha256::digest(format!("{}\n{max_new_tokens}\n{prompt}", target.dir.display())));
+    let cache = registry::home().join("cache/continuations").join(format!("{key}.json"));
+    if let Ok(text) = std::fs::read_to_string(&cache) {
+        if let Ok(ids) = serde_json::from_str(&text) {
+            return Ok(ids);
+        }
+    }
+    let tokenizer = target.tokenizer()?;
+    let text = if tokenizer.has_chat_template() {
+        tokenizer.apply_chat_template(&[ChatMessage { role: "user".into(), content: prompt.to_string() }], true)?
+    } else {
+        prompt.to_string()
+    };
+    let mut ids = tokenizer.encode(&text, false)?;
+    let out = generate(&target.net, &ids, max_new_tokens, &mut Sampler::new(Sampling::greedy()), &target.stop_tokens())?;
+    ids.extend(out.ids);
+    std::fs::create_dir_all(cache.parent().expect("a folder"))?;
+    let tmp = cache.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_string(&ids)?)?;
+    std::fs::rename(&tmp, &cache)?;
+    Ok(ids)
 }
 
 /// Every document of `source`, in a stable order.
@@ -99,28 +195,25 @@ pub fn load(source: &Source, base: &Path, target: &CausalLm) -> Result<Vec<Docum
             let path = resolve(base, path);
             vec![Document::Text(std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?)]
         }
-        Source::Jsonl { path, field, .. } => jsonl_field(&resolve(base, path), field)?.into_iter().map(Document::Text).collect(),
+        Source::Jsonl { path, field, pypi, .. } => jsonl_field(&locate(base, path, pypi.as_ref())?, field)?.into_iter().map(Document::Text).collect(),
         Source::PypiTexts { package, version, sha256, folder, .. } => {
-            let root = pypi_sdist(package, version, sha256)?;
+            let root = pypi_package(&PypiPackage { package: package.clone(), version: version.clone(), sha256: sha256.clone() })?;
             let mut files = Vec::new();
             collect_txt(&root, folder, &mut files)?;
             ensure!(!files.is_empty(), "no .txt files under {folder:?} in {package}=={version}");
             files.sort();
             files.iter().map(|f| Ok(Document::Text(String::from_utf8_lossy(&std::fs::read(f)?).into_owned()))).collect::<Result<_>>()?
         }
-        Source::TargetContinuations { path, field, prompts, max_new_tokens } => {
-            let tokenizer = target.tokenizer()?;
-            let mut documents = Vec::new();
-            for prompt in jsonl_field(&resolve(base, path), field)?.into_iter().take(*prompts) {
-                let text = if tokenizer.has_chat_template() {
-                    tokenizer.apply_chat_template(&[ChatMessage { role: "user".into(), content: prompt }], true)?
-                } else {
-                    prompt
-                };
-                let mut ids = tokenizer.encode(&text, false)?;
-                let out = generate(&target.net, &ids, *max_new_tokens, &mut Sampler::new(Sampling::greedy()), &[])?;
-                ids.extend(out.ids);
-                documents.push(Document::Ids(ids));
+        Source::TargetContinuations { path, field, pypi, skip, prompts, max_new_tokens } => {
+            let all = jsonl_field(&locate(base, path, pypi.as_ref())?, field)?;
+            ensure!(all.len() >= skip + prompts, "{}: {} prompts, fewer than skip {skip} + prompts {prompts}", path.display(), all.len());
+            let chosen = &all[*skip..skip + prompts];
+            let mut documents = Vec::with_capacity(chosen.len());
+            for (i, prompt) in chosen.iter().enumerate() {
+                documents.push(Document::Ids(continuation(target, prompt, *max_new_tokens)?));
+                if (i + 1) % 10 == 0 || i + 1 == chosen.len() {
+                    eprintln!("target continuations of {}: {}/{}", path.display(), i + 1, chosen.len());
+                }
             }
             documents
         }

@@ -1,5 +1,8 @@
-//! The lab: what sits on top of the engine for research runs. Datasets from the package registries and
-//! drafter training today; experiment runs and reports with the next steps.
+//! The lab: what sits on top of the engine for research runs. Datasets from the package registries,
+//! drafter training, parquet tables and charts; experiment runs and reports with the next steps.
 
 pub mod datasets;
+pub mod loss_curve;
+pub mod plot;
+pub mod table;
 pub mod train;

@@ -52,6 +52,18 @@ pub struct GenerateArgs {
     pub raw: bool,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub draft: DrafterArgs,
+    /// Also decode the same prompt autoregressively in this process and report the speedup.
+    #[arg(long)]
+    pub compare_ar: bool,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// Which drafter, and how it drafts.
+#[derive(Args, Debug, Clone)]
+pub struct DrafterArgs {
     /// Drafter for speculative decoding: a known model name or a folder (a small LM for `vanilla`, an
     /// EAGLE-3 checkpoint for `eagle3`). Without it, plain autoregressive decoding.
     #[arg(long)]
@@ -70,11 +82,6 @@ pub struct GenerateArgs {
     /// EAGLE-3 dynamic tree: draft tokens kept per cycle.
     #[arg(long)]
     pub tree_tokens: Option<usize>,
-    /// Also decode the same prompt autoregressively in this process and report the speedup.
-    #[arg(long, requires = "drafter")]
-    pub compare_ar: bool,
-    #[command(flatten)]
-    pub model: ModelArgs,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +132,8 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
     let prompt_ids = tokenizer.encode(&text, false)?;
     anyhow::ensure!(!prompt_ids.is_empty(), "the prompt encodes to no tokens");
     let sampling = Sampling { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k, seed: args.seed };
-    let report = match &args.drafter {
+    anyhow::ensure!(!args.compare_ar || args.draft.drafter.is_some(), "--compare-ar needs --drafter");
+    let report = match &args.draft.drafter {
         None => {
             let result = generate(&model.net, &prompt_ids, args.max_new_tokens, &mut Sampler::new(sampling), &model.stop_tokens())?;
             GenerateReport {
@@ -145,7 +153,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
         }
         Some(drafter_name) => {
             let capacity = prompt_ids.len() as i64 + args.max_new_tokens as i64 + 256;
-            let (mut drafter, max_proposal) = build_drafter(args, drafter_name, &model, sampling, capacity)?;
+            let (mut drafter, max_proposal) = build_drafter(&args.draft, &args.model, drafter_name, &model, sampling, capacity)?;
             let config = SpecConfig { max_new_tokens: args.max_new_tokens, sampling, stop_tokens: model.stop_tokens(), max_proposal };
             let spec = speculative_generate(&model.net, drafter.as_mut(), &prompt_ids, &config)?;
             let ar = if args.compare_ar {
@@ -186,11 +194,11 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
 }
 
 /// The drafter named on the command line and the largest proposal it can make.
-fn build_drafter(args: &GenerateArgs, name: &str, target: &CausalLm, sampling: Sampling, capacity: i64) -> anyhow::Result<(Box<dyn Drafter>, usize)> {
+pub fn build_drafter(args: &DrafterArgs, models: &ModelArgs, name: &str, target: &CausalLm, sampling: Sampling, capacity: i64) -> anyhow::Result<(Box<dyn Drafter>, usize)> {
     anyhow::ensure!(args.draft_len >= 1, "--draft-len must be at least 1");
     match args.method {
         Method::Vanilla => {
-            let small = args.model.load(name)?;
+            let small = models.load(name)?;
             let drafter = VanillaDrafter::new(small, target, args.draft_len, capacity, sampling).with_context(|| format!("drafter {name}"))?;
             Ok((Box::new(drafter), args.draft_len))
         }
@@ -206,7 +214,7 @@ fn build_drafter(args: &GenerateArgs, name: &str, target: &CausalLm, sampling: S
             Ok((Box::new(drafter), shape.total_tokens))
         }
         Method::Pard => {
-            let small = args.model.load(name)?;
+            let small = models.load(name)?;
             let drafter = PardDrafter::new(small, target, args.draft_len, capacity).with_context(|| format!("drafter {name}"))?;
             Ok((Box::new(drafter), args.draft_len))
         }

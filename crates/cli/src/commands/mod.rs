@@ -2,3 +2,4 @@ pub mod bench;
 pub mod derive;
 pub mod generate;
 pub mod models;
+pub mod tau;

@@ -1,0 +1,195 @@
+//! DFlash training objective (drafters.md §4.4): random anchors in each window; the block
+//! `[anchor token, MASK x (B - 1)]` at positions `anchor + 0..B` sees the fused target context strictly
+//! before its anchor and its own block (bidirectionally, as at inference), never other blocks. Block row
+//! k >= 1 is scored against the target's distribution for token `anchor + k` (row `anchor + k - 1` of the
+//! window), weighted `exp(-(k - 1) / gamma)`: early rows decide acceptance, so they weigh most.
+//!
+//! All anchors of a window go through the drafter in one pass: queries `[A B, H]` over keys
+//! `[context T | blocks A B]` with a block-diagonal mask.
+
+use crate::dflash::{default_target_layers, DFlashDrafter};
+use crate::drafter::{DraftError, Result};
+use crate::random_init::{write_config, write_f32_safetensors};
+use crate::training::{soft_cross_entropy, step_rng, Objective, TrainWindow};
+use rand::seq::index::sample;
+use serde::{Deserialize, Serialize};
+use sharpdraft_model::transformer::attend;
+use sharpdraft_model::{CausalLm, Tap, Transformer};
+use std::path::Path;
+use tch::{Device, Kind, Tensor};
+
+/// The `dflash:` block of a training config.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DFlashOptions {
+    /// Drafter depth.
+    pub layers: usize,
+    /// Block size B: one root and B - 1 drafts per cycle.
+    pub block_size: i64,
+    /// The mask token id (an id of the target's vocabulary that text never uses).
+    pub mask_token: i64,
+    /// Loss decay over block rows (gamma; 7 for B = 16, 4 for B = 8 in the public recipes).
+    #[serde(default = "default_gamma")]
+    pub gamma: f64,
+    /// Anchors drawn per window.
+    #[serde(default = "default_anchors")]
+    pub anchors: usize,
+    /// Target layers whose outputs are fused; default DFlash's evenly spaced layers.
+    #[serde(default)]
+    pub target_layer_ids: Option<Vec<usize>>,
+}
+
+fn default_gamma() -> f64 {
+    4.0
+}
+fn default_anchors() -> usize {
+    32
+}
+
+impl DFlashOptions {
+    /// The target layers whose outputs the drafter reads.
+    pub fn target_layers(&self, target_layers: usize) -> Vec<usize> {
+        self.target_layer_ids.clone().unwrap_or_else(|| default_target_layers(target_layers, self.layers))
+    }
+
+    pub fn taps(&self, target_layers: usize) -> Vec<Tap> {
+        self.target_layers(target_layers).into_iter().map(Tap::LayerOutput).collect()
+    }
+}
+
+/// Writes the starting drafter into `dir`, warm-started from the target: drafter layer i copies target
+/// layer `L - layers + i` (the late layers, whose outputs the target's LM head reads), the final norm is
+/// the target's, `fc` passes the deepest captured feature through (identity on its slice, zero
+/// elsewhere), and q/k norms start at one (the target has none).
+pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()> {
+    let c = &target.net.config;
+    let ids = options.target_layers(c.num_layers);
+    let config = serde_json::json!({
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
+        "block_size": options.block_size, "num_target_layers": c.num_layers, "num_hidden_layers": options.layers,
+        "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size, "num_attention_heads": c.num_heads,
+        "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim, "rms_norm_eps": c.rms_norm_eps,
+        "rope_theta": c.rope_theta, "max_position_embeddings": c.max_position_embeddings,
+        "attention_bias": false, "tie_word_embeddings": false, "vocab_size": c.vocab_size,
+        "layer_types": vec!["full_attention"; options.layers], "dtype": "float32",
+        "dflash_config": {"mask_token_id": options.mask_token, "target_layer_ids": ids, "block_size": options.block_size},
+    });
+    write_config(dir, &config).map_err(|e| DraftError::Checkpoint { path: dir.display().to_string(), reason: e })?;
+    let vars = target.vars.variables();
+    let get = |name: &str| vars.get(name).map(|t| t.to_kind(Kind::Float).to_device(Device::Cpu)).ok_or_else(|| DraftError::Mismatch(format!("the target has no tensor {name}")));
+    let h = c.hidden_size;
+    let ones = |n: i64| Tensor::ones([n], (Kind::Float, Device::Cpu));
+    let fc = Tensor::zeros([h, ids.len() as i64 * h], (Kind::Float, Device::Cpu));
+    fc.narrow(1, (ids.len() as i64 - 1) * h, h).copy_(&Tensor::eye(h, (Kind::Float, Device::Cpu)));
+    let mut tensors = vec![("fc.weight".to_string(), fc), ("hidden_norm.weight".into(), ones(h)), ("norm.weight".into(), get("model.norm.weight")?)];
+    let first = c.num_layers.saturating_sub(options.layers);
+    for i in 0..options.layers {
+        let source = format!("model.layers.{}", (first + i).min(c.num_layers - 1));
+        for part in ["input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"] {
+            tensors.push((format!("layers.{i}.{part}.weight"), get(&format!("{source}.{part}.weight"))?));
+        }
+        tensors.push((format!("layers.{i}.self_attn.q_norm.weight"), ones(c.head_dim)));
+        tensors.push((format!("layers.{i}.self_attn.k_norm.weight"), ones(c.head_dim)));
+    }
+    if c.qkv_bias {
+        return Err(DraftError::Mismatch("DFlash training warm-starts from the target's layers, which carry q/k/v biases DFlash's layout lacks (attention_bias would apply to o_proj too)".into()));
+    }
+    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[]).map_err(|e| DraftError::Checkpoint { path: dir.display().to_string(), reason: e })
+}
+
+pub struct DFlashObjective<'t> {
+    target: &'t Transformer,
+    drafter: DFlashDrafter,
+    options: DFlashOptions,
+    seed: u64,
+}
+
+impl<'t> DFlashObjective<'t> {
+    pub fn load(dir: &Path, target: &'t Transformer, options: &DFlashOptions, seed: u64) -> Result<Self> {
+        let drafter = DFlashDrafter::load(dir, target, 1)?;
+        Ok(Self { target, drafter, options: options.clone(), seed })
+    }
+
+    /// Visibility `[A B, T + A B]` of the blocks at `anchors` over `[context T | blocks]`.
+    fn mask(&self, anchors: &[i64], context: i64, window: Option<i64>) -> Tensor {
+        let b = self.drafter.block_size;
+        let rows = anchors.len() as i64 * b;
+        let keys = context + rows;
+        let mut visible = vec![false; (rows * keys) as usize];
+        for (j, &anchor) in anchors.iter().enumerate() {
+            for r in 0..b {
+                let row = j as i64 * b + r;
+                let position = anchor + r;
+                let line = &mut visible[(row * keys) as usize..((row + 1) * keys) as usize];
+                for (key, seen) in line.iter_mut().enumerate().take(anchor as usize) {
+                    *seen = window.is_none_or(|w| key as i64 > position - w);
+                }
+                for r2 in 0..b {
+                    line[(context + j as i64 * b + r2) as usize] = !self.drafter.causal || r2 <= r;
+                }
+            }
+        }
+        Tensor::from_slice(&visible).view([rows, keys])
+    }
+}
+
+impl Objective for DFlashObjective<'_> {
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        self.drafter.vars.variables().into_iter().collect()
+    }
+
+    fn loss(&self, window: &TrainWindow, step: usize) -> Result<Tensor> {
+        let d = &self.drafter;
+        let device = self.target.device();
+        let t = window.tokens.len() as i64;
+        let b = d.block_size;
+        // Anchors 1..=T - B + 1: a non-empty context, and the last block row's target row a + B - 2 in the window.
+        let last_anchor = t - b + 1;
+        if last_anchor < 1 {
+            return Err(DraftError::Mismatch(format!("n0 = {t} is too short for blocks of {b}")));
+        }
+        let count = self.options.anchors.min(last_anchor as usize);
+        let mut anchors: Vec<i64> = sample(&mut step_rng(self.seed, step), last_anchor as usize, count).into_iter().map(|a| a as i64 + 1).collect();
+        anchors.sort_unstable();
+        let features = window.features.as_ref().ok_or_else(|| DraftError::Mismatch("DFlash training needs target features".into()))?.to_device(device);
+        let c = d.hidden_norm.forward(&d.fc.forward(&features)); // [T, H]
+        let (ctx_cos, ctx_sin) = d.rope.tables(&Tensor::arange(t, (Kind::Int64, device)), Kind::Float);
+        let mut ids = Vec::with_capacity(anchors.len() * b as usize);
+        let mut positions = Vec::with_capacity(ids.capacity());
+        for &a in &anchors {
+            ids.push(window.tokens[a as usize]);
+            ids.extend(std::iter::repeat_n(d.mask_token, b as usize - 1));
+            positions.extend(a..a + b);
+        }
+        let positions = Tensor::from_slice(&positions).to_device(device);
+        let (cos, sin) = d.rope.tables(&positions, Kind::Float);
+        let mut x = tch::no_grad(|| self.target.embed(&Tensor::from_slice(&ids).to_device(device))).to_kind(Kind::Float);
+        for layer in &d.layers {
+            let y = layer.input_layernorm.forward(&x);
+            let q = layer.queries(&y, &cos, &sin, d.heads, d.head_dim);
+            let (kc, vc) = layer.keys_values(&c, &ctx_cos, &ctx_sin, d.kv_heads, d.head_dim);
+            let (kb, vb) = layer.keys_values(&y, &cos, &sin, d.kv_heads, d.head_dim);
+            let keys = Tensor::cat(&[kc, kb], 1);
+            let values = Tensor::cat(&[vc, vb], 1);
+            let mask = self.mask(&anchors, t, layer.window).to_device(device);
+            x = layer.finish(&x, &attend(&q, &keys, &values, Some(&mask), 1.0 / (d.head_dim as f64).sqrt()));
+        }
+        // Rows k = 1..B of every block: [A, B - 1, H] -> [A (B - 1), H].
+        let a = anchors.len() as i64;
+        let drafted = x.view([a, b, -1]).narrow(1, 1, b - 1).reshape([a * (b - 1), -1]);
+        let log_q = self.target.lm_head(&d.norm.forward(&drafted)).log_softmax(-1, Kind::Float);
+        // Block row k of anchor a predicts token a + k: the target's row a + k - 1.
+        let rows: Vec<i64> = anchors.iter().flat_map(|&anchor| (1..b).map(move |k| anchor + k - 1)).collect();
+        let rows = Tensor::from_slice(&rows).to_device(device);
+        let ids = window.top_ids.to_device(device).index_select(0, &rows);
+        let probs = window.top_probs.to_device(device).index_select(0, &rows);
+        let weights: Vec<f32> = (0..a).flat_map(|_| (1..b).map(|k| (-((k - 1) as f64) / self.options.gamma).exp() as f32)).collect();
+        let weights = Tensor::from_slice(&weights).to_device(device);
+        let ce = soft_cross_entropy(&log_q, &ids, &probs);
+        Ok((ce * &weights).sum(Kind::Float) / weights.sum(Kind::Float))
+    }
+
+    fn save(&self, dir: &Path, n0: i64) -> Result<()> {
+        self.drafter.save(dir, n0)
+    }
+}

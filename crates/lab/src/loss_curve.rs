@@ -1,0 +1,33 @@
+//! A training run's loss curve: `loss.parquet` (step, loss, seconds) and `loss.png` (the loss and its
+//! moving average against the step), rewritten at every checkpoint.
+
+use crate::plot::{line_chart, Chart, Series};
+use crate::table::{Column, Table};
+use anyhow::Result;
+use sharpdraft_draft::training::TrainState;
+use std::path::Path;
+
+/// Window of the moving average drawn over the noisy per-step loss.
+const SMOOTHING: usize = 50;
+
+pub fn write(state: &TrainState, dir: &Path, title: &str) -> Result<()> {
+    let steps: Vec<i64> = (1..=state.losses.len() as i64).collect();
+    let mut seconds = state.seconds.clone();
+    seconds.resize(state.losses.len(), f64::NAN);
+    Table::default()
+        .with("step", Column::I64(steps.clone()))
+        .with("loss", Column::F64(state.losses.clone()))
+        .with("seconds", Column::F64(seconds))
+        .write_parquet(&dir.join("loss.parquet"))?;
+    let raw: Vec<(f64, f64)> = steps.iter().zip(&state.losses).map(|(&s, &l)| (s as f64, l)).collect();
+    let smoothed: Vec<(f64, f64)> = (0..raw.len())
+        .map(|i| {
+            let from = (i + 1).saturating_sub(SMOOTHING);
+            let window = &state.losses[from..=i];
+            (raw[i].0, window.iter().sum::<f64>() / window.len() as f64)
+        })
+        .collect();
+    let chart = Chart { title, x_label: "step", y_label: "loss", log_x: false };
+    let series = [Series { name: "loss".into(), points: raw }, Series { name: format!("mean of {SMOOTHING} steps"), points: smoothed }];
+    line_chart(&dir.join("loss.png"), &chart, &series)
+}

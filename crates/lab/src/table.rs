@@ -1,0 +1,145 @@
+//! Columnar results written as parquet (loss curves, probe statistics, ablations): named typed columns of
+//! equal length, written atomically and read back.
+
+use anyhow::{bail, ensure, Context, Result};
+use parquet::basic::{ConvertedType, Repetition, Type as PhysicalType};
+use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int64Type};
+use parquet::file::properties::WriterProperties;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::file::writer::SerializedFileWriter;
+use parquet::record::Field;
+use parquet::schema::types::Type;
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Column {
+    I64(Vec<i64>),
+    F64(Vec<f64>),
+    Str(Vec<String>),
+}
+
+impl Column {
+    pub fn len(&self) -> usize {
+        match self {
+            Column::I64(v) => v.len(),
+            Column::F64(v) => v.len(),
+            Column::Str(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Table {
+    pub columns: Vec<(String, Column)>,
+}
+
+impl Table {
+    pub fn with(mut self, name: &str, column: Column) -> Self {
+        self.columns.push((name.to_string(), column));
+        self
+    }
+
+    pub fn rows(&self) -> usize {
+        self.columns.first().map_or(0, |(_, c)| c.len())
+    }
+
+    pub fn column(&self, name: &str) -> Result<&Column> {
+        self.columns.iter().find(|(n, _)| n == name).map(|(_, c)| c).with_context(|| format!("no column {name:?}"))
+    }
+
+    pub fn f64s(&self, name: &str) -> Result<&[f64]> {
+        match self.column(name)? {
+            Column::F64(v) => Ok(v),
+            _ => bail!("column {name:?} is not f64"),
+        }
+    }
+
+    pub fn i64s(&self, name: &str) -> Result<&[i64]> {
+        match self.column(name)? {
+            Column::I64(v) => Ok(v),
+            _ => bail!("column {name:?} is not i64"),
+        }
+    }
+
+    /// Writes one row group to `path` through a temporary file and a rename.
+    pub fn write_parquet(&self, path: &Path) -> Result<()> {
+        let rows = self.rows();
+        for (name, column) in &self.columns {
+            ensure!(column.len() == rows, "column {name:?} has {} rows, the first column {rows}", column.len());
+        }
+        let fields = self
+            .columns
+            .iter()
+            .map(|(name, column)| {
+                let builder = match column {
+                    Column::I64(_) => Type::primitive_type_builder(name, PhysicalType::INT64),
+                    Column::F64(_) => Type::primitive_type_builder(name, PhysicalType::DOUBLE),
+                    Column::Str(_) => Type::primitive_type_builder(name, PhysicalType::BYTE_ARRAY).with_converted_type(ConvertedType::UTF8),
+                };
+                Ok(Arc::new(builder.with_repetition(Repetition::REQUIRED).build()?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let schema = Arc::new(Type::group_type_builder("schema").with_fields(fields).build()?);
+        let tmp = path.with_extension("parquet.tmp");
+        let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let mut writer = SerializedFileWriter::new(file, schema, Arc::new(WriterProperties::builder().build()))?;
+        let mut group = writer.next_row_group()?;
+        for (_, column) in &self.columns {
+            let mut out = group.next_column()?.context("schema and columns disagree")?;
+            match column {
+                Column::I64(v) => {
+                    out.typed::<Int64Type>().write_batch(v, None, None)?;
+                }
+                Column::F64(v) => {
+                    out.typed::<DoubleType>().write_batch(v, None, None)?;
+                }
+                Column::Str(v) => {
+                    let bytes: Vec<ByteArray> = v.iter().map(|s| ByteArray::from(s.as_str())).collect();
+                    out.typed::<ByteArrayType>().write_batch(&bytes, None, None)?;
+                }
+            }
+            out.close()?;
+        }
+        group.close()?;
+        writer.close()?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+        Ok(())
+    }
+
+    /// Reads a file written by [`Self::write_parquet`] (INT64, DOUBLE and UTF-8 columns).
+    pub fn read_parquet(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let reader = SerializedFileReader::new(file).with_context(|| format!("{}: not a parquet file", path.display()))?;
+        let schema = reader.metadata().file_metadata().schema_descr_ptr();
+        let mut columns: Vec<(String, Column)> = schema
+            .columns()
+            .iter()
+            .map(|c| {
+                let column = match c.physical_type() {
+                    PhysicalType::INT64 => Column::I64(Vec::new()),
+                    PhysicalType::DOUBLE => Column::F64(Vec::new()),
+                    PhysicalType::BYTE_ARRAY => Column::Str(Vec::new()),
+                    other => bail!("{}: column {} has unsupported type {other}", path.display(), c.name()),
+                };
+                Ok((c.name().to_string(), column))
+            })
+            .collect::<Result<_>>()?;
+        for row in reader.get_row_iter(None)? {
+            let row = row?;
+            for ((name, field), (_, column)) in row.get_column_iter().zip(&mut columns) {
+                match (field, column) {
+                    (Field::Long(v), Column::I64(out)) => out.push(*v),
+                    (Field::Double(v), Column::F64(out)) => out.push(*v),
+                    (Field::Str(v), Column::Str(out)) => out.push(v.clone()),
+                    (other, _) => bail!("{}: column {name} holds {other:?}", path.display()),
+                }
+            }
+        }
+        Ok(Self { columns })
+    }
+}
