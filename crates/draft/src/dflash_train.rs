@@ -109,28 +109,29 @@ impl<'t> DFlashObjective<'t> {
         let drafter = DFlashDrafter::load(dir, target, 1)?;
         Ok(Self { target, drafter, options: options.clone(), seed })
     }
+}
 
-    /// Visibility `[A B, T + A B]` of the blocks at `anchors` over `[context T | blocks]`.
-    fn mask(&self, anchors: &[i64], context: i64, window: Option<i64>) -> Tensor {
-        let b = self.drafter.block_size;
-        let rows = anchors.len() as i64 * b;
-        let keys = context + rows;
-        let mut visible = vec![false; (rows * keys) as usize];
-        for (j, &anchor) in anchors.iter().enumerate() {
-            for r in 0..b {
-                let row = j as i64 * b + r;
-                let position = anchor + r;
-                let line = &mut visible[(row * keys) as usize..((row + 1) * keys) as usize];
-                for (key, seen) in line.iter_mut().enumerate().take(anchor as usize) {
-                    *seen = window.is_none_or(|w| key as i64 > position - w);
-                }
-                for r2 in 0..b {
-                    line[(context + j as i64 * b + r2) as usize] = !self.drafter.causal || r2 <= r;
-                }
+/// Visibility `[A B, T + A B]` of blocks of `block` rows at `anchors` over `[context T | blocks]`: block j
+/// sees the context strictly before its anchor (within `window` keys of each row, if set) and its own rows
+/// (only earlier ones when `causal`), never another block.
+pub fn block_visibility(anchors: &[i64], context: i64, block: i64, causal: bool, window: Option<i64>) -> Tensor {
+    let rows = anchors.len() as i64 * block;
+    let keys = context + rows;
+    let mut visible = vec![false; (rows * keys) as usize];
+    for (j, &anchor) in anchors.iter().enumerate() {
+        for r in 0..block {
+            let row = j as i64 * block + r;
+            let position = anchor + r;
+            let line = &mut visible[(row * keys) as usize..((row + 1) * keys) as usize];
+            for (key, seen) in line.iter_mut().enumerate().take(anchor as usize) {
+                *seen = window.is_none_or(|w| key as i64 > position - w);
+            }
+            for r2 in 0..block {
+                line[(context + j as i64 * block + r2) as usize] = !causal || r2 <= r;
             }
         }
-        Tensor::from_slice(&visible).view([rows, keys])
     }
+    Tensor::from_slice(&visible).view([rows, keys])
 }
 
 impl Objective for DFlashObjective<'_> {
@@ -164,15 +165,22 @@ impl Objective for DFlashObjective<'_> {
         let positions = Tensor::from_slice(&positions).to_device(device);
         let (cos, sin) = d.rope.tables(&positions, Kind::Float);
         let mut x = tch::no_grad(|| self.target.embed(&Tensor::from_slice(&ids).to_device(device))).to_kind(Kind::Float);
+        // One mask per distinct sliding window (usually one for the whole stack).
+        let mut masks: Vec<(Option<i64>, Tensor)> = Vec::new();
         for layer in &d.layers {
+            if !masks.iter().any(|(w, _)| *w == layer.window) {
+                masks.push((layer.window, block_visibility(&anchors, t, b, d.causal, layer.window).to_device(device)));
+            }
+        }
+        for layer in &d.layers {
+            let mask = &masks.iter().find(|(w, _)| *w == layer.window).expect("built above").1;
             let y = layer.input_layernorm.forward(&x);
             let q = layer.queries(&y, &cos, &sin, d.heads, d.head_dim);
             let (kc, vc) = layer.keys_values(&c, &ctx_cos, &ctx_sin, d.kv_heads, d.head_dim);
             let (kb, vb) = layer.keys_values(&y, &cos, &sin, d.kv_heads, d.head_dim);
             let keys = Tensor::cat(&[kc, kb], 1);
             let values = Tensor::cat(&[vc, vb], 1);
-            let mask = self.mask(&anchors, t, layer.window).to_device(device);
-            x = layer.finish(&x, &attend(&q, &keys, &values, Some(&mask), 1.0 / (d.head_dim as f64).sqrt()));
+            x = layer.finish(&x, &attend(&q, &keys, &values, Some(mask), 1.0 / (d.head_dim as f64).sqrt()));
         }
         // Rows k = 1..B of every block: [A, B - 1, H] -> [A (B - 1), H].
         let a = anchors.len() as i64;

@@ -3,7 +3,7 @@
 //! interrupted run resumes from its last checkpoint (weights and optimizer moments) and ends where an
 //! uninterrupted run ends.
 use sharpdraft_decode::{speculative_generate, SpecConfig};
-use sharpdraft_draft::dflash_train::{self, DFlashObjective, DFlashOptions};
+use sharpdraft_draft::dflash_train::{self, block_visibility, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3_train::{self, frequent_tokens, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, copy_layout, kept_offsets, PardObjective, PardOptions};
 use sharpdraft_draft::training::{extract_windows, train, LoopConfig, Objective, TrainObserver, TrainState, TrainWindow};
@@ -191,4 +191,20 @@ fn pard_mask_rows_see_exactly_the_inference_view() {
         assert!(dropped[i].len() < dropped[i - 1].len());
         assert!(dropped[i].iter().all(|p| dropped[i - 1].contains(&(p - 1))));
     }
+}
+
+#[test]
+fn dflash_blocks_see_the_context_before_their_anchor_and_only_their_own_block() {
+    // Context of 6 keys; blocks of 3 at anchors 2 and 4: keys [c0..c5 | a0 a1 a2 | b0 b1 b2].
+    let visible = block_visibility(&[2, 4], 6, 3, false, None);
+    let seen = |row: i64| (0..12).filter(|&k| visible.int64_value(&[row, k]) != 0).collect::<Vec<i64>>();
+    for r in 0..3 {
+        assert_eq!(seen(r), vec![0, 1, 6, 7, 8], "block at anchor 2, row {r}");
+        assert_eq!(seen(3 + r), vec![0, 1, 2, 3, 9, 10, 11], "block at anchor 4, row {r}");
+    }
+    // Causal blocks see only their earlier rows; a window of 3 keys drops context far behind each row.
+    let causal = block_visibility(&[4], 6, 3, true, Some(3));
+    let seen = |row: i64| (0..9).filter(|&k| causal.int64_value(&[row, k]) != 0).collect::<Vec<i64>>();
+    assert_eq!(seen(0), vec![2, 3, 6], "position 4 with a window of 3 keeps keys 2 and 3 of the context");
+    assert_eq!(seen(2), vec![6, 7, 8], "position 6: its window (keys 4 and 5) lies past the anchor");
 }
