@@ -63,6 +63,9 @@ impl DFlashOptions {
 /// elsewhere), and q/k norms start at one (the target has none).
 pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()> {
     let c = &target.net.config;
+    if c.qkv_bias {
+        return Err(DraftError::Mismatch("DFlash training warm-starts from the target's layers, which carry q/k/v biases DFlash's layout lacks (attention_bias would apply to o_proj too)".into()));
+    }
     let ids = options.target_layers(c.num_layers);
     let config = serde_json::json!({
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
@@ -90,9 +93,6 @@ pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()
         }
         tensors.push((format!("layers.{i}.self_attn.q_norm.weight"), ones(c.head_dim)));
         tensors.push((format!("layers.{i}.self_attn.k_norm.weight"), ones(c.head_dim)));
-    }
-    if c.qkv_bias {
-        return Err(DraftError::Mismatch("DFlash training warm-starts from the target's layers, which carry q/k/v biases DFlash's layout lacks (attention_bias would apply to o_proj too)".into()));
     }
     write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[]).map_err(|e| DraftError::Checkpoint { path: dir.display().to_string(), reason: e })
 }

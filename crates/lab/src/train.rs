@@ -164,6 +164,10 @@ impl TrainConfig {
                 ensure!(d.gamma > 0.0 && d.anchors >= 1, "dflash.gamma must be > 0 and dflash.anchors at least 1");
                 let ids = d.target_layers(t.num_layers);
                 ensure!(ids.iter().all(|&i| i < t.num_layers), "dflash.target_layer_ids {ids:?} do not fit a {}-layer target", t.num_layers);
+                ensure!(
+                    self.init.is_some() || !t.qkv_bias,
+                    "dflash: the target has q/k/v biases, which DFlash's layout lacks, so the drafter cannot start from its layers (name an `init:` drafter)"
+                );
             }
         }
         if let Some(init) = &self.init {

@@ -54,6 +54,9 @@ fn configs_that_do_not_fit_the_target_fail_validation() {
     let dflash = GOOD.replace("method: eagle3", "method: dflash").replace("eagle3: {draft_vocab: 32}", "dflash: {layers: 1, block_size: 4, mask_token: 63}");
     assert!(parse(&dflash).unwrap().validate(&target).is_ok());
     assert!(check(dflash.replace("block_size: 4", "block_size: 64")).contains("dflash.block_size = 64 must lie in 2..n0"));
+    let qwen2 = CausalLm::load(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/qwen2"), Device::Cpu, Kind::Float).unwrap();
+    let err = format!("{:#}", parse(&dflash).unwrap().validate(&qwen2).unwrap_err());
+    assert!(err.contains("the target has q/k/v biases"), "{err}");
     assert!(check(dflash.replace("mask_token: 63", "mask_token: 63, target_layer_ids: [0, 5]")).contains("dflash.target_layer_ids [0, 5] do not fit a 2-layer target"));
 }
 
