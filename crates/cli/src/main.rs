@@ -5,7 +5,11 @@ mod commands;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "sharpdraft", version, about = "Workbench for long-context speculative decoding and cardinality-aware query scaling")]
+#[command(
+    name = "sharpdraft",
+    version,
+    about = "Workbench for long-context speculative decoding and cardinality-aware query scaling"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,9 +34,7 @@ enum Command {
     /// Top logits of a model for the last position of a raw prompt.
     Logits(commands::generate::LogitsArgs),
     /// Train a drafter for a target from a YAML config (see configs/train/).
-    Train {
-        config: std::path::PathBuf,
-    },
+    Train { config: std::path::PathBuf },
     /// Throughput benchmarks.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),

@@ -21,7 +21,11 @@ fn smollm2_fetched() -> bool {
 }
 
 fn json(out: &Output) -> Value {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("one JSON object")
 }
 
@@ -30,18 +34,38 @@ fn generate_json_reports_ids_text_and_speed() {
     if !smollm2_fetched() {
         return;
     }
-    let args = ["generate", "--target", "smollm2-135m-instruct", "--prompt", "Name a colour.", "--max-new-tokens", "12", "--json"];
+    let args = [
+        "generate",
+        "--target",
+        "smollm2-135m-instruct",
+        "--prompt",
+        "Name a colour.",
+        "--max-new-tokens",
+        "12",
+        "--json",
+    ];
     let first = json(&sharpdraft(&args, None));
     let ids = first["ids"].as_array().unwrap();
     assert!(!ids.is_empty() && ids.len() <= 12);
-    assert!(first["prompt_ids"].as_array().unwrap().len() > 10, "the chat template wraps the prompt");
+    assert!(
+        first["prompt_ids"].as_array().unwrap().len() > 10,
+        "the chat template wraps the prompt"
+    );
     assert!(first["text"].as_str().unwrap().len() > 1);
     assert!(first["tokens_per_s"].as_f64().unwrap() > 0.0);
-    assert_eq!(json(&sharpdraft(&args, None))["ids"], first["ids"], "greedy is deterministic");
+    assert_eq!(
+        json(&sharpdraft(&args, None))["ids"],
+        first["ids"],
+        "greedy is deterministic"
+    );
     let mut sampled = args.to_vec();
     sampled.extend(["--temperature", "0.9", "--seed", "7"]);
     let a = json(&sharpdraft(&sampled, None));
-    assert_eq!(json(&sharpdraft(&sampled, None))["ids"], a["ids"], "a seed reproduces a sample");
+    assert_eq!(
+        json(&sharpdraft(&sampled, None))["ids"],
+        a["ids"],
+        "a seed reproduces a sample"
+    );
 }
 
 #[test]
@@ -49,27 +73,68 @@ fn logits_json_lists_the_top_tokens_of_a_raw_prompt() {
     if !smollm2_fetched() {
         return;
     }
-    let out = json(&sharpdraft(&["logits", "--model", "smollm2-135m-instruct", "--prompt", "The capital of France is", "--top", "5", "--json"], None));
+    let out = json(&sharpdraft(
+        &[
+            "logits",
+            "--model",
+            "smollm2-135m-instruct",
+            "--prompt",
+            "The capital of France is",
+            "--top",
+            "5",
+            "--json",
+        ],
+        None,
+    ));
     let top_ids = out["top_ids"].as_array().unwrap();
-    let top_logits: Vec<f64> = out["top_logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let top_logits: Vec<f64> = out["top_logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
     assert_eq!(top_ids.len(), 5);
     assert!(top_logits.windows(2).all(|w| w[0] >= w[1]));
     assert_eq!(top_ids[0], 7042, "\" Paris\"");
-    assert_eq!(out["prompt_ids"].as_array().unwrap().len(), 5, "raw prompt, no template, no BOS");
+    assert_eq!(
+        out["prompt_ids"].as_array().unwrap().len(),
+        5,
+        "raw prompt, no template, no BOS"
+    );
 }
 
 #[test]
 fn an_unknown_or_unfetched_model_says_what_to_do() {
     let home = tempfile::tempdir().unwrap();
-    let out = sharpdraft(&["logits", "--model", "smollm2-135m-instruct", "--prompt", "x"], Some(home.path()));
+    let out = sharpdraft(
+        &[
+            "logits",
+            "--model",
+            "smollm2-135m-instruct",
+            "--prompt",
+            "x",
+        ],
+        Some(home.path()),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("run `sharpdraft fetch smollm2-135m-instruct`"), "{stderr}");
-    let out = sharpdraft(&["generate", "--target", "no-such-model", "--prompt", "x"], Some(home.path()));
+    assert!(
+        stderr.contains("run `sharpdraft fetch smollm2-135m-instruct`"),
+        "{stderr}"
+    );
+    let out = sharpdraft(
+        &["generate", "--target", "no-such-model", "--prompt", "x"],
+        Some(home.path()),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("known model (smollm2-135m-instruct"), "{stderr}");
+    assert!(
+        stderr.contains("known model (smollm2-135m-instruct"),
+        "{stderr}"
+    );
     let out = sharpdraft(&["fetch", "--list"], Some(home.path()));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("smollm2-135m-instruct        not fetched"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("smollm2-135m-instruct        not fetched")
+    );
 }
 
 #[test]
@@ -77,7 +142,15 @@ fn importing_a_file_that_is_not_gguf_fails_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("model.gguf");
     std::fs::write(&file, b"nope").unwrap();
-    let out = sharpdraft(&["import", "gguf", file.to_str().unwrap(), dir.path().join("out").to_str().unwrap()], None);
+    let out = sharpdraft(
+        &[
+            "import",
+            "gguf",
+            file.to_str().unwrap(),
+            dir.path().join("out").to_str().unwrap(),
+        ],
+        None,
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a readable GGUF file"));
 }

@@ -3,8 +3,16 @@ use serde_json::Value;
 use std::process::Command;
 
 fn run(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_sharpdraft")).args(args).env("RUST_BACKTRACE", "0").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -16,7 +24,16 @@ fn fetched() -> bool {
     ok
 }
 
-const BASE: [&str; 8] = ["generate", "--target", "smollm2-135m-instruct", "--prompt", "Name three fruits.", "--max-new-tokens", "20", "--json"];
+const BASE: [&str; 8] = [
+    "generate",
+    "--target",
+    "smollm2-135m-instruct",
+    "--prompt",
+    "Name three fruits.",
+    "--max-new-tokens",
+    "20",
+    "--json",
+];
 
 #[test]
 fn vanilla_speculation_reports_tau_cycles_and_the_speedup_against_ar() {
@@ -24,13 +41,33 @@ fn vanilla_speculation_reports_tau_cycles_and_the_speedup_against_ar() {
         return;
     }
     let mut args = BASE.to_vec();
-    args.extend(["--drafter", "smollm2-135m-instruct", "--method", "vanilla", "--draft-len", "3", "--compare-ar"]);
+    args.extend([
+        "--drafter",
+        "smollm2-135m-instruct",
+        "--method",
+        "vanilla",
+        "--draft-len",
+        "3",
+        "--compare-ar",
+    ]);
     let v = run(&args);
     assert_eq!(v["identical_to_ar"], true);
-    assert!(v["tau"].as_f64().unwrap() > 3.0, "a model drafting for itself is accepted: {}", v["tau"]);
+    assert!(
+        v["tau"].as_f64().unwrap() > 3.0,
+        "a model drafting for itself is accepted: {}",
+        v["tau"]
+    );
     let cycles = v["cycles"].as_array().unwrap();
     assert!(!cycles.is_empty());
-    for key in ["context", "drafted", "accepted", "accepted_per_position", "bonus", "draft_seconds", "verify_seconds"] {
+    for key in [
+        "context",
+        "drafted",
+        "accepted",
+        "accepted_per_position",
+        "bonus",
+        "draft_seconds",
+        "verify_seconds",
+    ] {
         assert!(cycles[0].get(key).is_some(), "cycle record lacks {key}");
     }
     assert!(v["speedup_vs_ar"].as_f64().unwrap() > 0.0);
@@ -42,14 +79,36 @@ fn eagle3_trees_from_a_published_layout_checkpoint_run_from_the_cli() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let target = sharpdraft_model::CausalLm::load(&sharpdraft_model::registry::resolve("smollm2-135m-instruct").unwrap(), tch::Device::Cpu, tch::Kind::Float).unwrap();
-    sharpdraft_draft::eagle3::write_random_head(dir.path(), &target.net, &Default::default()).unwrap();
+    let target = sharpdraft_model::CausalLm::load(
+        &sharpdraft_model::registry::resolve("smollm2-135m-instruct").unwrap(),
+        tch::Device::Cpu,
+        tch::Kind::Float,
+    )
+    .unwrap();
+    sharpdraft_draft::eagle3::write_random_head(dir.path(), &target.net, &Default::default())
+        .unwrap();
     let head = dir.path().to_str().unwrap();
     let mut args = BASE.to_vec();
-    args.extend(["--drafter", head, "--method", "eagle3", "--tree-depth", "3", "--tree-topk", "4", "--tree-tokens", "12", "--compare-ar"]);
+    args.extend([
+        "--drafter",
+        head,
+        "--method",
+        "eagle3",
+        "--tree-depth",
+        "3",
+        "--tree-topk",
+        "4",
+        "--tree-tokens",
+        "12",
+        "--compare-ar",
+    ]);
     let v = run(&args);
     assert_eq!(v["identical_to_ar"], true);
-    assert!(v["cycles"].as_array().unwrap().iter().all(|c| c["drafted"].as_u64().unwrap() <= 12));
+    assert!(v["cycles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["drafted"].as_u64().unwrap() <= 12));
 }
 
 #[test]
@@ -57,13 +116,26 @@ fn a_drafter_without_a_target_match_is_a_clear_error() {
     if !fetched() {
         return;
     }
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/qwen2");
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/qwen2");
     let mut args = BASE.to_vec();
-    args.extend(["--drafter", fixture.to_str().unwrap(), "--method", "vanilla"]);
-    let out = Command::new(env!("CARGO_BIN_EXE_sharpdraft")).args(&args).env("RUST_BACKTRACE", "0").output().unwrap();
+    args.extend([
+        "--drafter",
+        fixture.to_str().unwrap(),
+        "--method",
+        "vanilla",
+    ]);
+    let out = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+        .args(&args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("vocab_size 64 differs from the target's 49152"), "{stderr}");
+    assert!(
+        stderr.contains("vocab_size 64 differs from the target's 49152"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -73,23 +145,66 @@ fn tau_reports_acceptance_per_prompt_and_context_with_a_long_text_before_the_que
     }
     let dir = tempfile::tempdir().unwrap();
     let prompts = dir.path().join("q.jsonl");
-    std::fs::write(&prompts, "{\"turns\": [\"Name a colour.\", \"And another?\"]}\n{\"turns\": [\"Name a fruit.\"]}\n").unwrap();
+    std::fs::write(
+        &prompts,
+        "{\"turns\": [\"Name a colour.\", \"And another?\"]}\n{\"turns\": [\"Name a fruit.\"]}\n",
+    )
+    .unwrap();
     let filler = dir.path().join("filler.txt");
-    std::fs::write(&filler, "The quick brown fox jumps over the lazy dog. ".repeat(100)).unwrap();
+    std::fs::write(
+        &filler,
+        "The quick brown fox jumps over the lazy dog. ".repeat(100),
+    )
+    .unwrap();
     let run = |extra: &[&str]| {
-        let mut args = vec!["tau", "--target", "smollm2-135m-instruct", "--drafter", "smollm2-135m-instruct", "--method", "vanilla"];
-        args.extend_from_slice(&["--prompts", prompts.to_str().unwrap(), "--field", "turns", "--skip", "1", "--count", "1", "--max-new-tokens", "8"]);
+        let mut args = vec![
+            "tau",
+            "--target",
+            "smollm2-135m-instruct",
+            "--drafter",
+            "smollm2-135m-instruct",
+            "--method",
+            "vanilla",
+        ];
+        args.extend_from_slice(&[
+            "--prompts",
+            prompts.to_str().unwrap(),
+            "--field",
+            "turns",
+            "--skip",
+            "1",
+            "--count",
+            "1",
+            "--max-new-tokens",
+            "8",
+        ]);
         args.extend_from_slice(extra);
-        std::process::Command::new(env!("CARGO_BIN_EXE_sharpdraft")).args(&args).output().unwrap()
+        std::process::Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+            .args(&args)
+            .output()
+            .unwrap()
     };
-    let out = run(&["--contexts", "0,300", "--filler", filler.to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&[
+        "--contexts",
+        "0,300",
+        "--filler",
+        filler.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["prompt"], 1, "--skip 1 takes the second line");
     let long = rows[1]["context"].as_i64().unwrap();
-    assert!((290..=310).contains(&long), "context {long} for a requested 300");
+    assert!(
+        (290..=310).contains(&long),
+        "context {long} for a requested 300"
+    );
     // The target drafting for itself is always accepted: K = 4 drafts + 1 bonus per pass.
     for summary in report["summary"].as_array().unwrap() {
         assert!(summary["tau"].as_f64().unwrap() > 3.0, "{summary}");

@@ -11,7 +11,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal};
 use sharpdraft_model::generate::prefill_with_taps;
-use sharpdraft_model::{AttentionMask, ForwardInput, KvCache, LogitRows, Sampler, Sampling, Tap, Transformer};
+use sharpdraft_model::{
+    AttentionMask, ForwardInput, KvCache, LogitRows, Sampler, Sampling, Tap, Transformer,
+};
 use std::time::Instant;
 use tch::{Device, Tensor};
 
@@ -26,7 +28,10 @@ pub enum DecodeError {
     #[error(transparent)]
     Torch(#[from] tch::TchError),
     #[error("bad proposal from {method}: {reason}")]
-    Proposal { method: &'static str, reason: String },
+    Proposal {
+        method: &'static str,
+        reason: String,
+    },
     #[error("{0}")]
     Input(String),
 }
@@ -62,20 +67,37 @@ pub struct Session<'a> {
 
 impl<'a> Session<'a> {
     /// Runs the target over the prompt, draws the first token and prefills the drafter.
-    pub fn prefill(target: &'a Transformer, drafter: &mut dyn Drafter, prompt: &[i64], config: &'a SpecConfig) -> Result<Self> {
+    pub fn prefill(
+        target: &'a Transformer,
+        drafter: &mut dyn Drafter,
+        prompt: &[i64],
+        config: &'a SpecConfig,
+    ) -> Result<Self> {
         if prompt.is_empty() {
             return Err(DecodeError::Input("the prompt is empty".into()));
         }
         let taps = drafter.target_taps();
-        let mut cache = target.new_cache(prompt.len() as i64 + config.max_new_tokens as i64 + config.max_proposal as i64 + 2);
+        let mut cache = target.new_cache(
+            prompt.len() as i64 + config.max_new_tokens as i64 + config.max_proposal as i64 + 2,
+        );
         let mut verifier_rng = StdRng::seed_from_u64(config.sampling.seed);
-        let drafter_sampler = Sampler::new(Sampling { seed: config.sampling.seed ^ DRAFTER_SEED_SALT, ..config.sampling });
+        let drafter_sampler = Sampler::new(Sampling {
+            seed: config.sampling.seed ^ DRAFTER_SEED_SALT,
+            ..config.sampling
+        });
         let (last_logits, prompt_hidden) = prefill_with_taps(target, prompt, &mut cache, &taps)?;
         let first = pick(&last_logits, &config.sampling, &mut verifier_rng);
         let mut committed = prompt.to_vec();
         committed.push(first);
         let greedy = config.sampling.is_greedy();
-        drafter.prefill(&DraftContext { committed: &committed, target, greedy }, prompt_hidden.as_ref())?;
+        drafter.prefill(
+            &DraftContext {
+                committed: &committed,
+                target,
+                greedy,
+            },
+            prompt_hidden.as_ref(),
+        )?;
         let finished = config.stop_tokens.contains(&first) || config.max_new_tokens <= 1;
         Ok(Self {
             target,
@@ -103,10 +125,20 @@ impl<'a> Session<'a> {
         let device = target.device();
         let cycle_start = Instant::now();
         let context = self.committed.len() as i64;
-        let proposal = drafter.propose(&DraftContext { committed: &self.committed, target, greedy }, &mut self.drafter_sampler)?;
+        let proposal = drafter.propose(
+            &DraftContext {
+                committed: &self.committed,
+                target,
+                greedy,
+            },
+            &mut self.drafter_sampler,
+        )?;
         proposal
             .validate(target.config.vocab_size)
-            .map_err(|reason| DecodeError::Proposal { method: drafter.method(), reason })?;
+            .map_err(|reason| DecodeError::Proposal {
+                method: drafter.method(),
+                reason,
+            })?;
         let draft_seconds = cycle_start.elapsed().as_secs_f64();
 
         let verify_start = Instant::now();
@@ -118,27 +150,47 @@ impl<'a> Session<'a> {
         let mut positions = vec![base];
         positions.extend(depths.iter().map(|d| base + 1 + d));
         // Row 0 is the root; node i is row i + 1 and hangs off its parent's row (the root for depth 0).
-        let parents: Vec<Option<usize>> = std::iter::once(None).chain(proposal.parents.iter().map(|p| Some(p.map_or(0, |p| p + 1)))).collect();
+        let parents: Vec<Option<usize>> = std::iter::once(None)
+            .chain(
+                proposal
+                    .parents
+                    .iter()
+                    .map(|p| Some(p.map_or(0, |p| p + 1))),
+            )
+            .collect();
         let mask = AttentionMask::tree(base, &parents, device)?;
         let ids_t = Tensor::from_slice(&ids).to_device(device);
         let positions_t = Tensor::from_slice(&positions).to_device(device);
         let mut speculation = self.cache.speculate();
         let forward_start = Instant::now();
         let out = target.forward(
-            ForwardInput { mask: &mask, logits: LogitRows::All, taps: &self.taps, ..ForwardInput::causal(&ids_t, &positions_t) },
+            ForwardInput {
+                mask: &mask,
+                logits: LogitRows::All,
+                taps: &self.taps,
+                ..ForwardInput::causal(&ids_t, &positions_t)
+            },
             &mut speculation,
         )?;
         let logits = out.logits.expect("logits requested");
         self.target_forward_seconds += forward_start.elapsed().as_secs_f64();
         let verdict = verify(&logits, &proposal, &config.sampling, &mut self.verifier_rng);
-        let kept_rows: Vec<i64> = std::iter::once(0).chain(verdict.accepted.iter().map(|&n| n as i64 + 1)).collect();
+        let kept_rows: Vec<i64> = std::iter::once(0)
+            .chain(verdict.accepted.iter().map(|&n| n as i64 + 1))
+            .collect();
         speculation.commit_path(&kept_rows)?;
 
-        let mut emitted: Vec<i64> = verdict.accepted.iter().map(|&n| proposal.tokens[n]).collect();
+        let mut emitted: Vec<i64> = verdict
+            .accepted
+            .iter()
+            .map(|&n| proposal.tokens[n])
+            .collect();
         emitted.push(verdict.bonus);
         for token in emitted {
             self.committed.push(token);
-            if config.stop_tokens.contains(&token) || self.committed.len() - self.prompt_len >= config.max_new_tokens {
+            if config.stop_tokens.contains(&token)
+                || self.committed.len() - self.prompt_len >= config.max_new_tokens
+            {
                 self.finished = true;
                 break;
             }
@@ -146,16 +198,32 @@ impl<'a> Session<'a> {
         let verify_seconds = verify_start.elapsed().as_secs_f64();
         let observe_start = Instant::now();
         if !self.finished {
-            let hidden = (!self.taps.is_empty()).then(|| Tensor::cat(&out.hidden, -1).index_select(0, &Tensor::from_slice(&kept_rows).to_device(device)));
-            let feedback = Feedback { accepted: &verdict.accepted, bonus: verdict.bonus, target_hidden: hidden.as_ref() };
-            drafter.observe(&DraftContext { committed: &self.committed, target, greedy }, &feedback)?;
+            let hidden = (!self.taps.is_empty()).then(|| {
+                Tensor::cat(&out.hidden, -1)
+                    .index_select(0, &Tensor::from_slice(&kept_rows).to_device(device))
+            });
+            let feedback = Feedback {
+                accepted: &verdict.accepted,
+                bonus: verdict.bonus,
+                target_hidden: hidden.as_ref(),
+            };
+            drafter.observe(
+                &DraftContext {
+                    committed: &self.committed,
+                    target,
+                    greedy,
+                },
+                &feedback,
+            )?;
         }
         let max_depth = depths.iter().max().map_or(0, |d| *d as usize + 1);
         self.cycles.push(CycleRecord {
             context,
             drafted: proposal.len(),
             accepted: verdict.accepted.len(),
-            accepted_per_position: (0..max_depth).map(|d| u8::from(d < verdict.accepted.len())).collect(),
+            accepted_per_position: (0..max_depth)
+                .map(|d| u8::from(d < verdict.accepted.len()))
+                .collect(),
             bonus: 1,
             draft_seconds: draft_seconds + observe_start.elapsed().as_secs_f64(),
             verify_seconds,
@@ -164,7 +232,12 @@ impl<'a> Session<'a> {
     }
 }
 
-pub fn speculative_generate(target: &Transformer, drafter: &mut dyn Drafter, prompt: &[i64], config: &SpecConfig) -> Result<SpecReport> {
+pub fn speculative_generate(
+    target: &Transformer,
+    drafter: &mut dyn Drafter,
+    prompt: &[i64],
+    config: &SpecConfig,
+) -> Result<SpecReport> {
     let _guard = tch::no_grad_guard();
     let started = Instant::now();
     let mut session = Session::prefill(target, drafter, prompt, config)?;
@@ -189,12 +262,17 @@ pub fn speculative_generate(target: &Transformer, drafter: &mut dyn Drafter, pro
 /// Greedy or stochastic verification of `proposal` against the target logits `[1 + N, vocab]`.
 fn verify(logits: &Tensor, proposal: &Proposal, sampling: &Sampling, rng: &mut StdRng) -> Verdict {
     if sampling.is_greedy() {
-        let argmax = Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu)).expect("argmax ids");
+        let argmax = Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))
+            .expect("argmax ids");
         return verify_greedy(&argmax, proposal);
     }
     let probs = sampling.probabilities(logits);
     let row = |t: &Tensor, i: usize| -> Vec<f64> {
-        Vec::<f32>::try_from(t.get(i as i64).to_device(Device::Cpu)).expect("probability row").into_iter().map(f64::from).collect()
+        Vec::<f32>::try_from(t.get(i as i64).to_device(Device::Cpu))
+            .expect("probability row")
+            .into_iter()
+            .map(f64::from)
+            .collect()
     };
     let mut target_probs = |r: usize| row(&probs, r);
     let mut draft_probs = |n: usize| proposal.draft_probs.as_ref().map(|q| row(q, n));
@@ -207,6 +285,10 @@ fn pick(logits: &Tensor, sampling: &Sampling, rng: &mut StdRng) -> i64 {
     if sampling.is_greedy() {
         return logits.argmax(-1, false).int64_value(&[]);
     }
-    let p: Vec<f64> = Vec::<f32>::try_from(sampling.probabilities(logits).to_device(Device::Cpu)).expect("probabilities").into_iter().map(f64::from).collect();
+    let p: Vec<f64> = Vec::<f32>::try_from(sampling.probabilities(logits).to_device(Device::Cpu))
+        .expect("probabilities")
+        .into_iter()
+        .map(f64::from)
+        .collect();
     crate::verify::sample(&p, rng.random::<f64>())
 }

@@ -52,7 +52,9 @@ impl SpecReport {
     /// Share of decoding time (prefill excluded) spent outside model forward passes: the engine's own cost.
     pub fn engine_overhead(&self) -> f64 {
         let decoding = self.total_seconds - self.prefill_seconds;
-        ((decoding - self.target_forward_seconds - self.drafter_forward_seconds) / decoding.max(1e-9)).max(0.0)
+        ((decoding - self.target_forward_seconds - self.drafter_forward_seconds)
+            / decoding.max(1e-9))
+        .max(0.0)
     }
 }
 
@@ -60,6 +62,10 @@ impl SpecReport {
 pub fn peak_rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
         .map_or(0, |kb| kb * 1024)
 }

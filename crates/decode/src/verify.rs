@@ -21,13 +21,21 @@ pub fn verify_greedy(target_argmax: &[i64], proposal: &Proposal) -> Verdict {
     let (mut node, mut row) = (None, 0);
     loop {
         let want = target_argmax[row];
-        match proposal.children(node).find(|&child| proposal.tokens[child] == want) {
+        match proposal
+            .children(node)
+            .find(|&child| proposal.tokens[child] == want)
+        {
             Some(child) => {
                 accepted.push(child);
                 node = Some(child);
                 row = child + 1;
             }
-            None => return Verdict { accepted, bonus: want },
+            None => {
+                return Verdict {
+                    accepted,
+                    bonus: want,
+                }
+            }
         }
     }
 }
@@ -66,7 +74,11 @@ pub fn verify_stochastic(
                 continue 'rows;
             }
             let residual: Vec<f64> = match &q {
-                None => p.iter().enumerate().map(|(i, &pi)| if i == x { 0.0 } else { pi }).collect(),
+                None => p
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &pi)| if i == x { 0.0 } else { pi })
+                    .collect(),
                 Some(q) => p.iter().zip(q).map(|(pi, qi)| (pi - qi).max(0.0)).collect(),
             };
             // p == q exactly leaves nothing: rejection then had probability 0, so keep p.
@@ -74,7 +86,10 @@ pub fn verify_stochastic(
                 p = normalized(residual);
             }
         }
-        return Verdict { accepted, bonus: sample(&p, uniform()) };
+        return Verdict {
+            accepted,
+            bonus: sample(&p, uniform()),
+        };
     }
 }
 

@@ -15,23 +15,46 @@ fn assert_cache_is_fresh_prefill(net: &Transformer, cache: &KvCache, tokens: &[i
     for layer in 0..cache.num_layers() {
         let (k, v) = cache.layer(layer);
         let (k0, v0) = fresh.layer(layer);
-        let diff = (k - k0).abs().max().double_value(&[]).max((v - v0).abs().max().double_value(&[]));
+        let diff = (k - k0)
+            .abs()
+            .max()
+            .double_value(&[])
+            .max((v - v0).abs().max().double_value(&[]));
         assert!(diff < 1e-5, "{what}: layer {layer} differs by {diff}");
     }
 }
 
-fn run<D: Drafter>(target: &sharpdraft_model::CausalLm, drafter: &mut D, sampling: Sampling, mut check_drafter: impl FnMut(&D, &[i64])) -> (usize, usize) {
+fn run<D: Drafter>(
+    target: &sharpdraft_model::CausalLm,
+    drafter: &mut D,
+    sampling: Sampling,
+    mut check_drafter: impl FnMut(&D, &[i64]),
+) -> (usize, usize) {
     let _guard = tch::no_grad_guard();
-    let config = SpecConfig { max_new_tokens: 40, sampling, stop_tokens: vec![], max_proposal: 64 };
+    let config = SpecConfig {
+        max_new_tokens: 40,
+        sampling,
+        stop_tokens: vec![],
+        max_proposal: 64,
+    };
     let mut session = Session::prefill(&target.net, drafter, &PROMPT, &config).unwrap();
     let (mut full, mut partial) = (0, 0);
     while !session.finished {
         session.cycle(drafter).unwrap();
         let cycle = session.cycles.last().unwrap();
-        if cycle.accepted == cycle.drafted { full += 1 } else { partial += 1 }
+        if cycle.accepted == cycle.drafted {
+            full += 1
+        } else {
+            partial += 1
+        }
         if !session.finished {
             let committed = &session.committed;
-            assert_cache_is_fresh_prefill(&target.net, &session.cache, &committed[..committed.len() - 1], "target");
+            assert_cache_is_fresh_prefill(
+                &target.net,
+                &session.cache,
+                &committed[..committed.len() - 1],
+                "target",
+            );
             check_drafter(drafter, committed);
         }
     }
@@ -41,7 +64,15 @@ fn run<D: Drafter>(target: &sharpdraft_model::CausalLm, drafter: &mut D, samplin
 #[test]
 fn target_and_vanilla_caches_stay_a_fresh_prefill_of_the_committed_tokens() {
     let target = load("qwen3");
-    for sampling in [Sampling::greedy(), Sampling { temperature: 1.0, top_p: 0.9, top_k: 0, seed: 5 }] {
+    for sampling in [
+        Sampling::greedy(),
+        Sampling {
+            temperature: 1.0,
+            top_p: 0.9,
+            top_k: 0,
+            seed: 5,
+        },
+    ] {
         // A drafter that shares some behaviour with the target gives a mix of accepts and rejects.
         let mut drafter = vanilla("qwen3", &target, 3, sampling);
         let drafter_net = load("qwen3");
@@ -63,8 +94,25 @@ fn the_target_cache_stays_exact_under_eagle3_trees() {
     let target = load("llama");
     let dir = tempfile::tempdir().unwrap();
     write_eagle3(dir.path(), &target, &EagleOptions::default());
-    for sampling in [Sampling::greedy(), Sampling { temperature: 0.8, top_p: 1.0, top_k: 0, seed: 9 }] {
-        let mut drafter = eagle3(dir.path(), &target, TreeShape { depth: 3, top_k: 3, total_tokens: 10 }, sampling);
+    for sampling in [
+        Sampling::greedy(),
+        Sampling {
+            temperature: 0.8,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 9,
+        },
+    ] {
+        let mut drafter = eagle3(
+            dir.path(),
+            &target,
+            TreeShape {
+                depth: 3,
+                top_k: 3,
+                total_tokens: 10,
+            },
+            sampling,
+        );
         run(&target, &mut drafter, sampling, |_, _| {});
     }
 }
@@ -75,8 +123,17 @@ fn pard_and_dflash_keep_every_cache_exact() {
     let dir = tempfile::tempdir().unwrap();
     let pard_dir = dir.path().join("pard");
     write_pard(&pard_dir, "qwen2");
-    let pard_model = sharpdraft_model::CausalLm::load(&pard_dir, tch::Device::Cpu, tch::Kind::Float).unwrap();
-    for sampling in [Sampling::greedy(), Sampling { temperature: 1.0, top_p: 1.0, top_k: 0, seed: 2 }] {
+    let pard_model =
+        sharpdraft_model::CausalLm::load(&pard_dir, tch::Device::Cpu, tch::Kind::Float).unwrap();
+    for sampling in [
+        Sampling::greedy(),
+        Sampling {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 2,
+        },
+    ] {
         let mut drafter = pard(&pard_dir, &target, 4);
         run(&target, &mut drafter, sampling, |d, committed| {
             // PARD keeps a prefix of the committed tokens (everything committed when it proposed, the root

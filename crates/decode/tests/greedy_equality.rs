@@ -24,7 +24,11 @@ fn a_drafter_identical_to_the_target_is_always_accepted() {
     let mut drafter = vanilla("qwen2", &target, 4, Sampling::greedy());
     let got = spec(&target, &mut drafter, &PROMPT, 21, Sampling::greedy());
     assert_eq!(got.ids, greedy_ar(&target, &PROMPT, 21));
-    assert!(got.cycles.iter().all(|c| c.accepted == 4), "{:?}", got.cycles.iter().map(|c| c.accepted).collect::<Vec<_>>());
+    assert!(
+        got.cycles.iter().all(|c| c.accepted == 4),
+        "{:?}",
+        got.cycles.iter().map(|c| c.accepted).collect::<Vec<_>>()
+    );
     assert_eq!(got.tau(), 5.0);
 }
 
@@ -33,10 +37,35 @@ fn eagle3_chains_and_trees_emit_the_targets_greedy_tokens() {
     let target = load("llama");
     let want = greedy_ar(&target, &PROMPT, 24);
     let dir = tempfile::tempdir().unwrap();
-    for (i, options) in [EagleOptions::default(), EagleOptions { eagle31: true, layers0_prefix: true, reduced_vocab: false, seed: 3, ..Default::default() }].iter().enumerate() {
+    for (i, options) in [
+        EagleOptions::default(),
+        EagleOptions {
+            eagle31: true,
+            layers0_prefix: true,
+            reduced_vocab: false,
+            seed: 3,
+            ..Default::default()
+        },
+    ]
+    .iter()
+    .enumerate()
+    {
         let path = dir.path().join(format!("eagle{i}"));
         write_eagle3(&path, &target, options);
-        for shape in [TreeShape::chain(1), TreeShape::chain(5), TreeShape { depth: 3, top_k: 4, total_tokens: 12 }, TreeShape { depth: 5, top_k: 8, total_tokens: 40 }] {
+        for shape in [
+            TreeShape::chain(1),
+            TreeShape::chain(5),
+            TreeShape {
+                depth: 3,
+                top_k: 4,
+                total_tokens: 12,
+            },
+            TreeShape {
+                depth: 5,
+                top_k: 8,
+                total_tokens: 40,
+            },
+        ] {
             let mut drafter = eagle3(&path, &target, shape, Sampling::greedy());
             let got = spec(&target, &mut drafter, &PROMPT, 24, Sampling::greedy());
             assert_eq!(got.ids, want, "eagle {i} {shape:?}");
@@ -54,18 +83,36 @@ fn pard_and_dflash_emit_the_targets_greedy_tokens() {
         let path = dir.path().join(format!("pard-{family}"));
         write_pard(&path, family);
         for k in [1, 4, 8] {
-            let got = spec(&target, &mut pard(&path, &target, k), &PROMPT, 24, Sampling::greedy());
+            let got = spec(
+                &target,
+                &mut pard(&path, &target, k),
+                &PROMPT,
+                24,
+                Sampling::greedy(),
+            );
             assert_eq!(got.ids, want, "pard {family} K = {k}");
         }
     }
     // A PARD drafter that is the target itself is always right about d1.
     let own = dir.path().join("pard-llama");
-    let got = spec(&target, &mut pard(&own, &target, 4), &PROMPT, 24, Sampling::greedy());
+    let got = spec(
+        &target,
+        &mut pard(&own, &target, 4),
+        &PROMPT,
+        24,
+        Sampling::greedy(),
+    );
     assert!(got.cycles.iter().all(|c| c.accepted >= 1));
     for (i, (block, window)) in [(4, None), (8, None), (6, Some(5))].into_iter().enumerate() {
         let path = dir.path().join(format!("dflash{i}"));
         write_dflash(&path, &target, &dflash_options(block, window));
-        let got = spec(&target, &mut dflash(&path, &target), &PROMPT, 24, Sampling::greedy());
+        let got = spec(
+            &target,
+            &mut dflash(&path, &target),
+            &PROMPT,
+            24,
+            Sampling::greedy(),
+        );
         assert_eq!(got.ids, want, "dflash block {block} window {window:?}");
         assert!(got.cycles.iter().all(|c| c.drafted == block as usize - 1));
     }

@@ -19,8 +19,16 @@ fn smollm2() -> Option<CausalLm> {
 
 fn prompt(model: &CausalLm) -> Vec<i64> {
     let tokenizer = model.tokenizer().unwrap();
-    let message = ChatMessage { role: "user".into(), content: "Explain in two sentences why the sky is blue.".into() };
-    tokenizer.encode(&tokenizer.apply_chat_template(&[message], true).unwrap(), false).unwrap()
+    let message = ChatMessage {
+        role: "user".into(),
+        content: "Explain in two sentences why the sky is blue.".into(),
+    };
+    tokenizer
+        .encode(
+            &tokenizer.apply_chat_template(&[message], true).unwrap(),
+            false,
+        )
+        .unwrap()
 }
 
 #[test]
@@ -29,35 +37,84 @@ fn smollm2_speculative_greedy_equals_autoregressive_greedy_for_every_drafter() {
     let prompt = prompt(&target);
     let want = greedy_ar(&target, &prompt, 24);
     // Vanilla: the model drafting for itself is always accepted.
-    let mut own = VanillaDrafter::new(smollm2().unwrap(), &target, 4, 512, Sampling::greedy()).unwrap();
+    let mut own =
+        VanillaDrafter::new(smollm2().unwrap(), &target, 4, 512, Sampling::greedy()).unwrap();
     let report = spec(&target, &mut own, &prompt, 24, Sampling::greedy());
     assert_eq!(report.ids, want);
     assert!(report.tau() > 4.0, "tau {}", report.tau());
     // EAGLE-3 heads in the published layout (random weights), chain and tree.
     let dir = tempfile::tempdir().unwrap();
-    write_eagle3(dir.path(), &target, &EagleOptions { eagle31: true, ..EagleOptions::default() });
-    for shape in [TreeShape::chain(4), TreeShape { depth: 4, top_k: 6, total_tokens: 24 }] {
+    write_eagle3(
+        dir.path(),
+        &target,
+        &EagleOptions {
+            eagle31: true,
+            ..EagleOptions::default()
+        },
+    );
+    for shape in [
+        TreeShape::chain(4),
+        TreeShape {
+            depth: 4,
+            top_k: 6,
+            total_tokens: 24,
+        },
+    ] {
         let mut drafter = eagle3(dir.path(), &target, shape, Sampling::greedy());
-        assert_eq!(spec(&target, &mut drafter, &prompt, 24, Sampling::greedy()).ids, want, "{shape:?}");
+        assert_eq!(
+            spec(&target, &mut drafter, &prompt, 24, Sampling::greedy()).ids,
+            want,
+            "{shape:?}"
+        );
     }
     // PARD: the target's own weights with a mask token; d1 comes from the last real token, so it is
     // always accepted.
     let pard_dir = dir.path().join("pard");
     std::fs::create_dir_all(&pard_dir).unwrap();
     let source = registry::resolve("smollm2-135m-instruct").unwrap();
-    for file in ["model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+    for file in [
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
         std::os::unix::fs::symlink(source.join(file), pard_dir.join(file)).unwrap();
     }
-    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).unwrap()).unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).unwrap())
+            .unwrap();
     config["pard_token"] = 16.into(); // <empty_output>, a special token chat never uses
     std::fs::write(pard_dir.join("config.json"), config.to_string()).unwrap();
-    let mut drafter = sharpdraft_draft::PardDrafter::new(CausalLm::load(&pard_dir, Device::Cpu, Kind::Float).unwrap(), &target, 4, 512).unwrap();
+    let mut drafter = sharpdraft_draft::PardDrafter::new(
+        CausalLm::load(&pard_dir, Device::Cpu, Kind::Float).unwrap(),
+        &target,
+        4,
+        512,
+    )
+    .unwrap();
     let report = spec(&target, &mut drafter, &prompt, 24, Sampling::greedy());
     assert_eq!(report.ids, want);
-    assert!(report.cycles.iter().all(|c| c.accepted >= 1), "real verification accepts PARD's d1");
+    assert!(
+        report.cycles.iter().all(|c| c.accepted >= 1),
+        "real verification accepts PARD's d1"
+    );
     // DFlash, random weights in the published layout.
     let dflash_dir = dir.path().join("dflash");
-    sharpdraft_draft::dflash::write_random_dflash(&dflash_dir, &target.net, &sharpdraft_draft::dflash::RandomDFlashOptions { layers: 2, block_size: 8, sliding_window: None, mask_token: 16, seed: 0 }).unwrap();
+    sharpdraft_draft::dflash::write_random_dflash(
+        &dflash_dir,
+        &target.net,
+        &sharpdraft_draft::dflash::RandomDFlashOptions {
+            layers: 2,
+            block_size: 8,
+            sliding_window: None,
+            mask_token: 16,
+            seed: 0,
+        },
+    )
+    .unwrap();
     let mut drafter = dflash(&dflash_dir, &target);
-    assert_eq!(spec(&target, &mut drafter, &prompt, 24, Sampling::greedy()).ids, want, "dflash");
+    assert_eq!(
+        spec(&target, &mut drafter, &prompt, 24, Sampling::greedy()).ids,
+        want,
+        "dflash"
+    );
 }

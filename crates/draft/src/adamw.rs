@@ -27,10 +27,21 @@ impl AdamW {
             .iter_mut()
             .map(|(_, p)| {
                 let _ = p.requires_grad_(true);
-                (p.zeros_like().to_kind(Kind::Float), p.zeros_like().to_kind(Kind::Float))
+                (
+                    p.zeros_like().to_kind(Kind::Float),
+                    p.zeros_like().to_kind(Kind::Float),
+                )
             })
             .collect();
-        Self { params, moments, updates: 0, learning_rate, weight_decay, betas: (0.9, 0.999), eps: 1e-8 }
+        Self {
+            params,
+            moments,
+            updates: 0,
+            learning_rate,
+            weight_decay,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+        }
     }
 
     /// Backward pass of `loss`, gradient clipping to a global L2 norm of `max_norm`, one update.
@@ -40,8 +51,21 @@ impl AdamW {
         }
         loss.backward();
         let _guard = tch::no_grad_guard();
-        let grads: Vec<Option<Tensor>> = self.params.iter().map(|(_, p)| Some(p.grad()).filter(Tensor::defined)).collect();
-        let squares: f64 = grads.iter().flatten().map(|g| g.to_kind(Kind::Float).square().sum(Kind::Float).double_value(&[])).sum();
+        let grads: Vec<Option<Tensor>> = self
+            .params
+            .iter()
+            .map(|(_, p)| Some(p.grad()).filter(Tensor::defined))
+            .collect();
+        let squares: f64 = grads
+            .iter()
+            .flatten()
+            .map(|g| {
+                g.to_kind(Kind::Float)
+                    .square()
+                    .sum(Kind::Float)
+                    .double_value(&[])
+            })
+            .sum();
         let clip = (max_norm / (squares.sqrt() + 1e-6)).min(1.0);
         self.updates += 1;
         let (b1, b2) = self.betas;
@@ -52,7 +76,8 @@ impl AdamW {
             let g = grad.to_kind(Kind::Float) * clip;
             let _ = m.g_mul_scalar_(b1).g_add_(&(&g * (1.0 - b1)));
             let _ = v.g_mul_scalar_(b2).g_add_(&(g.square() * (1.0 - b2)));
-            let step = (&*m / correction1) / ((&*v / correction2).sqrt() + self.eps) * self.learning_rate;
+            let step =
+                (&*m / correction1) / ((&*v / correction2).sqrt() + self.eps) * self.learning_rate;
             let _ = p.g_mul_scalar_(1.0 - self.learning_rate * self.weight_decay);
             let _ = p.g_sub_(&step.to_kind(p.kind()));
         }
@@ -60,30 +85,49 @@ impl AdamW {
 
     /// Writes the moments and the update count to one safetensors file.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let mut named: Vec<(String, Tensor)> = vec![("updates".into(), Tensor::from_slice(&[self.updates]))];
+        let mut named: Vec<(String, Tensor)> =
+            vec![("updates".into(), Tensor::from_slice(&[self.updates]))];
         for ((name, _), (m, v)) in self.params.iter().zip(&self.moments) {
             named.push((format!("m.{name}"), m.shallow_clone()));
             named.push((format!("v.{name}"), v.shallow_clone()));
         }
-        Tensor::write_safetensors(&named, path).map_err(|e| DraftError::Checkpoint { path: path.display().to_string(), reason: e.to_string() })
+        Tensor::write_safetensors(&named, path).map_err(|e| DraftError::Checkpoint {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })
     }
 
     /// Restores what [`Self::save`] wrote; every parameter must find moments of its own shape.
     pub fn load(&mut self, path: &Path) -> Result<()> {
-        let error = |reason: String| DraftError::Checkpoint { path: path.display().to_string(), reason };
-        let stored: std::collections::HashMap<String, Tensor> = Tensor::read_safetensors(path).map_err(|e| error(e.to_string()))?.into_iter().collect();
+        let error = |reason: String| DraftError::Checkpoint {
+            path: path.display().to_string(),
+            reason,
+        };
+        let stored: std::collections::HashMap<String, Tensor> = Tensor::read_safetensors(path)
+            .map_err(|e| error(e.to_string()))?
+            .into_iter()
+            .collect();
         let _guard = tch::no_grad_guard();
         for ((name, p), (m, v)) in self.params.iter().zip(&mut self.moments) {
             for (prefix, moment) in [("m", m), ("v", v)] {
                 let key = format!("{prefix}.{name}");
-                let saved = stored.get(&key).ok_or_else(|| error(format!("no optimizer moment {key}")))?;
+                let saved = stored
+                    .get(&key)
+                    .ok_or_else(|| error(format!("no optimizer moment {key}")))?;
                 if saved.size() != p.size() {
-                    return Err(error(format!("moment {key} has shape {:?}, the parameter {:?}", saved.size(), p.size())));
+                    return Err(error(format!(
+                        "moment {key} has shape {:?}, the parameter {:?}",
+                        saved.size(),
+                        p.size()
+                    )));
                 }
                 moment.copy_(saved);
             }
         }
-        self.updates = stored.get("updates").map(|t| t.int64_value(&[0])).ok_or_else(|| error("no update count".into()))?;
+        self.updates = stored
+            .get("updates")
+            .map(|t| t.int64_value(&[0]))
+            .ok_or_else(|| error("no update count".into()))?;
         Ok(())
     }
 }

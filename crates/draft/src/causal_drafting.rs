@@ -8,19 +8,35 @@ use tch::{Kind, Tensor};
 
 /// Feeds `ids` at the cache's next positions; returns the requested logits and the seconds the forward
 /// pass took.
-pub(crate) fn feed(model: &CausalLm, cache: &mut KvCache, ids: &[i64], rows: LogitRows) -> Result<(Tensor, f64)> {
+pub(crate) fn feed(
+    model: &CausalLm,
+    cache: &mut KvCache,
+    ids: &[i64],
+    rows: LogitRows,
+) -> Result<(Tensor, f64)> {
     let device = model.net.device();
     let start = cache.len();
     let ids_t = Tensor::from_slice(ids).to_device(device);
     let positions = Tensor::arange_start(start, start + ids.len() as i64, (Kind::Int64, device));
-    let input = ForwardInput { logits: rows, ..ForwardInput::causal(&ids_t, &positions) };
+    let input = ForwardInput {
+        logits: rows,
+        ..ForwardInput::causal(&ids_t, &positions)
+    };
     let started = std::time::Instant::now();
-    let logits = model.net.forward(input, cache)?.logits.expect("logits requested");
+    let logits = model
+        .net
+        .forward(input, cache)?
+        .logits
+        .expect("logits requested");
     Ok((logits, started.elapsed().as_secs_f64()))
 }
 
 /// Prefills `cache` with every committed token but the root (the last one).
-pub(crate) fn prefill_before_root(model: &CausalLm, cache: &mut KvCache, committed: &[i64]) -> Result<()> {
+pub(crate) fn prefill_before_root(
+    model: &CausalLm,
+    cache: &mut KvCache,
+    committed: &[i64],
+) -> Result<()> {
     let _guard = tch::no_grad_guard();
     let before_root = &committed[..committed.len() - 1];
     if !before_root.is_empty() {

@@ -11,7 +11,9 @@
 
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
-use crate::random_init::{random_norm, random_weight, save_trained, write_config, write_f32_safetensors};
+use crate::random_init::{
+    random_norm, random_weight, save_trained, write_config, write_f32_safetensors,
+};
 use serde::Deserialize;
 use sharpdraft_model::layers::{Linear, RmsNorm};
 use sharpdraft_model::rope::{self, Rope};
@@ -74,7 +76,9 @@ pub fn default_target_layers(target_layers: usize, draft_layers: usize) -> Vec<u
         return vec![target_layers / 2];
     }
     let span = target_layers.saturating_sub(4) as f64;
-    (0..draft_layers).map(|i| (1.0 + i as f64 * span / (draft_layers - 1) as f64).round() as usize).collect()
+    (0..draft_layers)
+        .map(|i| (1.0 + i as f64 * span / (draft_layers - 1) as f64).round() as usize)
+        .collect()
 }
 
 pub(crate) struct Layer {
@@ -95,19 +99,41 @@ pub(crate) struct Layer {
 
 impl Layer {
     /// Queries of block rows `y` `[R, H]` (after input_layernorm) with RoPE: `[heads, R, head_dim]`.
-    pub(crate) fn queries(&self, y: &Tensor, cos: &Tensor, sin: &Tensor, heads: i64, head_dim: i64) -> Tensor {
+    pub(crate) fn queries(
+        &self,
+        y: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        heads: i64,
+        head_dim: i64,
+    ) -> Tensor {
         let rows = y.size()[0];
-        let q = self.q_norm.forward(&self.q_proj.forward(y).view([rows, heads, head_dim]));
+        let q = self
+            .q_norm
+            .forward(&self.q_proj.forward(y).view([rows, heads, head_dim]));
         rope::apply(&q, cos, sin).permute([1, 0, 2])
     }
 
     /// Keys and values of rows `x` `[R, H]` (block rows after input_layernorm, or fused context rows) with
     /// RoPE on the keys: two `[kv_heads, R, head_dim]`.
-    pub(crate) fn keys_values(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, kv_heads: i64, head_dim: i64) -> (Tensor, Tensor) {
+    pub(crate) fn keys_values(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        kv_heads: i64,
+        head_dim: i64,
+    ) -> (Tensor, Tensor) {
         let rows = x.size()[0];
-        let k = self.k_norm.forward(&self.k_proj.forward(x).view([rows, kv_heads, head_dim]));
+        let k = self
+            .k_norm
+            .forward(&self.k_proj.forward(x).view([rows, kv_heads, head_dim]));
         let k = rope::apply(&k, cos, sin).permute([1, 0, 2]);
-        let v = self.v_proj.forward(x).view([rows, kv_heads, head_dim]).permute([1, 0, 2]);
+        let v = self
+            .v_proj
+            .forward(x)
+            .view([rows, kv_heads, head_dim])
+            .permute([1, 0, 2]);
         (k, v)
     }
 
@@ -115,7 +141,9 @@ impl Layer {
     pub(crate) fn finish(&self, x: &Tensor, attention: &Tensor) -> Tensor {
         let x = x + self.o_proj.forward(attention);
         let h = self.post_attention_layernorm.forward(&x);
-        &x + self.down_proj.forward(&(self.gate_proj.forward(&h).silu() * self.up_proj.forward(&h)))
+        &x + self
+            .down_proj
+            .forward(&(self.gate_proj.forward(&h).silu() * self.up_proj.forward(&h)))
     }
 }
 
@@ -143,43 +171,78 @@ pub struct DFlashDrafter {
 }
 
 fn checkpoint_error(path: &Path, reason: impl Into<String>) -> DraftError {
-    DraftError::Checkpoint { path: path.display().to_string(), reason: reason.into() }
+    DraftError::Checkpoint {
+        path: path.display().to_string(),
+        reason: reason.into(),
+    }
 }
 
 impl DFlashDrafter {
     /// Loads a drafter in the published layout (config.json with `dflash_config` + model.safetensors).
     pub fn load(dir: &Path, target: &Transformer, capacity: i64) -> Result<Self> {
         let config_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&config_path).map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
+        let text = std::fs::read_to_string(&config_path)
+            .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
         let de = &mut serde_json::Deserializer::from_str(&text);
-        let config: DFlashConfig =
-            serde_path_to_error::deserialize(de).map_err(|e| checkpoint_error(&config_path, format!("{}: {}", e.path(), e.inner())))?;
+        let config: DFlashConfig = serde_path_to_error::deserialize(de)
+            .map_err(|e| checkpoint_error(&config_path, format!("{}: {}", e.path(), e.inner())))?;
         let t = &target.config;
-        let mask_token = config
-            .dflash_config
-            .mask_token_id
-            .ok_or_else(|| checkpoint_error(&config_path, "dflash_config.mask_token_id is missing"))?;
+        let mask_token = config.dflash_config.mask_token_id.ok_or_else(|| {
+            checkpoint_error(&config_path, "dflash_config.mask_token_id is missing")
+        })?;
         if mask_token < 0 || mask_token >= t.vocab_size {
-            return Err(checkpoint_error(&config_path, format!("dflash_config.mask_token_id {mask_token} outside the target vocabulary of {}", t.vocab_size)));
+            return Err(checkpoint_error(
+                &config_path,
+                format!(
+                    "dflash_config.mask_token_id {mask_token} outside the target vocabulary of {}",
+                    t.vocab_size
+                ),
+            ));
         }
         if config.hidden_size != t.hidden_size {
             return Err(DraftError::Mismatch(format!("DFlash hidden_size {} must equal the target's {} (it shares embedding and LM head)", config.hidden_size, t.hidden_size)));
         }
         if config.vocab_size != t.vocab_size {
-            return Err(DraftError::Mismatch(format!("DFlash vocab_size {} differs from the target's {}", config.vocab_size, t.vocab_size)));
+            return Err(DraftError::Mismatch(format!(
+                "DFlash vocab_size {} differs from the target's {}",
+                config.vocab_size, t.vocab_size
+            )));
         }
-        let block_size = config.dflash_config.block_size.or(config.block_size).unwrap_or(16);
+        let block_size = config
+            .dflash_config
+            .block_size
+            .or(config.block_size)
+            .unwrap_or(16);
         if block_size < 2 {
-            return Err(checkpoint_error(&config_path, format!("block_size {block_size} must be at least 2")));
+            return Err(checkpoint_error(
+                &config_path,
+                format!("block_size {block_size} must be at least 2"),
+            ));
         }
         let n = config.num_hidden_layers;
-        let ids = config.dflash_config.target_layer_ids.clone().unwrap_or_else(|| default_target_layers(t.num_layers, n));
+        let ids = config
+            .dflash_config
+            .target_layer_ids
+            .clone()
+            .unwrap_or_else(|| default_target_layers(t.num_layers, n));
         if ids.is_empty() || ids.iter().any(|&i| i >= t.num_layers) {
-            return Err(DraftError::Mismatch(format!("DFlash target_layer_ids {ids:?} do not fit a {}-layer target", t.num_layers)));
+            return Err(DraftError::Mismatch(format!(
+                "DFlash target_layer_ids {ids:?} do not fit a {}-layer target",
+                t.num_layers
+            )));
         }
-        let layer_types = config.layer_types.clone().unwrap_or_else(|| vec!["full_attention".into(); n]);
+        let layer_types = config
+            .layer_types
+            .clone()
+            .unwrap_or_else(|| vec!["full_attention".into(); n]);
         if layer_types.len() != n {
-            return Err(checkpoint_error(&config_path, format!("layer_types has {} entries for {n} layers", layer_types.len())));
+            return Err(checkpoint_error(
+                &config_path,
+                format!(
+                    "layer_types has {} entries for {n} layers",
+                    layer_types.len()
+                ),
+            ));
         }
         let heads = config.num_attention_heads;
         let kv_heads = config.num_key_value_heads.unwrap_or(heads);
@@ -194,27 +257,62 @@ impl DFlashDrafter {
             let p = &root / "layers" / i;
             let a = &p / "self_attn";
             let m = &p / "mlp";
-            let window = match kind.as_str() {
-                "full_attention" => None,
-                "sliding_attention" => Some(config.sliding_window.ok_or_else(|| checkpoint_error(&config_path, "a sliding_attention layer needs sliding_window"))?),
-                other => return Err(checkpoint_error(&config_path, format!("layer_types[{i}] = {other:?} (full_attention or sliding_attention)"))),
-            };
+            let window =
+                match kind.as_str() {
+                    "full_attention" => None,
+                    "sliding_attention" => Some(config.sliding_window.ok_or_else(|| {
+                        checkpoint_error(
+                            &config_path,
+                            "a sliding_attention layer needs sliding_window",
+                        )
+                    })?),
+                    other => return Err(checkpoint_error(
+                        &config_path,
+                        format!(
+                            "layer_types[{i}] = {other:?} (full_attention or sliding_attention)"
+                        ),
+                    )),
+                };
             layers.push(Layer {
                 input_layernorm: RmsNorm::new(&p / "input_layernorm", hidden, eps),
-                q_proj: Linear::new(&a / "q_proj", hidden, heads * head_dim, config.attention_bias),
-                k_proj: Linear::new(&a / "k_proj", hidden, kv_heads * head_dim, config.attention_bias),
-                v_proj: Linear::new(&a / "v_proj", hidden, kv_heads * head_dim, config.attention_bias),
+                q_proj: Linear::new(
+                    &a / "q_proj",
+                    hidden,
+                    heads * head_dim,
+                    config.attention_bias,
+                ),
+                k_proj: Linear::new(
+                    &a / "k_proj",
+                    hidden,
+                    kv_heads * head_dim,
+                    config.attention_bias,
+                ),
+                v_proj: Linear::new(
+                    &a / "v_proj",
+                    hidden,
+                    kv_heads * head_dim,
+                    config.attention_bias,
+                ),
                 o_proj: Linear::new(&a / "o_proj", heads * head_dim, hidden, false),
                 q_norm: RmsNorm::new(&a / "q_norm", head_dim, eps),
                 k_norm: RmsNorm::new(&a / "k_norm", head_dim, eps),
-                post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", hidden, eps),
+                post_attention_layernorm: RmsNorm::new(
+                    &p / "post_attention_layernorm",
+                    hidden,
+                    eps,
+                ),
                 gate_proj: Linear::new(&m / "gate_proj", hidden, config.intermediate_size, false),
                 up_proj: Linear::new(&m / "up_proj", hidden, config.intermediate_size, false),
                 down_proj: Linear::new(&m / "down_proj", config.intermediate_size, hidden, false),
                 window,
             });
         }
-        let fc = Linear::new(&root / "fc", ids.len() as i64 * t.hidden_size, hidden, false);
+        let fc = Linear::new(
+            &root / "fc",
+            ids.len() as i64 * t.hidden_size,
+            hidden,
+            false,
+        );
         let hidden_norm = RmsNorm::new(&root / "hidden_norm", hidden, eps);
         let norm = RmsNorm::new(&root / "norm", hidden, eps);
         vars.set_kind(target.kind());
@@ -230,12 +328,25 @@ impl DFlashDrafter {
             Route::Var(name)
         };
         load_strict(&mut vars, &checkpoint_files(dir)?, route)?;
-        let rope = Rope::with_base(head_dim, config.rope_theta.unwrap_or(1_000_000.0), None, device);
-        let cache = KvCache::new(n, kv_heads, head_dim, capacity + block_size, target.kind(), device);
+        let rope = Rope::with_base(
+            head_dim,
+            config.rope_theta.unwrap_or(1_000_000.0),
+            None,
+            device,
+        );
+        let cache = KvCache::new(
+            n,
+            kv_heads,
+            head_dim,
+            capacity + block_size,
+            target.kind(),
+            device,
+        );
         Ok(Self {
             causal: config.dflash_config.causal,
             taps: ids.into_iter().map(Tap::LayerOutput).collect(),
-            raw_config: serde_json::from_str(&text).map_err(|e| checkpoint_error(&config_path, e.to_string()))?,
+            raw_config: serde_json::from_str(&text)
+                .map_err(|e| checkpoint_error(&config_path, e.to_string()))?,
             config,
             vars,
             fc,
@@ -260,13 +371,22 @@ impl DFlashDrafter {
 
     /// Training length n0 recorded in the checkpoint, else `max_position_embeddings`.
     pub fn training_length(&self) -> i64 {
-        self.config.training_length.unwrap_or(self.config.max_position_embeddings)
+        self.config
+            .training_length
+            .unwrap_or(self.config.max_position_embeddings)
     }
 
     /// Writes the drafter in the published layout (config.json with `dflash_config` + model.safetensors),
     /// recording `training_length`.
     pub fn save(&self, dir: &Path, training_length: i64) -> Result<()> {
-        save_trained(dir, &self.raw_config, "dtype", training_length, &self.vars, &[])
+        save_trained(
+            dir,
+            &self.raw_config,
+            "dtype",
+            training_length,
+            &self.vars,
+            &[],
+        )
     }
 
     /// Projects context features `c` `[m, H]` into every layer's cache at positions `start..start + m`.
@@ -291,7 +411,11 @@ impl DFlashDrafter {
         for r in 0..b {
             let row_position = start + r;
             for key in 0..context + b {
-                let key_position = if key < context { key } else { start + key - context };
+                let key_position = if key < context {
+                    key
+                } else {
+                    start + key - context
+                };
                 let in_window = layer.window.is_none_or(|w| key_position > row_position - w);
                 let causal_ok = !self.causal || key < context || key_position <= row_position;
                 visible[(r * (context + b) + key) as usize] = in_window && causal_ok;
@@ -321,39 +445,65 @@ impl Drafter for DFlashDrafter {
         let device = ctx.target.device();
         let kind = ctx.target.kind();
         if let Some(features) = self.pending.take() {
-            let c = self.hidden_norm.forward(&self.fc.forward(&features.to_kind(kind)));
+            let c = self
+                .hidden_norm
+                .forward(&self.fc.forward(&features.to_kind(kind)));
             let start = self.cache.len();
             self.write_context(&c, start);
         }
         let context = self.cache.len();
         let start = ctx.committed.len() as i64 - 1; // the root's position
         if context != start {
-            return Err(DraftError::Mismatch(format!("DFlash context holds {context} positions, the root sits at {start}")));
+            return Err(DraftError::Mismatch(format!(
+                "DFlash context holds {context} positions, the root sits at {start}"
+            )));
         }
         let b = self.block_size;
         let mut block = vec![self.mask_token; b as usize];
         block[0] = *ctx.committed.last().expect("a root");
-        let mut x = ctx.target.embed(&Tensor::from_slice(&block).to_device(device));
+        let mut x = ctx
+            .target
+            .embed(&Tensor::from_slice(&block).to_device(device));
         let positions = Tensor::arange_start(start, start + b, (Kind::Int64, device));
         let (cos, sin) = self.rope.tables(&positions, kind);
-        let masks: Vec<Option<Tensor>> = self.layers.iter().map(|l| self.block_mask(l, context, start).map(|m| m.to_device(device))).collect();
+        let masks: Vec<Option<Tensor>> = self
+            .layers
+            .iter()
+            .map(|l| {
+                self.block_mask(l, context, start)
+                    .map(|m| m.to_device(device))
+            })
+            .collect();
         let mut speculation = self.cache.speculate();
         for (i, layer) in self.layers.iter().enumerate() {
             let y = layer.input_layernorm.forward(&x);
             let q = layer.queries(&y, &cos, &sin, self.heads, self.head_dim);
             let (k, v) = layer.keys_values(&y, &cos, &sin, self.kv_heads, self.head_dim);
             let (keys, values) = speculation.write(i, &k, &v);
-            x = layer.finish(&x, &attend(&q, &keys, &values, masks[i].as_ref(), 1.0 / (self.head_dim as f64).sqrt()));
+            x = layer.finish(
+                &x,
+                &attend(
+                    &q,
+                    &keys,
+                    &values,
+                    masks[i].as_ref(),
+                    1.0 / (self.head_dim as f64).sqrt(),
+                ),
+            );
         }
         drop(speculation); // block K/V are never kept
-        let logits = ctx.target.lm_head(&self.norm.forward(&x.narrow(0, 1, b - 1)));
+        let logits = ctx
+            .target
+            .lm_head(&self.norm.forward(&x.narrow(0, 1, b - 1)));
         let drafts = Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))?;
         self.forward_seconds += started.elapsed().as_secs_f64();
         Ok(Proposal::chain(drafts, None))
     }
 
     fn observe(&mut self, _ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
-        let hidden = feedback.target_hidden.ok_or_else(|| DraftError::Mismatch("DFlash needs the target's hidden states of verified rows".into()))?;
+        let hidden = feedback.target_hidden.ok_or_else(|| {
+            DraftError::Mismatch("DFlash needs the target's hidden states of verified rows".into())
+        })?;
         self.pending = Some(hidden.shallow_clone());
         Ok(())
     }
@@ -380,10 +530,23 @@ pub struct RandomDFlashOptions {
 /// Writes a randomly initialised DFlash drafter for `target` in the published layout (config.json with
 /// `dflash_config`, model.safetensors with `fc`, `hidden_norm`, `layers.N.*`, `norm`). It drafts badly but
 /// exercises every code path; tests and smoke runs use it, and training starts from it.
-pub fn write_random_dflash(dir: &Path, target: &Transformer, options: &RandomDFlashOptions) -> Result<()> {
+pub fn write_random_dflash(
+    dir: &Path,
+    target: &Transformer,
+    options: &RandomDFlashOptions,
+) -> Result<()> {
     let c = &target.config;
-    let (h, heads, kv_heads, head_dim, inter) = (c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, 2 * c.hidden_size);
-    let ids = default_target_layers(c.num_layers, options.layers).into_iter().map(|i| i.min(c.num_layers - 1)).collect::<Vec<_>>();
+    let (h, heads, kv_heads, head_dim, inter) = (
+        c.hidden_size,
+        c.num_heads,
+        c.num_kv_heads,
+        c.head_dim,
+        2 * c.hidden_size,
+    );
+    let ids = default_target_layers(c.num_layers, options.layers)
+        .into_iter()
+        .map(|i| i.min(c.num_layers - 1))
+        .collect::<Vec<_>>();
     let mut layer_types = vec!["full_attention"; options.layers];
     if options.sliding_window.is_some() {
         layer_types[options.layers - 1] = "sliding_attention";
@@ -410,16 +573,35 @@ pub fn write_random_dflash(dir: &Path, target: &Transformer, options: &RandomDFl
         tensors.extend([
             (format!("{p}.input_layernorm.weight"), norm(h)),
             (format!("{p}.post_attention_layernorm.weight"), norm(h)),
-            (format!("{p}.self_attn.q_proj.weight"), random(&[heads * head_dim, h], 0.1)),
-            (format!("{p}.self_attn.k_proj.weight"), random(&[kv_heads * head_dim, h], 0.1)),
-            (format!("{p}.self_attn.v_proj.weight"), random(&[kv_heads * head_dim, h], 0.1)),
-            (format!("{p}.self_attn.o_proj.weight"), random(&[h, heads * head_dim], 0.1)),
+            (
+                format!("{p}.self_attn.q_proj.weight"),
+                random(&[heads * head_dim, h], 0.1),
+            ),
+            (
+                format!("{p}.self_attn.k_proj.weight"),
+                random(&[kv_heads * head_dim, h], 0.1),
+            ),
+            (
+                format!("{p}.self_attn.v_proj.weight"),
+                random(&[kv_heads * head_dim, h], 0.1),
+            ),
+            (
+                format!("{p}.self_attn.o_proj.weight"),
+                random(&[h, heads * head_dim], 0.1),
+            ),
             (format!("{p}.self_attn.q_norm.weight"), norm(head_dim)),
             (format!("{p}.self_attn.k_norm.weight"), norm(head_dim)),
-            (format!("{p}.mlp.gate_proj.weight"), random(&[inter, h], 0.1)),
+            (
+                format!("{p}.mlp.gate_proj.weight"),
+                random(&[inter, h], 0.1),
+            ),
             (format!("{p}.mlp.up_proj.weight"), random(&[inter, h], 0.1)),
-            (format!("{p}.mlp.down_proj.weight"), random(&[h, inter], 0.1)),
+            (
+                format!("{p}.mlp.down_proj.weight"),
+                random(&[h, inter], 0.1),
+            ),
         ]);
     }
-    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[]).map_err(|e| checkpoint_error(dir, e))
+    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[])
+        .map_err(|e| checkpoint_error(dir, e))
 }

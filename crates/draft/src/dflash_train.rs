@@ -49,11 +49,16 @@ fn default_anchors() -> usize {
 impl DFlashOptions {
     /// The target layers whose outputs the drafter reads.
     pub fn target_layers(&self, target_layers: usize) -> Vec<usize> {
-        self.target_layer_ids.clone().unwrap_or_else(|| default_target_layers(target_layers, self.layers))
+        self.target_layer_ids
+            .clone()
+            .unwrap_or_else(|| default_target_layers(target_layers, self.layers))
     }
 
     pub fn taps(&self, target_layers: usize) -> Vec<Tap> {
-        self.target_layers(target_layers).into_iter().map(Tap::LayerOutput).collect()
+        self.target_layers(target_layers)
+            .into_iter()
+            .map(Tap::LayerOutput)
+            .collect()
     }
 }
 
@@ -77,24 +82,60 @@ pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()
         "layer_types": vec!["full_attention"; options.layers], "dtype": "float32",
         "dflash_config": {"mask_token_id": options.mask_token, "target_layer_ids": ids, "block_size": options.block_size},
     });
-    write_config(dir, &config).map_err(|e| DraftError::Checkpoint { path: dir.display().to_string(), reason: e })?;
+    write_config(dir, &config).map_err(|e| DraftError::Checkpoint {
+        path: dir.display().to_string(),
+        reason: e,
+    })?;
     let vars = target.vars.variables();
-    let get = |name: &str| vars.get(name).map(|t| t.to_kind(Kind::Float).to_device(Device::Cpu)).ok_or_else(|| DraftError::Mismatch(format!("the target has no tensor {name}")));
+    let get = |name: &str| {
+        vars.get(name)
+            .map(|t| t.to_kind(Kind::Float).to_device(Device::Cpu))
+            .ok_or_else(|| DraftError::Mismatch(format!("the target has no tensor {name}")))
+    };
     let h = c.hidden_size;
     let ones = |n: i64| Tensor::ones([n], (Kind::Float, Device::Cpu));
     let fc = Tensor::zeros([h, ids.len() as i64 * h], (Kind::Float, Device::Cpu));
-    fc.narrow(1, (ids.len() as i64 - 1) * h, h).copy_(&Tensor::eye(h, (Kind::Float, Device::Cpu)));
-    let mut tensors = vec![("fc.weight".to_string(), fc), ("hidden_norm.weight".into(), ones(h)), ("norm.weight".into(), get("model.norm.weight")?)];
+    fc.narrow(1, (ids.len() as i64 - 1) * h, h)
+        .copy_(&Tensor::eye(h, (Kind::Float, Device::Cpu)));
+    let mut tensors = vec![
+        ("fc.weight".to_string(), fc),
+        ("hidden_norm.weight".into(), ones(h)),
+        ("norm.weight".into(), get("model.norm.weight")?),
+    ];
     let first = c.num_layers.saturating_sub(options.layers);
     for i in 0..options.layers {
         let source = format!("model.layers.{}", (first + i).min(c.num_layers - 1));
-        for part in ["input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"] {
-            tensors.push((format!("layers.{i}.{part}.weight"), get(&format!("{source}.{part}.weight"))?));
+        for part in [
+            "input_layernorm",
+            "post_attention_layernorm",
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        ] {
+            tensors.push((
+                format!("layers.{i}.{part}.weight"),
+                get(&format!("{source}.{part}.weight"))?,
+            ));
         }
-        tensors.push((format!("layers.{i}.self_attn.q_norm.weight"), ones(c.head_dim)));
-        tensors.push((format!("layers.{i}.self_attn.k_norm.weight"), ones(c.head_dim)));
+        tensors.push((
+            format!("layers.{i}.self_attn.q_norm.weight"),
+            ones(c.head_dim),
+        ));
+        tensors.push((
+            format!("layers.{i}.self_attn.k_norm.weight"),
+            ones(c.head_dim),
+        ));
     }
-    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[]).map_err(|e| DraftError::Checkpoint { path: dir.display().to_string(), reason: e })
+    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[]).map_err(|e| {
+        DraftError::Checkpoint {
+            path: dir.display().to_string(),
+            reason: e,
+        }
+    })
 }
 
 pub struct DFlashObjective<'t> {
@@ -105,16 +146,32 @@ pub struct DFlashObjective<'t> {
 }
 
 impl<'t> DFlashObjective<'t> {
-    pub fn load(dir: &Path, target: &'t Transformer, options: &DFlashOptions, seed: u64) -> Result<Self> {
+    pub fn load(
+        dir: &Path,
+        target: &'t Transformer,
+        options: &DFlashOptions,
+        seed: u64,
+    ) -> Result<Self> {
         let drafter = DFlashDrafter::load(dir, target, 1)?;
-        Ok(Self { target, drafter, options: options.clone(), seed })
+        Ok(Self {
+            target,
+            drafter,
+            options: options.clone(),
+            seed,
+        })
     }
 }
 
 /// Visibility `[A B, T + A B]` of blocks of `block` rows at `anchors` over `[context T | blocks]`: block j
 /// sees the context strictly before its anchor (within `window` keys of each row, if set) and its own rows
 /// (only earlier ones when `causal`), never another block.
-pub fn block_visibility(anchors: &[i64], context: i64, block: i64, causal: bool, window: Option<i64>) -> Tensor {
+pub fn block_visibility(
+    anchors: &[i64],
+    context: i64,
+    block: i64,
+    causal: bool,
+    window: Option<i64>,
+) -> Tensor {
     let rows = anchors.len() as i64 * block;
     let keys = context + rows;
     let mut visible = vec![false; (rows * keys) as usize];
@@ -147,14 +204,26 @@ impl Objective for DFlashObjective<'_> {
         // Anchors 1..=T - B + 1: a non-empty context, and the last block row's target row a + B - 2 in the window.
         let last_anchor = t - b + 1;
         if last_anchor < 1 {
-            return Err(DraftError::Mismatch(format!("n0 = {t} is too short for blocks of {b}")));
+            return Err(DraftError::Mismatch(format!(
+                "n0 = {t} is too short for blocks of {b}"
+            )));
         }
         let count = self.options.anchors.min(last_anchor as usize);
-        let mut anchors: Vec<i64> = sample(&mut step_rng(self.seed, step), last_anchor as usize, count).into_iter().map(|a| a as i64 + 1).collect();
+        let mut anchors: Vec<i64> =
+            sample(&mut step_rng(self.seed, step), last_anchor as usize, count)
+                .into_iter()
+                .map(|a| a as i64 + 1)
+                .collect();
         anchors.sort_unstable();
-        let features = window.features.as_ref().ok_or_else(|| DraftError::Mismatch("DFlash training needs target features".into()))?.to_device(device);
+        let features = window
+            .features
+            .as_ref()
+            .ok_or_else(|| DraftError::Mismatch("DFlash training needs target features".into()))?
+            .to_device(device);
         let c = d.hidden_norm.forward(&d.fc.forward(&features)); // [T, H]
-        let (ctx_cos, ctx_sin) = d.rope.tables(&Tensor::arange(t, (Kind::Int64, device)), Kind::Float);
+        let (ctx_cos, ctx_sin) = d
+            .rope
+            .tables(&Tensor::arange(t, (Kind::Int64, device)), Kind::Float);
         let mut ids = Vec::with_capacity(anchors.len() * b as usize);
         let mut positions = Vec::with_capacity(ids.capacity());
         for &a in &anchors {
@@ -164,34 +233,65 @@ impl Objective for DFlashObjective<'_> {
         }
         let positions = Tensor::from_slice(&positions).to_device(device);
         let (cos, sin) = d.rope.tables(&positions, Kind::Float);
-        let mut x = tch::no_grad(|| self.target.embed(&Tensor::from_slice(&ids).to_device(device))).to_kind(Kind::Float);
+        let mut x = tch::no_grad(|| {
+            self.target
+                .embed(&Tensor::from_slice(&ids).to_device(device))
+        })
+        .to_kind(Kind::Float);
         // One mask per distinct sliding window (usually one for the whole stack).
         let mut masks: Vec<(Option<i64>, Tensor)> = Vec::new();
         for layer in &d.layers {
             if !masks.iter().any(|(w, _)| *w == layer.window) {
-                masks.push((layer.window, block_visibility(&anchors, t, b, d.causal, layer.window).to_device(device)));
+                masks.push((
+                    layer.window,
+                    block_visibility(&anchors, t, b, d.causal, layer.window).to_device(device),
+                ));
             }
         }
         for layer in &d.layers {
-            let mask = &masks.iter().find(|(w, _)| *w == layer.window).expect("built above").1;
+            let mask = &masks
+                .iter()
+                .find(|(w, _)| *w == layer.window)
+                .expect("built above")
+                .1;
             let y = layer.input_layernorm.forward(&x);
             let q = layer.queries(&y, &cos, &sin, d.heads, d.head_dim);
             let (kc, vc) = layer.keys_values(&c, &ctx_cos, &ctx_sin, d.kv_heads, d.head_dim);
             let (kb, vb) = layer.keys_values(&y, &cos, &sin, d.kv_heads, d.head_dim);
             let keys = Tensor::cat(&[kc, kb], 1);
             let values = Tensor::cat(&[vc, vb], 1);
-            x = layer.finish(&x, &attend(&q, &keys, &values, Some(mask), 1.0 / (d.head_dim as f64).sqrt()));
+            x = layer.finish(
+                &x,
+                &attend(
+                    &q,
+                    &keys,
+                    &values,
+                    Some(mask),
+                    1.0 / (d.head_dim as f64).sqrt(),
+                ),
+            );
         }
         // Rows k = 1..B of every block: [A, B - 1, H] -> [A (B - 1), H].
         let a = anchors.len() as i64;
-        let drafted = x.view([a, b, -1]).narrow(1, 1, b - 1).reshape([a * (b - 1), -1]);
-        let log_q = self.target.lm_head(&d.norm.forward(&drafted)).log_softmax(-1, Kind::Float);
+        let drafted = x
+            .view([a, b, -1])
+            .narrow(1, 1, b - 1)
+            .reshape([a * (b - 1), -1]);
+        let log_q = self
+            .target
+            .lm_head(&d.norm.forward(&drafted))
+            .log_softmax(-1, Kind::Float);
         // Block row k of anchor a predicts token a + k: the target's row a + k - 1.
-        let rows: Vec<i64> = anchors.iter().flat_map(|&anchor| (1..b).map(move |k| anchor + k - 1)).collect();
+        let rows: Vec<i64> = anchors
+            .iter()
+            .flat_map(|&anchor| (1..b).map(move |k| anchor + k - 1))
+            .collect();
         let rows = Tensor::from_slice(&rows).to_device(device);
         let ids = window.top_ids.to_device(device).index_select(0, &rows);
         let probs = window.top_probs.to_device(device).index_select(0, &rows);
-        let weights: Vec<f32> = (0..a).flat_map(|_| (1..b).map(|k| (-((k - 1) as f64) / self.options.gamma).exp() as f32)).collect();
+        let weights: Vec<f32> = (0..a)
+            .flat_map(|_| (1..b).map(|k| (-((k - 1) as f64) / self.options.gamma).exp() as f32))
+            .collect();
         let weights = Tensor::from_slice(&weights).to_device(device);
         let ce = soft_cross_entropy(&log_q, &ids, &probs);
         Ok((ce * &weights).sum(Kind::Float) / weights.sum(Kind::Float))

@@ -12,7 +12,9 @@
 
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
-use crate::random_init::{random_norm, random_weight, save_trained, write_config, write_f32_safetensors, RawTensor};
+use crate::random_init::{
+    random_norm, random_weight, save_trained, write_config, write_f32_safetensors, RawTensor,
+};
 use serde::Deserialize;
 use sharpdraft_model::config::RopeScaling;
 use sharpdraft_model::layers::{Linear, RmsNorm};
@@ -86,7 +88,11 @@ pub struct TreeShape {
 
 impl TreeShape {
     pub fn chain(len: usize) -> Self {
-        Self { depth: len.saturating_sub(1), top_k: 1, total_tokens: len }
+        Self {
+            depth: len.saturating_sub(1),
+            top_k: 1,
+            total_tokens: len,
+        }
     }
 }
 
@@ -135,24 +141,53 @@ pub struct Eagle3Drafter {
 }
 
 fn checkpoint_error(path: &Path, reason: impl Into<String>) -> DraftError {
-    DraftError::Checkpoint { path: path.display().to_string(), reason: reason.into() }
+    DraftError::Checkpoint {
+        path: path.display().to_string(),
+        reason: reason.into(),
+    }
 }
 
 impl Eagle3Drafter {
     /// Loads a head in the published layout (config.json + model.safetensors; `midlayer.` or `layers.0.`)
     /// for `target`.
-    pub fn load(dir: &Path, target: &Transformer, shape: TreeShape, sampling: Sampling, capacity: i64) -> Result<Self> {
+    pub fn load(
+        dir: &Path,
+        target: &Transformer,
+        shape: TreeShape,
+        sampling: Sampling,
+        capacity: i64,
+    ) -> Result<Self> {
         let (head, taps) = Eagle3Head::load(dir, target, false)?;
         if shape.top_k == 0 || shape.total_tokens == 0 {
-            return Err(DraftError::Mismatch("tree top-k and total tokens must be at least 1".into()));
+            return Err(DraftError::Mismatch(
+                "tree top-k and total tokens must be at least 1".into(),
+            ));
         }
-        let cache = KvCache::new(1, head.kv_heads, head.head_dim, capacity, target.kind(), target.device());
-        Ok(Self { head, taps, shape, sampling, cache, pending: None, forward_seconds: std::cell::Cell::new(0.0) })
+        let cache = KvCache::new(
+            1,
+            head.kv_heads,
+            head.head_dim,
+            capacity,
+            target.kind(),
+            target.device(),
+        );
+        Ok(Self {
+            head,
+            taps,
+            shape,
+            sampling,
+            cache,
+            pending: None,
+            forward_seconds: std::cell::Cell::new(0.0),
+        })
     }
 
     /// Training length n0 recorded in the checkpoint, else `max_position_embeddings`.
     pub fn training_length(&self) -> i64 {
-        self.head.config.training_length.unwrap_or(self.head.config.max_position_embeddings)
+        self.head
+            .config
+            .training_length
+            .unwrap_or(self.head.config.max_position_embeddings)
     }
 }
 
@@ -161,23 +196,39 @@ impl Eagle3Head {
     /// target taps the head reads.
     pub fn load(dir: &Path, target: &Transformer, trainable: bool) -> Result<(Self, Vec<Tap>)> {
         let config_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&config_path).map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
+        let text = std::fs::read_to_string(&config_path)
+            .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
         let de = &mut serde_json::Deserializer::from_str(&text);
         let config: Eagle3Config = serde_path_to_error::deserialize(de)
             .map_err(|e| checkpoint_error(&config_path, format!("{}: {}", e.path(), e.inner())))?;
         let t = &target.config;
         if config.num_hidden_layers != 1 {
-            return Err(checkpoint_error(&config_path, format!("num_hidden_layers = {}: an EAGLE-3 head has one layer", config.num_hidden_layers)));
+            return Err(checkpoint_error(
+                &config_path,
+                format!(
+                    "num_hidden_layers = {}: an EAGLE-3 head has one layer",
+                    config.num_hidden_layers
+                ),
+            ));
         }
         let target_hidden = config.target_hidden_size.unwrap_or(config.hidden_size);
         if target_hidden != t.hidden_size {
-            return Err(DraftError::Mismatch(format!("EAGLE-3 target_hidden_size {target_hidden} but the target's hidden_size is {}", t.hidden_size)));
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 target_hidden_size {target_hidden} but the target's hidden_size is {}",
+                t.hidden_size
+            )));
         }
         if config.hidden_size != t.hidden_size {
-            return Err(DraftError::Mismatch(format!("EAGLE-3 hidden_size {} must equal the target's {} (it shares the embedding)", config.hidden_size, t.hidden_size)));
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 hidden_size {} must equal the target's {} (it shares the embedding)",
+                config.hidden_size, t.hidden_size
+            )));
         }
         if config.vocab_size != t.vocab_size {
-            return Err(DraftError::Mismatch(format!("EAGLE-3 vocab_size {} differs from the target's {}", config.vocab_size, t.vocab_size)));
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 vocab_size {} differs from the target's {}",
+                config.vocab_size, t.vocab_size
+            )));
         }
         let layers = t.num_layers;
         let ids = config
@@ -186,7 +237,9 @@ impl Eagle3Head {
             .and_then(|e| e.eagle_aux_hidden_state_layer_ids.clone())
             .unwrap_or_else(|| vec![2.min(layers), layers / 2, layers.saturating_sub(3)]);
         if ids.len() != 3 || ids.iter().any(|&i| i > layers) {
-            return Err(DraftError::Mismatch(format!("EAGLE-3 capture layers {ids:?} do not fit a {layers}-layer target")));
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 capture layers {ids:?} do not fit a {layers}-layer target"
+            )));
         }
         let heads = config.num_attention_heads;
         let kv_heads = config.num_key_value_heads.unwrap_or(heads);
@@ -204,22 +257,54 @@ impl Eagle3Head {
         let layer = Layer {
             hidden_norm: RmsNorm::with_grad(&m / "hidden_norm", hidden, eps, t),
             input_layernorm: RmsNorm::with_grad(&m / "input_layernorm", hidden, eps, t),
-            post_attention_layernorm: RmsNorm::with_grad(&m / "post_attention_layernorm", hidden, eps, t),
+            post_attention_layernorm: RmsNorm::with_grad(
+                &m / "post_attention_layernorm",
+                hidden,
+                eps,
+                t,
+            ),
             q_proj: Linear::with_grad(&a / "q_proj", 2 * hidden, heads * head_dim, false, t),
             k_proj: Linear::with_grad(&a / "k_proj", 2 * hidden, kv_heads * head_dim, false, t),
             v_proj: Linear::with_grad(&a / "v_proj", 2 * hidden, kv_heads * head_dim, false, t),
             o_proj: Linear::with_grad(&a / "o_proj", heads * head_dim, hidden, false, t),
-            gate_proj: Linear::with_grad(&mlp / "gate_proj", hidden, config.intermediate_size, false, t),
-            up_proj: Linear::with_grad(&mlp / "up_proj", hidden, config.intermediate_size, false, t),
-            down_proj: Linear::with_grad(&mlp / "down_proj", config.intermediate_size, hidden, false, t),
+            gate_proj: Linear::with_grad(
+                &mlp / "gate_proj",
+                hidden,
+                config.intermediate_size,
+                false,
+                t,
+            ),
+            up_proj: Linear::with_grad(
+                &mlp / "up_proj",
+                hidden,
+                config.intermediate_size,
+                false,
+                t,
+            ),
+            down_proj: Linear::with_grad(
+                &mlp / "down_proj",
+                config.intermediate_size,
+                hidden,
+                false,
+                t,
+            ),
         };
         let fc = Linear::with_grad(&root / "fc", 3 * target_hidden, hidden, false, t);
-        let fc_norm = if config.fc_norm { (0..3).map(|i| RmsNorm::with_grad(&root / "fc_norm" / i, target_hidden, eps, t)).collect() } else { Vec::new() };
+        let fc_norm = if config.fc_norm {
+            (0..3)
+                .map(|i| RmsNorm::with_grad(&root / "fc_norm" / i, target_hidden, eps, t))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let norm = RmsNorm::with_grad(&root / "norm", hidden, eps, t);
         let lm_head = Linear::with_grad(&root / "lm_head", hidden, draft_vocab, false, t);
         vars.set_kind(target.kind());
         let route = |name: &str| -> Route {
-            let name = name.strip_prefix("layers.0.").map(|rest| format!("midlayer.{rest}")).unwrap_or_else(|| name.to_string());
+            let name = name
+                .strip_prefix("layers.0.")
+                .map(|rest| format!("midlayer.{rest}"))
+                .unwrap_or_else(|| name.to_string());
             match name.as_str() {
                 "d2t" => Route::Side,
                 // t2d only masks training targets; the embedding is the target's.
@@ -235,18 +320,51 @@ impl Eagle3Head {
             None if draft_vocab == config.vocab_size => vec![0; draft_vocab as usize],
             None => return Err(checkpoint_error(dir, format!("missing tensor d2t [{draft_vocab}] (draft_vocab_size {draft_vocab} < vocab_size {})", config.vocab_size))),
         };
-        if let Some((i, _)) = d2t.iter().enumerate().find(|(i, off)| *i as i64 + **off < 0 || *i as i64 + **off >= config.vocab_size) {
-            return Err(checkpoint_error(dir, format!("d2t[{i}] maps outside the target vocabulary")));
+        if let Some((i, _)) = d2t
+            .iter()
+            .enumerate()
+            .find(|(i, off)| *i as i64 + **off < 0 || *i as i64 + **off >= config.vocab_size)
+        {
+            return Err(checkpoint_error(
+                dir,
+                format!("d2t[{i}] maps outside the target vocabulary"),
+            ));
         }
-        let scaling = config.rope_scaling.as_ref().filter(|s| s.rope_type == "llama3").map(|s| sharpdraft_model::config::Llama3Scaling {
-            factor: s.factor.unwrap_or(1.0),
-            low_freq_factor: s.low_freq_factor.unwrap_or(1.0),
-            high_freq_factor: s.high_freq_factor.unwrap_or(4.0),
-            original_max_position_embeddings: s.original_max_position_embeddings.unwrap_or(config.max_position_embeddings as f64),
-        });
-        let rope = Rope::with_base(head_dim, config.rope_theta.unwrap_or(10_000.0), scaling, device);
-        let raw_config: serde_json::Value = serde_json::from_str(&text).map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
-        let head = Eagle3Head { config, raw_config, vars, fc, fc_norm, layer, norm, lm_head, d2t, rope, heads, kv_heads, head_dim };
+        let scaling = config
+            .rope_scaling
+            .as_ref()
+            .filter(|s| s.rope_type == "llama3")
+            .map(|s| sharpdraft_model::config::Llama3Scaling {
+                factor: s.factor.unwrap_or(1.0),
+                low_freq_factor: s.low_freq_factor.unwrap_or(1.0),
+                high_freq_factor: s.high_freq_factor.unwrap_or(4.0),
+                original_max_position_embeddings: s
+                    .original_max_position_embeddings
+                    .unwrap_or(config.max_position_embeddings as f64),
+            });
+        let rope = Rope::with_base(
+            head_dim,
+            config.rope_theta.unwrap_or(10_000.0),
+            scaling,
+            device,
+        );
+        let raw_config: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
+        let head = Eagle3Head {
+            config,
+            raw_config,
+            vars,
+            fc,
+            fc_norm,
+            layer,
+            norm,
+            lm_head,
+            d2t,
+            rope,
+            heads,
+            kv_heads,
+            head_dim,
+        };
         Ok((head, ids.into_iter().map(Tap::LayerInput).collect()))
     }
 
@@ -256,39 +374,100 @@ impl Eagle3Head {
             return self.fc.forward(features);
         }
         let parts = features.chunk(3, -1);
-        let normed: Vec<Tensor> = parts.iter().zip(&self.fc_norm).map(|(p, n)| n.forward(p)).collect();
+        let normed: Vec<Tensor> = parts
+            .iter()
+            .zip(&self.fc_norm)
+            .map(|(p, n)| n.forward(p))
+            .collect();
         self.fc.forward(&Tensor::cat(&normed, -1))
     }
 
     /// First half of the layer, shared by drafting and training: the residual, and RoPE'd queries
     /// `[H, T, D]`, keys and values `[Hkv, T, D]` of `T` (embedding, hidden) pairs at `positions`.
-    fn project(&self, embeddings: &Tensor, hidden: &Tensor, positions: &Tensor) -> (Tensor, Tensor, Tensor, Tensor) {
+    fn project(
+        &self,
+        embeddings: &Tensor,
+        hidden: &Tensor,
+        positions: &Tensor,
+    ) -> (Tensor, Tensor, Tensor, Tensor) {
         let l = &self.layer;
         let rows = embeddings.size()[0];
-        let residual = if self.config.norm_before_residual { l.hidden_norm.forward(hidden) } else { hidden.shallow_clone() };
-        let x = Tensor::cat(&[l.input_layernorm.forward(embeddings), l.hidden_norm.forward(hidden)], -1);
+        let residual = if self.config.norm_before_residual {
+            l.hidden_norm.forward(hidden)
+        } else {
+            hidden.shallow_clone()
+        };
+        let x = Tensor::cat(
+            &[
+                l.input_layernorm.forward(embeddings),
+                l.hidden_norm.forward(hidden),
+            ],
+            -1,
+        );
         let (cos, sin) = self.rope.tables(positions, x.kind());
-        let q = rope::apply(&l.q_proj.forward(&x).view([rows, self.heads, self.head_dim]), &cos, &sin).permute([1, 0, 2]);
-        let k = rope::apply(&l.k_proj.forward(&x).view([rows, self.kv_heads, self.head_dim]), &cos, &sin).permute([1, 0, 2]);
-        let v = l.v_proj.forward(&x).view([rows, self.kv_heads, self.head_dim]).permute([1, 0, 2]);
+        let q = rope::apply(
+            &l.q_proj.forward(&x).view([rows, self.heads, self.head_dim]),
+            &cos,
+            &sin,
+        )
+        .permute([1, 0, 2]);
+        let k = rope::apply(
+            &l.k_proj
+                .forward(&x)
+                .view([rows, self.kv_heads, self.head_dim]),
+            &cos,
+            &sin,
+        )
+        .permute([1, 0, 2]);
+        let v = l
+            .v_proj
+            .forward(&x)
+            .view([rows, self.kv_heads, self.head_dim])
+            .permute([1, 0, 2]);
         (residual, q, k, v)
     }
 
     /// Second half: attention over `keys`/`values` (`[Hkv, L, D]`, `visible` `[T, L]`), MLP, head. Returns the
     /// next-step hidden `[T, H]` and draft-vocab log-probabilities `[T, draft_vocab]` (f32).
-    fn finish(&self, residual: Tensor, q: &Tensor, keys: &Tensor, values: &Tensor, visible: Option<&Tensor>) -> (Tensor, Tensor) {
+    fn finish(
+        &self,
+        residual: Tensor,
+        q: &Tensor,
+        keys: &Tensor,
+        values: &Tensor,
+        visible: Option<&Tensor>,
+    ) -> (Tensor, Tensor) {
         let l = &self.layer;
-        let attn = l.o_proj.forward(&attend(q, keys, values, visible, 1.0 / (self.head_dim as f64).sqrt()));
+        let attn = l.o_proj.forward(&attend(
+            q,
+            keys,
+            values,
+            visible,
+            1.0 / (self.head_dim as f64).sqrt(),
+        ));
         let h = residual + attn;
         let post = l.post_attention_layernorm.forward(&h);
-        let h = &h + l.down_proj.forward(&(l.gate_proj.forward(&post).silu() * l.up_proj.forward(&post)));
+        let h = &h
+            + l.down_proj
+                .forward(&(l.gate_proj.forward(&post).silu() * l.up_proj.forward(&post)));
         let normed = self.norm.forward(&h);
-        let log_probs = self.lm_head.forward(&normed).to_kind(Kind::Float).log_softmax(-1, Kind::Float);
+        let log_probs = self
+            .lm_head
+            .forward(&normed)
+            .to_kind(Kind::Float)
+            .log_softmax(-1, Kind::Float);
         (if self.config.norm_output { normed } else { h }, log_probs)
     }
 
     /// One pass of the layer over `T` rows against the drafter's cache.
-    fn forward(&self, embeddings: &Tensor, hidden: &Tensor, positions: &Tensor, mask: &AttentionMask, cache: &mut KvCache) -> Result<(Tensor, Tensor)> {
+    fn forward(
+        &self,
+        embeddings: &Tensor,
+        hidden: &Tensor,
+        positions: &Tensor,
+        mask: &AttentionMask,
+        cache: &mut KvCache,
+    ) -> Result<(Tensor, Tensor)> {
         let rows = embeddings.size()[0];
         cache.reserve(rows)?;
         let past = cache.len();
@@ -315,7 +494,14 @@ impl Eagle3Head {
     /// tree sees. Its query attends to step 0's keys of pairs 0..=i (causal) and to its own keys of steps
     /// 1..=j (the diagonal), as a tree node attends to the stable context and its ancestors. Step j's loss
     /// is the soft cross-entropy against the target at row i + 1 + j, weighted `decay^j`.
-    pub fn ttt_loss(&self, embeddings: &Tensor, features: &Tensor, targets: (&Tensor, &Tensor), steps: usize, decay: f64) -> Tensor {
+    pub fn ttt_loss(
+        &self,
+        embeddings: &Tensor,
+        features: &Tensor,
+        targets: (&Tensor, &Tensor),
+        steps: usize,
+        decay: f64,
+    ) -> Tensor {
         let t = embeddings.size()[0];
         let device = embeddings.device();
         let pairs = t - 1;
@@ -338,11 +524,20 @@ impl Eagle3Head {
             let mut blocks = vec![causal];
             blocks.extend((1..=j).map(|_| eye.shallow_clone()));
             let mask = Tensor::cat(&blocks, 1);
-            let all_keys = Tensor::cat(&keys.iter().map(|k| k.narrow(1, 0, n)).collect::<Vec<_>>(), 1);
-            let all_values = Tensor::cat(&values.iter().map(|v| v.narrow(1, 0, n)).collect::<Vec<_>>(), 1);
-            let (next_hidden, log_q) = self.finish(residual, &q, &all_keys, &all_values, Some(&mask)); // log_q [n, dv]
+            let all_keys = Tensor::cat(
+                &keys.iter().map(|k| k.narrow(1, 0, n)).collect::<Vec<_>>(),
+                1,
+            );
+            let all_values = Tensor::cat(
+                &values.iter().map(|v| v.narrow(1, 0, n)).collect::<Vec<_>>(),
+                1,
+            );
+            let (next_hidden, log_q) =
+                self.finish(residual, &q, &all_keys, &all_values, Some(&mask)); // log_q [n, dv]
             let (ids, probs) = (targets.0.narrow(0, 1 + j, n), targets.1.narrow(0, 1 + j, n));
-            let step_loss = -(log_q.gather(1, &ids, false) * probs).sum_dim_intlist(&[1i64][..], false, Kind::Float).mean(Kind::Float);
+            let step_loss = -(log_q.gather(1, &ids, false) * probs)
+                .sum_dim_intlist(&[1i64][..], false, Kind::Float)
+                .mean(Kind::Float);
             let w = decay.powi(j as i32);
             total = total + step_loss * w;
             weight_sum += w;
@@ -364,20 +559,38 @@ impl Eagle3Head {
     /// recording `training_length`.
     pub fn save(&self, dir: &Path, training_length: i64) -> Result<()> {
         let vocab = self.config.vocab_size;
-        let t2d: Vec<u8> = Vec::<i64>::try_from(self.target_to_draft(vocab)).unwrap_or_default().iter().map(|&d| u8::from(d >= 0)).collect();
+        let t2d: Vec<u8> = Vec::<i64>::try_from(self.target_to_draft(vocab))
+            .unwrap_or_default()
+            .iter()
+            .map(|&d| u8::from(d >= 0))
+            .collect();
         let extra: Vec<RawTensor> = vec![
-            ("d2t".into(), safetensors::Dtype::I64, vec![self.d2t.len()], self.d2t.iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (
+                "d2t".into(),
+                safetensors::Dtype::I64,
+                vec![self.d2t.len()],
+                self.d2t.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ),
             ("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d),
         ];
-        save_trained(dir, &self.raw_config, "torch_dtype", training_length, &self.vars, &extra)
+        save_trained(
+            dir,
+            &self.raw_config,
+            "torch_dtype",
+            training_length,
+            &self.vars,
+            &extra,
+        )
     }
 
     /// Full-vocabulary probabilities from draft log-probabilities `[draft_vocab]`, with the sampling
     /// filters applied (zero outside the draft vocabulary).
     fn full_vocab_probs(&self, log_probs: &Tensor, vocab: i64, sampling: &Sampling) -> Tensor {
         let device = log_probs.device();
-        let index = Tensor::from_slice(&self.d2t).to_device(device) + Tensor::arange(self.d2t.len() as i64, (Kind::Int64, device));
-        let full = Tensor::full([vocab], f64::NEG_INFINITY, (Kind::Float, device)).scatter(0, &index, log_probs);
+        let index = Tensor::from_slice(&self.d2t).to_device(device)
+            + Tensor::arange(self.d2t.len() as i64, (Kind::Int64, device));
+        let full = Tensor::full([vocab], f64::NEG_INFINITY, (Kind::Float, device))
+            .scatter(0, &index, log_probs);
         sampling.probabilities(&full)
     }
 }
@@ -409,17 +622,30 @@ impl Drafter for Eagle3Drafter {
         let _guard = tch::no_grad_guard();
         let device = ctx.target.device();
         // 1. Catch up: feed the pairs of newly committed tokens into the stable cache.
-        let features = self.pending.take().ok_or_else(|| DraftError::Mismatch("EAGLE-3 has no target features to pair (prefill not called?)".into()))?;
+        let features = self.pending.take().ok_or_else(|| {
+            DraftError::Mismatch(
+                "EAGLE-3 has no target features to pair (prefill not called?)".into(),
+            )
+        })?;
         let fed = self.cache.len();
         let count = features.size()[0];
         let tokens = &ctx.committed[fed as usize + 1..fed as usize + 1 + count as usize];
-        let embeddings = ctx.target.embed(&Tensor::from_slice(tokens).to_device(device));
+        let embeddings = ctx
+            .target
+            .embed(&Tensor::from_slice(tokens).to_device(device));
         let positions = Tensor::arange_start(fed, fed + count, (Kind::Int64, device));
         let head = &self.head;
         let fused = head.fuse(&features.to_kind(ctx.target.kind()));
         let timer = std::time::Instant::now();
-        let (hidden, log_probs) = head.forward(&embeddings, &fused, &positions, &AttentionMask::Causal, &mut self.cache)?;
-        self.forward_seconds.set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
+        let (hidden, log_probs) = head.forward(
+            &embeddings,
+            &fused,
+            &positions,
+            &AttentionMask::Causal,
+            &mut self.cache,
+        )?;
+        self.forward_seconds
+            .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
         let stable = self.cache.len();
         let last_hidden = hidden.narrow(0, count - 1, 1);
         let last_log_probs = log_probs.get(count - 1);
@@ -431,7 +657,12 @@ impl Drafter for Eagle3Drafter {
         let mut probs = Vec::new();
         let mut frontier: Vec<usize> = Vec::new();
         let sampling = self.sampling;
-        let pick = |this: &Eagle3Head, log_probs: &Tensor, k: i64, sampler: &mut Sampler, probs: &mut Vec<Tensor>| -> Vec<(i64, f64)> {
+        let pick = |this: &Eagle3Head,
+                    log_probs: &Tensor,
+                    k: i64,
+                    sampler: &mut Sampler,
+                    probs: &mut Vec<Tensor>|
+         -> Vec<(i64, f64)> {
             if sampled_chain {
                 let q = this.full_vocab_probs(log_probs, vocab, &sampling);
                 let token = sampler.sample_from(&q);
@@ -440,15 +671,26 @@ impl Drafter for Eagle3Drafter {
                 vec![(token, p.ln())]
             } else {
                 let (values, indices) = log_probs.topk(k, -1, true, true);
-                let values = Vec::<f32>::try_from(values.to_device(Device::Cpu)).unwrap_or_default();
-                let indices = Vec::<i64>::try_from(indices.to_device(Device::Cpu)).unwrap_or_default();
-                indices.into_iter().zip(values).map(|(d, v)| (this.to_target(d), v as f64)).collect()
+                let values =
+                    Vec::<f32>::try_from(values.to_device(Device::Cpu)).unwrap_or_default();
+                let indices =
+                    Vec::<i64>::try_from(indices.to_device(Device::Cpu)).unwrap_or_default();
+                indices
+                    .into_iter()
+                    .zip(values)
+                    .map(|(d, v)| (this.to_target(d), v as f64))
+                    .collect()
             }
         };
         let k = self.shape.top_k as i64;
         for (token, score) in pick(head, &last_log_probs, k, sampler, &mut probs) {
             frontier.push(nodes.len());
-            nodes.push(Node { token, parent: None, score, row: None });
+            nodes.push(Node {
+                token,
+                parent: None,
+                score,
+                row: None,
+            });
         }
         let mut frontier_hidden = last_hidden.repeat([frontier.len() as i64, 1]);
         let mut speculation = self.cache.speculate();
@@ -458,8 +700,11 @@ impl Drafter for Eagle3Drafter {
             // Each frontier node sees the stable context, its fed ancestors and itself.
             let mut visible = vec![false; (rows * (first_row + rows)) as usize];
             for (r, &node) in frontier.iter().enumerate() {
-                let row_mask = &mut visible[(r as i64 * (first_row + rows)) as usize..((r as i64 + 1) * (first_row + rows)) as usize];
-                row_mask[..stable as usize].iter_mut().for_each(|v| *v = true);
+                let row_mask = &mut visible[(r as i64 * (first_row + rows)) as usize
+                    ..((r as i64 + 1) * (first_row + rows)) as usize];
+                row_mask[..stable as usize]
+                    .iter_mut()
+                    .for_each(|v| *v = true);
                 let mut ancestor = nodes[node].parent;
                 while let Some(a) = ancestor {
                     if let Some(row) = nodes[a].row {
@@ -469,13 +714,26 @@ impl Drafter for Eagle3Drafter {
                 }
                 row_mask[(first_row + r as i64) as usize] = true;
             }
-            let mask = AttentionMask::Rows(Tensor::from_slice(&visible).view([rows, first_row + rows]).to_device(device));
+            let mask = AttentionMask::Rows(
+                Tensor::from_slice(&visible)
+                    .view([rows, first_row + rows])
+                    .to_device(device),
+            );
             let tokens: Vec<i64> = frontier.iter().map(|&n| nodes[n].token).collect();
-            let embeddings = ctx.target.embed(&Tensor::from_slice(&tokens).to_device(device));
+            let embeddings = ctx
+                .target
+                .embed(&Tensor::from_slice(&tokens).to_device(device));
             let positions = Tensor::full([rows], stable + depth as i64, (Kind::Int64, device));
             let timer = std::time::Instant::now();
-            let (hidden, log_probs) = head.forward(&embeddings, &frontier_hidden, &positions, &mask, &mut speculation)?;
-            self.forward_seconds.set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
+            let (hidden, log_probs) = head.forward(
+                &embeddings,
+                &frontier_hidden,
+                &positions,
+                &mask,
+                &mut speculation,
+            )?;
+            self.forward_seconds
+                .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
             for (r, &node) in frontier.iter().enumerate() {
                 nodes[node].row = Some(first_row + r as i64);
             }
@@ -483,7 +741,9 @@ impl Drafter for Eagle3Drafter {
             let mut children: Vec<(usize, i64, f64, usize)> = Vec::new();
             if sampled_chain {
                 for (r, &node) in frontier.iter().enumerate() {
-                    for (token, logp) in pick(head, &log_probs.get(r as i64), k, sampler, &mut probs) {
+                    for (token, logp) in
+                        pick(head, &log_probs.get(r as i64), k, sampler, &mut probs)
+                    {
                         children.push((node, token, nodes[node].score + logp, r));
                     }
                 }
@@ -495,7 +755,12 @@ impl Drafter for Eagle3Drafter {
                 for (r, &node) in frontier.iter().enumerate() {
                     for c in 0..k as usize {
                         let i = r * k as usize + c;
-                        children.push((node, head.to_target(indices[i]), nodes[node].score + values[i] as f64, r));
+                        children.push((
+                            node,
+                            head.to_target(indices[i]),
+                            nodes[node].score + values[i] as f64,
+                            r,
+                        ));
                     }
                 }
             }
@@ -503,13 +768,19 @@ impl Drafter for Eagle3Drafter {
             let mut next = Vec::new();
             let mut next_rows = Vec::new();
             for (i, (parent, token, score, r)) in children.into_iter().enumerate() {
-                nodes.push(Node { token, parent: Some(parent), score, row: None });
+                nodes.push(Node {
+                    token,
+                    parent: Some(parent),
+                    score,
+                    row: None,
+                });
                 if i < self.shape.top_k {
                     next.push(nodes.len() - 1);
                     next_rows.push(r as i64);
                 }
             }
-            frontier_hidden = hidden.index_select(0, &Tensor::from_slice(&next_rows).to_device(device));
+            frontier_hidden =
+                hidden.index_select(0, &Tensor::from_slice(&next_rows).to_device(device));
             frontier = next;
         }
         drop(speculation);
@@ -536,18 +807,35 @@ impl Drafter for Eagle3Drafter {
             kept += new.len();
             new.into_iter().for_each(|c| keep[c] = true);
         }
-        let index_of: Vec<Option<usize>> = keep.iter().scan(0, |next, &k| Some(k.then(|| { *next += 1; *next - 1 }))).collect();
+        let index_of: Vec<Option<usize>> = keep
+            .iter()
+            .scan(0, |next, &k| {
+                Some(k.then(|| {
+                    *next += 1;
+                    *next - 1
+                }))
+            })
+            .collect();
         let kept_nodes: Vec<usize> = (0..nodes.len()).filter(|&i| keep[i]).collect();
         let proposal = Proposal {
             tokens: kept_nodes.iter().map(|&i| nodes[i].token).collect(),
-            parents: kept_nodes.iter().map(|&i| nodes[i].parent.and_then(|p| index_of[p])).collect(),
-            draft_probs: if sampled_chain { Some(Tensor::stack(&probs[..kept_nodes.len()], 0)) } else { None },
+            parents: kept_nodes
+                .iter()
+                .map(|&i| nodes[i].parent.and_then(|p| index_of[p]))
+                .collect(),
+            draft_probs: if sampled_chain {
+                Some(Tensor::stack(&probs[..kept_nodes.len()], 0))
+            } else {
+                None
+            },
         };
         Ok(proposal)
     }
 
     fn observe(&mut self, _ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
-        let hidden = feedback.target_hidden.ok_or_else(|| DraftError::Mismatch("EAGLE-3 needs the target's hidden states of verified rows".into()))?;
+        let hidden = feedback.target_hidden.ok_or_else(|| {
+            DraftError::Mismatch("EAGLE-3 needs the target's hidden states of verified rows".into())
+        })?;
         self.pending = Some(hidden.shallow_clone());
         Ok(())
     }
@@ -580,17 +868,29 @@ pub struct RandomHeadOptions {
 
 impl Default for RandomHeadOptions {
     fn default() -> Self {
-        Self { eagle31: false, layers0_prefix: false, reduced_vocab: true, used_tokens: None, aux_layers: None, seed: 0 }
+        Self {
+            eagle31: false,
+            layers0_prefix: false,
+            reduced_vocab: true,
+            used_tokens: None,
+            aux_layers: None,
+            seed: 0,
+        }
     }
 }
 
 /// Writes a randomly initialised EAGLE-3 head for `target` in the published checkpoint layout
 /// (config.json + model.safetensors with `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`, `t2d`). It drafts
 /// badly but exercises every code path; tests and smoke runs use it, and `train` starts from it.
-pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadOptions) -> Result<()> {
+pub fn write_random_head(
+    dir: &Path,
+    target: &Transformer,
+    options: &RandomHeadOptions,
+) -> Result<()> {
     let c = &target.config;
     let (h, vocab) = (c.hidden_size, c.vocab_size);
-    let (heads, kv_heads, head_dim, inter) = (c.num_heads, c.num_kv_heads, c.head_dim, 2 * c.hidden_size);
+    let (heads, kv_heads, head_dim, inter) =
+        (c.num_heads, c.num_kv_heads, c.head_dim, 2 * c.hidden_size);
     let mut used: Vec<i64> = match &options.used_tokens {
         Some(used) => used.clone(),
         None if options.reduced_vocab => (0..vocab).filter(|i| i % 4 != 3).collect(),
@@ -600,7 +900,13 @@ pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadO
     used.dedup();
     let draft_vocab = used.len() as i64;
     let layers = c.num_layers;
-    let aux = options.aux_layers.clone().unwrap_or_else(|| if layers >= 4 { vec![2, layers / 2, layers - 3] } else { vec![0, layers / 2, layers] });
+    let aux = options.aux_layers.clone().unwrap_or_else(|| {
+        if layers >= 4 {
+            vec![2, layers / 2, layers - 3]
+        } else {
+            vec![0, layers / 2, layers]
+        }
+    });
     let config = serde_json::json!({
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
@@ -615,20 +921,45 @@ pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadO
     });
     write_config(dir, &config).map_err(|e| checkpoint_error(dir, e))?;
     tch::manual_seed(options.seed);
-    let block = if options.layers0_prefix { "layers.0" } else { "midlayer" };
+    let block = if options.layers0_prefix {
+        "layers.0"
+    } else {
+        "midlayer"
+    };
     let (random, norm) = (random_weight, random_norm);
     let mut tensors: Vec<(String, Tensor)> = vec![
         ("fc.weight".into(), random(&[h, 3 * h], 0.1)),
         (format!("{block}.hidden_norm.weight"), norm(h)),
         (format!("{block}.input_layernorm.weight"), norm(h)),
         (format!("{block}.post_attention_layernorm.weight"), norm(h)),
-        (format!("{block}.self_attn.q_proj.weight"), random(&[heads * head_dim, 2 * h], 0.1)),
-        (format!("{block}.self_attn.k_proj.weight"), random(&[kv_heads * head_dim, 2 * h], 0.1)),
-        (format!("{block}.self_attn.v_proj.weight"), random(&[kv_heads * head_dim, 2 * h], 0.1)),
-        (format!("{block}.self_attn.o_proj.weight"), random(&[h, heads * head_dim], 0.1)),
-        (format!("{block}.mlp.gate_proj.weight"), random(&[inter, h], 0.1)),
-        (format!("{block}.mlp.up_proj.weight"), random(&[inter, h], 0.1)),
-        (format!("{block}.mlp.down_proj.weight"), random(&[h, inter], 0.1)),
+        (
+            format!("{block}.self_attn.q_proj.weight"),
+            random(&[heads * head_dim, 2 * h], 0.1),
+        ),
+        (
+            format!("{block}.self_attn.k_proj.weight"),
+            random(&[kv_heads * head_dim, 2 * h], 0.1),
+        ),
+        (
+            format!("{block}.self_attn.v_proj.weight"),
+            random(&[kv_heads * head_dim, 2 * h], 0.1),
+        ),
+        (
+            format!("{block}.self_attn.o_proj.weight"),
+            random(&[h, heads * head_dim], 0.1),
+        ),
+        (
+            format!("{block}.mlp.gate_proj.weight"),
+            random(&[inter, h], 0.1),
+        ),
+        (
+            format!("{block}.mlp.up_proj.weight"),
+            random(&[inter, h], 0.1),
+        ),
+        (
+            format!("{block}.mlp.down_proj.weight"),
+            random(&[h, inter], 0.1),
+        ),
         ("norm.weight".into(), norm(h)),
         ("lm_head.weight".into(), random(&[draft_vocab, h], 0.3)),
     ];
@@ -637,12 +968,24 @@ pub fn write_random_head(dir: &Path, target: &Transformer, options: &RandomHeadO
             tensors.push((format!("fc_norm.{i}.weight"), norm(h)));
         }
     }
-    let d2t: Vec<i64> = used.iter().enumerate().map(|(i, &t)| t - i as i64).collect();
-    let t2d: Vec<u8> = (0..vocab).map(|t| u8::from(used.binary_search(&t).is_ok())).collect();
+    let d2t: Vec<i64> = used
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| t - i as i64)
+        .collect();
+    let t2d: Vec<u8> = (0..vocab)
+        .map(|t| u8::from(used.binary_search(&t).is_ok()))
+        .collect();
     let mut extra: Vec<RawTensor> = Vec::new();
     if options.reduced_vocab || options.used_tokens.is_some() {
-        extra.push(("d2t".into(), safetensors::Dtype::I64, vec![d2t.len()], d2t.iter().flat_map(|v| v.to_le_bytes()).collect()));
+        extra.push((
+            "d2t".into(),
+            safetensors::Dtype::I64,
+            vec![d2t.len()],
+            d2t.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ));
         extra.push(("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d));
     }
-    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &extra).map_err(|e| checkpoint_error(dir, e))
+    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &extra)
+        .map_err(|e| checkpoint_error(dir, e))
 }

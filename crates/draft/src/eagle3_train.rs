@@ -50,9 +50,20 @@ pub fn frequent_tokens(windows: &[TrainWindow], vocab: i64, size: i64) -> Vec<i6
 }
 
 /// Writes the starting head into `dir`: random weights, draft vocabulary from the windows' token counts.
-pub fn init(dir: &Path, target: &Transformer, windows: &[TrainWindow], options: &Eagle3Options, seed: u64) -> Result<()> {
+pub fn init(
+    dir: &Path,
+    target: &Transformer,
+    windows: &[TrainWindow],
+    options: &Eagle3Options,
+    seed: u64,
+) -> Result<()> {
     let used = frequent_tokens(windows, target.config.vocab_size, options.draft_vocab);
-    let random = RandomHeadOptions { eagle31: options.eagle31, used_tokens: Some(used), seed: seed as i64, ..Default::default() };
+    let random = RandomHeadOptions {
+        eagle31: options.eagle31,
+        used_tokens: Some(used),
+        seed: seed as i64,
+        ..Default::default()
+    };
     write_random_head(dir, target, &random)
 }
 
@@ -68,8 +79,15 @@ impl<'t> Eagle3Objective<'t> {
     /// Loads the head in `dir` for training.
     pub fn load(dir: &Path, target: &'t Transformer, options: &Eagle3Options) -> Result<Self> {
         let (head, _taps) = Eagle3Head::load(dir, target, true)?;
-        let to_draft = head.target_to_draft(target.config.vocab_size).to_device(target.device());
-        Ok(Self { target, head, to_draft, options: options.clone() })
+        let to_draft = head
+            .target_to_draft(target.config.vocab_size)
+            .to_device(target.device());
+        Ok(Self {
+            target,
+            head,
+            to_draft,
+            options: options.clone(),
+        })
     }
 }
 
@@ -82,12 +100,23 @@ impl Objective for Eagle3Objective<'_> {
         let device = self.target.device();
         let tokens = Tensor::from_slice(&window.tokens).to_device(device);
         let embeddings = tch::no_grad(|| self.target.embed(&tokens)).to_kind(Kind::Float);
-        let features = window.features.as_ref().ok_or_else(|| crate::DraftError::Mismatch("EAGLE-3 training needs target features".into()))?;
+        let features = window.features.as_ref().ok_or_else(|| {
+            crate::DraftError::Mismatch("EAGLE-3 training needs target features".into())
+        })?;
         // Target ids outside the draft vocabulary contribute nothing (t2d masking of drafters.md §2.4).
-        let draft_ids = self.to_draft.index_select(0, &window.top_ids.flatten(0, -1).to_device(device)).view_as(&window.top_ids);
+        let draft_ids = self
+            .to_draft
+            .index_select(0, &window.top_ids.flatten(0, -1).to_device(device))
+            .view_as(&window.top_ids);
         let probs = window.top_probs.to_device(device) * draft_ids.ge(0).to_kind(Kind::Float);
         let ids = draft_ids.clamp_min(0);
-        Ok(self.head.ttt_loss(&embeddings, &features.to_device(device), (&ids, &probs), self.options.ttt_steps, self.options.ttt_decay))
+        Ok(self.head.ttt_loss(
+            &embeddings,
+            &features.to_device(device),
+            (&ids, &probs),
+            self.options.ttt_steps,
+            self.options.ttt_decay,
+        ))
     }
 
     fn save(&self, dir: &Path, n0: i64) -> Result<()> {

@@ -7,9 +7,9 @@
 //! a proposal are cropped right after its forward pass; accepted drafts were never fed as real tokens, so
 //! the next proposal feeds them (with the bonus) first.
 
+use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
-use crate::causal_drafting::{feed, prefill_before_root};
 use crate::vanilla::check_same_vocabulary;
 use sharpdraft_model::{CausalLm, KvCache, LogitRows, Sampler};
 use tch::{Device, Tensor};
@@ -24,24 +24,43 @@ pub struct PardDrafter {
 
 impl PardDrafter {
     /// `model`'s config must carry `pard_token` (or vLLM's `ptd_token_id`).
-    pub fn new(model: CausalLm, target: &CausalLm, draft_len: usize, capacity: i64) -> Result<Self> {
+    pub fn new(
+        model: CausalLm,
+        target: &CausalLm,
+        draft_len: usize,
+        capacity: i64,
+    ) -> Result<Self> {
         check_same_vocabulary(&model, target)?;
         let raw = &model.net.config.raw;
-        let mask_token = raw.pard_token.or(raw.ptd_token_id).ok_or_else(|| DraftError::Checkpoint {
-            path: model.dir.join("config.json").display().to_string(),
-            reason: "no pard_token (or ptd_token_id): not a PARD drafter".into(),
-        })?;
+        let mask_token =
+            raw.pard_token
+                .or(raw.ptd_token_id)
+                .ok_or_else(|| DraftError::Checkpoint {
+                    path: model.dir.join("config.json").display().to_string(),
+                    reason: "no pard_token (or ptd_token_id): not a PARD drafter".into(),
+                })?;
         if mask_token < 0 || mask_token >= model.net.config.vocab_size {
             return Err(DraftError::Checkpoint {
                 path: model.dir.join("config.json").display().to_string(),
-                reason: format!("pard_token {mask_token} outside the vocabulary of {}", model.net.config.vocab_size),
+                reason: format!(
+                    "pard_token {mask_token} outside the vocabulary of {}",
+                    model.net.config.vocab_size
+                ),
             });
         }
         if draft_len == 0 {
-            return Err(DraftError::Mismatch("draft length must be at least 1".into()));
+            return Err(DraftError::Mismatch(
+                "draft length must be at least 1".into(),
+            ));
         }
         let cache = model.net.new_cache(capacity + draft_len as i64);
-        Ok(Self { model, cache, draft_len, mask_token, forward_seconds: 0.0 })
+        Ok(Self {
+            model,
+            cache,
+            draft_len,
+            mask_token,
+            forward_seconds: 0.0,
+        })
     }
 
     pub fn mask_token(&self) -> i64 {
@@ -77,8 +96,13 @@ impl Drafter for PardDrafter {
         self.forward_seconds += seconds;
         // Drop the mask slots: the cache keeps exactly the committed tokens.
         self.cache.truncate(committed_len)?;
-        let predictions = logits.narrow(0, real - 1, self.draft_len as i64).argmax(-1, false);
-        Ok(Proposal::chain(Vec::<i64>::try_from(predictions.to_device(Device::Cpu))?, None))
+        let predictions = logits
+            .narrow(0, real - 1, self.draft_len as i64)
+            .argmax(-1, false);
+        Ok(Proposal::chain(
+            Vec::<i64>::try_from(predictions.to_device(Device::Cpu))?,
+            None,
+        ))
     }
 
     fn observe(&mut self, _ctx: &DraftContext<'_>, _feedback: &Feedback<'_>) -> Result<()> {

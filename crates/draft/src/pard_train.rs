@@ -57,7 +57,9 @@ fn default_min_keep() -> f64 {
 impl PardOptions {
     /// The target layer each drafter layer starts from.
     pub fn source_layers(&self) -> Vec<usize> {
-        self.from_layers.clone().unwrap_or_else(|| (0..self.layers).collect())
+        self.from_layers
+            .clone()
+            .unwrap_or_else(|| (0..self.layers).collect())
     }
 }
 
@@ -65,31 +67,63 @@ impl PardOptions {
 /// `pard_token`, the chosen target layers (renumbered), embedding, final norm and head, and its tokenizer
 /// files.
 pub fn init(dir: &Path, target: &CausalLm, options: &PardOptions) -> Result<()> {
-    let io = |e: std::io::Error| DraftError::Checkpoint { path: dir.display().to_string(), reason: e.to_string() };
+    let io = |e: std::io::Error| DraftError::Checkpoint {
+        path: dir.display().to_string(),
+        reason: e.to_string(),
+    };
     let config_path = target.dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path).map_err(|e| DraftError::Checkpoint { path: config_path.display().to_string(), reason: e.to_string() })?;
-    let mut config: serde_json::Value = serde_json::from_str(&text).map_err(|e| DraftError::Checkpoint { path: config_path.display().to_string(), reason: e.to_string() })?;
+    let text = std::fs::read_to_string(&config_path).map_err(|e| DraftError::Checkpoint {
+        path: config_path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let mut config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| DraftError::Checkpoint {
+            path: config_path.display().to_string(),
+            reason: e.to_string(),
+        })?;
     config["num_hidden_layers"] = options.layers.into();
     config["pard_token"] = options.mask_token.into();
     config["spd_type"] = "pard".into();
     config["torch_dtype"] = "float32".into();
-    write_config(dir, &config).map_err(|e| DraftError::Checkpoint { path: dir.display().to_string(), reason: e })?;
+    write_config(dir, &config).map_err(|e| DraftError::Checkpoint {
+        path: dir.display().to_string(),
+        reason: e,
+    })?;
     let sources = options.source_layers();
     // "model.layers.{j}.rest" of target layer j = sources[i] becomes "model.layers.{i}.rest".
     let rename = |name: &str| -> Option<String> {
-        let Some(rest) = name.strip_prefix("model.layers.") else { return Some(name.to_string()) };
+        let Some(rest) = name.strip_prefix("model.layers.") else {
+            return Some(name.to_string());
+        };
         let (index, tail) = rest.split_once('.')?;
         let position = sources.iter().position(|&j| index.parse() == Ok(j))?;
         Some(format!("model.layers.{position}.{tail}"))
     };
-    let mut tensors: Vec<(String, Tensor)> =
-        target.vars.variables().into_iter().filter_map(|(name, t)| rename(&name).map(|n| (n, t.to_kind(Kind::Float).to_device(Device::Cpu)))).collect();
+    let mut tensors: Vec<(String, Tensor)> = target
+        .vars
+        .variables()
+        .into_iter()
+        .filter_map(|(name, t)| {
+            rename(&name).map(|n| (n, t.to_kind(Kind::Float).to_device(Device::Cpu)))
+        })
+        .collect();
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
-    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[]).map_err(|e| DraftError::Checkpoint { path: dir.display().to_string(), reason: e })?;
+    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[]).map_err(|e| {
+        DraftError::Checkpoint {
+            path: dir.display().to_string(),
+            reason: e,
+        }
+    })?;
     for entry in std::fs::read_dir(&target.dir).map_err(io)? {
         let path = entry.map_err(io)?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if name.starts_with("tokenizer") || name == "special_tokens_map.json" || name == "chat_template.jinja" {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if name.starts_with("tokenizer")
+            || name == "special_tokens_map.json"
+            || name == "chat_template.jinja"
+        {
             std::fs::copy(&path, dir.join(name)).map_err(io)?;
         }
     }
@@ -98,12 +132,25 @@ pub fn init(dir: &Path, target: &CausalLm, options: &PardOptions) -> Result<()> 
 
 /// The kept offsets of every copy: copy 0 all of `0..len`; copy i a COD subset of the successors of copy
 /// i - 1's offsets.
-pub fn kept_offsets(len: usize, options: &PardOptions, rng: &mut impl rand::Rng) -> Vec<Vec<usize>> {
+pub fn kept_offsets(
+    len: usize,
+    options: &PardOptions,
+    rng: &mut impl rand::Rng,
+) -> Vec<Vec<usize>> {
     let mut copies = vec![(0..len).collect::<Vec<_>>()];
     for i in 1..options.copies {
-        let candidates: Vec<usize> = copies[i - 1].iter().map(|p| p + 1).filter(|&p| p < len).collect();
-        let size = ((len as f64 * options.keep_ratio.powi(i as i32).max(options.min_keep)).round() as usize).min(candidates.len());
-        let mut kept: Vec<usize> = sample(rng, candidates.len(), size).into_iter().map(|k| candidates[k]).collect();
+        let candidates: Vec<usize> = copies[i - 1]
+            .iter()
+            .map(|p| p + 1)
+            .filter(|&p| p < len)
+            .collect();
+        let size = ((len as f64 * options.keep_ratio.powi(i as i32).max(options.min_keep)).round()
+            as usize)
+            .min(candidates.len());
+        let mut kept: Vec<usize> = sample(rng, candidates.len(), size)
+            .into_iter()
+            .map(|k| candidates[k])
+            .collect();
         kept.sort_unstable();
         copies.push(kept);
     }
@@ -112,7 +159,11 @@ pub fn kept_offsets(len: usize, options: &PardOptions, rng: &mut impl rand::Rng)
 
 /// Row order, positions and the `[N, N]` visibility of the copies (see the module comment).
 pub fn copy_layout(copies: &[Vec<usize>]) -> (Vec<(usize, usize)>, Tensor) {
-    let rows: Vec<(usize, usize)> = copies.iter().enumerate().flat_map(|(i, offsets)| offsets.iter().map(move |&p| (i, p))).collect();
+    let rows: Vec<(usize, usize)> = copies
+        .iter()
+        .enumerate()
+        .flat_map(|(i, offsets)| offsets.iter().map(move |&p| (i, p)))
+        .collect();
     let n = rows.len();
     let len = copies[0].len();
     // row_of[i][p]: the row of copy i at offset p.
@@ -130,7 +181,10 @@ pub fn copy_layout(copies: &[Vec<usize>]) -> (Vec<(usize, usize)>, Tensor) {
             line[row_of[j][p - i + j]] = true;
         }
     }
-    (rows, Tensor::from_slice(&visible).view([n as i64, n as i64]))
+    (
+        rows,
+        Tensor::from_slice(&visible).view([n as i64, n as i64]),
+    )
 }
 
 pub struct PardObjective {
@@ -142,7 +196,11 @@ pub struct PardObjective {
 impl PardObjective {
     pub fn load(dir: &Path, device: Device, options: &PardOptions, seed: u64) -> Result<Self> {
         let drafter = CausalLm::load(dir, device, Kind::Float)?;
-        Ok(Self { drafter, options: options.clone(), seed })
+        Ok(Self {
+            drafter,
+            options: options.clone(),
+            seed,
+        })
     }
 }
 
@@ -150,35 +208,82 @@ impl Objective for PardObjective {
     /// The final norm and the layers from `trainable_from` on; embedding and head stay the target's.
     fn parameters(&self) -> Vec<(String, Tensor)> {
         let trainable = |name: &str| match name.strip_prefix("model.layers.") {
-            Some(rest) => rest.split('.').next().and_then(|i| i.parse::<usize>().ok()).is_some_and(|i| i >= self.options.trainable_from),
+            Some(rest) => rest
+                .split('.')
+                .next()
+                .and_then(|i| i.parse::<usize>().ok())
+                .is_some_and(|i| i >= self.options.trainable_from),
             None => name == "model.norm.weight",
         };
-        self.drafter.vars.variables().into_iter().filter(|(name, _)| trainable(name)).collect()
+        self.drafter
+            .vars
+            .variables()
+            .into_iter()
+            .filter(|(name, _)| trainable(name))
+            .collect()
     }
 
     fn loss(&self, window: &TrainWindow, step: usize) -> Result<Tensor> {
         let device = self.drafter.net.device();
-        let copies = kept_offsets(window.tokens.len(), &self.options, &mut step_rng(self.seed, step));
+        let copies = kept_offsets(
+            window.tokens.len(),
+            &self.options,
+            &mut step_rng(self.seed, step),
+        );
         let (rows, visible) = copy_layout(&copies);
-        let ids: Vec<i64> = rows.iter().map(|&(i, p)| if i == 0 { window.tokens[p] } else { self.options.mask_token }).collect();
+        let ids: Vec<i64> = rows
+            .iter()
+            .map(|&(i, p)| {
+                if i == 0 {
+                    window.tokens[p]
+                } else {
+                    self.options.mask_token
+                }
+            })
+            .collect();
         let positions: Vec<i64> = rows.iter().map(|&(_, p)| p as i64).collect();
         let target_rows: Vec<i64> = positions.clone();
         let ids = Tensor::from_slice(&ids).to_device(device);
         let positions = Tensor::from_slice(&positions).to_device(device);
         let mut cache = self.drafter.net.new_cache(rows.len() as i64);
         let mask = AttentionMask::Rows(visible.to_device(device));
-        let input = ForwardInput { mask: &mask, logits: LogitRows::All, ..ForwardInput::causal(&ids, &positions) };
-        let logits = self.drafter.net.forward(input, &mut cache)?.logits.expect("logits requested");
+        let input = ForwardInput {
+            mask: &mask,
+            logits: LogitRows::All,
+            ..ForwardInput::causal(&ids, &positions)
+        };
+        let logits = self
+            .drafter
+            .net
+            .forward(input, &mut cache)?
+            .logits
+            .expect("logits requested");
         let target_rows = Tensor::from_slice(&target_rows).to_device(device);
-        let top_ids = window.top_ids.to_device(device).index_select(0, &target_rows);
-        let top_probs = window.top_probs.to_device(device).index_select(0, &target_rows);
-        Ok(soft_cross_entropy(&logits.log_softmax(-1, Kind::Float), &top_ids, &top_probs).mean(Kind::Float))
+        let top_ids = window
+            .top_ids
+            .to_device(device)
+            .index_select(0, &target_rows);
+        let top_probs = window
+            .top_probs
+            .to_device(device)
+            .index_select(0, &target_rows);
+        Ok(
+            soft_cross_entropy(&logits.log_softmax(-1, Kind::Float), &top_ids, &top_probs)
+                .mean(Kind::Float),
+        )
     }
 
     fn save(&self, dir: &Path, n0: i64) -> Result<()> {
         let config_path = self.drafter.dir.join("config.json");
-        let text = std::fs::read_to_string(&config_path).map_err(|e| DraftError::Checkpoint { path: config_path.display().to_string(), reason: e.to_string() })?;
-        let config: serde_json::Value = serde_json::from_str(&text).map_err(|e| DraftError::Checkpoint { path: config_path.display().to_string(), reason: e.to_string() })?;
+        let text = std::fs::read_to_string(&config_path).map_err(|e| DraftError::Checkpoint {
+            path: config_path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let config: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| DraftError::Checkpoint {
+                path: config_path.display().to_string(),
+                reason: e.to_string(),
+            })?;
         save_trained(dir, &config, "torch_dtype", n0, &self.drafter.vars, &[])
     }
 }

@@ -25,12 +25,20 @@ pub struct Proposal {
 
 impl Proposal {
     pub fn empty() -> Self {
-        Self { tokens: Vec::new(), parents: Vec::new(), draft_probs: None }
+        Self {
+            tokens: Vec::new(),
+            parents: Vec::new(),
+            draft_probs: None,
+        }
     }
 
     pub fn chain(tokens: Vec<i64>, draft_probs: Option<Tensor>) -> Self {
         let parents = (0..tokens.len()).map(|i| i.checked_sub(1)).collect();
-        Self { tokens, parents, draft_probs }
+        Self {
+            tokens,
+            parents,
+            draft_probs,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -52,25 +60,41 @@ impl Proposal {
 
     /// Children of `parent` (None = root), in proposal order (the order verification tries them in).
     pub fn children(&self, parent: Option<usize>) -> impl Iterator<Item = usize> + '_ {
-        self.parents.iter().enumerate().filter(move |(_, p)| **p == parent).map(|(i, _)| i)
+        self.parents
+            .iter()
+            .enumerate()
+            .filter(move |(_, p)| **p == parent)
+            .map(|(i, _)| i)
     }
 
     /// Checks the parents-first invariant and the probability shape.
     pub fn validate(&self, vocab: i64) -> Result<(), String> {
         if self.tokens.len() != self.parents.len() {
-            return Err(format!("{} tokens but {} parents", self.tokens.len(), self.parents.len()));
+            return Err(format!(
+                "{} tokens but {} parents",
+                self.tokens.len(),
+                self.parents.len()
+            ));
         }
         for (i, parent) in self.parents.iter().enumerate() {
             if matches!(parent, Some(p) if *p >= i) {
-                return Err(format!("node {i} has parent {parent:?}: parents must precede children"));
+                return Err(format!(
+                    "node {i} has parent {parent:?}: parents must precede children"
+                ));
             }
         }
         if let Some(&bad) = self.tokens.iter().find(|&&t| t < 0 || t >= vocab) {
-            return Err(format!("draft token {bad} outside the target vocabulary of {vocab}"));
+            return Err(format!(
+                "draft token {bad} outside the target vocabulary of {vocab}"
+            ));
         }
         if let Some(probs) = &self.draft_probs {
             if probs.size() != [self.tokens.len() as i64, vocab] {
-                return Err(format!("draft_probs {:?}, expected [{}, {vocab}]", probs.size(), self.tokens.len()));
+                return Err(format!(
+                    "draft_probs {:?}, expected [{}, {vocab}]",
+                    probs.size(),
+                    self.tokens.len()
+                ));
             }
         }
         Ok(())

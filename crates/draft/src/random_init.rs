@@ -11,10 +11,14 @@ pub(crate) fn random_weight(shape: &[i64], scale: f64) -> Tensor {
 
 /// RMSNorm weights near 1, so that a misplaced norm does not hide behind an identity.
 pub(crate) fn random_norm(size: i64) -> Tensor {
-    Tensor::ones([size], (Kind::Float, Device::Cpu)) + Tensor::randn([size], (Kind::Float, Device::Cpu)) * 0.1
+    Tensor::ones([size], (Kind::Float, Device::Cpu))
+        + Tensor::randn([size], (Kind::Float, Device::Cpu)) * 0.1
 }
 
-pub(crate) fn write_config(dir: &Path, config: &serde_json::Value) -> std::result::Result<(), String> {
+pub(crate) fn write_config(
+    dir: &Path,
+    config: &serde_json::Value,
+) -> std::result::Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("config.json"), config.to_string()).map_err(|e| e.to_string())
 }
@@ -23,30 +27,58 @@ pub(crate) fn write_config(dir: &Path, config: &serde_json::Value) -> std::resul
 pub(crate) type RawTensor = (String, safetensors::Dtype, Vec<usize>, Vec<u8>);
 
 /// Writes f32 tensors (plus raw extras) to one safetensors file.
-pub(crate) fn write_f32_safetensors(path: &Path, tensors: &[(String, Tensor)], extra: &[RawTensor]) -> std::result::Result<(), String> {
+pub(crate) fn write_f32_safetensors(
+    path: &Path,
+    tensors: &[(String, Tensor)],
+    extra: &[RawTensor],
+) -> std::result::Result<(), String> {
     let mut buffers: Vec<RawTensor> = Vec::with_capacity(tensors.len() + extra.len());
     for (name, t) in tensors {
-        let data = Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1)).map_err(|e| format!("{name}: {e}"))?;
+        let data = Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1))
+            .map_err(|e| format!("{name}: {e}"))?;
         let shape = t.size().iter().map(|&d| d as usize).collect();
-        buffers.push((name.clone(), safetensors::Dtype::F32, shape, data.iter().flat_map(|v| v.to_le_bytes()).collect()));
+        buffers.push((
+            name.clone(),
+            safetensors::Dtype::F32,
+            shape,
+            data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ));
     }
     buffers.extend(extra.iter().cloned());
     let views = buffers
         .iter()
-        .map(|(name, dtype, shape, data)| safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).map(|v| (name.clone(), v)).map_err(|e| format!("{name}: {e}")))
+        .map(|(name, dtype, shape, data)| {
+            safetensors::tensor::TensorView::new(*dtype, shape.clone(), data)
+                .map(|v| (name.clone(), v))
+                .map_err(|e| format!("{name}: {e}"))
+        })
         .collect::<std::result::Result<Vec<_>, _>>()?;
     safetensors::serialize_to_file(views, None, path).map_err(|e| e.to_string())
 }
 
 /// Writes a trained drafter in its published layout: `config` with `training_length` recorded and the
 /// dtype key set to float32, and the variables of `vars` (detached, f32) plus raw extras.
-pub(crate) fn save_trained(dir: &Path, config: &serde_json::Value, dtype_key: &str, training_length: i64, vars: &tch::nn::VarStore, extra: &[RawTensor]) -> crate::drafter::Result<()> {
-    let error = |reason: String| crate::drafter::DraftError::Checkpoint { path: dir.display().to_string(), reason };
+pub(crate) fn save_trained(
+    dir: &Path,
+    config: &serde_json::Value,
+    dtype_key: &str,
+    training_length: i64,
+    vars: &tch::nn::VarStore,
+    extra: &[RawTensor],
+) -> crate::drafter::Result<()> {
+    let error = |reason: String| crate::drafter::DraftError::Checkpoint {
+        path: dir.display().to_string(),
+        reason,
+    };
     let mut config = config.clone();
     config["training_length"] = training_length.into();
     config[dtype_key] = "float32".into();
     write_config(dir, &config).map_err(error)?;
-    let mut tensors: Vec<(String, Tensor)> = vars.variables().into_iter().map(|(name, t)| (name, t.detach())).collect();
+    let mut tensors: Vec<(String, Tensor)> = vars
+        .variables()
+        .into_iter()
+        .map(|(name, t)| (name, t.detach()))
+        .collect();
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     write_f32_safetensors(&dir.join("model.safetensors"), &tensors, extra).map_err(error)
 }

@@ -22,7 +22,14 @@ pub struct TrainWindow {
 }
 
 /// Cuts `stream` into windows of `n0` tokens (at most `max_windows`) and runs the target over each.
-pub fn extract_windows(target: &Transformer, taps: &[Tap], stream: &[i64], n0: i64, max_windows: usize, top_k: i64) -> Result<Vec<TrainWindow>> {
+pub fn extract_windows(
+    target: &Transformer,
+    taps: &[Tap],
+    stream: &[i64],
+    n0: i64,
+    max_windows: usize,
+    top_k: i64,
+) -> Result<Vec<TrainWindow>> {
     let _guard = tch::no_grad_guard();
     let device = target.device();
     let mut windows = Vec::new();
@@ -30,15 +37,34 @@ pub fn extract_windows(target: &Transformer, taps: &[Tap], stream: &[i64], n0: i
         let ids = Tensor::from_slice(chunk).to_device(device);
         let positions = Tensor::arange(n0, (Kind::Int64, device));
         let mut cache = target.new_cache(n0);
-        let out = target.forward(ForwardInput { taps, logits: LogitRows::All, ..ForwardInput::causal(&ids, &positions) }, &mut cache)?;
-        let probs = out.logits.expect("logits requested").softmax(-1, Kind::Float);
+        let out = target.forward(
+            ForwardInput {
+                taps,
+                logits: LogitRows::All,
+                ..ForwardInput::causal(&ids, &positions)
+            },
+            &mut cache,
+        )?;
+        let probs = out
+            .logits
+            .expect("logits requested")
+            .softmax(-1, Kind::Float);
         let (top_probs, top_ids) = probs.topk(top_k, -1, true, true);
         let top_probs = &top_probs / top_probs.sum_dim_intlist(&[1i64][..], true, Kind::Float);
-        let features = (!out.hidden.is_empty()).then(|| Tensor::cat(&out.hidden, -1).to_kind(Kind::Float));
-        windows.push(TrainWindow { tokens: chunk.to_vec(), features, top_ids, top_probs });
+        let features =
+            (!out.hidden.is_empty()).then(|| Tensor::cat(&out.hidden, -1).to_kind(Kind::Float));
+        windows.push(TrainWindow {
+            tokens: chunk.to_vec(),
+            features,
+            top_ids,
+            top_probs,
+        });
     }
     if windows.is_empty() {
-        return Err(DraftError::Mismatch(format!("the training text has {} tokens, fewer than one window of n0 = {n0}", stream.len())));
+        return Err(DraftError::Mismatch(format!(
+            "the training text has {} tokens, fewer than one window of n0 = {n0}",
+            stream.len()
+        )));
     }
     Ok(windows)
 }
@@ -88,9 +114,17 @@ impl TrainState {
     pub fn load(dir: &Path) -> Result<Option<Self>> {
         let path = dir.join(STATE_FILE);
         match std::fs::read_to_string(&path) {
-            Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| DraftError::Checkpoint { path: path.display().to_string(), reason: e.to_string() }),
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| DraftError::Checkpoint {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(DraftError::Checkpoint { path: path.display().to_string(), reason: e.to_string() }),
+            Err(e) => Err(DraftError::Checkpoint {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            }),
         }
     }
 }
@@ -108,14 +142,28 @@ pub trait TrainObserver {
 
 /// Trains `objective` on `windows`, resuming from the state and optimizer moments in `out_dir` when a
 /// previous run left them (the weights were loaded from there by the caller). Returns the final state.
-pub fn train(objective: &dyn Objective, windows: &[TrainWindow], out_dir: &Path, config: &LoopConfig, observer: &mut dyn TrainObserver) -> Result<TrainState> {
-    let mut optimizer = AdamW::new(objective.parameters(), config.learning_rate, config.weight_decay);
+pub fn train(
+    objective: &dyn Objective,
+    windows: &[TrainWindow],
+    out_dir: &Path,
+    config: &LoopConfig,
+    observer: &mut dyn TrainObserver,
+) -> Result<TrainState> {
+    let mut optimizer = AdamW::new(
+        objective.parameters(),
+        config.learning_rate,
+        config.weight_decay,
+    );
     let mut state = match TrainState::load(out_dir)? {
         Some(state) => {
             optimizer.load(&out_dir.join(OPTIMIZER_FILE))?;
             state
         }
-        None => TrainState { step: 0, losses: Vec::new(), seconds: Vec::new() },
+        None => TrainState {
+            step: 0,
+            losses: Vec::new(),
+            seconds: Vec::new(),
+        },
     };
     let offset = state.seconds.last().copied().unwrap_or(0.0);
     let started = std::time::Instant::now();
@@ -153,8 +201,17 @@ pub fn step_rng(seed: u64, step: usize) -> rand::rngs::StdRng {
 
 /// Weights and optimizer moments, then the state: a crash between the two resumes from the previous
 /// state with newer weights, never from a state that claims more steps than the weights saw.
-fn save_checkpoint(objective: &dyn Objective, optimizer: &AdamW, out_dir: &Path, n0: i64, state: &TrainState) -> Result<()> {
-    let io = |e: std::io::Error| DraftError::Checkpoint { path: out_dir.display().to_string(), reason: e.to_string() };
+fn save_checkpoint(
+    objective: &dyn Objective,
+    optimizer: &AdamW,
+    out_dir: &Path,
+    n0: i64,
+    state: &TrainState,
+) -> Result<()> {
+    let io = |e: std::io::Error| DraftError::Checkpoint {
+        path: out_dir.display().to_string(),
+        reason: e.to_string(),
+    };
     let staging = out_dir.join(".staging");
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging).map_err(io)?;
@@ -166,6 +223,10 @@ fn save_checkpoint(objective: &dyn Objective, optimizer: &AdamW, out_dir: &Path,
     }
     let _ = std::fs::remove_dir_all(&staging);
     let tmp = out_dir.join(format!("{STATE_FILE}.tmp"));
-    std::fs::write(&tmp, serde_json::to_string(state).expect("state serialises")).map_err(io)?;
+    std::fs::write(
+        &tmp,
+        serde_json::to_string(state).expect("state serialises"),
+    )
+    .map_err(io)?;
     std::fs::rename(&tmp, out_dir.join(STATE_FILE)).map_err(io)
 }

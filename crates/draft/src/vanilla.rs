@@ -5,9 +5,9 @@
 //! committed tokens it lacks (at least the root) and then d1..d(K-1); `observe` truncates back to the
 //! rows that the accepted tokens confirmed (the root, and d1..d(min(a, K-1))).
 
+use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
-use crate::causal_drafting::{feed, prefill_before_root};
 use sharpdraft_model::{CausalLm, KvCache, LogitRows, Sampler, Sampling};
 use tch::Tensor;
 
@@ -24,13 +24,28 @@ pub struct VanillaDrafter {
 impl VanillaDrafter {
     /// `sampling` is the target's: sampled drafts use the same temperature and filters, so that q and p
     /// are comparable in rejection sampling.
-    pub fn new(model: CausalLm, target: &CausalLm, draft_len: usize, capacity: i64, sampling: Sampling) -> Result<Self> {
+    pub fn new(
+        model: CausalLm,
+        target: &CausalLm,
+        draft_len: usize,
+        capacity: i64,
+        sampling: Sampling,
+    ) -> Result<Self> {
         check_same_vocabulary(&model, target)?;
         if draft_len == 0 {
-            return Err(DraftError::Mismatch("draft length must be at least 1".into()));
+            return Err(DraftError::Mismatch(
+                "draft length must be at least 1".into(),
+            ));
         }
         let cache = model.net.new_cache(capacity);
-        Ok(Self { model, cache, draft_len, sampling, committed_at_proposal: 0, forward_seconds: 0.0 })
+        Ok(Self {
+            model,
+            cache,
+            draft_len,
+            sampling,
+            committed_at_proposal: 0,
+            forward_seconds: 0.0,
+        })
     }
 
     /// The drafter's cache (tests check it against a fresh prefill of the committed tokens).
@@ -57,7 +72,10 @@ pub(crate) fn check_same_vocabulary(drafter: &CausalLm, target: &CausalLm) -> Re
         (Some(d), Some(t)) => {
             let (dv, tv) = (d.vocabulary(), t.vocabulary());
             if dv != tv {
-                let differing = tv.iter().filter(|(token, id)| dv.get(*token) != Some(id)).count();
+                let differing = tv
+                    .iter()
+                    .filter(|(token, id)| dv.get(*token) != Some(id))
+                    .count();
                 return Err(DraftError::Mismatch(format!(
                     "drafter vocabulary ({} tokens) differs from the target's ({} tokens; {differing} target tokens map differently)",
                     dv.len(),
@@ -66,10 +84,12 @@ pub(crate) fn check_same_vocabulary(drafter: &CausalLm, target: &CausalLm) -> Re
             }
             Ok(())
         }
-        _ if drafter.net.config.vocab_size != target.net.config.vocab_size => Err(DraftError::Mismatch(format!(
-            "drafter vocab_size {} differs from the target's {}",
-            drafter.net.config.vocab_size, target.net.config.vocab_size
-        ))),
+        _ if drafter.net.config.vocab_size != target.net.config.vocab_size => {
+            Err(DraftError::Mismatch(format!(
+                "drafter vocab_size {} differs from the target's {}",
+                drafter.net.config.vocab_size, target.net.config.vocab_size
+            )))
+        }
         _ => Ok(()),
     }
 }

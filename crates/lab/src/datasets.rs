@@ -78,7 +78,8 @@ fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if path.extension().is_some_and(|e| e == "gz") {
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text).with_context(|| format!("{}: not gzip-compressed UTF-8", path.display()))?;
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+            .with_context(|| format!("{}: not gzip-compressed UTF-8", path.display()))?;
         Ok(text)
     } else {
         String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", path.display()))
@@ -91,7 +92,13 @@ fn locate(base: &Path, path: &Path, pypi: Option<&PypiPackage>) -> Result<PathBu
         None => Ok(resolve(base, path)),
         Some(p) => {
             let member = pypi_package(p)?.join(path);
-            ensure!(member.is_file(), "{}=={} has no member {}", p.package, p.version, path.display());
+            ensure!(
+                member.is_file(),
+                "{}=={} has no member {}",
+                p.package,
+                p.version,
+                path.display()
+            );
             Ok(member)
         }
     }
@@ -103,12 +110,19 @@ pub fn jsonl_field(path: &Path, field: &str) -> Result<Vec<String>> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, line)| {
-            let value: serde_json::Value = serde_json::from_str(line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+            let value: serde_json::Value = serde_json::from_str(line)
+                .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
             let value = match &value[field] {
                 serde_json::Value::Array(items) => items.first().cloned().unwrap_or_default(),
                 other => other.clone(),
             };
-            value.as_str().map(str::to_string).with_context(|| format!("{}:{}: no string (or list of strings) field {field:?}", path.display(), i + 1))
+            value.as_str().map(str::to_string).with_context(|| {
+                format!(
+                    "{}:{}: no string (or list of strings) field {field:?}",
+                    path.display(),
+                    i + 1
+                )
+            })
         })
         .collect()
 }
@@ -133,7 +147,12 @@ pub fn pypi_package(p: &PypiPackage) -> Result<PathBuf> {
             .arg(format!("{}=={}", p.package, p.version))
             .status()
             .context("running python3 -m pip (install python3 and pip)")?;
-        ensure!(status.success(), "pip download {}=={} failed", p.package, p.version);
+        ensure!(
+            status.success(),
+            "pip download {}=={} failed",
+            p.package,
+            p.version
+        );
         for entry in std::fs::read_dir(&fetched)? {
             let archive = entry?.path();
             let digest = format!("{:x}", Sha256::digest(std::fs::read(&archive)?));
@@ -143,7 +162,13 @@ pub fn pypi_package(p: &PypiPackage) -> Result<PathBuf> {
             digests.push(format!("{} {digest}", archive.display()));
         }
     }
-    bail!("no download of {}=={} has the pinned sha256 {} (found: {})", p.package, p.version, p.sha256, digests.join(", "))
+    bail!(
+        "no download of {}=={} has the pinned sha256 {} (found: {})",
+        p.package,
+        p.version,
+        p.sha256,
+        digests.join(", ")
+    )
 }
 
 /// Unpacks a wheel (zip) or a `.tar.gz` into `dest`, atomically.
@@ -151,12 +176,27 @@ fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf> {
     let staging = dest.with_extension("partial");
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)?;
-    if archive.extension().is_some_and(|e| e == "whl" || e == "zip") {
+    if archive
+        .extension()
+        .is_some_and(|e| e == "whl" || e == "zip")
+    {
         let file = std::fs::File::open(archive)?;
-        zip::ZipArchive::new(file).and_then(|mut z| z.extract(&staging)).with_context(|| format!("unpacking {}", archive.display()))?;
+        zip::ZipArchive::new(file)
+            .and_then(|mut z| z.extract(&staging))
+            .with_context(|| format!("unpacking {}", archive.display()))?;
     } else {
-        let status = Command::new("tar").arg("xzf").arg(archive).arg("-C").arg(&staging).status().context("running tar")?;
-        ensure!(status.success(), "tar could not unpack {}", archive.display());
+        let status = Command::new("tar")
+            .arg("xzf")
+            .arg(archive)
+            .arg("-C")
+            .arg(&staging)
+            .status()
+            .context("running tar")?;
+        ensure!(
+            status.success(),
+            "tar could not unpack {}",
+            archive.display()
+        );
     }
     std::fs::rename(&staging, dest)?;
     Ok(dest.to_path_buf())
@@ -165,8 +205,16 @@ fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf> {
 /// The target's greedy continuation of one chat prompt (prompt ids included), cached on disk by target
 /// folder, prompt and length.
 fn continuation(target: &CausalLm, prompt: &str, max_new_tokens: usize) -> Result<Vec<i64>> {
-    let key = format!("{:x}", Sha256::digest(format!("{}\n{max_new_tokens}\n{prompt}", target.dir.display())));
-    let cache = registry::home().join("cache/continuations").join(format!("{key}.json"));
+    let key = format!(
+        "{:x}",
+        Sha256::digest(format!(
+            "{}\n{max_new_tokens}\n{prompt}",
+            target.dir.display()
+        ))
+    );
+    let cache = registry::home()
+        .join("cache/continuations")
+        .join(format!("{key}.json"));
     if let Ok(text) = std::fs::read_to_string(&cache) {
         if let Ok(ids) = serde_json::from_str(&text) {
             return Ok(ids);
@@ -174,12 +222,24 @@ fn continuation(target: &CausalLm, prompt: &str, max_new_tokens: usize) -> Resul
     }
     let tokenizer = target.tokenizer()?;
     let text = if tokenizer.has_chat_template() {
-        tokenizer.apply_chat_template(&[ChatMessage { role: "user".into(), content: prompt.to_string() }], true)?
+        tokenizer.apply_chat_template(
+            &[ChatMessage {
+                role: "user".into(),
+                content: prompt.to_string(),
+            }],
+            true,
+        )?
     } else {
         prompt.to_string()
     };
     let mut ids = tokenizer.encode(&text, false)?;
-    let out = generate(&target.net, &ids, max_new_tokens, &mut Sampler::new(Sampling::greedy()), &target.stop_tokens())?;
+    let out = generate(
+        &target.net,
+        &ids,
+        max_new_tokens,
+        &mut Sampler::new(Sampling::greedy()),
+        &target.stop_tokens(),
+    )?;
     ids.extend(out.ids);
     std::fs::create_dir_all(cache.parent().expect("a folder"))?;
     let tmp = cache.with_extension("tmp");
@@ -193,26 +253,75 @@ pub fn load(source: &Source, base: &Path, target: &CausalLm) -> Result<Vec<Docum
     Ok(match source {
         Source::TextFile(path) => {
             let path = resolve(base, path);
-            vec![Document::Text(std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?)]
+            vec![Document::Text(
+                std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?,
+            )]
         }
-        Source::Jsonl { path, field, pypi, .. } => jsonl_field(&locate(base, path, pypi.as_ref())?, field)?.into_iter().map(Document::Text).collect(),
-        Source::PypiTexts { package, version, sha256, folder, .. } => {
-            let root = pypi_package(&PypiPackage { package: package.clone(), version: version.clone(), sha256: sha256.clone() })?;
+        Source::Jsonl {
+            path, field, pypi, ..
+        } => jsonl_field(&locate(base, path, pypi.as_ref())?, field)?
+            .into_iter()
+            .map(Document::Text)
+            .collect(),
+        Source::PypiTexts {
+            package,
+            version,
+            sha256,
+            folder,
+            ..
+        } => {
+            let root = pypi_package(&PypiPackage {
+                package: package.clone(),
+                version: version.clone(),
+                sha256: sha256.clone(),
+            })?;
             let mut files = Vec::new();
             collect_txt(&root, folder, &mut files)?;
-            ensure!(!files.is_empty(), "no .txt files under {folder:?} in {package}=={version}");
+            ensure!(
+                !files.is_empty(),
+                "no .txt files under {folder:?} in {package}=={version}"
+            );
             files.sort();
-            files.iter().map(|f| Ok(Document::Text(String::from_utf8_lossy(&std::fs::read(f)?).into_owned()))).collect::<Result<_>>()?
+            files
+                .iter()
+                .map(|f| {
+                    Ok(Document::Text(
+                        String::from_utf8_lossy(&std::fs::read(f)?).into_owned(),
+                    ))
+                })
+                .collect::<Result<_>>()?
         }
-        Source::TargetContinuations { path, field, pypi, skip, prompts, max_new_tokens } => {
+        Source::TargetContinuations {
+            path,
+            field,
+            pypi,
+            skip,
+            prompts,
+            max_new_tokens,
+        } => {
             let all = jsonl_field(&locate(base, path, pypi.as_ref())?, field)?;
-            ensure!(all.len() >= skip + prompts, "{}: {} prompts, fewer than skip {skip} + prompts {prompts}", path.display(), all.len());
+            ensure!(
+                all.len() >= skip + prompts,
+                "{}: {} prompts, fewer than skip {skip} + prompts {prompts}",
+                path.display(),
+                all.len()
+            );
             let chosen = &all[*skip..skip + prompts];
             let mut documents = Vec::with_capacity(chosen.len());
             for (i, prompt) in chosen.iter().enumerate() {
-                documents.push(Document::Ids(continuation(target, prompt, *max_new_tokens)?));
+                documents.push(Document::Ids(continuation(
+                    target,
+                    prompt,
+                    *max_new_tokens,
+                )?));
                 if (i + 1) % 10 == 0 || i + 1 == chosen.len() {
-                    eprintln!("target continuations of {}: {}/{}", path.display(), i + 1, chosen.len());
+                    eprintln!(
+                        "target continuations of {}: {}/{}",
+                        path.display(),
+                        i + 1,
+                        chosen.len()
+                    );
                 }
             }
             documents
@@ -225,7 +334,9 @@ fn collect_txt(dir: &Path, folder: &str, out: &mut Vec<PathBuf>) -> Result<()> {
         let path = entry?.path();
         if path.is_dir() {
             collect_txt(&path, folder, out)?;
-        } else if path.extension().is_some_and(|e| e == "txt") && path.to_string_lossy().contains(folder) {
+        } else if path.extension().is_some_and(|e| e == "txt")
+            && path.to_string_lossy().contains(folder)
+        {
             out.push(path);
         }
     }
@@ -240,7 +351,9 @@ pub fn token_stream(sources: &[Source], base: &Path, target: &CausalLm) -> Resul
     let mut stream = Vec::new();
     for source in sources {
         let cap = match source {
-            Source::Jsonl { max_tokens, .. } | Source::PypiTexts { max_tokens, .. } => max_tokens.unwrap_or(usize::MAX),
+            Source::Jsonl { max_tokens, .. } | Source::PypiTexts { max_tokens, .. } => {
+                max_tokens.unwrap_or(usize::MAX)
+            }
             _ => usize::MAX,
         };
         let mut taken = 0;

@@ -19,7 +19,11 @@ pub fn write(state: &TrainState, dir: &Path, title: &str) -> Result<()> {
         .with("loss", Column::F64(state.losses.clone()))
         .with("seconds", Column::F64(seconds))
         .write_parquet(&dir.join("loss.parquet"))?;
-    let raw: Vec<(f64, f64)> = steps.iter().zip(&state.losses).map(|(&s, &l)| (s as f64, l)).collect();
+    let raw: Vec<(f64, f64)> = steps
+        .iter()
+        .zip(&state.losses)
+        .map(|(&s, &l)| (s as f64, l))
+        .collect();
     let smoothed: Vec<(f64, f64)> = (0..raw.len())
         .map(|i| {
             let from = (i + 1).saturating_sub(SMOOTHING);
@@ -27,7 +31,21 @@ pub fn write(state: &TrainState, dir: &Path, title: &str) -> Result<()> {
             (raw[i].0, window.iter().sum::<f64>() / window.len() as f64)
         })
         .collect();
-    let chart = Chart { title, x_label: "step", y_label: "loss", log_x: false };
-    let series = [Series { name: "loss".into(), points: raw }, Series { name: format!("mean of {SMOOTHING} steps"), points: smoothed }];
+    let chart = Chart {
+        title,
+        x_label: "step",
+        y_label: "loss",
+        log_x: false,
+    };
+    let series = [
+        Series {
+            name: "loss".into(),
+            points: raw,
+        },
+        Series {
+            name: format!("mean of {SMOOTHING} steps"),
+            points: smoothed,
+        },
+    ];
     line_chart(&dir.join("loss.png"), &chart, &series)
 }

@@ -33,7 +33,9 @@ const FONT_PATHS: &[&str] = &[
 fn font_available() -> bool {
     static FOUND: OnceLock<bool> = OnceLock::new();
     *FOUND.get_or_init(|| {
-        let candidates = std::env::var("SHARPDRAFT_FONT").into_iter().chain(FONT_PATHS.iter().map(|s| s.to_string()));
+        let candidates = std::env::var("SHARPDRAFT_FONT")
+            .into_iter()
+            .chain(FONT_PATHS.iter().map(|s| s.to_string()));
         for path in candidates {
             if let Ok(bytes) = std::fs::read(&path) {
                 let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
@@ -42,15 +44,25 @@ fn font_available() -> bool {
                 }
             }
         }
-        eprintln!("warning: no TrueType font found (set SHARPDRAFT_FONT): charts are drawn without text");
+        eprintln!(
+            "warning: no TrueType font found (set SHARPDRAFT_FONT): charts are drawn without text"
+        );
         false
     })
 }
 
 /// Draws `series` as lines into a 900 x 560 PNG at `path` (written through a temporary file).
 pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
-    let points = series.iter().flat_map(|s| s.points.iter()).filter(|(x, y)| x.is_finite() && y.is_finite() && (!chart.log_x || *x > 0.0));
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
+    let points = series
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .filter(|(x, y)| x.is_finite() && y.is_finite() && (!chart.log_x || *x > 0.0));
+    let (mut x0, mut x1, mut y0, mut y1) = (
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    );
     for &(x, y) in points {
         (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
     }
@@ -71,7 +83,10 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
         let mut builder = ChartBuilder::on(&root);
         builder.margin(16);
         if text {
-            builder.caption(chart.title, ("sans-serif", 22)).x_label_area_size(44).y_label_area_size(64);
+            builder
+                .caption(chart.title, ("sans-serif", 22))
+                .x_label_area_size(44)
+                .y_label_area_size(64);
         }
         let colors = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
         macro_rules! draw {
@@ -81,7 +96,9 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
                 // `{}` prints 200 rather than 200.0, and keeps fractions where the axis has them.
                 let x_format = |x: &f64| format!("{}", (x * 1e6).round() / 1e6);
                 if text {
-                    mesh.x_desc(chart.x_label).y_desc(chart.y_label).x_label_formatter(&x_format);
+                    mesh.x_desc(chart.x_label)
+                        .y_desc(chart.y_label)
+                        .x_label_formatter(&x_format);
                 } else {
                     mesh.disable_x_axis().disable_y_axis();
                 }
@@ -89,21 +106,37 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
                 for (i, s) in series.iter().enumerate() {
                     let color = colors[i % colors.len()];
                     let line = ctx
-                        .draw_series(LineSeries::new(s.points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()), color.stroke_width(2)))
+                        .draw_series(LineSeries::new(
+                            s.points
+                                .iter()
+                                .copied()
+                                .filter(|(x, y)| x.is_finite() && y.is_finite()),
+                            color.stroke_width(2),
+                        ))
                         .map_err(|e| plot(&e))?;
                     if text {
-                        line.label(s.name.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+                        line.label(s.name.as_str()).legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                        });
                     }
                 }
                 if text && series.len() > 1 {
-                    ctx.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(|e| plot(&e))?;
+                    ctx.configure_series_labels()
+                        .background_style(WHITE.mix(0.8))
+                        .border_style(BLACK)
+                        .draw()
+                        .map_err(|e| plot(&e))?;
                 }
             }};
         }
         if chart.log_x {
-            draw!(builder.build_cartesian_2d((x0..x1).log_scale(), y0..y1).map_err(|e| plot(&e))?);
+            draw!(builder
+                .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+                .map_err(|e| plot(&e))?);
         } else {
-            draw!(builder.build_cartesian_2d(x0..x1, y0..y1).map_err(|e| plot(&e))?);
+            draw!(builder
+                .build_cartesian_2d(x0..x1, y0..y1)
+                .map_err(|e| plot(&e))?);
         }
         root.present().map_err(|e| plot(&e))?;
     }

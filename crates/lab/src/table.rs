@@ -49,7 +49,11 @@ impl Table {
     }
 
     pub fn column(&self, name: &str) -> Result<&Column> {
-        self.columns.iter().find(|(n, _)| n == name).map(|(_, c)| c).with_context(|| format!("no column {name:?}"))
+        self.columns
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c)
+            .with_context(|| format!("no column {name:?}"))
     }
 
     pub fn f64s(&self, name: &str) -> Result<&[f64]> {
@@ -70,7 +74,11 @@ impl Table {
     pub fn write_parquet(&self, path: &Path) -> Result<()> {
         let rows = self.rows();
         for (name, column) in &self.columns {
-            ensure!(column.len() == rows, "column {name:?} has {} rows, the first column {rows}", column.len());
+            ensure!(
+                column.len() == rows,
+                "column {name:?} has {} rows, the first column {rows}",
+                column.len()
+            );
         }
         let fields = self
             .columns
@@ -79,18 +87,29 @@ impl Table {
                 let builder = match column {
                     Column::I64(_) => Type::primitive_type_builder(name, PhysicalType::INT64),
                     Column::F64(_) => Type::primitive_type_builder(name, PhysicalType::DOUBLE),
-                    Column::Str(_) => Type::primitive_type_builder(name, PhysicalType::BYTE_ARRAY).with_converted_type(ConvertedType::UTF8),
+                    Column::Str(_) => Type::primitive_type_builder(name, PhysicalType::BYTE_ARRAY)
+                        .with_converted_type(ConvertedType::UTF8),
                 };
-                Ok(Arc::new(builder.with_repetition(Repetition::REQUIRED).build()?))
+                Ok(Arc::new(
+                    builder.with_repetition(Repetition::REQUIRED).build()?,
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let schema = Arc::new(Type::group_type_builder("schema").with_fields(fields).build()?);
+        let schema = Arc::new(
+            Type::group_type_builder("schema")
+                .with_fields(fields)
+                .build()?,
+        );
         let tmp = path.with_extension("parquet.tmp");
-        let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        let mut writer = SerializedFileWriter::new(file, schema, Arc::new(WriterProperties::builder().build()))?;
+        let file =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let mut writer =
+            SerializedFileWriter::new(file, schema, Arc::new(WriterProperties::builder().build()))?;
         let mut group = writer.next_row_group()?;
         for (_, column) in &self.columns {
-            let mut out = group.next_column()?.context("schema and columns disagree")?;
+            let mut out = group
+                .next_column()?
+                .context("schema and columns disagree")?;
             match column {
                 Column::I64(v) => {
                     out.typed::<Int64Type>().write_batch(v, None, None)?;
@@ -99,8 +118,10 @@ impl Table {
                     out.typed::<DoubleType>().write_batch(v, None, None)?;
                 }
                 Column::Str(v) => {
-                    let bytes: Vec<ByteArray> = v.iter().map(|s| ByteArray::from(s.as_str())).collect();
-                    out.typed::<ByteArrayType>().write_batch(&bytes, None, None)?;
+                    let bytes: Vec<ByteArray> =
+                        v.iter().map(|s| ByteArray::from(s.as_str())).collect();
+                    out.typed::<ByteArrayType>()
+                        .write_batch(&bytes, None, None)?;
                 }
             }
             out.close()?;
@@ -113,8 +134,10 @@ impl Table {
 
     /// Reads a file written by [`Self::write_parquet`] (INT64, DOUBLE and UTF-8 columns).
     pub fn read_parquet(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        let reader = SerializedFileReader::new(file).with_context(|| format!("{}: not a parquet file", path.display()))?;
+        let file =
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let reader = SerializedFileReader::new(file)
+            .with_context(|| format!("{}: not a parquet file", path.display()))?;
         let schema = reader.metadata().file_metadata().schema_descr_ptr();
         let mut columns: Vec<(String, Column)> = schema
             .columns()
@@ -124,7 +147,11 @@ impl Table {
                     PhysicalType::INT64 => Column::I64(Vec::new()),
                     PhysicalType::DOUBLE => Column::F64(Vec::new()),
                     PhysicalType::BYTE_ARRAY => Column::Str(Vec::new()),
-                    other => bail!("{}: column {} has unsupported type {other}", path.display(), c.name()),
+                    other => bail!(
+                        "{}: column {} has unsupported type {other}",
+                        path.display(),
+                        c.name()
+                    ),
                 };
                 Ok((c.name().to_string(), column))
             })

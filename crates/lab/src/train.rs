@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
 use sharpdraft_draft::dflash_train::{self, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3_train::{self, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, PardObjective, PardOptions};
-use sharpdraft_draft::training::{extract_windows, train, LoopConfig, Objective, TrainObserver, TrainState};
+use sharpdraft_draft::training::{
+    extract_windows, train, LoopConfig, Objective, TrainObserver, TrainState,
+};
 use sharpdraft_model::{registry, CausalLm, Tap};
 use std::path::{Path, PathBuf};
 use tch::Kind;
@@ -91,8 +93,10 @@ const CONFIG_RECORD: &str = "train_config.yaml";
 
 impl TrainConfig {
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        serde_yaml::from_str(&text).with_context(|| format!("{}: invalid training config", path.display()))
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        serde_yaml::from_str(&text)
+            .with_context(|| format!("{}: invalid training config", path.display()))
     }
 
     /// Where the drafter goes: `out` as a path when it has a separator, else a model name.
@@ -119,31 +123,84 @@ impl TrainConfig {
     /// context, sizes that fit, and a starting drafter (if named) whose geometry fits the target.
     pub fn validate(&self, target: &CausalLm) -> Result<()> {
         let t = &target.net.config;
-        ensure!(self.windows >= 1, "windows = {} must be at least 1", self.windows);
+        ensure!(
+            self.windows >= 1,
+            "windows = {} must be at least 1",
+            self.windows
+        );
         ensure!(self.steps >= 1, "steps = {} must be at least 1", self.steps);
         ensure!(!self.data.is_empty(), "data: at least one source is needed");
-        ensure!(self.n0 >= 8 && self.n0 <= t.max_position_embeddings, "n0 = {} must lie in 8..={} (the target's max_position_embeddings)", self.n0, t.max_position_embeddings);
-        ensure!(self.learning_rate > 0.0 && self.learning_rate.is_finite(), "learning_rate = {} must be > 0", self.learning_rate);
-        ensure!((0.0..1.0).contains(&self.weight_decay), "weight_decay = {} must lie in [0, 1)", self.weight_decay);
-        ensure!(self.top_k_targets >= 1 && self.top_k_targets <= t.vocab_size, "top_k_targets = {} must lie in 1..={}", self.top_k_targets, t.vocab_size);
-        let blocks = [("eagle3", self.eagle3.is_some(), Method::Eagle3), ("pard", self.pard.is_some(), Method::Pard), ("dflash", self.dflash.is_some(), Method::Dflash)];
+        ensure!(
+            self.n0 >= 8 && self.n0 <= t.max_position_embeddings,
+            "n0 = {} must lie in 8..={} (the target's max_position_embeddings)",
+            self.n0,
+            t.max_position_embeddings
+        );
+        ensure!(
+            self.learning_rate > 0.0 && self.learning_rate.is_finite(),
+            "learning_rate = {} must be > 0",
+            self.learning_rate
+        );
+        ensure!(
+            (0.0..1.0).contains(&self.weight_decay),
+            "weight_decay = {} must lie in [0, 1)",
+            self.weight_decay
+        );
+        ensure!(
+            self.top_k_targets >= 1 && self.top_k_targets <= t.vocab_size,
+            "top_k_targets = {} must lie in 1..={}",
+            self.top_k_targets,
+            t.vocab_size
+        );
+        let blocks = [
+            ("eagle3", self.eagle3.is_some(), Method::Eagle3),
+            ("pard", self.pard.is_some(), Method::Pard),
+            ("dflash", self.dflash.is_some(), Method::Dflash),
+        ];
         for (name, given, method) in blocks {
-            ensure!(!given || method == self.method, "the `{name}:` block does not belong to method {}", format!("{:?}", self.method).to_lowercase());
+            ensure!(
+                !given || method == self.method,
+                "the `{name}:` block does not belong to method {}",
+                format!("{:?}", self.method).to_lowercase()
+            );
         }
         let in_vocab = |key: &str, id: i64| -> Result<()> {
-            ensure!(id >= 0 && id < t.vocab_size, "{key} = {id} lies outside the target's vocabulary of {}", t.vocab_size);
+            ensure!(
+                id >= 0 && id < t.vocab_size,
+                "{key} = {id} lies outside the target's vocabulary of {}",
+                t.vocab_size
+            );
             Ok(())
         };
         match self.method {
             Method::Eagle3 => {
-                let e = self.eagle3.as_ref().context("method eagle3 needs an `eagle3:` block")?;
-                ensure!(e.draft_vocab >= 2 && e.draft_vocab <= t.vocab_size, "eagle3.draft_vocab = {} must lie in 2..={}", e.draft_vocab, t.vocab_size);
+                let e = self
+                    .eagle3
+                    .as_ref()
+                    .context("method eagle3 needs an `eagle3:` block")?;
+                ensure!(
+                    e.draft_vocab >= 2 && e.draft_vocab <= t.vocab_size,
+                    "eagle3.draft_vocab = {} must lie in 2..={}",
+                    e.draft_vocab,
+                    t.vocab_size
+                );
                 ensure!(e.ttt_steps >= 1, "eagle3.ttt_steps must be at least 1");
-                ensure!(t.num_layers >= 4, "EAGLE-3 captures layers 2, L/2 and L-3: the target needs at least 4 layers");
+                ensure!(
+                    t.num_layers >= 4,
+                    "EAGLE-3 captures layers 2, L/2 and L-3: the target needs at least 4 layers"
+                );
             }
             Method::Pard => {
-                let p = self.pard.as_ref().context("method pard needs a `pard:` block")?;
-                ensure!(p.layers >= 1 && p.layers <= t.num_layers, "pard.layers = {} must lie in 1..={} (the target's layers)", p.layers, t.num_layers);
+                let p = self
+                    .pard
+                    .as_ref()
+                    .context("method pard needs a `pard:` block")?;
+                ensure!(
+                    p.layers >= 1 && p.layers <= t.num_layers,
+                    "pard.layers = {} must lie in 1..={} (the target's layers)",
+                    p.layers,
+                    t.num_layers
+                );
                 in_vocab("pard.mask_token", p.mask_token)?;
                 let sources = p.source_layers();
                 ensure!(
@@ -152,18 +209,47 @@ impl TrainConfig {
                     p.layers,
                     t.num_layers
                 );
-                ensure!(p.trainable_from < p.layers, "pard.trainable_from = {} leaves none of the {} layers to train", p.trainable_from, p.layers);
-                ensure!(p.copies >= 1 && (p.copies as i64) < self.n0, "pard.copies = {} must lie in 1..n0", p.copies);
-                ensure!(p.keep_ratio > 0.0 && p.keep_ratio <= 1.0 && p.min_keep > 0.0 && p.min_keep <= 1.0, "pard.keep_ratio and pard.min_keep must lie in (0, 1]");
+                ensure!(
+                    p.trainable_from < p.layers,
+                    "pard.trainable_from = {} leaves none of the {} layers to train",
+                    p.trainable_from,
+                    p.layers
+                );
+                ensure!(
+                    p.copies >= 1 && (p.copies as i64) < self.n0,
+                    "pard.copies = {} must lie in 1..n0",
+                    p.copies
+                );
+                ensure!(
+                    p.keep_ratio > 0.0
+                        && p.keep_ratio <= 1.0
+                        && p.min_keep > 0.0
+                        && p.min_keep <= 1.0,
+                    "pard.keep_ratio and pard.min_keep must lie in (0, 1]"
+                );
             }
             Method::Dflash => {
-                let d = self.dflash.as_ref().context("method dflash needs a `dflash:` block")?;
+                let d = self
+                    .dflash
+                    .as_ref()
+                    .context("method dflash needs a `dflash:` block")?;
                 ensure!(d.layers >= 1, "dflash.layers must be at least 1");
-                ensure!(d.block_size >= 2 && d.block_size < self.n0, "dflash.block_size = {} must lie in 2..n0", d.block_size);
+                ensure!(
+                    d.block_size >= 2 && d.block_size < self.n0,
+                    "dflash.block_size = {} must lie in 2..n0",
+                    d.block_size
+                );
                 in_vocab("dflash.mask_token", d.mask_token)?;
-                ensure!(d.gamma > 0.0 && d.anchors >= 1, "dflash.gamma must be > 0 and dflash.anchors at least 1");
+                ensure!(
+                    d.gamma > 0.0 && d.anchors >= 1,
+                    "dflash.gamma must be > 0 and dflash.anchors at least 1"
+                );
                 let ids = d.target_layers(t.num_layers);
-                ensure!(ids.iter().all(|&i| i < t.num_layers), "dflash.target_layer_ids {ids:?} do not fit a {}-layer target", t.num_layers);
+                ensure!(
+                    ids.iter().all(|&i| i < t.num_layers),
+                    "dflash.target_layer_ids {ids:?} do not fit a {}-layer target",
+                    t.num_layers
+                );
                 ensure!(
                     self.init.is_some() || !t.qkv_bias,
                     "dflash: the target has q/k/v biases, which DFlash's layout lacks, so the drafter cannot start from its layers (name an `init:` drafter)"
@@ -173,14 +259,31 @@ impl TrainConfig {
         if let Some(init) = &self.init {
             let dir = registry::resolve(init).with_context(|| format!("init: {init}"))?;
             let path = dir.join("config.json");
-            let raw: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?)
-                .with_context(|| format!("{}: not JSON", path.display()))?;
-            let hidden = raw["hidden_size"].as_i64().with_context(|| format!("{}: no hidden_size", path.display()))?;
+            let raw: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?,
+            )
+            .with_context(|| format!("{}: not JSON", path.display()))?;
+            let hidden = raw["hidden_size"]
+                .as_i64()
+                .with_context(|| format!("{}: no hidden_size", path.display()))?;
             if self.method != Method::Pard {
-                ensure!(hidden == t.hidden_size, "init {}: hidden_size {hidden} does not fit the target's {}", path.display(), t.hidden_size);
+                ensure!(
+                    hidden == t.hidden_size,
+                    "init {}: hidden_size {hidden} does not fit the target's {}",
+                    path.display(),
+                    t.hidden_size
+                );
             }
-            let vocab = raw["vocab_size"].as_i64().with_context(|| format!("{}: no vocab_size", path.display()))?;
-            ensure!(vocab == t.vocab_size, "init {}: vocab_size {vocab} differs from the target's {}", path.display(), t.vocab_size);
+            let vocab = raw["vocab_size"]
+                .as_i64()
+                .with_context(|| format!("{}: no vocab_size", path.display()))?;
+            ensure!(
+                vocab == t.vocab_size,
+                "init {}: vocab_size {vocab} differs from the target's {}",
+                path.display(),
+                t.vocab_size
+            );
         }
         Ok(())
     }
@@ -195,17 +298,34 @@ struct Progress {
 
 impl TrainObserver for Progress {
     fn step(&mut self, state: &TrainState) {
-        let rate = state.step as f64 * self.tokens_per_step / state.seconds.last().copied().unwrap_or(1.0).max(1e-9);
+        let rate = state.step as f64 * self.tokens_per_step
+            / state.seconds.last().copied().unwrap_or(1.0).max(1e-9);
         let loss = state.losses.last().copied().unwrap_or(f64::NAN);
         self.bar.set_position(state.step as u64);
-        self.bar.set_message(format!("{loss:.3}, {rate:.0} tokens/s"));
-        if self.bar.is_hidden() && (state.step % 50 == 0 || state.step as u64 == self.bar.length().unwrap_or(0)) {
-            eprintln!("step {}/{}: loss {loss:.3}, {rate:.0} tokens/s", state.step, self.bar.length().unwrap_or(0));
+        self.bar
+            .set_message(format!("{loss:.3}, {rate:.0} tokens/s"));
+        if self.bar.is_hidden()
+            && (state.step % 50 == 0 || state.step as u64 == self.bar.length().unwrap_or(0))
+        {
+            eprintln!(
+                "step {}/{}: loss {loss:.3}, {rate:.0} tokens/s",
+                state.step,
+                self.bar.length().unwrap_or(0)
+            );
         }
     }
 
-    fn checkpoint(&mut self, state: &TrainState, dir: &Path) -> sharpdraft_draft::drafter::Result<()> {
-        loss_curve::write(state, dir, &self.title).map_err(|e| sharpdraft_draft::DraftError::Checkpoint { path: dir.display().to_string(), reason: format!("{e:#}") })
+    fn checkpoint(
+        &mut self,
+        state: &TrainState,
+        dir: &Path,
+    ) -> sharpdraft_draft::drafter::Result<()> {
+        loss_curve::write(state, dir, &self.title).map_err(|e| {
+            sharpdraft_draft::DraftError::Checkpoint {
+                path: dir.display().to_string(),
+                reason: format!("{e:#}"),
+            }
+        })
     }
 }
 
@@ -213,17 +333,25 @@ impl TrainObserver for Progress {
 pub fn run(config_path: &Path) -> Result<PathBuf> {
     let config = TrainConfig::load(config_path)?;
     let device = sharpdraft_model::parse_device(&config.device)?;
-    let target = CausalLm::load(&registry::resolve(&config.target)?, device, Kind::Float).with_context(|| format!("loading target {}", config.target))?;
+    let target = CausalLm::load(&registry::resolve(&config.target)?, device, Kind::Float)
+        .with_context(|| format!("loading target {}", config.target))?;
     config.validate(&target)?;
     let out_dir = config.out_dir();
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let resuming = TrainState::load(&out_dir)?.is_some();
     let record = out_dir.join(CONFIG_RECORD);
     if resuming {
-        let previous: TrainConfig = serde_yaml::from_str(&std::fs::read_to_string(&record).with_context(|| format!("reading {}", record.display()))?)
-            .with_context(|| format!("{}: unreadable", record.display()))?;
+        let previous: TrainConfig = serde_yaml::from_str(
+            &std::fs::read_to_string(&record)
+                .with_context(|| format!("reading {}", record.display()))?,
+        )
+        .with_context(|| format!("{}: unreadable", record.display()))?;
         // More steps (or another checkpoint interval) continue the run; anything else is another run.
-        let comparable = |c: &TrainConfig| TrainConfig { steps: 0, checkpoint_every: 0, ..c.clone() };
+        let comparable = |c: &TrainConfig| TrainConfig {
+            steps: 0,
+            checkpoint_every: 0,
+            ..c.clone()
+        };
         ensure!(
             comparable(&previous) == comparable(&config),
             "{} holds a run of another config ({}); give this one another `out` or delete that folder",
@@ -234,15 +362,39 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     }
     let layers = target.net.config.num_layers;
     let taps: Vec<Tap> = match config.method {
-        Method::Eagle3 => vec![Tap::LayerInput(2), Tap::LayerInput(layers / 2), Tap::LayerInput(layers - 3)],
+        Method::Eagle3 => vec![
+            Tap::LayerInput(2),
+            Tap::LayerInput(layers / 2),
+            Tap::LayerInput(layers - 3),
+        ],
         Method::Pard => Vec::new(),
         Method::Dflash => config.dflash.as_ref().expect("validated").taps(layers),
     };
     eprintln!("building the training text ({} sources)", config.data.len());
-    let stream = token_stream(&config.data, config_path.parent().unwrap_or(Path::new(".")), &target)?;
-    eprintln!("extracting target features: {} tokens, up to {} windows of {}", stream.len(), config.windows, config.n0);
-    let windows = extract_windows(&target.net, &taps, &stream, config.n0, config.windows, config.top_k_targets)?;
-    eprintln!("{} windows ({} tokens)", windows.len(), windows.len() as i64 * config.n0);
+    let stream = token_stream(
+        &config.data,
+        config_path.parent().unwrap_or(Path::new(".")),
+        &target,
+    )?;
+    eprintln!(
+        "extracting target features: {} tokens, up to {} windows of {}",
+        stream.len(),
+        config.windows,
+        config.n0
+    );
+    let windows = extract_windows(
+        &target.net,
+        &taps,
+        &stream,
+        config.n0,
+        config.windows,
+        config.top_k_targets,
+    )?;
+    eprintln!(
+        "{} windows ({} tokens)",
+        windows.len(),
+        windows.len() as i64 * config.n0
+    );
     if resuming {
         let tmp = record.with_extension("tmp");
         std::fs::write(&tmp, serde_yaml::to_string(&config)?)?;
@@ -250,24 +402,69 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     } else {
         match (&config.init, config.method) {
             (Some(init), _) => copy_checkpoint(&registry::resolve(init)?, &out_dir)?,
-            (None, Method::Eagle3) => eagle3_train::init(&out_dir, &target.net, &windows, config.eagle3.as_ref().expect("validated"), config.seed)?,
-            (None, Method::Pard) => pard_train::init(&out_dir, &target, config.pard.as_ref().expect("validated"))?,
-            (None, Method::Dflash) => dflash_train::init(&out_dir, &target, config.dflash.as_ref().expect("validated"))?,
+            (None, Method::Eagle3) => eagle3_train::init(
+                &out_dir,
+                &target.net,
+                &windows,
+                config.eagle3.as_ref().expect("validated"),
+                config.seed,
+            )?,
+            (None, Method::Pard) => {
+                pard_train::init(&out_dir, &target, config.pard.as_ref().expect("validated"))?
+            }
+            (None, Method::Dflash) => dflash_train::init(
+                &out_dir,
+                &target,
+                config.dflash.as_ref().expect("validated"),
+            )?,
         }
         let tmp = record.with_extension("tmp");
         std::fs::write(&tmp, serde_yaml::to_string(&config)?)?;
         std::fs::rename(&tmp, &record)?;
     }
     let objective: Box<dyn Objective + '_> = match config.method {
-        Method::Eagle3 => Box::new(Eagle3Objective::load(&out_dir, &target.net, config.eagle3.as_ref().expect("validated"))?),
-        Method::Pard => Box::new(PardObjective::load(&out_dir, device, config.pard.as_ref().expect("validated"), config.seed)?),
-        Method::Dflash => Box::new(DFlashObjective::load(&out_dir, &target.net, config.dflash.as_ref().expect("validated"), config.seed)?),
+        Method::Eagle3 => Box::new(Eagle3Objective::load(
+            &out_dir,
+            &target.net,
+            config.eagle3.as_ref().expect("validated"),
+        )?),
+        Method::Pard => Box::new(PardObjective::load(
+            &out_dir,
+            device,
+            config.pard.as_ref().expect("validated"),
+            config.seed,
+        )?),
+        Method::Dflash => Box::new(DFlashObjective::load(
+            &out_dir,
+            &target.net,
+            config.dflash.as_ref().expect("validated"),
+            config.seed,
+        )?),
     };
     let bar = indicatif::ProgressBar::new(config.steps as u64);
-    bar.set_style(indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} steps, loss {msg} [{elapsed_precise} < {eta}]").expect("valid template"));
-    let title = format!("{:?} drafter for {} (n0 = {})", config.method, config.target, config.n0).to_lowercase();
-    let mut progress = Progress { bar, tokens_per_step: config.n0 as f64, title };
-    let state = train(objective.as_ref(), &windows, &out_dir, &config.loop_config(), &mut progress)?;
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} steps, loss {msg} [{elapsed_precise} < {eta}]",
+        )
+        .expect("valid template"),
+    );
+    let title = format!(
+        "{:?} drafter for {} (n0 = {})",
+        config.method, config.target, config.n0
+    )
+    .to_lowercase();
+    let mut progress = Progress {
+        bar,
+        tokens_per_step: config.n0 as f64,
+        title,
+    };
+    let state = train(
+        objective.as_ref(),
+        &windows,
+        &out_dir,
+        &config.loop_config(),
+        &mut progress,
+    )?;
     progress.bar.finish();
     if state.losses.is_empty() {
         bail!("no training step was run");
@@ -279,9 +476,18 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
 fn copy_checkpoint(from: &Path, out: &Path) -> Result<()> {
     for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
         let path = entry?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
-        if name == "config.json" || name.ends_with(".safetensors") || name.starts_with("tokenizer") || name == "special_tokens_map.json" {
-            std::fs::copy(&path, out.join(&name)).with_context(|| format!("copying {}", path.display()))?;
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        if name == "config.json"
+            || name.ends_with(".safetensors")
+            || name.starts_with("tokenizer")
+            || name == "special_tokens_map.json"
+        {
+            std::fs::copy(&path, out.join(&name))
+                .with_context(|| format!("copying {}", path.display()))?;
         }
     }
     Ok(())

@@ -23,51 +23,122 @@ const GOOD: &str = "target: t\nmethod: eagle3\nout: o\nn0: 64\nwindows: 4\nsteps
 fn a_good_config_parses_with_one_key_maps_for_sources() {
     let config = parse(GOOD).unwrap();
     assert_eq!(config.data, vec![Source::TextFile("corpus.txt".into())]);
-    assert_eq!(config.eagle3.unwrap().ttt_steps, 5, "defaults fill what is not given");
+    assert_eq!(
+        config.eagle3.unwrap().ttt_steps,
+        5,
+        "defaults fill what is not given"
+    );
 }
 
 #[test]
 fn unknown_keys_are_named() {
-    let err = format!("{:#}", parse(&GOOD.replace("windows: 4", "windows: 4\nwindow: 3")).unwrap_err());
+    let err = format!(
+        "{:#}",
+        parse(&GOOD.replace("windows: 4", "windows: 4\nwindow: 3")).unwrap_err()
+    );
     assert!(err.contains("unknown field `window`"), "{err}");
-    let err = format!("{:#}", parse(&GOOD.replace("draft_vocab: 32", "draft_vocab: 32, lr: 1")).unwrap_err());
+    let err = format!(
+        "{:#}",
+        parse(&GOOD.replace("draft_vocab: 32", "draft_vocab: 32, lr: 1")).unwrap_err()
+    );
     assert!(err.contains("unknown field `lr`"), "{err}");
-    let err = format!("{:#}", parse(&GOOD.replace("text_file", "txt_file")).unwrap_err());
+    let err = format!(
+        "{:#}",
+        parse(&GOOD.replace("text_file", "txt_file")).unwrap_err()
+    );
     assert!(err.contains("txt_file"), "{err}");
 }
 
 #[test]
 fn configs_that_do_not_fit_the_target_fail_validation() {
     let target = tiny_target();
-    let check = |yaml: String| format!("{:#}", parse(&yaml).unwrap().validate(&target).unwrap_err());
+    let check =
+        |yaml: String| format!("{:#}", parse(&yaml).unwrap().validate(&target).unwrap_err());
     assert!(check(GOOD.replace("n0: 64", "n0: 4096")).contains("n0 = 4096 must lie in 8..=128"));
-    assert!(check(GOOD.replace("draft_vocab: 32", "draft_vocab: 100")).contains("eagle3.draft_vocab = 100 must lie in 2..=64"));
-    assert!(check(GOOD.replace("eagle3: {draft_vocab: 32}\n", "")).contains("needs an `eagle3:` block"));
-    assert!(check(GOOD.to_string()).contains("at least 4 layers"), "the tiny target has 2 layers");
-    let pard = GOOD.replace("method: eagle3", "method: pard").replace("eagle3: {draft_vocab: 32}", "pard: {layers: 1, mask_token: 63}");
+    assert!(check(GOOD.replace("draft_vocab: 32", "draft_vocab: 100"))
+        .contains("eagle3.draft_vocab = 100 must lie in 2..=64"));
+    assert!(
+        check(GOOD.replace("eagle3: {draft_vocab: 32}\n", "")).contains("needs an `eagle3:` block")
+    );
+    assert!(
+        check(GOOD.to_string()).contains("at least 4 layers"),
+        "the tiny target has 2 layers"
+    );
+    let pard = GOOD.replace("method: eagle3", "method: pard").replace(
+        "eagle3: {draft_vocab: 32}",
+        "pard: {layers: 1, mask_token: 63}",
+    );
     assert!(parse(&pard).unwrap().validate(&target).is_ok());
-    assert!(check(pard.replace("layers: 1", "layers: 3")).contains("pard.layers = 3 must lie in 1..=2"));
-    assert!(check(pard.replace("layers: 1", "layers: 2, from_layers: [1, 0]")).contains("pard.from_layers [1, 0] must name 2 increasing layers"));
-    assert!(check(pard.replace("mask_token: 63", "mask_token: 64")).contains("pard.mask_token = 64 lies outside the target's vocabulary of 64"));
+    assert!(
+        check(pard.replace("layers: 1", "layers: 3")).contains("pard.layers = 3 must lie in 1..=2")
+    );
+    assert!(
+        check(pard.replace("layers: 1", "layers: 2, from_layers: [1, 0]"))
+            .contains("pard.from_layers [1, 0] must name 2 increasing layers")
+    );
+    assert!(check(pard.replace("mask_token: 63", "mask_token: 64"))
+        .contains("pard.mask_token = 64 lies outside the target's vocabulary of 64"));
     let err = check(format!("{pard}eagle3: {{draft_vocab: 32}}\n"));
-    assert!(err.contains("the `eagle3:` block does not belong to method pard"), "{err}");
-    let dflash = GOOD.replace("method: eagle3", "method: dflash").replace("eagle3: {draft_vocab: 32}", "dflash: {layers: 1, block_size: 4, mask_token: 63}");
+    assert!(
+        err.contains("the `eagle3:` block does not belong to method pard"),
+        "{err}"
+    );
+    let dflash = GOOD.replace("method: eagle3", "method: dflash").replace(
+        "eagle3: {draft_vocab: 32}",
+        "dflash: {layers: 1, block_size: 4, mask_token: 63}",
+    );
     assert!(parse(&dflash).unwrap().validate(&target).is_ok());
-    assert!(check(dflash.replace("block_size: 4", "block_size: 64")).contains("dflash.block_size = 64 must lie in 2..n0"));
-    let qwen2 = CausalLm::load(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/qwen2"), Device::Cpu, Kind::Float).unwrap();
-    let err = format!("{:#}", parse(&dflash).unwrap().validate(&qwen2).unwrap_err());
+    assert!(check(dflash.replace("block_size: 4", "block_size: 64"))
+        .contains("dflash.block_size = 64 must lie in 2..n0"));
+    let qwen2 = CausalLm::load(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/qwen2"),
+        Device::Cpu,
+        Kind::Float,
+    )
+    .unwrap();
+    let err = format!(
+        "{:#}",
+        parse(&dflash).unwrap().validate(&qwen2).unwrap_err()
+    );
     assert!(err.contains("the target has q/k/v biases"), "{err}");
-    assert!(check(dflash.replace("mask_token: 63", "mask_token: 63, target_layer_ids: [0, 5]")).contains("dflash.target_layer_ids [0, 5] do not fit a 2-layer target"));
+    assert!(
+        check(dflash.replace("mask_token: 63", "mask_token: 63, target_layer_ids: [0, 5]"))
+            .contains("dflash.target_layer_ids [0, 5] do not fit a 2-layer target")
+    );
 }
 
 #[test]
 fn missing_data_is_named_by_file_line_and_field() {
     let target = tiny_target();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("p.jsonl"), "{\"prompt\": \"a b\"}\n{\"other\": 1}\n").unwrap();
-    let jsonl = Source::Jsonl { path: "p.jsonl".into(), field: "prompt".into(), pypi: None, max_tokens: None };
-    let err = format!("{:#}", token_stream(&[jsonl], dir.path(), &target).err().unwrap());
-    assert!(err.contains("p.jsonl:2: no string (or list of strings) field \"prompt\""), "{err}");
-    let err = format!("{:#}", token_stream(&[Source::TextFile("absent.txt".into())], Path::new("/nonexistent"), &target).err().unwrap());
+    std::fs::write(
+        dir.path().join("p.jsonl"),
+        "{\"prompt\": \"a b\"}\n{\"other\": 1}\n",
+    )
+    .unwrap();
+    let jsonl = Source::Jsonl {
+        path: "p.jsonl".into(),
+        field: "prompt".into(),
+        pypi: None,
+        max_tokens: None,
+    };
+    let err = format!(
+        "{:#}",
+        token_stream(&[jsonl], dir.path(), &target).err().unwrap()
+    );
+    assert!(
+        err.contains("p.jsonl:2: no string (or list of strings) field \"prompt\""),
+        "{err}"
+    );
+    let err = format!(
+        "{:#}",
+        token_stream(
+            &[Source::TextFile("absent.txt".into())],
+            Path::new("/nonexistent"),
+            &target
+        )
+        .err()
+        .unwrap()
+    );
     assert!(err.contains("/nonexistent/absent.txt"), "{err}");
 }

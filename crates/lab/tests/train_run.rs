@@ -27,28 +27,62 @@ fn a_short_training_run_writes_a_drafter_and_its_loss_curve_and_resumes() {
     };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("drafter");
-    std::fs::write(dir.path().join("corpus.txt"), "It was the best of times, it was the worst of times, it was the age of wisdom. ".repeat(8)).unwrap();
+    std::fs::write(
+        dir.path().join("corpus.txt"),
+        "It was the best of times, it was the worst of times, it was the age of wisdom. ".repeat(8),
+    )
+    .unwrap();
     let config = dir.path().join("train.yaml");
     std::fs::write(&config, CONFIG.replace("OUT", out.to_str().unwrap())).unwrap();
     assert_eq!(train::run(&config).unwrap(), out);
 
     let curve = Table::read_parquet(&out.join("loss.parquet")).unwrap();
     assert_eq!(curve.i64s("step").unwrap(), &[1, 2, 3, 4]);
-    assert!(curve.f64s("loss").unwrap().iter().all(|l| l.is_finite() && *l > 0.0));
-    assert!(std::fs::read(out.join("loss.png")).unwrap().starts_with(b"\x89PNG"));
+    assert!(curve
+        .f64s("loss")
+        .unwrap()
+        .iter()
+        .all(|l| l.is_finite() && *l > 0.0));
+    assert!(std::fs::read(out.join("loss.png"))
+        .unwrap()
+        .starts_with(b"\x89PNG"));
     let target = CausalLm::load(&target_dir, Device::Cpu, Kind::Float).unwrap();
-    let drafter = PardDrafter::new(CausalLm::load(&out, Device::Cpu, Kind::Float).unwrap(), &target, 4, 64).unwrap();
-    assert_eq!((drafter.mask_token(), drafter.training_length()), (16, Some(32)));
+    let drafter = PardDrafter::new(
+        CausalLm::load(&out, Device::Cpu, Kind::Float).unwrap(),
+        &target,
+        4,
+        64,
+    )
+    .unwrap();
+    assert_eq!(
+        (drafter.mask_token(), drafter.training_length()),
+        (16, Some(32))
+    );
 
     // More steps continue the run; the first four are kept.
-    std::fs::write(&config, CONFIG.replace("OUT", out.to_str().unwrap()).replace("steps: 4", "steps: 6")).unwrap();
+    std::fs::write(
+        &config,
+        CONFIG
+            .replace("OUT", out.to_str().unwrap())
+            .replace("steps: 4", "steps: 6"),
+    )
+    .unwrap();
     train::run(&config).unwrap();
     let resumed = Table::read_parquet(&out.join("loss.parquet")).unwrap();
-    assert_eq!(resumed.f64s("loss").unwrap()[..4], curve.f64s("loss").unwrap()[..]);
+    assert_eq!(
+        resumed.f64s("loss").unwrap()[..4],
+        curve.f64s("loss").unwrap()[..]
+    );
     assert_eq!(resumed.rows(), 6);
 
     // Another config in the same folder is refused before any compute.
-    std::fs::write(&config, CONFIG.replace("OUT", out.to_str().unwrap()).replace("layers: 1", "layers: 2")).unwrap();
+    std::fs::write(
+        &config,
+        CONFIG
+            .replace("OUT", out.to_str().unwrap())
+            .replace("layers: 1", "layers: 2"),
+    )
+    .unwrap();
     let err = format!("{:#}", train::run(&config).unwrap_err());
     assert!(err.contains("holds a run of another config"), "{err}");
 }

@@ -6,7 +6,9 @@ use sharpdraft_decode::{speculative_generate, SpecConfig};
 use sharpdraft_draft::dflash_train::{self, block_visibility, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3_train::{self, frequent_tokens, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, copy_layout, kept_offsets, PardObjective, PardOptions};
-use sharpdraft_draft::training::{extract_windows, train, LoopConfig, Objective, TrainObserver, TrainState, TrainWindow};
+use sharpdraft_draft::training::{
+    extract_windows, train, LoopConfig, Objective, TrainObserver, TrainState, TrainWindow,
+};
 use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape};
 use sharpdraft_model::{CausalLm, Sampling, Tap};
 use std::path::{Path, PathBuf};
@@ -19,7 +21,9 @@ fn target() -> CausalLm {
 
 /// A token stream with structure to learn: repeated short patterns.
 fn stream() -> Vec<i64> {
-    (0..2048).map(|i: i64| [3, 17, 42, 8, 8, 21, 5][(i % 7) as usize] + (i / 97) % 3).collect()
+    (0..2048)
+        .map(|i: i64| [3, 17, 42, 8, 8, 21, 5][(i % 7) as usize] + (i / 97) % 3)
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -32,13 +36,33 @@ enum Method {
 const ALL: [Method; 3] = [Method::Eagle3, Method::Pard, Method::Dflash];
 
 fn eagle3_options() -> Eagle3Options {
-    Eagle3Options { ttt_steps: 3, ttt_decay: 0.8, draft_vocab: 48, eagle31: true }
+    Eagle3Options {
+        ttt_steps: 3,
+        ttt_decay: 0.8,
+        draft_vocab: 48,
+        eagle31: true,
+    }
 }
 fn pard_options() -> PardOptions {
-    PardOptions { layers: 1, from_layers: None, trainable_from: 0, mask_token: 63, copies: 3, keep_ratio: 0.7, min_keep: 0.2 }
+    PardOptions {
+        layers: 1,
+        from_layers: None,
+        trainable_from: 0,
+        mask_token: 63,
+        copies: 3,
+        keep_ratio: 0.7,
+        min_keep: 0.2,
+    }
 }
 fn dflash_options() -> DFlashOptions {
-    DFlashOptions { layers: 1, block_size: 4, mask_token: 63, gamma: 4.0, anchors: 8, target_layer_ids: Some(vec![0, 1]) }
+    DFlashOptions {
+        layers: 1,
+        block_size: 4,
+        mask_token: 63,
+        gamma: 4.0,
+        anchors: 8,
+        target_layer_ids: Some(vec![0, 1]),
+    }
 }
 
 fn taps(method: Method) -> Vec<Tap> {
@@ -55,12 +79,21 @@ fn windows(target: &CausalLm, method: Method, count: usize) -> Vec<TrainWindow> 
 }
 
 fn loop_config(steps: usize) -> LoopConfig {
-    LoopConfig { n0: 64, steps, learning_rate: 3e-3, weight_decay: 0.0, seed: 1, checkpoint_every: 10 }
+    LoopConfig {
+        n0: 64,
+        steps,
+        learning_rate: 3e-3,
+        weight_decay: 0.0,
+        seed: 1,
+        checkpoint_every: 10,
+    }
 }
 
 fn init(method: Method, dir: &Path, target: &CausalLm, windows: &[TrainWindow]) {
     match method {
-        Method::Eagle3 => eagle3_train::init(dir, &target.net, windows, &eagle3_options(), 1).unwrap(),
+        Method::Eagle3 => {
+            eagle3_train::init(dir, &target.net, windows, &eagle3_options(), 1).unwrap()
+        }
         Method::Pard => pard_train::init(dir, target, &pard_options()).unwrap(),
         Method::Dflash => dflash_train::init(dir, target, &dflash_options()).unwrap(),
     }
@@ -68,9 +101,15 @@ fn init(method: Method, dir: &Path, target: &CausalLm, windows: &[TrainWindow]) 
 
 fn objective<'t>(method: Method, dir: &Path, target: &'t CausalLm) -> Box<dyn Objective + 't> {
     match method {
-        Method::Eagle3 => Box::new(Eagle3Objective::load(dir, &target.net, &eagle3_options()).unwrap()),
-        Method::Pard => Box::new(PardObjective::load(dir, Device::Cpu, &pard_options(), 1).unwrap()),
-        Method::Dflash => Box::new(DFlashObjective::load(dir, &target.net, &dflash_options(), 1).unwrap()),
+        Method::Eagle3 => {
+            Box::new(Eagle3Objective::load(dir, &target.net, &eagle3_options()).unwrap())
+        }
+        Method::Pard => {
+            Box::new(PardObjective::load(dir, Device::Cpu, &pard_options(), 1).unwrap())
+        }
+        Method::Dflash => {
+            Box::new(DFlashObjective::load(dir, &target.net, &dflash_options(), 1).unwrap())
+        }
     }
 }
 
@@ -80,17 +119,47 @@ impl TrainObserver for Quiet {
 }
 
 /// Starts (or resumes) a run in `dir` and trains up to `steps`.
-fn run(method: Method, dir: &Path, target: &CausalLm, windows: &[TrainWindow], steps: usize) -> TrainState {
+fn run(
+    method: Method,
+    dir: &Path,
+    target: &CausalLm,
+    windows: &[TrainWindow],
+    steps: usize,
+) -> TrainState {
     if TrainState::load(dir).unwrap().is_none() {
         init(method, dir, target, windows);
     }
-    train(objective(method, dir, target).as_ref(), windows, dir, &loop_config(steps), &mut Quiet).unwrap()
+    train(
+        objective(method, dir, target).as_ref(),
+        windows,
+        dir,
+        &loop_config(steps),
+        &mut Quiet,
+    )
+    .unwrap()
 }
 
 fn drafter(method: Method, dir: &Path, target: &CausalLm) -> Box<dyn Drafter> {
     match method {
-        Method::Eagle3 => Box::new(Eagle3Drafter::load(dir, &target.net, TreeShape::chain(3), Sampling::greedy(), 256).unwrap()),
-        Method::Pard => Box::new(PardDrafter::new(CausalLm::load(dir, Device::Cpu, Kind::Float).unwrap(), target, 3, 256).unwrap()),
+        Method::Eagle3 => Box::new(
+            Eagle3Drafter::load(
+                dir,
+                &target.net,
+                TreeShape::chain(3),
+                Sampling::greedy(),
+                256,
+            )
+            .unwrap(),
+        ),
+        Method::Pard => Box::new(
+            PardDrafter::new(
+                CausalLm::load(dir, Device::Cpu, Kind::Float).unwrap(),
+                target,
+                3,
+                256,
+            )
+            .unwrap(),
+        ),
         Method::Dflash => Box::new(DFlashDrafter::load(dir, &target.net, 256).unwrap()),
     }
 }
@@ -107,7 +176,10 @@ fn a_few_training_steps_lower_the_loss_of_every_drafter() {
         let dir = tempfile::tempdir().unwrap();
         let state = run(method, dir.path(), &target, &windows, 60);
         let (first, last) = (mean(&state.losses[..10]), mean(&state.losses[50..]));
-        assert!(last < 0.9 * first, "{method:?}: loss {first:.3} -> {last:.3}");
+        assert!(
+            last < 0.9 * first,
+            "{method:?}: loss {first:.3} -> {last:.3}"
+        );
     }
 }
 
@@ -115,7 +187,12 @@ fn a_few_training_steps_lower_the_loss_of_every_drafter() {
 fn a_saved_checkpoint_reloads_bit_identically_and_drafts_the_same_tokens() {
     let target = target();
     let prompt: Vec<i64> = stream()[..20].to_vec();
-    let config = SpecConfig { max_new_tokens: 24, sampling: Sampling::greedy(), stop_tokens: vec![], max_proposal: 64 };
+    let config = SpecConfig {
+        max_new_tokens: 24,
+        sampling: Sampling::greedy(),
+        stop_tokens: vec![],
+        max_proposal: 64,
+    };
     for method in ALL {
         let windows = windows(&target, method, 4);
         let dir = tempfile::tempdir().unwrap();
@@ -124,23 +201,52 @@ fn a_saved_checkpoint_reloads_bit_identically_and_drafts_the_same_tokens() {
         if let Method::Pard = method {
             pard_train::init(copy.path(), &target, &pard_options()).unwrap(); // tokenizer files and config
         }
-        objective(method, dir.path(), &target).save(copy.path(), 64).unwrap();
+        objective(method, dir.path(), &target)
+            .save(copy.path(), 64)
+            .unwrap();
         let a = safetensors_of(dir.path());
         let b = safetensors_of(copy.path());
         assert_eq!(a.len(), b.len());
         for (name, tensor) in &a {
-            assert!(tensor.equal(&b[name]), "{method:?}: {name} differs after a save/load round trip");
+            assert!(
+                tensor.equal(&b[name]),
+                "{method:?}: {name} differs after a save/load round trip"
+            );
         }
-        let first = speculative_generate(&target.net, drafter(method, dir.path(), &target).as_mut(), &prompt, &config).unwrap();
-        let second = speculative_generate(&target.net, drafter(method, copy.path(), &target).as_mut(), &prompt, &config).unwrap();
-        let drafts = |r: &sharpdraft_decode::SpecReport| r.cycles.iter().map(|c| c.accepted_per_position.clone()).collect::<Vec<_>>();
+        let first = speculative_generate(
+            &target.net,
+            drafter(method, dir.path(), &target).as_mut(),
+            &prompt,
+            &config,
+        )
+        .unwrap();
+        let second = speculative_generate(
+            &target.net,
+            drafter(method, copy.path(), &target).as_mut(),
+            &prompt,
+            &config,
+        )
+        .unwrap();
+        let drafts = |r: &sharpdraft_decode::SpecReport| {
+            r.cycles
+                .iter()
+                .map(|c| c.accepted_per_position.clone())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(first.ids, second.ids);
-        assert_eq!(drafts(&first), drafts(&second), "{method:?}: the reloaded drafter drafts differently");
+        assert_eq!(
+            drafts(&first),
+            drafts(&second),
+            "{method:?}: the reloaded drafter drafts differently"
+        );
     }
 }
 
 fn safetensors_of(dir: &Path) -> std::collections::HashMap<String, tch::Tensor> {
-    tch::Tensor::read_safetensors(dir.join("model.safetensors")).unwrap().into_iter().collect()
+    tch::Tensor::read_safetensors(dir.join("model.safetensors"))
+        .unwrap()
+        .into_iter()
+        .collect()
 }
 
 #[test]
@@ -152,12 +258,23 @@ fn an_interrupted_run_resumes_and_ends_where_an_uninterrupted_run_ends() {
         let whole = run(method, straight.path(), &target, &windows, 30);
         let interrupted = tempfile::tempdir().unwrap();
         let partial = run(method, interrupted.path(), &target, &windows, 20);
-        assert_eq!(TrainState::load(interrupted.path()).unwrap().unwrap(), partial);
+        assert_eq!(
+            TrainState::load(interrupted.path()).unwrap().unwrap(),
+            partial
+        );
         let resumed = run(method, interrupted.path(), &target, &windows, 30);
         assert_eq!(resumed.step, 30);
-        assert_eq!(resumed.losses[..20], partial.losses[..], "{method:?}: the first 20 steps are kept, not redone");
+        assert_eq!(
+            resumed.losses[..20],
+            partial.losses[..],
+            "{method:?}: the first 20 steps are kept, not redone"
+        );
         for (step, (a, b)) in whole.losses.iter().zip(&resumed.losses).enumerate() {
-            assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{method:?}: step {} loss {a} uninterrupted, {b} resumed", step + 1);
+            assert!(
+                (a - b).abs() <= 1e-4 * a.abs().max(1.0),
+                "{method:?}: step {} loss {a} uninterrupted, {b} resumed",
+                step + 1
+            );
         }
     }
 }
@@ -167,26 +284,52 @@ fn the_eagle_draft_vocabulary_holds_the_most_frequent_tokens() {
     let target = target();
     let windows = windows(&target, Method::Eagle3, 8);
     let mut counts = [0usize; 64];
-    windows.iter().flat_map(|w| &w.tokens).for_each(|&t| counts[t as usize] += 1);
+    windows
+        .iter()
+        .flat_map(|w| &w.tokens)
+        .for_each(|&t| counts[t as usize] += 1);
     let top3 = frequent_tokens(&windows, 64, 3);
     let least_kept = top3.iter().map(|&t| counts[t as usize]).min().unwrap();
-    assert!((0..64).filter(|t| !top3.contains(t)).all(|t| counts[t as usize] <= least_kept), "{top3:?} are not the three most frequent");
+    assert!(
+        (0..64)
+            .filter(|t| !top3.contains(t))
+            .all(|t| counts[t as usize] <= least_kept),
+        "{top3:?} are not the three most frequent"
+    );
     assert_eq!(frequent_tokens(&windows, 64, 8).len(), 8);
 }
 
 #[test]
 fn pard_mask_rows_see_exactly_the_inference_view() {
-    let options = PardOptions { copies: 3, keep_ratio: 1.0, min_keep: 1.0, ..pard_options() };
+    let options = PardOptions {
+        copies: 3,
+        keep_ratio: 1.0,
+        min_keep: 1.0,
+        ..pard_options()
+    };
     use rand::SeedableRng;
     let copies = kept_offsets(5, &options, &mut rand::rngs::StdRng::seed_from_u64(0));
-    assert_eq!(copies, vec![vec![0, 1, 2, 3, 4], vec![1, 2, 3, 4], vec![2, 3, 4]]);
+    assert_eq!(
+        copies,
+        vec![vec![0, 1, 2, 3, 4], vec![1, 2, 3, 4], vec![2, 3, 4]]
+    );
     let (rows, visible) = copy_layout(&copies);
-    let row = |copy: usize, offset: usize| rows.iter().position(|&r| r == (copy, offset)).unwrap() as i64;
+    let row =
+        |copy: usize, offset: usize| rows.iter().position(|&r| r == (copy, offset)).unwrap() as i64;
     // Mask 2 at offset 4: after the real prefix 0..=2, its chain (mask 1 at offset 3) and itself.
-    let seen: Vec<i64> = (0..rows.len() as i64).filter(|&k| visible.int64_value(&[row(2, 4), k]) != 0).collect();
-    assert_eq!(seen, vec![row(0, 0), row(0, 1), row(0, 2), row(1, 3), row(2, 4)]);
+    let seen: Vec<i64> = (0..rows.len() as i64)
+        .filter(|&k| visible.int64_value(&[row(2, 4), k]) != 0)
+        .collect();
+    assert_eq!(
+        seen,
+        vec![row(0, 0), row(0, 1), row(0, 2), row(1, 3), row(2, 4)]
+    );
     // Conditional drop keeps every chain whole: a kept mask's predecessor in the previous copy is kept.
-    let dropped = kept_offsets(64, &pard_options(), &mut rand::rngs::StdRng::seed_from_u64(3));
+    let dropped = kept_offsets(
+        64,
+        &pard_options(),
+        &mut rand::rngs::StdRng::seed_from_u64(3),
+    );
     for i in 1..dropped.len() {
         assert!(dropped[i].len() < dropped[i - 1].len());
         assert!(dropped[i].iter().all(|p| dropped[i - 1].contains(&(p - 1))));
@@ -197,14 +340,34 @@ fn pard_mask_rows_see_exactly_the_inference_view() {
 fn dflash_blocks_see_the_context_before_their_anchor_and_only_their_own_block() {
     // Context of 6 keys; blocks of 3 at anchors 2 and 4: keys [c0..c5 | a0 a1 a2 | b0 b1 b2].
     let visible = block_visibility(&[2, 4], 6, 3, false, None);
-    let seen = |row: i64| (0..12).filter(|&k| visible.int64_value(&[row, k]) != 0).collect::<Vec<i64>>();
+    let seen = |row: i64| {
+        (0..12)
+            .filter(|&k| visible.int64_value(&[row, k]) != 0)
+            .collect::<Vec<i64>>()
+    };
     for r in 0..3 {
         assert_eq!(seen(r), vec![0, 1, 6, 7, 8], "block at anchor 2, row {r}");
-        assert_eq!(seen(3 + r), vec![0, 1, 2, 3, 9, 10, 11], "block at anchor 4, row {r}");
+        assert_eq!(
+            seen(3 + r),
+            vec![0, 1, 2, 3, 9, 10, 11],
+            "block at anchor 4, row {r}"
+        );
     }
     // Causal blocks see only their earlier rows; a window of 3 keys drops context far behind each row.
     let causal = block_visibility(&[4], 6, 3, true, Some(3));
-    let seen = |row: i64| (0..9).filter(|&k| causal.int64_value(&[row, k]) != 0).collect::<Vec<i64>>();
-    assert_eq!(seen(0), vec![2, 3, 6], "position 4 with a window of 3 keeps keys 2 and 3 of the context");
-    assert_eq!(seen(2), vec![6, 7, 8], "position 6: its window (keys 4 and 5) lies past the anchor");
+    let seen = |row: i64| {
+        (0..9)
+            .filter(|&k| causal.int64_value(&[row, k]) != 0)
+            .collect::<Vec<i64>>()
+    };
+    assert_eq!(
+        seen(0),
+        vec![2, 3, 6],
+        "position 4 with a window of 3 keeps keys 2 and 3 of the context"
+    );
+    assert_eq!(
+        seen(2),
+        vec![6, 7, 8],
+        "position 6: its window (keys 4 and 5) lies past the anchor"
+    );
 }

@@ -21,7 +21,8 @@ fn synthetic_heads() -> Vec<HeadStats> {
             let bins = (0..BINS)
                 .map(|b| {
                     // 0.25 n0 ... 64 n0, log-spaced.
-                    let n = (N0 * 0.25 * 256f64.powf(b as f64 / (BINS - 1) as f64)).round() as usize;
+                    let n =
+                        (N0 * 0.25 * 256f64.powf(b as f64 / (BINS - 1) as f64)).round() as usize;
                     let rows = (0..ROWS)
                         .map(|_| {
                             let mut row: Vec<f64> = (0..K).map(|i| 6.0 + 0.1 * i as f64).collect();
@@ -32,19 +33,33 @@ fn synthetic_heads() -> Vec<HeadStats> {
                     BinStats::from_rows(n as f64, 1.0, rows).unwrap()
                 })
                 .collect();
-            HeadStats { layer: h / 8, head: h % 8, k: K, bins }
+            HeadStats {
+                layer: h / 8,
+                head: h % 8,
+                k: K,
+                bins,
+            }
         })
         .collect()
 }
 
 fn bench(c: &mut Criterion) {
     let heads = synthetic_heads();
-    let config = CalibrationConfig { n0: N0, estimator: Estimator::ExactLeastSquares, beta_max: 2.0 };
+    let config = CalibrationConfig {
+        n0: N0,
+        estimator: Estimator::ExactLeastSquares,
+        beta_max: 2.0,
+    };
     let mut group = c.benchmark_group("calibrate");
     group.sample_size(20);
-    group.bench_function("exact_ls_64_heads_x_16_bins", |b| b.iter(|| calibrate(&heads, &config).unwrap()));
+    group.bench_function("exact_ls_64_heads_x_16_bins", |b| {
+        b.iter(|| calibrate(&heads, &config).unwrap())
+    });
     group.bench_function("local_slope_64_heads_x_16_bins", |b| {
-        let config = CalibrationConfig { estimator: Estimator::LocalSlope, ..config };
+        let config = CalibrationConfig {
+            estimator: Estimator::LocalSlope,
+            ..config
+        };
         b.iter(|| calibrate(&heads, &config).unwrap())
     });
     group.finish();

@@ -27,20 +27,31 @@ impl RowLogits {
     /// From a raw row of `n` logits.
     pub fn from_logits(logits: &[f64], k: usize) -> Result<Self> {
         let (top, background) = split_top_k(logits, k)?;
-        Ok(Self { top, background: background.into_iter().map(|l| (l, 1.0)).collect() })
+        Ok(Self {
+            top,
+            background: background.into_iter().map(|l| (l, 1.0)).collect(),
+        })
     }
 
     /// From a raw row, with the background kept as a histogram of `bins` equal-width bins (counts at bin
     /// centres). The mass at scale s is then exact up to a relative error of about `(s w)^2 / 24` per key,
     /// `w` the bin width: what a streaming probe can store for long rows without keeping all n logits.
     pub fn summarize(logits: &[f64], k: usize, bins: usize) -> Result<Self> {
-        ensure(bins >= 1, "bins", bins as f64, "a histogram needs at least one bin")?;
+        ensure(
+            bins >= 1,
+            "bins",
+            bins as f64,
+            "a histogram needs at least one bin",
+        )?;
         let (top, background) = split_top_k(logits, k)?;
         // split_top_k sorts descending: the background's range is its first and last entry.
         let (hi, lo) = (background[0], background[background.len() - 1]);
         let width = (hi - lo) / bins as f64;
         if width <= 0.0 {
-            return Ok(Self { top, background: vec![(hi, background.len() as f64)] });
+            return Ok(Self {
+                top,
+                background: vec![(hi, background.len() as f64)],
+            });
         }
         let mut counts = vec![0.0; bins];
         for l in &background {
@@ -64,7 +75,12 @@ impl RowLogits {
     pub fn background_moments(&self) -> (f64, f64) {
         let count: f64 = self.background.iter().map(|b| b.1).sum();
         let mean = self.background.iter().map(|(l, m)| l * m).sum::<f64>() / count;
-        let var = self.background.iter().map(|(l, m)| m * (l - mean).powi(2)).sum::<f64>() / count;
+        let var = self
+            .background
+            .iter()
+            .map(|(l, m)| m * (l - mean).powi(2))
+            .sum::<f64>()
+            / count;
         (mean, var)
     }
 }
@@ -94,9 +110,15 @@ pub struct BinStats {
 impl BinStats {
     /// Aggregates rows of one bin; keeps them for estimator (iii).
     pub fn from_rows(n: f64, weight: f64, rows: Vec<RowLogits>) -> Result<Self> {
-        ensure(!rows.is_empty(), "rows", 0.0, &format!("bin n = {n} has no rows"))?;
+        ensure(
+            !rows.is_empty(),
+            "rows",
+            0.0,
+            &format!("bin n = {n} has no rows"),
+        )?;
         let count = rows.len() as f64;
-        let (mut mass, mut mass_gap, mut top_mean, mut bg_mean, mut bg_var) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        let (mut mass, mut mass_gap, mut top_mean, mut bg_mean, mut bg_var) =
+            (0.0, 0.0, 0.0, 0.0, 0.0);
         for row in &rows {
             let m = row.mass(1.0);
             let (mu, var) = row.background_moments();
@@ -216,15 +238,30 @@ fn guarded(raw: f64, beta_max: f64, guard: Option<Guard>) -> (f64, Option<Guard>
 
 /// Calibrates beta for every head with one estimator.
 pub fn calibrate(heads: &[HeadStats], config: &CalibrationConfig) -> Result<Calibration> {
-    ensure(config.n0.is_finite() && config.n0 > 1.0, "n0", config.n0, "must be a finite length > 1")?;
-    ensure(config.beta_max >= 0.0, "beta_max", config.beta_max, "must be >= 0")?;
+    ensure(
+        config.n0.is_finite() && config.n0 > 1.0,
+        "n0",
+        config.n0,
+        "must be a finite length > 1",
+    )?;
+    ensure(
+        config.beta_max >= 0.0,
+        "beta_max",
+        config.beta_max,
+        "must be >= 0",
+    )?;
     ensure(!heads.is_empty(), "heads", 0.0, "nothing to calibrate")?;
     let mut results = Vec::with_capacity(heads.len());
     let (mut pooled_num, mut pooled_den) = (0.0, 0.0);
     for head in heads {
         let reference = reference_bin(head, config.n0)?;
         let k = head.k as f64;
-        ensure(config.n0 > k, "n0", config.n0, &format!("must exceed k = {k}"))?;
+        ensure(
+            config.n0 > k,
+            "n0",
+            config.n0,
+            &format!("must exceed k = {k}"),
+        )?;
         let mut bin_scales = Vec::new();
         let (raw, guard) = match config.estimator {
             Estimator::GaussianPlugIn => {
@@ -232,7 +269,8 @@ pub fn calibrate(heads: &[HeadStats], config: &CalibrationConfig) -> Result<Cali
                 plug_in(config.n0, k, d)
             }
             Estimator::MassPlugIn => {
-                let d = logit(reference.mass) + ((config.n0 - k) / k).ln() - reference.background_var / 2.0;
+                let d = logit(reference.mass) + ((config.n0 - k) / k).ln()
+                    - reference.background_var / 2.0;
                 plug_in(config.n0, k, d)
             }
             Estimator::LocalSlope => local_slope(head, reference, config.n0)?,
@@ -240,18 +278,34 @@ pub fn calibrate(heads: &[HeadStats], config: &CalibrationConfig) -> Result<Cali
                 let (num, den) = exact_least_squares(head, reference, config.n0, &mut bin_scales)?;
                 pooled_num += num;
                 pooled_den += den;
-                (if den > 0.0 { num / den } else { f64::NAN }, (den <= 0.0).then_some(Guard::NoDilution))
+                (
+                    if den > 0.0 { num / den } else { f64::NAN },
+                    (den <= 0.0).then_some(Guard::NoDilution),
+                )
             }
         };
         let (beta, guard) = guarded(raw, config.beta_max, guard);
-        results.push(HeadBeta { layer: head.layer, head: head.head, beta, raw, guard, bin_scales });
+        results.push(HeadBeta {
+            layer: head.layer,
+            head: head.head,
+            beta,
+            raw,
+            guard,
+            bin_scales,
+        });
     }
     let pooled = match config.estimator {
-        Estimator::ExactLeastSquares if pooled_den > 0.0 => (pooled_num / pooled_den).clamp(0.0, config.beta_max),
+        Estimator::ExactLeastSquares if pooled_den > 0.0 => {
+            (pooled_num / pooled_den).clamp(0.0, config.beta_max)
+        }
         Estimator::ExactLeastSquares => 0.0,
         _ => results.iter().map(|h| h.beta).sum::<f64>() / results.len() as f64,
     };
-    Ok(Calibration { estimator: config.estimator, pooled, heads: results })
+    Ok(Calibration {
+        estimator: config.estimator,
+        pooled,
+        heads: results,
+    })
 }
 
 fn plug_in(n0: f64, k: f64, d: f64) -> (f64, Option<Guard>) {
@@ -299,9 +353,17 @@ fn exact_least_squares(
     n0: f64,
     bin_scales: &mut Vec<(f64, Option<f64>)>,
 ) -> Result<(f64, f64)> {
-    let target = if reference.rows.is_empty() { reference.mass } else { reference.mean_mass(1.0) };
+    let target = if reference.rows.is_empty() {
+        reference.mass
+    } else {
+        reference.mean_mass(1.0)
+    };
     let (mut num, mut den) = (0.0, 0.0);
-    for bin in head.bins.iter().filter(|b| b.n > n0 * (1.0 + 1e-9) && !std::ptr::eq(*b, reference)) {
+    for bin in head
+        .bins
+        .iter()
+        .filter(|b| b.n > n0 * (1.0 + 1e-9) && !std::ptr::eq(*b, reference))
+    {
         if bin.rows.is_empty() {
             return Err(MathError::Calibration(format!(
                 "layer {} head {}: bin n = {} has no recorded rows for the exact estimator",

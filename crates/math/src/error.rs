@@ -8,7 +8,11 @@ pub type Result<T> = std::result::Result<T, MathError>;
 pub enum MathError {
     /// A parameter outside the domain where the formula means anything (e.g. `k >= n`).
     #[error("invalid {name} = {value}: {reason}")]
-    InvalidParameter { name: &'static str, value: f64, reason: String },
+    InvalidParameter {
+        name: &'static str,
+        value: f64,
+        reason: String,
+    },
 
     /// A root that the caller asked for does not exist in the bracket that the theory allows.
     #[error("no root of {what} in [{lo}, {hi}]")]
@@ -28,7 +32,11 @@ pub(crate) fn ensure(ok: bool, name: &'static str, value: f64, reason: &str) -> 
     if ok {
         Ok(())
     } else {
-        Err(MathError::InvalidParameter { name, value, reason: reason.to_string() })
+        Err(MathError::InvalidParameter {
+            name,
+            value,
+            reason: reason.to_string(),
+        })
     }
 }
 

@@ -18,7 +18,9 @@ pub mod roots;
 pub mod schedule;
 pub mod slopes;
 
-pub use calibrate::{calibrate, BinStats, Calibration, CalibrationConfig, Estimator, HeadStats, RowLogits};
+pub use calibrate::{
+    calibrate, BinStats, Calibration, CalibrationConfig, Estimator, HeadStats, RowLogits,
+};
 pub use error::{MathError, Result};
 pub use mass::{top_k_mass, TopKMass};
 pub use model_a::{CorrectionReach, ModelA, PlantedKeys};

@@ -34,7 +34,10 @@ pub(crate) struct TiltedMoments {
     pub variance: f64,
 }
 
-pub(crate) fn tilted_moments(values: impl Iterator<Item = (f64, f64)> + Clone, s: f64) -> TiltedMoments {
+pub(crate) fn tilted_moments(
+    values: impl Iterator<Item = (f64, f64)> + Clone,
+    s: f64,
+) -> TiltedMoments {
     // Shift by the largest scaled logit so every exponent is <= 0 (no overflow at any s).
     let shift = values
         .clone()
@@ -52,7 +55,11 @@ pub(crate) fn tilted_moments(values: impl Iterator<Item = (f64, f64)> + Clone, s
         second += w * l * l;
     }
     let mean = first / z;
-    TiltedMoments { log_partition: shift + z.ln(), mean, variance: (second / z - mean * mean).max(0.0) }
+    TiltedMoments {
+        log_partition: shift + z.ln(),
+        mean,
+        variance: (second / z - mean * mean).max(0.0),
+    }
 }
 
 /// Checks a logit row: at least `k + 1` entries, all finite, `k >= 1`.
@@ -82,7 +89,12 @@ pub fn split_top_k(logits: &[f64], k: usize) -> Result<(Vec<f64>, Vec<f64>)> {
 
 /// `M_k(n, s)` and its derivatives for one row of `n = logits.len()` visible keys.
 pub fn top_k_mass(logits: &[f64], k: usize, s: f64) -> Result<TopKMass> {
-    ensure(s.is_finite() && s >= 0.0, "s", s, "a query scale must be finite and >= 0")?;
+    ensure(
+        s.is_finite() && s >= 0.0,
+        "s",
+        s,
+        "a query scale must be finite and >= 0",
+    )?;
     let (top, background) = split_top_k(logits, k)?;
     Ok(mass_of_split(&top, background.iter().map(|&l| (l, 1.0)), s))
 }
@@ -109,10 +121,22 @@ pub(crate) fn mass_of_split(
 /// Per-row exact correction: the unique `s >= 0` with `M_k(s) = target` (Lemma 1). The target must lie
 /// in `(k/n, M_k(s -> inf))`; outside that range there is no root and the error says so.
 pub fn scale_for_mass(logits: &[f64], k: usize, target: f64) -> Result<f64> {
-    ensure(target > 0.0 && target < 1.0, "target mass", target, "must lie in (0, 1)")?;
+    ensure(
+        target > 0.0 && target < 1.0,
+        "target mass",
+        target,
+        "must lie in (0, 1)",
+    )?;
     let (top, background) = split_top_k(logits, k)?;
-    let f = |s: f64| mass_of_split(&top, background.iter().map(|&l| (l, 1.0)), s).logit - logit(target);
-    brent_root("M_k(s) = target", f, 0.0, upper_scale(&top, &background), 1e-12)
+    let f =
+        |s: f64| mass_of_split(&top, background.iter().map(|&l| (l, 1.0)), s).logit - logit(target);
+    brent_root(
+        "M_k(s) = target",
+        f,
+        0.0,
+        upper_scale(&top, &background),
+        1e-12,
+    )
 }
 
 /// A scale large enough that the top-k hold all but a negligible share of the mass (or as close as the

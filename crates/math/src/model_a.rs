@@ -34,15 +34,35 @@ impl ModelA {
             ensure_finite(name, v)?;
         }
         ensure(k >= 1.0, "k", k, "the top set needs at least one key")?;
-        ensure(n0 > k, "n0", n0, &format!("the training length must exceed k = {k}"))?;
-        ensure(sigma >= 0.0, "sigma", sigma, "a standard deviation cannot be negative")?;
-        Ok(Self { k, delta, sigma, n0 })
+        ensure(
+            n0 > k,
+            "n0",
+            n0,
+            &format!("the training length must exceed k = {k}"),
+        )?;
+        ensure(
+            sigma >= 0.0,
+            "sigma",
+            sigma,
+            "a standard deviation cannot be negative",
+        )?;
+        Ok(Self {
+            k,
+            delta,
+            sigma,
+            n0,
+        })
     }
 
     /// Model A fitted to measurements at n0: the top-k mass `m0 = M_k(n0, 1)` and the background
     /// logit standard deviation. Inverts `logit m0 = ln(k/(n0-k)) + Delta - sigma^2/2` for Delta.
     pub fn from_measured(k: f64, n0: f64, mass_at_n0: f64, sigma: f64) -> Result<Self> {
-        ensure(mass_at_n0 > 0.0 && mass_at_n0 < 1.0, "mass_at_n0", mass_at_n0, "must lie in (0, 1)")?;
+        ensure(
+            mass_at_n0 > 0.0 && mass_at_n0 < 1.0,
+            "mass_at_n0",
+            mass_at_n0,
+            "must lie in (0, 1)",
+        )?;
         let model = Self::new(k, 0.0, sigma, n0)?;
         let delta = crate::mass::logit(mass_at_n0) - (k / (n0 - k)).ln() + sigma * sigma / 2.0;
         Ok(Self { delta, ..model })
@@ -55,7 +75,12 @@ impl ModelA {
 
     /// `c(n) = ln((n - k) / (n0 - k))`: growth of the background's log-partition from n0 to n.
     pub fn dilution(&self, n: f64) -> Result<f64> {
-        ensure(n.is_finite() && n > self.k, "n", n, &format!("the row must see more keys than k = {}", self.k))?;
+        ensure(
+            n.is_finite() && n > self.k,
+            "n",
+            n,
+            &format!("the row must see more keys than k = {}", self.k),
+        )?;
         Ok(((n - self.k) / (self.n0 - self.k)).ln())
     }
 
@@ -63,7 +88,8 @@ impl ModelA {
     pub fn logit_mass(&self, n: f64, s: f64) -> Result<f64> {
         ensure_finite("s", s)?;
         let c = self.dilution(n)?;
-        Ok((self.k / (self.n0 - self.k)).ln() - c + s * self.delta - s * s * self.sigma * self.sigma / 2.0)
+        Ok((self.k / (self.n0 - self.k)).ln() - c + s * self.delta
+            - s * s * self.sigma * self.sigma / 2.0)
     }
 
     /// `M_k(n, s)` under the model.
@@ -128,15 +154,34 @@ pub struct PlantedKeys {
 
 impl PlantedKeys {
     pub fn new(advantages: Vec<f64>, sigma: f64, n0: f64) -> Result<Self> {
-        ensure(!advantages.is_empty(), "k", 0.0, "need at least one relevant key")?;
+        ensure(
+            !advantages.is_empty(),
+            "k",
+            0.0,
+            "need at least one relevant key",
+        )?;
         for &a in &advantages {
             ensure_finite("advantage", a)?;
         }
         ensure_finite("sigma", sigma)?;
-        ensure(sigma >= 0.0, "sigma", sigma, "a standard deviation cannot be negative")?;
+        ensure(
+            sigma >= 0.0,
+            "sigma",
+            sigma,
+            "a standard deviation cannot be negative",
+        )?;
         let k = advantages.len() as f64;
-        ensure(n0.is_finite() && n0 > k, "n0", n0, &format!("the training length must exceed k = {k}"))?;
-        Ok(Self { advantages, sigma, n0 })
+        ensure(
+            n0.is_finite() && n0 > k,
+            "n0",
+            n0,
+            &format!("the training length must exceed k = {k}"),
+        )?;
+        Ok(Self {
+            advantages,
+            sigma,
+            n0,
+        })
     }
 
     fn k(&self) -> f64 {
@@ -154,7 +199,12 @@ impl PlantedKeys {
     /// no sharpening is deployed: returns the s <= 1 root only if H is increasing there).
     pub fn exact_scale(&self, n: f64) -> Result<Option<f64>> {
         let k = self.k();
-        ensure(n.is_finite() && n > k, "n", n, &format!("the row must see more keys than k = {k}"))?;
+        ensure(
+            n.is_finite() && n > k,
+            "n",
+            n,
+            &format!("the row must see more keys than k = {k}"),
+        )?;
         let c = ((n - k) / (self.n0 - k)).ln();
         let (h1, slope1) = self.h(1.0);
         if slope1 <= 0.0 {

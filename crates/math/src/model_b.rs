@@ -29,13 +29,28 @@ impl ModelB {
     pub fn new(k: usize, sigma: f64, n0: f64) -> Result<Self> {
         ensure(k >= 1, "k", k as f64, "the top set needs at least one key")?;
         ensure_finite("sigma", sigma)?;
-        ensure(sigma > 0.0, "sigma", sigma, "Model B needs a positive logit spread")?;
-        ensure(n0.is_finite() && n0 > k as f64, "n0", n0, &format!("the training length must exceed k = {k}"))?;
+        ensure(
+            sigma > 0.0,
+            "sigma",
+            sigma,
+            "Model B needs a positive logit spread",
+        )?;
+        ensure(
+            n0.is_finite() && n0 > k as f64,
+            "n0",
+            n0,
+            &format!("the training length must exceed k = {k}"),
+        )?;
         Ok(Self { k, sigma, n0 })
     }
 
     fn check_n(&self, n: f64) -> Result<()> {
-        ensure(n.is_finite() && n > self.k as f64, "n", n, &format!("the row must see more keys than k = {}", self.k))
+        ensure(
+            n.is_finite() && n > self.k as f64,
+            "n",
+            n,
+            &format!("the row must see more keys than k = {}", self.k),
+        )
     }
 
     /// Semi-analytic `G_B(n, s)`.
@@ -55,7 +70,11 @@ impl ModelB {
     pub fn exact_scale(&self, n: f64) -> Result<f64> {
         let target = self.logit_mass(self.n0, 1.0)?;
         self.check_n(n)?;
-        let f = |s: f64| self.logit_mass(n, s).map(|g| g - target).unwrap_or(f64::NAN);
+        let f = |s: f64| {
+            self.logit_mass(n, s)
+                .map(|g| g - target)
+                .unwrap_or(f64::NAN)
+        };
         brent_root("G_B(n, s) = G_B(n0, 1)", f, 0.05, 20.0, 1e-12)
     }
 
@@ -90,8 +109,11 @@ impl ModelB {
     /// Slope of the semi-analytic correction at n0, `-(dG_B/d ln n) / (dG_B/ds)` by central differences.
     pub fn semi_analytic_slope(&self) -> Result<f64> {
         let h: f64 = 1e-4;
-        let g_n = (self.logit_mass(self.n0 * h.exp(), 1.0)? - self.logit_mass(self.n0 * (-h).exp(), 1.0)?) / (2.0 * h);
-        let g_s = (self.logit_mass(self.n0, 1.0 + h)? - self.logit_mass(self.n0, 1.0 - h)?) / (2.0 * h);
+        let g_n = (self.logit_mass(self.n0 * h.exp(), 1.0)?
+            - self.logit_mass(self.n0 * (-h).exp(), 1.0)?)
+            / (2.0 * h);
+        let g_s =
+            (self.logit_mass(self.n0, 1.0 + h)? - self.logit_mass(self.n0, 1.0 - h)?) / (2.0 * h);
         Ok(-g_n / g_s)
     }
 }

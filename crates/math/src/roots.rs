@@ -28,13 +28,25 @@ pub fn brent_root(what: &str, f: impl Fn(f64) -> f64, lo: f64, hi: f64, tol: f64
         return Ok(hi);
     }
     if !(f_lo.is_finite() && f_hi.is_finite()) || f_lo.signum() == f_hi.signum() {
-        return Err(MathError::NoRoot { what: what.to_string(), lo, hi });
+        return Err(MathError::NoRoot {
+            what: what.to_string(),
+            lo,
+            hi,
+        });
     }
     let run = Executor::new(Scalar(f), BrentRoot::new(lo, hi, tol))
         .configure(|state| state.param(lo).max_iters(200))
         .run()
-        .map_err(|_| MathError::NoRoot { what: what.to_string(), lo, hi })?;
-    run.state.best_param.ok_or_else(|| MathError::NoRoot { what: what.to_string(), lo, hi })
+        .map_err(|_| MathError::NoRoot {
+            what: what.to_string(),
+            lo,
+            hi,
+        })?;
+    run.state.best_param.ok_or_else(|| MathError::NoRoot {
+        what: what.to_string(),
+        lo,
+        hi,
+    })
 }
 
 /// Minimiser of `f` on `[lo, hi]` (Brent's parabolic search); `f` should be unimodal there.
@@ -42,8 +54,16 @@ pub fn brent_minimum(f: impl Fn(f64) -> f64, lo: f64, hi: f64) -> Result<f64> {
     let run = Executor::new(Scalar(f), BrentOpt::new(lo, hi).set_tolerance(1e-10, 1e-12))
         .configure(|state| state.max_iters(500))
         .run()
-        .map_err(|e| MathError::NoRoot { what: format!("minimum ({e})"), lo, hi })?;
-    run.state.best_param.ok_or_else(|| MathError::NoRoot { what: "minimum".into(), lo, hi })
+        .map_err(|e| MathError::NoRoot {
+            what: format!("minimum ({e})"),
+            lo,
+            hi,
+        })?;
+    run.state.best_param.ok_or_else(|| MathError::NoRoot {
+        what: "minimum".into(),
+        lo,
+        hi,
+    })
 }
 
 /// Smallest `x` in `[lo, hi_max]` with `f(x) >= 0`, for an `f` that is negative at `lo` and increasing

@@ -31,7 +31,10 @@ pub struct ScaleSchedule {
 
 impl ScaleSchedule {
     pub fn global(n0: f64, beta: f64) -> Result<Self> {
-        let schedule = Self { n0, beta: Beta::Global(beta) };
+        let schedule = Self {
+            n0,
+            beta: Beta::Global(beta),
+        };
         schedule.validate()?;
         Ok(schedule)
     }
@@ -39,9 +42,14 @@ impl ScaleSchedule {
     /// Checks n0 > 0 and that every beta is finite, naming the first bad entry.
     pub fn validate(&self) -> Result<()> {
         if !(self.n0.is_finite() && self.n0 > 0.0) {
-            return Err(MathError::Schedule(format!("n0 = {} must be a finite length > 0", self.n0)));
+            return Err(MathError::Schedule(format!(
+                "n0 = {} must be a finite length > 0",
+                self.n0
+            )));
         }
-        let bad = |where_: String, v: f64| MathError::Schedule(format!("beta{where_} = {v} is not finite"));
+        let bad = |where_: String, v: f64| {
+            MathError::Schedule(format!("beta{where_} = {v} is not finite"))
+        };
         match &self.beta {
             Beta::Global(b) if !b.is_finite() => Err(bad(String::new(), *b)),
             Beta::PerLayer(layers) => match layers.iter().position(|b| !b.is_finite()) {
@@ -65,14 +73,19 @@ impl ScaleSchedule {
         let fail = |msg: String| Err(MathError::Schedule(msg));
         match &self.beta {
             Beta::Global(_) => Ok(()),
-            Beta::PerLayer(b) if b.len() != layers => {
-                fail(format!("per-layer beta has {} entries, the drafter has {layers} layers", b.len()))
-            }
-            Beta::PerHead(b) if b.len() != layers => {
-                fail(format!("per-head beta has {} layers, the drafter has {layers}", b.len()))
-            }
+            Beta::PerLayer(b) if b.len() != layers => fail(format!(
+                "per-layer beta has {} entries, the drafter has {layers} layers",
+                b.len()
+            )),
+            Beta::PerHead(b) if b.len() != layers => fail(format!(
+                "per-head beta has {} layers, the drafter has {layers}",
+                b.len()
+            )),
             Beta::PerHead(b) => match b.iter().position(|h| h.len() != heads) {
-                Some(i) => fail(format!("per-head beta[{i}] has {} heads, the drafter has {heads}", b[i].len())),
+                Some(i) => fail(format!(
+                    "per-head beta[{i}] has {} heads, the drafter has {heads}",
+                    b[i].len()
+                )),
                 None => Ok(()),
             },
             Beta::PerLayer(_) => Ok(()),
@@ -94,7 +107,8 @@ impl ScaleSchedule {
     }
 
     pub fn from_yaml_str(text: &str) -> Result<Self> {
-        let schedule: Self = serde_yaml::from_str(text).map_err(|e| MathError::Schedule(e.to_string()))?;
+        let schedule: Self =
+            serde_yaml::from_str(text).map_err(|e| MathError::Schedule(e.to_string()))?;
         schedule.validate()?;
         Ok(schedule)
     }
@@ -107,7 +121,8 @@ impl ScaleSchedule {
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| MathError::Schedule(format!("{}: {e}", path.display())))?;
-        Self::from_yaml_str(&text).map_err(|e| MathError::Schedule(format!("{}: {e}", path.display())))
+        Self::from_yaml_str(&text)
+            .map_err(|e| MathError::Schedule(format!("{}: {e}", path.display())))
     }
 
     /// Writes atomically (temporary file in the same folder, then rename), so a crash never leaves a

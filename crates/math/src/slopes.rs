@@ -22,8 +22,18 @@ pub struct SlopesInC {
 
 impl SlopesInC {
     pub fn new(model: ModelA, c_end: f64) -> Result<Self> {
-        ensure(c_end.is_finite() && c_end >= 0.0, "C", c_end, "the range end must be finite and >= 0")?;
-        ensure(model.d() > 0.0, "D", model.d(), "fixed slopes need the sharpening regime D = Delta - sigma^2 > 0")?;
+        ensure(
+            c_end.is_finite() && c_end >= 0.0,
+            "C",
+            c_end,
+            "the range end must be finite and >= 0",
+        )?;
+        ensure(
+            model.d() > 0.0,
+            "D",
+            model.d(),
+            "fixed slopes need the sharpening regime D = Delta - sigma^2 > 0",
+        )?;
         Ok(Self { model, c_end })
     }
 
@@ -58,7 +68,8 @@ impl SlopesInC {
     /// `max |E|` of the minimax slope: `(3 - 2 sqrt2) / 2 sigma^2 beta^2 C^2`.
     pub fn minimax_max_error(&self) -> Option<f64> {
         let c = self.c_end;
-        self.minimax().map(|b| (3.0 - 2.0 * 2f64.sqrt()) / 2.0 * self.sigma2() * b * b * c * c)
+        self.minimax()
+            .map(|b| (3.0 - 2.0 * 2f64.sqrt()) / 2.0 * self.sigma2() * b * b * c * c)
     }
 
     /// Least squares in s, uniform in c: `3/C^3 (D/sigma^2) [C^2/2 - I]` with
@@ -110,7 +121,13 @@ pub fn deployed_max_error(model: &ModelA, x_end: f64, beta: f64) -> f64 {
     let step = x_end / ERROR_GRID as f64;
     let (worst_i, worst) = (0..=ERROR_GRID)
         .map(|i| (i, abs_error(i as f64 * step)))
-        .fold((0, f64::NEG_INFINITY), |best, cur| if cur.1 > best.1 { cur } else { best });
+        .fold((0, f64::NEG_INFINITY), |best, cur| {
+            if cur.1 > best.1 {
+                cur
+            } else {
+                best
+            }
+        });
     let lo = worst_i.saturating_sub(1) as f64 * step;
     let hi = ((worst_i + 1).min(ERROR_GRID)) as f64 * step;
     match brent_minimum(|x| -abs_error(x), lo, hi) {
@@ -124,19 +141,39 @@ impl DeployedSlopes {
     /// sharpening does not raise the top-k mass there). An empty range (`n_end <= n0`) gives the tangent
     /// for every slope, its limit.
     pub fn new(model: &ModelA, n_end: f64) -> Result<Self> {
-        ensure(n_end.is_finite() && n_end > model.k, "range end", n_end, &format!("must exceed k = {}", model.k))?;
+        ensure(
+            n_end.is_finite() && n_end > model.k,
+            "range end",
+            n_end,
+            &format!("must exceed k = {}", model.k),
+        )?;
         if model.d() <= 0.0 {
-            return Ok(Self { tangent: 0.0, secant: Some(0.0), minimax: 0.0, least_squares: Some(0.0) });
+            return Ok(Self {
+                tangent: 0.0,
+                secant: Some(0.0),
+                minimax: 0.0,
+                least_squares: Some(0.0),
+            });
         }
         let tangent = model.tangent_slope();
         let x_end = (n_end / model.n0).ln();
         if x_end <= 1e-12 {
-            return Ok(Self { tangent, secant: Some(tangent), minimax: tangent, least_squares: Some(tangent) });
+            return Ok(Self {
+                tangent,
+                secant: Some(tangent),
+                minimax: tangent,
+                least_squares: Some(tangent),
+            });
         }
         let secant = model.exact_scale(n_end)?.map(|s| (s - 1.0) / x_end);
         // The minimax slope lies between under-correcting (0) and a few tangents; max|E| is unimodal in it.
         let minimax = brent_minimum(|b| deployed_max_error(model, x_end, b), 0.0, 4.0 * tangent)?;
-        Ok(Self { tangent, secant, minimax, least_squares: least_squares_in_x(model, x_end)? })
+        Ok(Self {
+            tangent,
+            secant,
+            minimax,
+            least_squares: least_squares_in_x(model, x_end)?,
+        })
     }
 }
 
@@ -146,8 +183,16 @@ fn least_squares_in_x(model: &ModelA, x_end: f64) -> Result<Option<f64>> {
     let mut integral = 0.0;
     for i in 0..=SIMPSON_INTERVALS {
         let x = i as f64 * h;
-        let Some(s) = model.exact_scale(model.n0 * x.exp())? else { return Ok(None) };
-        let weight = if i == 0 || i == SIMPSON_INTERVALS { 1.0 } else if i % 2 == 1 { 4.0 } else { 2.0 };
+        let Some(s) = model.exact_scale(model.n0 * x.exp())? else {
+            return Ok(None);
+        };
+        let weight = if i == 0 || i == SIMPSON_INTERVALS {
+            1.0
+        } else if i % 2 == 1 {
+            4.0
+        } else {
+            2.0
+        };
         integral += weight * x * (s - 1.0);
     }
     integral *= h / 3.0;

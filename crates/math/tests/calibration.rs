@@ -4,7 +4,9 @@ mod common;
 
 use common::{planted_row, rng, spread_advantages};
 use sharpdraft_math::calibrate::Guard;
-use sharpdraft_math::{calibrate, BinStats, CalibrationConfig, Estimator, HeadStats, PlantedKeys, RowLogits};
+use sharpdraft_math::{
+    calibrate, BinStats, CalibrationConfig, Estimator, HeadStats, PlantedKeys, RowLogits,
+};
 
 const N0: usize = 512;
 // Bins below n0 start at n0/4: closer to k the dilution rate n/(n - k) drifts away from its value at n0
@@ -21,13 +23,49 @@ struct Head {
 }
 
 const HEADS: [Head; 6] = [
-    Head { k: 4, delta: 6.0, spread: 0.5, sigma: 1.0, decay: 0.0 },
-    Head { k: 8, delta: 7.0, spread: 0.8, sigma: 1.3, decay: 0.0 },
-    Head { k: 2, delta: 5.0, spread: 0.3, sigma: 0.8, decay: 0.0 },
-    Head { k: 16, delta: 8.0, spread: 1.0, sigma: 1.5, decay: 0.0 },
-    Head { k: 4, delta: 6.5, spread: 0.5, sigma: 1.2, decay: 0.0 },
+    Head {
+        k: 4,
+        delta: 6.0,
+        spread: 0.5,
+        sigma: 1.0,
+        decay: 0.0,
+    },
+    Head {
+        k: 8,
+        delta: 7.0,
+        spread: 0.8,
+        sigma: 1.3,
+        decay: 0.0,
+    },
+    Head {
+        k: 2,
+        delta: 5.0,
+        spread: 0.3,
+        sigma: 0.8,
+        decay: 0.0,
+    },
+    Head {
+        k: 16,
+        delta: 8.0,
+        spread: 1.0,
+        sigma: 1.5,
+        decay: 0.0,
+    },
+    Head {
+        k: 4,
+        delta: 6.5,
+        spread: 0.5,
+        sigma: 1.2,
+        decay: 0.0,
+    },
     // RoPE-like decaying background: the Gaussian plug-in is known to over-estimate beta here.
-    Head { k: 4, delta: 5.0, spread: 0.5, sigma: 1.0, decay: 0.5 },
+    Head {
+        k: 4,
+        delta: 5.0,
+        spread: 0.5,
+        sigma: 1.0,
+        decay: 0.5,
+    },
 ];
 
 /// Records `rows` query rows per bin; each query's bins are prefixes of one long row (common random numbers).
@@ -35,21 +73,35 @@ fn record(index: usize, head: &Head, rows: usize, seed: u64) -> HeadStats {
     let mut r = rng(seed);
     let relevant = spread_advantages(head.k, head.delta, head.spread);
     let longest = (LONG[LONG.len() - 1] * N0 as f64) as usize;
-    let full: Vec<Vec<f64>> = (0..rows).map(|_| planted_row(&mut r, &relevant, longest, head.sigma, head.decay)).collect();
+    let full: Vec<Vec<f64>> = (0..rows)
+        .map(|_| planted_row(&mut r, &relevant, longest, head.sigma, head.decay))
+        .collect();
     let bins = SHORT
         .iter()
         .chain(LONG.iter())
         .map(|ratio| {
             let n = (ratio * N0 as f64) as usize;
-            let bin_rows = full.iter().map(|row| RowLogits::from_logits(&row[..n], head.k).unwrap()).collect();
+            let bin_rows = full
+                .iter()
+                .map(|row| RowLogits::from_logits(&row[..n], head.k).unwrap())
+                .collect();
             BinStats::from_rows(n as f64, 1.0, bin_rows).unwrap()
         })
         .collect();
-    HeadStats { layer: 0, head: index, k: head.k, bins }
+    HeadStats {
+        layer: 0,
+        head: index,
+        k: head.k,
+        bins,
+    }
 }
 
 fn config(estimator: Estimator) -> CalibrationConfig {
-    CalibrationConfig { n0: N0 as f64, estimator, beta_max: 2.0 }
+    CalibrationConfig {
+        n0: N0 as f64,
+        estimator,
+        beta_max: 2.0,
+    }
 }
 
 fn relative(a: f64, b: f64) -> f64 {
@@ -58,15 +110,31 @@ fn relative(a: f64, b: f64) -> f64 {
 
 #[test]
 fn local_estimators_recover_the_tangent_of_stationary_heads() {
-    let heads: Vec<HeadStats> = HEADS.iter().enumerate().map(|(i, h)| record(i, h, 64, 100 + i as u64)).collect();
+    let heads: Vec<HeadStats> = HEADS
+        .iter()
+        .enumerate()
+        .map(|(i, h)| record(i, h, 64, 100 + i as u64))
+        .collect();
     let plug_in = calibrate(&heads, &config(Estimator::GaussianPlugIn)).unwrap();
     let local = calibrate(&heads, &config(Estimator::LocalSlope)).unwrap();
     for (i, head) in HEADS.iter().enumerate().filter(|(_, h)| h.decay == 0.0) {
-        let truth = PlantedKeys::new(spread_advantages(head.k, head.delta, head.spread), head.sigma, N0 as f64)
-            .unwrap()
-            .tangent_slope();
-        assert!(relative(plug_in.heads[i].beta, truth) < 0.15, "head {i}: (i) {} vs tangent {truth}", plug_in.heads[i].beta);
-        assert!(relative(local.heads[i].beta, truth) < 0.15, "head {i}: (ii) {} vs tangent {truth}", local.heads[i].beta);
+        let truth = PlantedKeys::new(
+            spread_advantages(head.k, head.delta, head.spread),
+            head.sigma,
+            N0 as f64,
+        )
+        .unwrap()
+        .tangent_slope();
+        assert!(
+            relative(plug_in.heads[i].beta, truth) < 0.15,
+            "head {i}: (i) {} vs tangent {truth}",
+            plug_in.heads[i].beta
+        );
+        assert!(
+            relative(local.heads[i].beta, truth) < 0.15,
+            "head {i}: (ii) {} vs tangent {truth}",
+            local.heads[i].beta
+        );
     }
 }
 
@@ -74,21 +142,43 @@ fn local_estimators_recover_the_tangent_of_stationary_heads() {
 fn the_exact_estimator_recovers_the_range_slope_including_a_decaying_head() {
     for (i, head) in HEADS.iter().enumerate() {
         // "Truth": the same estimator on a large independent sample; the calibration run records 16 rows.
-        let truth = calibrate(&[record(i, head, 96, 500 + i as u64)], &config(Estimator::ExactLeastSquares)).unwrap();
+        let truth = calibrate(
+            &[record(i, head, 96, 500 + i as u64)],
+            &config(Estimator::ExactLeastSquares),
+        )
+        .unwrap();
         let short_run = record(i, head, 16, 900 + i as u64);
-        let fitted = calibrate(std::slice::from_ref(&short_run), &config(Estimator::ExactLeastSquares)).unwrap();
-        assert!(relative(fitted.pooled, truth.pooled) < 0.10, "head {i}: (iii) {} vs {}", fitted.pooled, truth.pooled);
+        let fitted = calibrate(
+            std::slice::from_ref(&short_run),
+            &config(Estimator::ExactLeastSquares),
+        )
+        .unwrap();
+        assert!(
+            relative(fitted.pooled, truth.pooled) < 0.10,
+            "head {i}: (iii) {} vs {}",
+            fitted.pooled,
+            truth.pooled
+        );
         assert_eq!(fitted.heads[0].bin_scales.len(), LONG.len());
         if head.decay > 0.0 {
             let plug_in = calibrate(&[short_run], &config(Estimator::GaussianPlugIn)).unwrap();
-            assert!(plug_in.pooled > 1.3 * truth.pooled, "plug-in {} should over-estimate {}", plug_in.pooled, truth.pooled);
+            assert!(
+                plug_in.pooled > 1.3 * truth.pooled,
+                "plug-in {} should over-estimate {}",
+                plug_in.pooled,
+                truth.pooled
+            );
         }
     }
 }
 
 #[test]
 fn the_pooled_exact_slope_is_the_weighted_least_squares_over_all_heads_and_bins() {
-    let mut heads: Vec<HeadStats> = HEADS[..3].iter().enumerate().map(|(i, h)| record(i, h, 8, 40 + i as u64)).collect();
+    let mut heads: Vec<HeadStats> = HEADS[..3]
+        .iter()
+        .enumerate()
+        .map(|(i, h)| record(i, h, 8, 40 + i as u64))
+        .collect();
     // Decoding spends more steps at some lengths than others: weight bins by 1/n.
     let weight = |n: f64| 1.0 / n;
     for bin in heads.iter_mut().flat_map(|h| h.bins.iter_mut()) {
@@ -103,11 +193,17 @@ fn the_pooled_exact_slope_is_the_weighted_least_squares_over_all_heads_and_bins(
             head_num += weight(*n) * x * (s.unwrap() - 1.0);
             head_den += weight(*n) * x * x;
         }
-        assert!((head.beta - head_num / head_den).abs() < 1e-12, "per-head weighted LS");
+        assert!(
+            (head.beta - head_num / head_den).abs() < 1e-12,
+            "per-head weighted LS"
+        );
         num += head_num;
         den += head_den;
     }
-    assert!((fit.pooled - num / den).abs() < 1e-12, "pooled over every (head, bin)");
+    assert!(
+        (fit.pooled - num / den).abs() < 1e-12,
+        "pooled over every (head, bin)"
+    );
 }
 
 fn handmade_head(top_mean: f64, background_var: f64) -> HeadStats {
@@ -121,12 +217,21 @@ fn handmade_head(top_mean: f64, background_var: f64) -> HeadStats {
         background_var,
         rows: Vec::new(),
     };
-    HeadStats { layer: 2, head: 5, k: 4, bins: vec![bin(256.0, 0.3), bin(512.0, 0.2)] }
+    HeadStats {
+        layer: 2,
+        head: 5,
+        k: 4,
+        bins: vec![bin(256.0, 0.3), bin(512.0, 0.2)],
+    }
 }
 
 #[test]
 fn a_head_outside_the_sharpening_regime_gets_beta_zero() {
-    let fit = calibrate(&[handmade_head(1.0, 2.0)], &config(Estimator::GaussianPlugIn)).unwrap();
+    let fit = calibrate(
+        &[handmade_head(1.0, 2.0)],
+        &config(Estimator::GaussianPlugIn),
+    )
+    .unwrap();
     assert_eq!(fit.heads[0].beta, 0.0);
     assert_eq!(fit.heads[0].guard, Some(Guard::NotSharpening));
 }
@@ -134,7 +239,14 @@ fn a_head_outside_the_sharpening_regime_gets_beta_zero() {
 #[test]
 fn betas_are_clipped_to_the_configured_maximum() {
     let tiny_gap = handmade_head(1.01, 1.0);
-    let fit = calibrate(&[tiny_gap], &CalibrationConfig { beta_max: 0.5, ..config(Estimator::GaussianPlugIn) }).unwrap();
+    let fit = calibrate(
+        &[tiny_gap],
+        &CalibrationConfig {
+            beta_max: 0.5,
+            ..config(Estimator::GaussianPlugIn)
+        },
+    )
+    .unwrap();
     assert_eq!(fit.heads[0].beta, 0.5);
     assert_eq!(fit.heads[0].guard, Some(Guard::Clipped));
     assert!(fit.heads[0].raw > 0.5);
@@ -144,15 +256,27 @@ fn betas_are_clipped_to_the_configured_maximum() {
 fn missing_inputs_are_errors_that_name_the_head() {
     let mut far = handmade_head(5.0, 1.0);
     far.bins.retain(|b| b.n < 300.0);
-    let err = calibrate(&[far], &config(Estimator::GaussianPlugIn)).unwrap_err().to_string();
-    assert!(err.contains("layer 2 head 5") && err.contains("n0 = 512"), "{err}");
+    let err = calibrate(&[far], &config(Estimator::GaussianPlugIn))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("layer 2 head 5") && err.contains("n0 = 512"),
+        "{err}"
+    );
     let mut one_bin = handmade_head(5.0, 1.0);
     one_bin.bins.remove(0);
-    let err = calibrate(&[one_bin], &config(Estimator::LocalSlope)).unwrap_err().to_string();
+    let err = calibrate(&[one_bin], &config(Estimator::LocalSlope))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("at least two bins"), "{err}");
     let mut no_rows = handmade_head(5.0, 1.0);
-    no_rows.bins.push(BinStats { n: 1024.0, ..no_rows.bins[1].clone() });
+    no_rows.bins.push(BinStats {
+        n: 1024.0,
+        ..no_rows.bins[1].clone()
+    });
     // The reference bin keeps its rows-free mean mass; the long bin cannot be root-solved without rows.
-    let err = calibrate(&[no_rows], &config(Estimator::ExactLeastSquares)).unwrap_err().to_string();
+    let err = calibrate(&[no_rows], &config(Estimator::ExactLeastSquares))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("bin n = 1024 has no recorded rows"), "{err}");
 }

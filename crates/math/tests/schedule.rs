@@ -4,10 +4,18 @@ use sharpdraft_math::{Beta, ScaleSchedule};
 
 #[test]
 fn every_schedule_form_round_trips_through_yaml() {
-    for beta in [Beta::Global(0.21), Beta::PerLayer(vec![0.1, 0.2]), Beta::PerHead(vec![vec![0.1, 0.2], vec![0.0, 0.3]])] {
+    for beta in [
+        Beta::Global(0.21),
+        Beta::PerLayer(vec![0.1, 0.2]),
+        Beta::PerHead(vec![vec![0.1, 0.2], vec![0.0, 0.3]]),
+    ] {
         let schedule = ScaleSchedule { n0: 256.0, beta };
         let text = schedule.to_yaml_string().unwrap();
-        assert_eq!(ScaleSchedule::from_yaml_str(&text).unwrap(), schedule, "{text}");
+        assert_eq!(
+            ScaleSchedule::from_yaml_str(&text).unwrap(),
+            schedule,
+            "{text}"
+        );
     }
 }
 
@@ -21,7 +29,10 @@ fn the_scale_is_one_up_to_n0_and_grows_with_ln_n_beyond() {
 
 #[test]
 fn per_head_betas_apply_to_their_own_head() {
-    let schedule = ScaleSchedule { n0: 100.0, beta: Beta::PerHead(vec![vec![0.1, 0.2], vec![0.3, 0.4]]) };
+    let schedule = ScaleSchedule {
+        n0: 100.0,
+        beta: Beta::PerHead(vec![vec![0.1, 0.2], vec![0.3, 0.4]]),
+    };
     schedule.check_shape(2, 2).unwrap();
     assert_eq!(schedule.beta(1, 0), 0.3);
     assert!((schedule.scale(100.0 * std::f64::consts::E, 0, 1) - 1.2).abs() < 1e-12);
@@ -36,14 +47,29 @@ fn the_logn_rule_is_the_schedule_with_beta_one_over_ln_n0() {
 
 #[test]
 fn bad_schedules_are_errors_that_name_the_key() {
-    let unknown = ScaleSchedule::from_yaml_str("n0: 256\nbeta: 0.2\nbta: 1\n").unwrap_err().to_string();
+    let unknown = ScaleSchedule::from_yaml_str("n0: 256\nbeta: 0.2\nbta: 1\n")
+        .unwrap_err()
+        .to_string();
     assert!(unknown.contains("bta"), "{unknown}");
-    let nan = ScaleSchedule::from_yaml_str("n0: 256\nbeta: [0.1, .nan]\n").unwrap_err().to_string();
+    let nan = ScaleSchedule::from_yaml_str("n0: 256\nbeta: [0.1, .nan]\n")
+        .unwrap_err()
+        .to_string();
     assert!(nan.contains("beta[1] = NaN"), "{nan}");
-    let n0 = ScaleSchedule::from_yaml_str("n0: -3\nbeta: 0.1\n").unwrap_err().to_string();
+    let n0 = ScaleSchedule::from_yaml_str("n0: -3\nbeta: 0.1\n")
+        .unwrap_err()
+        .to_string();
     assert!(n0.contains("n0 = -3"), "{n0}");
-    let shape = ScaleSchedule { n0: 1.0, beta: Beta::PerLayer(vec![0.1]) }.check_shape(2, 4).unwrap_err().to_string();
-    assert!(shape.contains("1 entries, the drafter has 2 layers"), "{shape}");
+    let shape = ScaleSchedule {
+        n0: 1.0,
+        beta: Beta::PerLayer(vec![0.1]),
+    }
+    .check_shape(2, 4)
+    .unwrap_err()
+    .to_string();
+    assert!(
+        shape.contains("1 entries, the drafter has 2 layers"),
+        "{shape}"
+    );
 }
 
 #[test]
@@ -55,7 +81,9 @@ fn saving_is_atomic_and_loading_names_the_file() {
     schedule.save(&path).unwrap();
     assert_eq!(ScaleSchedule::load(&path).unwrap(), schedule);
     assert!(!path.with_extension("yaml.tmp").exists());
-    let missing = ScaleSchedule::load(&dir.join("nope.yaml")).unwrap_err().to_string();
+    let missing = ScaleSchedule::load(&dir.join("nope.yaml"))
+        .unwrap_err()
+        .to_string();
     assert!(missing.contains("nope.yaml"), "{missing}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -13,10 +13,14 @@ fn the_logit_derivative_equals_the_top_minus_background_tilted_mean() {
         let row = gaussian(&mut r, 300, 0.0, 1.5);
         for s in [0.3, 1.0, 2.5] {
             let h = 1e-5;
-            let numeric = (top_k_mass(&row, 8, s + h).unwrap().logit - top_k_mass(&row, 8, s - h).unwrap().logit) / (2.0 * h);
+            let numeric = (top_k_mass(&row, 8, s + h).unwrap().logit
+                - top_k_mass(&row, 8, s - h).unwrap().logit)
+                / (2.0 * h);
             let at = top_k_mass(&row, 8, s).unwrap();
             assert_close(at.dlogit_ds, numeric, 1e-6, "dG/ds");
-            let second = (top_k_mass(&row, 8, s + h).unwrap().dlogit_ds - top_k_mass(&row, 8, s - h).unwrap().dlogit_ds) / (2.0 * h);
+            let second = (top_k_mass(&row, 8, s + h).unwrap().dlogit_ds
+                - top_k_mass(&row, 8, s - h).unwrap().dlogit_ds)
+                / (2.0 * h);
             assert_close(at.d2logit_ds2, second, 1e-5, "d2G/ds2");
         }
     }
@@ -25,7 +29,12 @@ fn the_logit_derivative_equals_the_top_minus_background_tilted_mean() {
 #[test]
 fn at_zero_scale_the_mass_is_k_over_n() {
     let row = gaussian(&mut rng(2), 100, 0.0, 2.0);
-    assert_close(top_k_mass(&row, 4, 0.0).unwrap().mass, 0.04, 1e-12, "M_k(n, 0)");
+    assert_close(
+        top_k_mass(&row, 4, 0.0).unwrap().mass,
+        0.04,
+        1e-12,
+        "M_k(n, 0)",
+    );
 }
 
 #[test]
@@ -33,7 +42,12 @@ fn the_logit_stays_exact_when_the_mass_rounds_to_one() {
     let mut row = vec![0.0; 50];
     row[0] = 1000.0;
     let m = top_k_mass(&row, 1, 1.0).unwrap();
-    assert_close(m.logit, 1000.0 - 49f64.ln(), 1e-9, "G with one dominant key");
+    assert_close(
+        m.logit,
+        1000.0 - 49f64.ln(),
+        1e-9,
+        "G with one dominant key",
+    );
 }
 
 #[test]
@@ -41,14 +55,22 @@ fn the_per_row_correction_recovers_the_scale_that_produced_a_mass() {
     let row = gaussian(&mut rng(3), 500, 0.0, 1.0);
     for s in [0.5, 1.0, 1.7, 3.0] {
         let target = top_k_mass(&row, 4, s).unwrap().mass;
-        assert_close(scale_for_mass(&row, 4, target).unwrap(), s, 1e-8, "root of M_k(s) = target");
+        assert_close(
+            scale_for_mass(&row, 4, target).unwrap(),
+            s,
+            1e-8,
+            "root of M_k(s) = target",
+        );
     }
 }
 
 #[test]
 fn bad_rows_are_errors_that_name_the_value() {
     let err = top_k_mass(&[1.0, 2.0, 3.0], 3, 1.0).unwrap_err();
-    assert!(matches!(err, MathError::InvalidParameter { name: "n", .. }), "{err}");
+    assert!(
+        matches!(err, MathError::InvalidParameter { name: "n", .. }),
+        "{err}"
+    );
     let err = top_k_mass(&[1.0, f64::NAN, 3.0], 1, 1.0).unwrap_err();
     assert!(err.to_string().contains("logit = NaN"), "{err}");
     let err = top_k_mass(&[1.0, 2.0], 0, 1.0).unwrap_err();

@@ -21,10 +21,16 @@ pub struct TopKMassBatch {
 pub fn top_k_mass_batch(logits: &Tensor, k: i64, s: f64) -> Result<TopKMassBatch> {
     let size = logits.size();
     if size.len() != 2 {
-        return Err(ModelError::tensor("logits", format!("expected [rows, n], got {size:?}")));
+        return Err(ModelError::tensor(
+            "logits",
+            format!("expected [rows, n], got {size:?}"),
+        ));
     }
     if k < 1 || k >= size[1] {
-        return Err(ModelError::tensor("logits", format!("k = {k} must lie in [1, n = {})", size[1])));
+        return Err(ModelError::tensor(
+            "logits",
+            format!("k = {k} must lie in [1, n = {})", size[1]),
+        ));
     }
     // f64 throughout: the probe compares masses that differ in the fourth digit.
     let logits = logits.f_to_kind(Kind::Double)?;
@@ -40,7 +46,15 @@ pub fn top_k_mass_batch(logits: &Tensor, k: i64, s: f64) -> Result<TopKMassBatch
     let top_weights = scaled_top.f_softmax(-1, Kind::Double)?;
     let background_weights = scaled_background.f_softmax(-1, Kind::Double)?;
     let finite_logits = logits.f_nan_to_num(0.0, 0.0, 0.0)?;
-    let top_mean = top_weights.f_mul(&top)?.f_sum_dim_intlist(&[-1i64][..], false, Kind::Double)?;
-    let background_mean = background_weights.f_mul(&finite_logits)?.f_sum_dim_intlist(&[-1i64][..], false, Kind::Double)?;
-    Ok(TopKMassBatch { mass: logit.f_sigmoid()?, gap: top_mean.f_sub(&background_mean)?, logit })
+    let top_mean = top_weights
+        .f_mul(&top)?
+        .f_sum_dim_intlist(&[-1i64][..], false, Kind::Double)?;
+    let background_mean = background_weights
+        .f_mul(&finite_logits)?
+        .f_sum_dim_intlist(&[-1i64][..], false, Kind::Double)?;
+    Ok(TopKMassBatch {
+        mass: logit.f_sigmoid()?,
+        gap: top_mean.f_sub(&background_mean)?,
+        logit,
+    })
 }

@@ -22,7 +22,10 @@ pub fn parse_kind(name: &str) -> Result<Kind> {
         "f32" | "float32" => Ok(Kind::Float),
         "bf16" | "bfloat16" => Ok(Kind::BFloat16),
         "f16" | "float16" => Ok(Kind::Half),
-        other => Err(ModelError::Config { field: "dtype".into(), reason: format!("{other:?} is not one of f32, bf16, f16") }),
+        other => Err(ModelError::Config {
+            field: "dtype".into(),
+            reason: format!("{other:?} is not one of f32, bf16, f16"),
+        }),
     }
 }
 
@@ -40,26 +43,45 @@ impl CausalLm {
         vars.set_kind(kind);
         net.set_kind(kind);
         load_strict(&mut vars, &checkpoint_files(dir)?, hf_route(tied))?;
-        let tokenizer = if dir.join("tokenizer.json").exists() { Some(TextTokenizer::load(dir)?) } else { None };
+        let tokenizer = if dir.join("tokenizer.json").exists() {
+            Some(TextTokenizer::load(dir)?)
+        } else {
+            None
+        };
         if let Some(t) = &tokenizer {
             if t.vocab_size() as i64 > net.config.vocab_size {
                 return Err(ModelError::Config {
                     field: "vocab_size".into(),
-                    reason: format!("{} is smaller than the tokenizer's {} tokens", net.config.vocab_size, t.vocab_size()),
+                    reason: format!(
+                        "{} is smaller than the tokenizer's {} tokens",
+                        net.config.vocab_size,
+                        t.vocab_size()
+                    ),
                 });
             }
         }
-        Ok(Self { vars, net, tokenizer, dir: dir.to_path_buf() })
+        Ok(Self {
+            vars,
+            net,
+            tokenizer,
+            dir: dir.to_path_buf(),
+        })
     }
 
     pub fn tokenizer(&self) -> Result<&TextTokenizer> {
-        self.tokenizer.as_ref().ok_or_else(|| ModelError::io(&self.dir, "no tokenizer.json in the model folder"))
+        self.tokenizer
+            .as_ref()
+            .ok_or_else(|| ModelError::io(&self.dir, "no tokenizer.json in the model folder"))
     }
 
     /// Stop tokens: the config's eos ids plus the tokenizer's eos token.
     pub fn stop_tokens(&self) -> Vec<i64> {
         let mut ids = self.net.config.eos_token_ids.clone();
-        if let Some(eos) = self.tokenizer.as_ref().and_then(TextTokenizer::eos_token_id) {
+        if let Some(eos) = self
+            .tokenizer
+            .as_ref()
+            .and_then(TextTokenizer::eos_token_id)
+        {
             if !ids.contains(&eos) {
                 ids.push(eos);
             }

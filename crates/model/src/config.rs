@@ -118,7 +118,10 @@ pub struct ModelConfig {
 }
 
 fn invalid(field: &str, reason: String) -> ModelError {
-    ModelError::Config { field: field.to_string(), reason }
+    ModelError::Config {
+        field: field.to_string(),
+        reason,
+    }
 }
 
 impl HfConfig {
@@ -126,7 +129,10 @@ impl HfConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
         Self::from_json(&text).map_err(|e| match e {
-            ModelError::Config { field, reason } => ModelError::Config { field: format!("{}: {field}", path.display()), reason },
+            ModelError::Config { field, reason } => ModelError::Config {
+                field: format!("{}: {field}", path.display()),
+                reason,
+            },
             other => other,
         })
     }
@@ -144,36 +150,76 @@ impl HfConfig {
             "llama" => Family::Llama,
             "qwen2" => Family::Qwen2,
             "qwen3" => Family::Qwen3,
-            other => return Err(invalid("model_type", format!("{other:?} is not supported (llama, qwen2, qwen3)"))),
+            other => {
+                return Err(invalid(
+                    "model_type",
+                    format!("{other:?} is not supported (llama, qwen2, qwen3)"),
+                ))
+            }
         };
-        let positive = |field: &str, v: i64| if v > 0 { Ok(v) } else { Err(invalid(field, format!("{v} must be > 0"))) };
+        let positive = |field: &str, v: i64| {
+            if v > 0 {
+                Ok(v)
+            } else {
+                Err(invalid(field, format!("{v} must be > 0")))
+            }
+        };
         let num_heads = positive("num_attention_heads", self.num_attention_heads)?;
         let hidden_size = positive("hidden_size", self.hidden_size)?;
-        let num_kv_heads = positive("num_key_value_heads", self.num_key_value_heads.unwrap_or(num_heads))?;
+        let num_kv_heads = positive(
+            "num_key_value_heads",
+            self.num_key_value_heads.unwrap_or(num_heads),
+        )?;
         if num_heads % num_kv_heads != 0 {
-            return Err(invalid("num_key_value_heads", format!("{num_kv_heads} does not divide num_attention_heads = {num_heads}")));
+            return Err(invalid(
+                "num_key_value_heads",
+                format!("{num_kv_heads} does not divide num_attention_heads = {num_heads}"),
+            ));
         }
         let head_dim = match self.head_dim {
             Some(d) => positive("head_dim", d)?,
             None if hidden_size % num_heads == 0 => hidden_size / num_heads,
-            None => return Err(invalid("head_dim", format!("missing, and hidden_size {hidden_size} is not divisible by {num_heads} heads"))),
+            None => return Err(invalid(
+                "head_dim",
+                format!(
+                    "missing, and hidden_size {hidden_size} is not divisible by {num_heads} heads"
+                ),
+            )),
         };
         if head_dim % 2 != 0 {
-            return Err(invalid("head_dim", format!("{head_dim} must be even for RoPE")));
+            return Err(invalid(
+                "head_dim",
+                format!("{head_dim} must be even for RoPE"),
+            ));
         }
         let rope_scaling = match &self.rope_scaling {
             None => None,
             Some(s) if s.rope_type == "llama3" => {
-                let get = |name: &str, v: Option<f64>| v.ok_or_else(|| invalid(&format!("rope_scaling.{name}"), "missing for rope_type llama3".into()));
+                let get = |name: &str, v: Option<f64>| {
+                    v.ok_or_else(|| {
+                        invalid(
+                            &format!("rope_scaling.{name}"),
+                            "missing for rope_type llama3".into(),
+                        )
+                    })
+                };
                 Some(Llama3Scaling {
                     factor: get("factor", s.factor)?,
                     low_freq_factor: get("low_freq_factor", s.low_freq_factor)?,
                     high_freq_factor: get("high_freq_factor", s.high_freq_factor)?,
-                    original_max_position_embeddings: get("original_max_position_embeddings", s.original_max_position_embeddings)?,
+                    original_max_position_embeddings: get(
+                        "original_max_position_embeddings",
+                        s.original_max_position_embeddings,
+                    )?,
                 })
             }
             Some(s) if s.rope_type == "default" => None,
-            Some(s) => return Err(invalid("rope_scaling.rope_type", format!("{:?} is not supported (llama3, default)", s.rope_type))),
+            Some(s) => {
+                return Err(invalid(
+                    "rope_scaling.rope_type",
+                    format!("{:?} is not supported (llama3, default)", s.rope_type),
+                ))
+            }
         };
         Ok(ModelConfig {
             family,
@@ -187,12 +233,22 @@ impl HfConfig {
             rms_norm_eps: self.rms_norm_eps,
             rope_theta: self.rope_theta.unwrap_or(10_000.0),
             rope_scaling,
-            max_position_embeddings: positive("max_position_embeddings", self.max_position_embeddings)?,
+            max_position_embeddings: positive(
+                "max_position_embeddings",
+                self.max_position_embeddings,
+            )?,
             tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
             qkv_bias: family == Family::Qwen2 || self.attention_bias.unwrap_or(false),
             qk_norm: family == Family::Qwen3,
-            bos_token_id: self.bos_token_id.as_ref().and_then(|t| t.to_vec().first().copied()),
-            eos_token_ids: self.eos_token_id.as_ref().map(TokenIds::to_vec).unwrap_or_default(),
+            bos_token_id: self
+                .bos_token_id
+                .as_ref()
+                .and_then(|t| t.to_vec().first().copied()),
+            eos_token_ids: self
+                .eos_token_id
+                .as_ref()
+                .map(TokenIds::to_vec)
+                .unwrap_or_default(),
             raw: self,
         })
     }

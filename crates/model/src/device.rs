@@ -6,7 +6,10 @@ use tch::{Cuda, Device};
 /// Parses a device name and checks that libtorch can use it. A CUDA device needs a GPU at run time and
 /// a binary built with the `cuda` feature (which links libtorch_cuda).
 pub fn parse_device(name: &str) -> Result<Device> {
-    let fail = |reason: String| ModelError::Device { device: name.to_string(), reason };
+    let fail = |reason: String| ModelError::Device {
+        device: name.to_string(),
+        reason,
+    };
     let device = match name.trim() {
         "cpu" => return Ok(Device::Cpu),
         "cuda" => Device::Cuda(0),
@@ -20,7 +23,11 @@ pub fn parse_device(name: &str) -> Result<Device> {
         if index >= available {
             return Err(fail(format!(
                 "libtorch sees {available} CUDA device(s){}",
-                if cfg!(feature = "cuda") { "" } else { "; this binary was built without the `cuda` feature" }
+                if cfg!(feature = "cuda") {
+                    ""
+                } else {
+                    "; this binary was built without the `cuda` feature"
+                }
             )));
         }
     }

@@ -34,10 +34,16 @@ pub enum ModelError {
 
 impl ModelError {
     pub fn io(path: &Path, error: impl std::fmt::Display) -> Self {
-        ModelError::File { path: path.display().to_string(), reason: error.to_string() }
+        ModelError::File {
+            path: path.display().to_string(),
+            reason: error.to_string(),
+        }
     }
 
     pub fn tensor(name: impl Into<String>, reason: impl Into<String>) -> Self {
-        ModelError::Tensor { name: name.into(), reason: reason.into() }
+        ModelError::Tensor {
+            name: name.into(),
+            reason: reason.into(),
+        }
     }
 }

@@ -31,7 +31,13 @@ fn for_each_row_pair(rows: usize, heads: usize, mut f: impl FnMut(usize, usize))
 }
 
 /// Copies whole rows of `cols` values from `source` to `target` row indices chosen by `pick(hf, gguf)`.
-fn move_rows(source: &[f32], rows: usize, cols: usize, heads: usize, pick: impl Fn(usize, usize) -> (usize, usize)) -> Vec<f32> {
+fn move_rows(
+    source: &[f32],
+    rows: usize,
+    cols: usize,
+    heads: usize,
+    pick: impl Fn(usize, usize) -> (usize, usize),
+) -> Vec<f32> {
     let mut out = vec![0.0; source.len()];
     for_each_row_pair(rows, heads, |hf, gguf| {
         let (from, to) = pick(hf, gguf);
@@ -87,12 +93,16 @@ struct Metadata<'a> {
 
 impl Metadata<'_> {
     fn get(&self, key: &str) -> Result<&Value> {
-        self.map.get(key).ok_or_else(|| ModelError::io(self.path, format!("GGUF metadata key {key} is missing")))
+        self.map
+            .get(key)
+            .ok_or_else(|| ModelError::io(self.path, format!("GGUF metadata key {key} is missing")))
     }
 
     fn arch_u64(&self, key: &str) -> Result<u64> {
         let full = format!("{}.{key}", self.arch);
-        self.get(&full)?.to_u64().map_err(|e| ModelError::io(self.path, format!("GGUF key {full}: {e}")))
+        self.get(&full)?
+            .to_u64()
+            .map_err(|e| ModelError::io(self.path, format!("GGUF key {full}: {e}")))
     }
 
     fn arch_f64(&self, key: &str) -> Result<Option<f64>> {
@@ -100,13 +110,26 @@ impl Metadata<'_> {
         match self.map.get(&full) {
             None => Ok(None),
             // f32 in the file: print its shortest form so 1e-5 stays 1e-5, not 9.99999974e-6.
-            Some(v) => v.to_f32().map(|x| Some(format!("{x}").parse::<f64>().unwrap_or(x as f64))).map_err(|e| ModelError::io(self.path, format!("GGUF key {full}: {e}"))),
+            Some(v) => v
+                .to_f32()
+                .map(|x| Some(format!("{x}").parse::<f64>().unwrap_or(x as f64)))
+                .map_err(|e| ModelError::io(self.path, format!("GGUF key {full}: {e}"))),
         }
     }
 
     fn strings(&self, key: &str) -> Result<Vec<String>> {
-        let values = self.get(key)?.to_vec().map_err(|e| ModelError::io(self.path, format!("GGUF key {key}: {e}")))?;
-        values.iter().map(|v| v.to_string().cloned().map_err(|e| ModelError::io(self.path, format!("GGUF key {key}: {e}")))).collect()
+        let values = self
+            .get(key)?
+            .to_vec()
+            .map_err(|e| ModelError::io(self.path, format!("GGUF key {key}: {e}")))?;
+        values
+            .iter()
+            .map(|v| {
+                v.to_string()
+                    .cloned()
+                    .map_err(|e| ModelError::io(self.path, format!("GGUF key {key}: {e}")))
+            })
+            .collect()
     }
 
     fn optional_u32(&self, key: &str) -> Option<u32> {
@@ -118,26 +141,46 @@ impl Metadata<'_> {
 pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
     let file = File::open(gguf_path).map_err(|e| ModelError::io(gguf_path, e))?;
     let mut reader = BufReader::new(file);
-    let content = Content::read(&mut reader).map_err(|e| ModelError::io(gguf_path, format!("not a readable GGUF file: {e}")))?;
+    let content = Content::read(&mut reader)
+        .map_err(|e| ModelError::io(gguf_path, format!("not a readable GGUF file: {e}")))?;
     let arch = content
         .metadata
         .get("general.architecture")
         .and_then(|v| v.to_string().ok())
         .cloned()
-        .ok_or_else(|| ModelError::io(gguf_path, "GGUF metadata key general.architecture is missing"))?;
+        .ok_or_else(|| {
+            ModelError::io(
+                gguf_path,
+                "GGUF metadata key general.architecture is missing",
+            )
+        })?;
     if !matches!(arch.as_str(), "llama" | "qwen2" | "qwen3") {
-        return Err(ModelError::io(gguf_path, format!("architecture {arch:?} is not supported (llama, qwen2, qwen3)")));
+        return Err(ModelError::io(
+            gguf_path,
+            format!("architecture {arch:?} is not supported (llama, qwen2, qwen3)"),
+        ));
     }
-    let meta = Metadata { map: &content.metadata, arch: arch.clone(), path: gguf_path };
+    let meta = Metadata {
+        map: &content.metadata,
+        arch: arch.clone(),
+        path: gguf_path,
+    };
     let tokens = meta.strings("tokenizer.ggml.tokens")?;
     let heads = meta.arch_u64("attention.head_count")? as usize;
-    let kv_heads = meta.map.get(&format!("{arch}.attention.head_count_kv")).and_then(|v| v.to_u64().ok()).unwrap_or(heads as u64) as usize;
+    let kv_heads = meta
+        .map
+        .get(&format!("{arch}.attention.head_count_kv"))
+        .and_then(|v| v.to_u64().ok())
+        .unwrap_or(heads as u64) as usize;
     let tied = !content.tensor_infos.contains_key("output.weight");
     let config = config_json(&meta, tokens.len(), heads, kv_heads, tied)?;
 
     if content.tensor_infos.contains_key("rope_freqs.weight") {
         // llama.cpp stores Llama 3.1's frequency scaling as a tensor; importing without it would be wrong.
-        return Err(ModelError::io(gguf_path, "rope_freqs.weight (llama3 rope scaling) is not supported by this importer"));
+        return Err(ModelError::io(
+            gguf_path,
+            "rope_freqs.weight (llama3 rope scaling) is not supported by this importer",
+        ));
     }
     // Next to the output, named after it in full ("qwen2.5-coder-1.5b" has no extension to replace).
     let mut partial_name = out_dir.file_name().unwrap_or_default().to_os_string();
@@ -145,7 +188,16 @@ pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
     let partial = out_dir.with_file_name(partial_name);
     let _ = std::fs::remove_dir_all(&partial);
     std::fs::create_dir_all(&partial).map_err(|e| ModelError::io(&partial, e))?;
-    let written = write_folder(&content, &mut reader, &meta, &tokens, &config, heads, kv_heads, &partial);
+    let written = write_folder(
+        &content,
+        &mut reader,
+        &meta,
+        &tokens,
+        &config,
+        heads,
+        kv_heads,
+        &partial,
+    );
     if let Err(e) = written {
         let _ = std::fs::remove_dir_all(&partial);
         return Err(e);
@@ -174,13 +226,23 @@ fn write_folder(
     names.sort();
     let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::with_capacity(names.len());
     for gguf_name in names {
-        let Some(name) = hf_name(gguf_name) else { continue };
+        let Some(name) = hf_name(gguf_name) else {
+            continue;
+        };
         if name.starts_with("unmapped.") {
-            return Err(ModelError::io(gguf_path, format!("tensor {gguf_name} has no HF counterpart in this importer")));
+            return Err(ModelError::io(
+                gguf_path,
+                format!("tensor {gguf_name} has no HF counterpart in this importer"),
+            ));
         }
         let qtensor = content
             .tensor(reader, gguf_name, &candle_core::Device::Cpu)
-            .map_err(|e| ModelError::io(gguf_path, format!("tensor {gguf_name}: {e} (truncated or corrupt file?)")))?;
+            .map_err(|e| {
+                ModelError::io(
+                    gguf_path,
+                    format!("tensor {gguf_name}: {e} (truncated or corrupt file?)"),
+                )
+            })?;
         let shape = qtensor.shape().dims().to_vec();
         let values = qtensor
             .dequantize(&candle_core::Device::Cpu)
@@ -188,8 +250,15 @@ fn write_folder(
             .and_then(|t| t.flatten_all())
             .and_then(|t| t.to_vec1::<f32>())
             .map_err(|e| ModelError::io(gguf_path, format!("tensor {gguf_name}: {e}")))?;
-        let values = if arch == "llama" && (gguf_name.starts_with("blk.") && (gguf_name.contains(".attn_q.") || gguf_name.contains(".attn_k."))) {
-            let group = if gguf_name.contains(".attn_q.") { heads } else { kv_heads };
+        let values = if arch == "llama"
+            && (gguf_name.starts_with("blk.")
+                && (gguf_name.contains(".attn_q.") || gguf_name.contains(".attn_k.")))
+        {
+            let group = if gguf_name.contains(".attn_q.") {
+                heads
+            } else {
+                kv_heads
+            };
             let cols = shape.get(1).copied().unwrap_or(1);
             unpermute_rows(&values, shape[0], cols, group)
         } else {
@@ -210,7 +279,13 @@ fn write_folder(
     safetensors::serialize_to_file(views, None, &weights).map_err(|e| ModelError::io(&weights, e))
 }
 
-fn config_json(meta: &Metadata<'_>, vocab: usize, heads: usize, kv_heads: usize, tied: bool) -> Result<serde_json::Value> {
+fn config_json(
+    meta: &Metadata<'_>,
+    vocab: usize,
+    heads: usize,
+    kv_heads: usize,
+    tied: bool,
+) -> Result<serde_json::Value> {
     let arch = meta.arch.as_str();
     let hidden = meta.arch_u64("embedding_length")?;
     let head_dim = meta
@@ -249,27 +324,53 @@ fn pre_tokenizer(pre: &str, path: &Path) -> Result<serde_json::Value> {
     let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
     Ok(match pre {
         // SmolLM: every digit on its own, then GPT-2's byte-level split.
-        "smollm" => json!({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, byte_level(true)]}),
+        "smollm" => {
+            json!({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, byte_level(true)]})
+        }
         "qwen2" => json!({"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"}, "behavior": "Isolated", "invert": false},
             byte_level(false)]}),
         "gpt2" | "default" => byte_level(true),
-        other => return Err(ModelError::io(path, format!("tokenizer.ggml.pre {other:?} is not supported (smollm, qwen2, gpt2)"))),
+        other => {
+            return Err(ModelError::io(
+                path,
+                format!("tokenizer.ggml.pre {other:?} is not supported (smollm, qwen2, gpt2)"),
+            ))
+        }
     })
 }
 
 fn write_tokenizer(meta: &Metadata<'_>, tokens: &[String], dir: &Path) -> Result<()> {
-    let model = meta.get("tokenizer.ggml.model")?.to_string().map_err(|e| ModelError::io(meta.path, e))?;
+    let model = meta
+        .get("tokenizer.ggml.model")?
+        .to_string()
+        .map_err(|e| ModelError::io(meta.path, e))?;
     if model != "gpt2" {
-        return Err(ModelError::io(meta.path, format!("tokenizer.ggml.model {model:?} is not supported (byte-level BPE, gpt2)")));
+        return Err(ModelError::io(
+            meta.path,
+            format!("tokenizer.ggml.model {model:?} is not supported (byte-level BPE, gpt2)"),
+        ));
     }
-    let pre = meta.map.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).map_or("default", String::as_str);
+    let pre = meta
+        .map
+        .get("tokenizer.ggml.pre")
+        .and_then(|v| v.to_string().ok())
+        .map_or("default", String::as_str);
     let types: Vec<i64> = match meta.map.get("tokenizer.ggml.token_type") {
-        Some(v) => v.to_vec().map_err(|e| ModelError::io(meta.path, e))?.iter().map(|t| t.to_i32().map(i64::from).unwrap_or(1)).collect(),
+        Some(v) => v
+            .to_vec()
+            .map_err(|e| ModelError::io(meta.path, e))?
+            .iter()
+            .map(|t| t.to_i32().map(i64::from).unwrap_or(1))
+            .collect(),
         None => vec![1; tokens.len()],
     };
     let merges = meta.strings("tokenizer.ggml.merges")?;
-    let vocab: serde_json::Map<String, serde_json::Value> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), json!(i))).collect();
+    let vocab: serde_json::Map<String, serde_json::Value> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), json!(i)))
+        .collect();
     // token_type 3 = control (special), 4 = user-defined: both must match before BPE runs.
     let added: Vec<serde_json::Value> = tokens
         .iter()
@@ -291,7 +392,11 @@ fn write_tokenizer(meta: &Metadata<'_>, tokens: &[String], dir: &Path) -> Result
                   "fuse_unk": false, "byte_fallback": false, "ignore_merges": false, "vocab": vocab, "merges": merges},
     });
     write_json(&dir.join("tokenizer.json"), &tokenizer)?;
-    let token_at = |key: &str| meta.optional_u32(key).and_then(|id| tokens.get(id as usize)).cloned();
+    let token_at = |key: &str| {
+        meta.optional_u32(key)
+            .and_then(|id| tokens.get(id as usize))
+            .cloned()
+    };
     let config = json!({
         "chat_template": meta.map.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()),
         "bos_token": token_at("tokenizer.ggml.bos_token_id"),

@@ -16,9 +16,21 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    pub fn new(layers: usize, kv_heads: i64, head_dim: i64, capacity: i64, kind: Kind, device: Device) -> Self {
+    pub fn new(
+        layers: usize,
+        kv_heads: i64,
+        head_dim: i64,
+        capacity: i64,
+        kind: Kind,
+        device: Device,
+    ) -> Self {
         let buffer = || Tensor::zeros([kv_heads, capacity, head_dim], (kind, device));
-        Self { keys: (0..layers).map(|_| buffer()).collect(), values: (0..layers).map(|_| buffer()).collect(), len: 0, capacity }
+        Self {
+            keys: (0..layers).map(|_| buffer()).collect(),
+            values: (0..layers).map(|_| buffer()).collect(),
+            len: 0,
+            capacity,
+        }
     }
 
     pub fn len(&self) -> i64 {
@@ -39,7 +51,11 @@ impl KvCache {
 
     /// Bytes held by the buffers (allocated once, whatever `len` is).
     pub fn bytes_allocated(&self) -> usize {
-        self.keys.iter().chain(&self.values).map(|t| t.numel() * t.kind().elt_size_in_bytes()).sum()
+        self.keys
+            .iter()
+            .chain(&self.values)
+            .map(|t| t.numel() * t.kind().elt_size_in_bytes())
+            .sum()
     }
 
     /// Fails unless `rows` more positions fit.
@@ -59,7 +75,10 @@ impl KvCache {
         let rows = k.size()[1];
         self.keys[layer].narrow(1, self.len, rows).copy_(k);
         self.values[layer].narrow(1, self.len, rows).copy_(v);
-        (self.keys[layer].narrow(1, 0, self.len + rows), self.values[layer].narrow(1, 0, self.len + rows))
+        (
+            self.keys[layer].narrow(1, 0, self.len + rows),
+            self.values[layer].narrow(1, 0, self.len + rows),
+        )
     }
 
     /// Commits the rows written by the last forward pass.
@@ -70,7 +89,10 @@ impl KvCache {
     /// Keeps the first `keep_len` positions.
     pub fn truncate(&mut self, keep_len: i64) -> Result<()> {
         if keep_len < 0 || keep_len > self.len {
-            return Err(ModelError::Cache(format!("truncate to {keep_len} outside 0..={}", self.len)));
+            return Err(ModelError::Cache(format!(
+                "truncate to {keep_len} outside 0..={}",
+                self.len
+            )));
         }
         self.len = keep_len;
         Ok(())
@@ -81,11 +103,17 @@ impl KvCache {
     /// safe: each destination is at or before its source.
     pub fn compact(&mut self, indices: &[i64], base_len: i64) -> Result<()> {
         if base_len > self.len || indices.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(ModelError::Cache(format!("compact({indices:?}, base {base_len}) with len {}: indices must increase", self.len)));
+            return Err(ModelError::Cache(format!(
+                "compact({indices:?}, base {base_len}) with len {}: indices must increase",
+                self.len
+            )));
         }
         if let Some(&last) = indices.last() {
             if indices[0] < 0 || base_len + last >= self.len {
-                return Err(ModelError::Cache(format!("compact index {last} beyond len {} - base {base_len}", self.len)));
+                return Err(ModelError::Cache(format!(
+                    "compact index {last} beyond len {} - base {base_len}",
+                    self.len
+                )));
             }
         }
         let device = self.keys.first().map_or(Device::Cpu, Tensor::device);
@@ -101,14 +129,21 @@ impl KvCache {
 
     /// Keys and values of one layer up to `len`, `[kv_heads, len, head_dim]` (for tests and probes).
     pub fn layer(&self, layer: usize) -> (Tensor, Tensor) {
-        (self.keys[layer].narrow(1, 0, self.len), self.values[layer].narrow(1, 0, self.len))
+        (
+            self.keys[layer].narrow(1, 0, self.len),
+            self.values[layer].narrow(1, 0, self.len),
+        )
     }
 
     /// Starts a speculative extension: rows appended through the guard are rolled back when it drops,
     /// unless [`Speculation::commit`] keeps some of them.
     pub fn speculate(&mut self) -> Speculation<'_> {
         let base_len = self.len;
-        Speculation { cache: self, base_len, committed: false }
+        Speculation {
+            cache: self,
+            base_len,
+            committed: false,
+        }
     }
 }
 

@@ -16,7 +16,13 @@ impl Linear {
 
     /// `trainable`: the variables take gradients (drafter training); otherwise they are frozen.
     pub fn with_grad(p: nn::Path, inputs: i64, outputs: i64, bias: bool, trainable: bool) -> Self {
-        let var = |name: &str, dims: &[i64]| if trainable { p.zeros(name, dims) } else { p.zeros_no_train(name, dims) };
+        let var = |name: &str, dims: &[i64]| {
+            if trainable {
+                p.zeros(name, dims)
+            } else {
+                p.zeros_no_train(name, dims)
+            }
+        };
         let weight = var("weight", &[outputs, inputs]);
         let bias = bias.then(|| var("bias", &[outputs]));
         Self { weight, bias }
@@ -39,7 +45,11 @@ impl RmsNorm {
     }
 
     pub fn with_grad(p: nn::Path, size: i64, eps: f64, trainable: bool) -> Self {
-        let weight = if trainable { p.ones("weight", &[size]) } else { p.zeros_no_train("weight", &[size]) };
+        let weight = if trainable {
+            p.ones("weight", &[size])
+        } else {
+            p.zeros_no_train("weight", &[size])
+        };
         Self { weight, eps }
     }
 
@@ -47,7 +57,9 @@ impl RmsNorm {
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let kind = x.kind();
         let x32 = x.to_kind(Kind::Float);
-        let variance = x32.pow_tensor_scalar(2).mean_dim(&[-1i64][..], true, Kind::Float);
+        let variance = x32
+            .pow_tensor_scalar(2)
+            .mean_dim(&[-1i64][..], true, Kind::Float);
         let normed = x32 * (variance + self.eps).rsqrt();
         normed.to_kind(kind) * &self.weight
     }

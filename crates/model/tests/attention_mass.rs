@@ -10,7 +10,11 @@ fn batched_tensor_mass_equals_the_per_row_reference() {
     for s in [0.5, 1.0, 2.0] {
         let batch = top_k_mass_batch(&logits, 8, s).unwrap();
         for row in 0..16 {
-            let values: Vec<f64> = Vec::<f32>::try_from(logits.get(row)).unwrap().into_iter().map(f64::from).collect();
+            let values: Vec<f64> = Vec::<f32>::try_from(logits.get(row))
+                .unwrap()
+                .into_iter()
+                .map(f64::from)
+                .collect();
             let reference = top_k_mass(&values, 8, s).unwrap();
             let got = |t: &Tensor| t.double_value(&[row]);
             assert!((got(&batch.mass) - reference.mass).abs() < 1e-12);
@@ -23,7 +27,9 @@ fn batched_tensor_mass_equals_the_per_row_reference() {
 #[test]
 fn invisible_keys_given_as_minus_infinity_do_not_count() {
     let visible = Tensor::from_slice(&[3.0f64, 1.0, 0.5, -1.0]).view([1, 4]);
-    let padded = Tensor::from_slice(&[3.0f64, 1.0, f64::NEG_INFINITY, 0.5, -1.0, f64::NEG_INFINITY]).view([1, 6]);
+    let padded =
+        Tensor::from_slice(&[3.0f64, 1.0, f64::NEG_INFINITY, 0.5, -1.0, f64::NEG_INFINITY])
+            .view([1, 6]);
     let a = top_k_mass_batch(&visible, 1, 1.3).unwrap();
     let b = top_k_mass_batch(&padded, 1, 1.3).unwrap();
     assert!((a.logit.double_value(&[0]) - b.logit.double_value(&[0])).abs() < 1e-12);
@@ -33,7 +39,15 @@ fn invisible_keys_given_as_minus_infinity_do_not_count() {
 #[test]
 fn a_bad_shape_or_k_names_the_tensor() {
     let flat = Tensor::zeros([5], (Kind::Float, Device::Cpu));
-    assert!(top_k_mass_batch(&flat, 1, 1.0).err().unwrap().to_string().contains("tensor logits: expected [rows, n]"));
+    assert!(top_k_mass_batch(&flat, 1, 1.0)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("tensor logits: expected [rows, n]"));
     let rows = Tensor::zeros([2, 4], (Kind::Float, Device::Cpu));
-    assert!(top_k_mass_batch(&rows, 4, 1.0).err().unwrap().to_string().contains("k = 4 must lie in [1, n = 4)"));
+    assert!(top_k_mass_batch(&rows, 4, 1.0)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("k = 4 must lie in [1, n = 4)"));
 }

@@ -2,7 +2,9 @@
 mod common;
 
 use common::{expected, forward, forward_masked, load, max_abs_diff, FAMILIES};
-use sharpdraft_model::{AttentionMask, AttentionObserver, AttentionView, ForwardInput, LogitRows, Tap};
+use sharpdraft_model::{
+    AttentionMask, AttentionObserver, AttentionView, ForwardInput, LogitRows, Tap,
+};
 use tch::{Device, Kind, Tensor};
 
 #[test]
@@ -17,7 +19,10 @@ fn cropping_then_reappending_equals_a_fresh_prefill() {
         let _ = forward(&model.net, &[1, 2, 3], &mut cache); // a rejected draft
         cache.truncate(10).unwrap();
         let again = forward(&model.net, &ids[10..15], &mut cache);
-        assert!(max_abs_diff(&again, &want.narrow(0, 10, 5)) < 1e-5, "{family}");
+        assert!(
+            max_abs_diff(&again, &want.narrow(0, 10, 5)) < 1e-5,
+            "{family}"
+        );
         for layer in 0..cache.num_layers() {
             let (k, v) = cache.layer(layer);
             let (k0, v0) = fresh.layer(layer);
@@ -59,15 +64,33 @@ fn a_tree_row_sees_only_its_ancestors() {
         let _ = forward(&model.net, prefix, &mut cache);
         let mask = AttentionMask::tree(6, &PARENTS, Device::Cpu).unwrap();
         let positions: Vec<i64> = DEPTHS.iter().map(|d| 6 + d).collect();
-        let tree = forward_masked(&model.net, &TREE_IDS, &mut cache.speculate(), &mask, Some(&positions));
-        for (row, path) in [(0, vec![0]), (1, vec![1]), (2, vec![0, 2]), (3, vec![1, 3]), (4, vec![0, 2, 4])] {
+        let tree = forward_masked(
+            &model.net,
+            &TREE_IDS,
+            &mut cache.speculate(),
+            &mask,
+            Some(&positions),
+        );
+        for (row, path) in [
+            (0, vec![0]),
+            (1, vec![1]),
+            (2, vec![0, 2]),
+            (3, vec![1, 3]),
+            (4, vec![0, 2, 4]),
+        ] {
             let mut sequence = prefix.to_vec();
             sequence.extend(path.iter().map(|&i| TREE_IDS[i]));
             let reference = forward(&model.net, &sequence, &mut model.net.new_cache(32));
             let last = reference.narrow(0, sequence.len() as i64 - 1, 1);
-            assert!(max_abs_diff(&tree.narrow(0, row, 1), &last) < 1e-5, "{family} row {row}");
+            assert!(
+                max_abs_diff(&tree.narrow(0, row, 1), &last) < 1e-5,
+                "{family} row {row}"
+            );
         }
-        assert_eq!(Vec::<i64>::try_from(mask.visible_counts(6, 5).unwrap()).unwrap(), vec![7, 7, 8, 8, 9]);
+        assert_eq!(
+            Vec::<i64>::try_from(mask.visible_counts(6, 5).unwrap()).unwrap(),
+            vec![7, 7, 8, 8, 9]
+        );
     }
 }
 
@@ -80,7 +103,13 @@ fn compacting_the_accepted_tree_path_equals_a_fresh_prefill_of_it() {
     let mask = AttentionMask::tree(6, &PARENTS, Device::Cpu).unwrap();
     let positions: Vec<i64> = DEPTHS.iter().map(|d| 6 + d).collect();
     let mut speculation = cache.speculate();
-    let _ = forward_masked(&model.net, &TREE_IDS, &mut speculation, &mask, Some(&positions));
+    let _ = forward_masked(
+        &model.net,
+        &TREE_IDS,
+        &mut speculation,
+        &mask,
+        Some(&positions),
+    );
     speculation.commit_path(&[0, 2, 4]).unwrap();
     let mut fresh = model.net.new_cache(32);
     let mut sequence = prefix.to_vec();
@@ -98,11 +127,19 @@ fn the_cache_is_preallocated_and_refuses_to_overflow() {
     let model = load("qwen3");
     let cache = model.net.new_cache(16);
     let c = &model.net.config;
-    assert_eq!(cache.bytes_allocated(), 2 * c.num_layers * (c.num_kv_heads * 16 * c.head_dim) as usize * 4);
+    assert_eq!(
+        cache.bytes_allocated(),
+        2 * c.num_layers * (c.num_kv_heads * 16 * c.head_dim) as usize * 4
+    );
     let mut cache = cache;
     let ids = Tensor::from_slice(&[1i64; 17]);
     let positions = Tensor::arange(17, (Kind::Int64, Device::Cpu));
-    let err = model.net.forward(ForwardInput::causal(&ids, &positions), &mut cache).err().unwrap().to_string();
+    let err = model
+        .net
+        .forward(ForwardInput::causal(&ids, &positions), &mut cache)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("exceed the capacity of 16"), "{err}");
     assert!(cache.truncate(3).is_err(), "cannot truncate beyond len");
 }
@@ -126,9 +163,19 @@ fn layer0_logits(family: &str, ids: &[i64], scale: Option<&Tensor>) -> (Tensor, 
     let model = load(family);
     let ids_t = Tensor::from_slice(ids);
     let positions = Tensor::arange(ids.len() as i64, (Kind::Int64, Device::Cpu));
-    let mut recorder = Recorder { layer: 0, logits: None };
-    let input = ForwardInput { query_scale: scale, observer: Some(&mut recorder), ..ForwardInput::causal(&ids_t, &positions) };
-    let out = model.net.forward(input, &mut model.net.new_cache(32)).unwrap();
+    let mut recorder = Recorder {
+        layer: 0,
+        logits: None,
+    };
+    let input = ForwardInput {
+        query_scale: scale,
+        observer: Some(&mut recorder),
+        ..ForwardInput::causal(&ids_t, &positions)
+    };
+    let out = model
+        .net
+        .forward(input, &mut model.net.new_cache(32))
+        .unwrap();
     (recorder.logits.unwrap(), out.logits.unwrap())
 }
 
@@ -141,14 +188,27 @@ fn a_per_row_query_scale_is_a_softmax_temperature_of_one_over_s_on_that_row() {
         let (scaled, _) = layer0_logits(family, ids, Some(&scale));
         let want = &plain * scale.view([1, 6, 1]);
         let finite = plain.isfinite();
-        assert!(max_abs_diff(&scaled.masked_select(&finite), &want.masked_select(&finite)) < 1e-4, "{family}");
-        assert!(scaled.isfinite().eq_tensor(&finite).all().int64_value(&[]) == 1, "the mask is unchanged");
+        assert!(
+            max_abs_diff(&scaled.masked_select(&finite), &want.masked_select(&finite)) < 1e-4,
+            "{family}"
+        );
+        assert!(
+            scaled.isfinite().eq_tensor(&finite).all().int64_value(&[]) == 1,
+            "the mask is unchanged"
+        );
         // Per-head scales act on their own head.
         let heads = plain.size()[0];
-        let per_head = Tensor::linspace(0.5, 2.0, heads, (Kind::Float, Device::Cpu)).unsqueeze(0).repeat([6, 1]);
+        let per_head = Tensor::linspace(0.5, 2.0, heads, (Kind::Float, Device::Cpu))
+            .unsqueeze(0)
+            .repeat([6, 1]);
         let (by_head, _) = layer0_logits(family, ids, Some(&per_head));
         let want = &plain * per_head.transpose(0, 1).unsqueeze(2);
-        assert!(max_abs_diff(&by_head.masked_select(&finite), &want.masked_select(&finite)) < 1e-4);
+        assert!(
+            max_abs_diff(
+                &by_head.masked_select(&finite),
+                &want.masked_select(&finite)
+            ) < 1e-4
+        );
     }
 }
 
@@ -166,15 +226,40 @@ fn taps_return_layer_inputs_and_outputs() {
     let model = load("qwen2");
     let ids = Tensor::from_slice(&expected("qwen2").ids[..5]);
     let positions = Tensor::arange(5, (Kind::Int64, Device::Cpu));
-    let taps = [Tap::LayerOutput(0), Tap::LayerInput(1), Tap::LayerInput(0), Tap::LayerInput(2)];
-    let input = ForwardInput { taps: &taps, logits: LogitRows::All, ..ForwardInput::causal(&ids, &positions) };
-    let out = model.net.forward(input, &mut model.net.new_cache(8)).unwrap();
+    let taps = [
+        Tap::LayerOutput(0),
+        Tap::LayerInput(1),
+        Tap::LayerInput(0),
+        Tap::LayerInput(2),
+    ];
+    let input = ForwardInput {
+        taps: &taps,
+        logits: LogitRows::All,
+        ..ForwardInput::causal(&ids, &positions)
+    };
+    let out = model
+        .net
+        .forward(input, &mut model.net.new_cache(8))
+        .unwrap();
     assert_eq!(out.hidden.len(), 4);
     assert_eq!(max_abs_diff(&out.hidden[0], &out.hidden[1]), 0.0);
     assert!(max_abs_diff(&out.hidden[2], &model.net.embed(&ids)) == 0.0);
-    assert!(max_abs_diff(&model.net.logits_of(&out.hidden[3]), out.logits.as_ref().unwrap()) < 1e-6);
+    assert!(
+        max_abs_diff(
+            &model.net.logits_of(&out.hidden[3]),
+            out.logits.as_ref().unwrap()
+        ) < 1e-6
+    );
     let bad = [Tap::LayerOutput(7)];
-    let input = ForwardInput { taps: &bad, ..ForwardInput::causal(&ids, &positions) };
-    let err = model.net.forward(input, &mut model.net.new_cache(8)).err().unwrap().to_string();
+    let input = ForwardInput {
+        taps: &bad,
+        ..ForwardInput::causal(&ids, &positions)
+    };
+    let err = model
+        .net
+        .forward(input, &mut model.net.new_cache(8))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("LayerOutput(7)"), "{err}");
 }

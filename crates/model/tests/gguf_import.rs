@@ -46,16 +46,30 @@ fn write_llama_gguf(path: &Path) {
     let mut tensors = Vec::new();
     for (name, view) in file.tensors() {
         let shape = view.shape().to_vec();
-        let mut values: Vec<f32> = view.data().chunks(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        let mut values: Vec<f32> = view
+            .data()
+            .chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
         if name.ends_with("q_proj.weight") {
             values = permute_rows(&values, shape[0], shape[1], 4);
         } else if name.ends_with("k_proj.weight") {
             values = permute_rows(&values, shape[0], shape[1], 2);
         }
-        let tensor = candle_core::Tensor::from_vec(values, shape.as_slice(), &candle_core::Device::Cpu).unwrap();
-        tensors.push((gguf_name(&name), QTensor::quantize(&tensor, GgmlDType::F32).unwrap()));
+        let tensor =
+            candle_core::Tensor::from_vec(values, shape.as_slice(), &candle_core::Device::Cpu)
+                .unwrap();
+        tensors.push((
+            gguf_name(&name),
+            QTensor::quantize(&tensor, GgmlDType::F32).unwrap(),
+        ));
     }
-    let symbols: Vec<String> = ('a'..='z').chain('A'..='Z').chain('0'..='9').map(String::from).chain(["Ġ".into(), "<|end|>".into()]).collect();
+    let symbols: Vec<String> = ('a'..='z')
+        .chain('A'..='Z')
+        .chain('0'..='9')
+        .map(String::from)
+        .chain(["Ġ".into(), "<|end|>".into()])
+        .collect();
     let mut types = vec![gguf_file::Value::I32(1); 63];
     types.push(gguf_file::Value::I32(3));
     use gguf_file::Value;
@@ -71,7 +85,10 @@ fn write_llama_gguf(path: &Path) {
         ("llama.rope.freq_base", Value::F32(10000.0)),
         ("tokenizer.ggml.model", Value::String("gpt2".into())),
         ("tokenizer.ggml.pre", Value::String("smollm".into())),
-        ("tokenizer.ggml.tokens", Value::Array(symbols.into_iter().map(Value::String).collect())),
+        (
+            "tokenizer.ggml.tokens",
+            Value::Array(symbols.into_iter().map(Value::String).collect()),
+        ),
         ("tokenizer.ggml.token_type", Value::Array(types)),
         ("tokenizer.ggml.merges", Value::Array(vec![])),
         ("tokenizer.ggml.eos_token_id", Value::U32(63)),
@@ -90,9 +107,16 @@ fn an_imported_gguf_reproduces_the_hf_checkpoint_it_was_converted_from() {
     let out = dir.path().join("imported");
     import(&gguf, &out).unwrap();
     // llama.cpp keeps llama3 frequency scaling outside the metadata we import; restore the fixture's.
-    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
-    let original: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("llama").join("config.json")).unwrap()).unwrap();
-    assert_eq!(config["tie_word_embeddings"], true, "no output.weight means tied");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    let original: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("llama").join("config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        config["tie_word_embeddings"], true,
+        "no output.weight means tied"
+    );
     assert_eq!(config["rms_norm_eps"], 1e-5);
     config["rope_scaling"] = original["rope_scaling"].clone();
     std::fs::write(out.join("config.json"), config.to_string()).unwrap();
@@ -101,7 +125,10 @@ fn an_imported_gguf_reproduces_the_hf_checkpoint_it_was_converted_from() {
     let got = forward(&model.net, &want.ids, &mut model.net.new_cache(32));
     assert!(max_abs_diff(&got, &want.logits) < 1e-4);
     let tokenizer = model.tokenizer().unwrap();
-    assert_eq!(tokenizer.encode("ab 12<|end|>", false).unwrap(), vec![0, 1, 62, 53, 54, 63]);
+    assert_eq!(
+        tokenizer.encode("ab 12<|end|>", false).unwrap(),
+        vec![0, 1, 62, 53, 54, 63]
+    );
     assert_eq!(model.stop_tokens(), vec![63]);
 }
 
@@ -114,8 +141,14 @@ fn a_truncated_gguf_is_a_clear_error_and_leaves_no_folder() {
     std::fs::write(&gguf, &bytes[..bytes.len() - 4000]).unwrap();
     let out = dir.path().join("imported");
     let err = import(&gguf, &out).unwrap_err().to_string();
-    assert!(err.contains("tiny.gguf") && err.contains("truncated or corrupt"), "{err}");
-    assert!(!out.exists() && !dir.path().join("imported.partial").exists(), "nothing half-written is left");
+    assert!(
+        err.contains("tiny.gguf") && err.contains("truncated or corrupt"),
+        "{err}"
+    );
+    assert!(
+        !out.exists() && !dir.path().join("imported.partial").exists(),
+        "nothing half-written is left"
+    );
     std::fs::write(&gguf, b"GGUF but not really").unwrap();
     let err = import(&gguf, &out).unwrap_err().to_string();
     assert!(err.contains("not a readable GGUF file"), "{err}");

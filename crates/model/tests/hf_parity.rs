@@ -30,7 +30,10 @@ fn prefill_in_chunks_then_single_tokens_matches_one_pass() {
         }
         let got = tch::Tensor::cat(&rows, 0);
         let diff = max_abs_diff(&got, &want.logits);
-        assert!(diff < 1e-4, "{family}: incremental max |logit - HF| = {diff}");
+        assert!(
+            diff < 1e-4,
+            "{family}: incremental max |logit - HF| = {diff}"
+        );
         assert_eq!(cache.len(), want.ids.len() as i64);
     }
 }

@@ -9,14 +9,19 @@ use std::path::Path;
 use tch::{Device, Kind};
 
 /// Copies the qwen2 fixture into a temp folder, letting `edit` rewrite its tensors.
-fn edited_checkpoint(edit: impl FnOnce(&mut HashMap<String, (Vec<usize>, Vec<u8>)>)) -> tempfile::TempDir {
+fn edited_checkpoint(
+    edit: impl FnOnce(&mut HashMap<String, (Vec<usize>, Vec<u8>)>),
+) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let source = fixture("qwen2");
     std::fs::copy(source.join("config.json"), dir.path().join("config.json")).unwrap();
     let bytes = std::fs::read(source.join("model.safetensors")).unwrap();
     let file = SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: HashMap<String, (Vec<usize>, Vec<u8>)> =
-        file.tensors().into_iter().map(|(name, view)| (name, (view.shape().to_vec(), view.data().to_vec()))).collect();
+    let mut tensors: HashMap<String, (Vec<usize>, Vec<u8>)> = file
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name, (view.shape().to_vec(), view.data().to_vec())))
+        .collect();
     edit(&mut tensors);
     write_safetensors(&dir.path().join("model.safetensors"), &tensors);
     dir
@@ -25,13 +30,22 @@ fn edited_checkpoint(edit: impl FnOnce(&mut HashMap<String, (Vec<usize>, Vec<u8>
 fn write_safetensors(path: &Path, tensors: &HashMap<String, (Vec<usize>, Vec<u8>)>) {
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
         .iter()
-        .map(|(name, (shape, data))| (name.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data).unwrap()))
+        .map(|(name, (shape, data))| {
+            (
+                name.clone(),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)
+                    .unwrap(),
+            )
+        })
         .collect();
     safetensors::serialize_to_file(views, None, path).unwrap();
 }
 
 fn load_error(dir: &Path) -> String {
-    CausalLm::load(dir, Device::Cpu, Kind::Float).err().expect("loading should fail").to_string()
+    CausalLm::load(dir, Device::Cpu, Kind::Float)
+        .err()
+        .expect("loading should fail")
+        .to_string()
 }
 
 #[test]
@@ -40,13 +54,27 @@ fn missing_misshaped_and_unexpected_tensors_are_listed_together() {
         t.remove("model.layers.1.mlp.up_proj.weight");
         let bias = t.get_mut("model.layers.0.self_attn.q_proj.bias").unwrap();
         bias.0 = vec![8, 4];
-        t.insert("model.layers.0.self_attn.extra.weight".into(), (vec![2], vec![0; 8]));
+        t.insert(
+            "model.layers.0.self_attn.extra.weight".into(),
+            (vec![2], vec![0; 8]),
+        );
     });
     let err = load_error(dir.path());
     assert!(err.contains("3 problem(s)"), "{err}");
-    assert!(err.contains("missing tensor model.layers.1.mlp.up_proj.weight [48, 32]"), "{err}");
-    assert!(err.contains("tensor model.layers.0.self_attn.q_proj.bias: shape [8, 4] in the file, [32] expected"), "{err}");
-    assert!(err.contains("unexpected tensor model.layers.0.self_attn.extra.weight [2]"), "{err}");
+    assert!(
+        err.contains("missing tensor model.layers.1.mlp.up_proj.weight [48, 32]"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "tensor model.layers.0.self_attn.q_proj.bias: shape [8, 4] in the file, [32] expected"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("unexpected tensor model.layers.0.self_attn.extra.weight [2]"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -59,15 +87,30 @@ fn a_sharded_checkpoint_loads_like_a_single_file() {
     let (mut first, mut second) = (HashMap::new(), HashMap::new());
     let mut weight_map = serde_json::Map::new();
     for (name, view) in file.tensors() {
-        let shard = if name.contains("layers.1") { "model-00002-of-00002.safetensors" } else { "model-00001-of-00002.safetensors" };
-        let target = if shard.contains("00002-of") { &mut second } else { &mut first };
+        let shard = if name.contains("layers.1") {
+            "model-00002-of-00002.safetensors"
+        } else {
+            "model-00001-of-00002.safetensors"
+        };
+        let target = if shard.contains("00002-of") {
+            &mut second
+        } else {
+            &mut first
+        };
         target.insert(name.clone(), (view.shape().to_vec(), view.data().to_vec()));
         weight_map.insert(name, serde_json::json!(shard));
     }
     write_safetensors(&dir.path().join("model-00001-of-00002.safetensors"), &first);
-    write_safetensors(&dir.path().join("model-00002-of-00002.safetensors"), &second);
+    write_safetensors(
+        &dir.path().join("model-00002-of-00002.safetensors"),
+        &second,
+    );
     let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
-    std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
     let sharded = CausalLm::load(dir.path(), Device::Cpu, Kind::Float).unwrap();
     let want = expected("qwen2");
     let got = forward(&sharded.net, &want.ids, &mut sharded.net.new_cache(32));
@@ -80,18 +123,37 @@ fn a_config_field_of_the_wrong_type_is_named() {
     let bad = text.replace("\"hidden_size\": 32", "\"hidden_size\": \"thirty-two\"");
     assert_ne!(bad, text);
     let err = HfConfig::from_json(&bad).unwrap_err().to_string();
-    assert!(err.contains("hidden_size") && err.contains("invalid type"), "{err}");
+    assert!(
+        err.contains("hidden_size") && err.contains("invalid type"),
+        "{err}"
+    );
     let unsupported = text.replace("\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"");
-    let err = HfConfig::from_json(&unsupported).unwrap().resolve().unwrap_err().to_string();
-    assert!(err.contains("model_type") && err.contains("\"gpt2\" is not supported"), "{err}");
+    let err = HfConfig::from_json(&unsupported)
+        .unwrap()
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("model_type") && err.contains("\"gpt2\" is not supported"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_folder_without_weights_or_with_a_corrupt_file_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(fixture("llama").join("config.json"), dir.path().join("config.json")).unwrap();
-    assert!(load_error(dir.path()).contains("neither model.safetensors nor model.safetensors.index.json"));
-    std::fs::write(dir.path().join("model.safetensors"), b"not a safetensors file").unwrap();
+    std::fs::copy(
+        fixture("llama").join("config.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
+    assert!(load_error(dir.path())
+        .contains("neither model.safetensors nor model.safetensors.index.json"));
+    std::fs::write(
+        dir.path().join("model.safetensors"),
+        b"not a safetensors file",
+    )
+    .unwrap();
     assert!(load_error(dir.path()).contains("not a safetensors file"));
 }
 

@@ -17,12 +17,17 @@ fn smollm2() -> Option<CausalLm> {
 }
 
 fn fixture() -> serde_json::Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_greedy.json");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_greedy.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 fn ids(v: &serde_json::Value) -> Vec<i64> {
-    v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect()
 }
 
 #[test]
@@ -30,10 +35,16 @@ fn smollm2_chat_template_and_tokenizer_match_hf() {
     let Some(model) = smollm2() else { return };
     let tokenizer = model.tokenizer().unwrap();
     for case in fixture()["cases"].as_array().unwrap() {
-        let message = ChatMessage { role: "user".into(), content: case["prompt"].as_str().unwrap().into() };
+        let message = ChatMessage {
+            role: "user".into(),
+            content: case["prompt"].as_str().unwrap().into(),
+        };
         let text = tokenizer.apply_chat_template(&[message], true).unwrap();
         assert_eq!(text, case["chat_text"].as_str().unwrap());
-        assert_eq!(tokenizer.encode(&text, false).unwrap(), ids(&case["prompt_ids"]));
+        assert_eq!(
+            tokenizer.encode(&text, false).unwrap(),
+            ids(&case["prompt_ids"])
+        );
     }
 }
 
@@ -43,8 +54,20 @@ fn smollm2_greedy_generation_matches_hf_token_for_token() {
     let fixture = fixture();
     let new_tokens = fixture["new_tokens"].as_u64().unwrap() as usize;
     for case in fixture["cases"].as_array().unwrap() {
-        let out = generate(&model.net, &ids(&case["prompt_ids"]), new_tokens, &mut Sampler::new(Sampling::greedy()), &[]).unwrap();
-        assert_eq!(out.ids, ids(&case["greedy_ids"]), "prompt {:?}", case["prompt"]);
+        let out = generate(
+            &model.net,
+            &ids(&case["prompt_ids"]),
+            new_tokens,
+            &mut Sampler::new(Sampling::greedy()),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            out.ids,
+            ids(&case["greedy_ids"]),
+            "prompt {:?}",
+            case["prompt"]
+        );
     }
 }
 

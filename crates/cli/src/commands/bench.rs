@@ -75,7 +75,12 @@ fn copy_bandwidth(device: Device) -> f64 {
 }
 
 fn weight_bytes(model: &CausalLm) -> f64 {
-    model.vars.variables().values().map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as f64).sum()
+    model
+        .vars
+        .variables()
+        .values()
+        .map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as f64)
+        .sum()
 }
 
 /// Prefill tokens/s at `context`, and decode tokens/s of the greedy steps after it (the first generated
@@ -84,8 +89,17 @@ fn measure(model: &CausalLm, context: i64, decode_tokens: i64) -> anyhow::Result
     let vocab = model.net.config.vocab_size;
     // Deterministic pseudo-text ids; throughput does not depend on which tokens they are.
     let ids: Vec<i64> = (0..context).map(|i| (i * 7919 + 13) % vocab).collect();
-    let out = generate(&model.net, &ids, decode_tokens as usize + 1, &mut Sampler::new(Sampling::greedy()), &[])?;
-    Ok((context as f64 / out.prefill_seconds, (out.ids.len() - 1) as f64 / out.decode_seconds.max(1e-9)))
+    let out = generate(
+        &model.net,
+        &ids,
+        decode_tokens as usize + 1,
+        &mut Sampler::new(Sampling::greedy()),
+        &[],
+    )?;
+    Ok((
+        context as f64 / out.prefill_seconds,
+        (out.ids.len() - 1) as f64 / out.decode_seconds.max(1e-9),
+    ))
 }
 
 pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
@@ -101,15 +115,32 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
         let bound = bandwidth / weight_bytes(&model);
         for &context in &args.contexts {
             let (prefill_rate, decode_rate) = measure(&model, context, args.decode_tokens)?;
-            let row = Row { engine: "sharpdraft".into(), dtype: dtype.clone(), context, prefill_tokens_per_s: prefill_rate, decode_tokens_per_s: decode_rate, decode_bound_tokens_per_s: bound };
+            let row = Row {
+                engine: "sharpdraft".into(),
+                dtype: dtype.clone(),
+                context,
+                prefill_tokens_per_s: prefill_rate,
+                decode_tokens_per_s: decode_rate,
+                decode_bound_tokens_per_s: bound,
+            };
             if !args.json {
                 print_row(&row);
             }
             rows.push(row);
         }
         if let Some(python) = &args.hf_python {
-            for row in run_hf(python, &dir, dtype, &args.contexts, args.decode_tokens, threads)? {
-                let row = Row { decode_bound_tokens_per_s: bound, ..row };
+            for row in run_hf(
+                python,
+                &dir,
+                dtype,
+                &args.contexts,
+                args.decode_tokens,
+                threads,
+            )? {
+                let row = Row {
+                    decode_bound_tokens_per_s: bound,
+                    ..row
+                };
                 if !args.json {
                     print_row(&row);
                 }
@@ -117,11 +148,18 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
             }
         }
     }
-    let report = Report { threads, copy_bandwidth_gb_s: bandwidth / 1e9, rows };
+    let report = Report {
+        threads,
+        copy_bandwidth_gb_s: bandwidth / 1e9,
+        rows,
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("threads {threads}, copy bandwidth {:.1} GB/s (read + write)", report.copy_bandwidth_gb_s);
+        println!(
+            "threads {threads}, copy bandwidth {:.1} GB/s (read + write)",
+            report.copy_bandwidth_gb_s
+        );
     }
     Ok(())
 }
@@ -133,14 +171,37 @@ fn print_row(row: &Row) {
     );
 }
 
-fn run_hf(python: &str, dir: &std::path::Path, dtype: &str, contexts: &[i64], decode_tokens: i64, threads: i32) -> anyhow::Result<Vec<Row>> {
+fn run_hf(
+    python: &str,
+    dir: &std::path::Path,
+    dtype: &str,
+    contexts: &[i64],
+    decode_tokens: i64,
+    threads: i32,
+) -> anyhow::Result<Vec<Row>> {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/hf_decode.py");
     let contexts: Vec<String> = contexts.iter().map(i64::to_string).collect();
     let out = Command::new(python)
         .arg(&script)
-        .args(["--model", &dir.display().to_string(), "--dtype", dtype, "--contexts", &contexts.join(","), "--decode-tokens", &decode_tokens.to_string(), "--threads", &threads.to_string()])
+        .args([
+            "--model",
+            &dir.display().to_string(),
+            "--dtype",
+            dtype,
+            "--contexts",
+            &contexts.join(","),
+            "--decode-tokens",
+            &decode_tokens.to_string(),
+            "--threads",
+            &threads.to_string(),
+        ])
         .output()?;
-    anyhow::ensure!(out.status.success(), "{} failed: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+    anyhow::ensure!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
     Ok(rows
         .into_iter()

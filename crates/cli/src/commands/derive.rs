@@ -63,7 +63,9 @@ struct Derivation {
 
 /// A domain error in the arguments is reported the way clap reports a bad flag (usage, exit code 2).
 fn argument_error(error: MathError) -> ! {
-    crate::Cli::command().error(ErrorKind::ValueValidation, error.to_string()).exit()
+    crate::Cli::command()
+        .error(ErrorKind::ValueValidation, error.to_string())
+        .exit()
 }
 
 fn derive(args: &DeriveArgs) -> Result<Derivation, MathError> {
@@ -111,8 +113,15 @@ fn print_table(args: &DeriveArgs, r: &Derivation) {
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.5}"));
     let n0 = args.n0;
     let range_end = args.range_end.unwrap_or(args.n);
-    println!("Model A: k = {}, Delta = {}, sigma = {}, n0 = {n0}", args.k, args.delta, args.sigma);
-    println!("at n = {} ({:.3} n0); slopes fitted over [n0, {range_end}]", args.n, args.n / n0);
+    println!(
+        "Model A: k = {}, Delta = {}, sigma = {}, n0 = {n0}",
+        args.k, args.delta, args.sigma
+    );
+    println!(
+        "at n = {} ({:.3} n0); slopes fitted over [n0, {range_end}]",
+        args.n,
+        args.n / n0
+    );
     println!();
     println!("  D = Delta - sigma^2        {:.5}", r.d);
     let n_max = match &r.n_max {
@@ -123,11 +132,20 @@ fn print_table(args: &DeriveArgs, r: &Derivation) {
     println!("  n_max                      {n_max}");
     println!("  exact correction s*(n)     {}", fmt(r.s_exact));
     println!();
-    println!("  {:<14} {:>9} {:>9} {:>16}", "schedule", "beta", "s(n)", "M(n,s)/M(n0,1)");
+    println!(
+        "  {:<14} {:>9} {:>9} {:>16}",
+        "schedule", "beta", "s(n)", "M(n,s)/M(n0,1)"
+    );
     let x = (args.n / n0).ln().max(0.0);
     let row = |name: &str, beta: Option<f64>, ratio: Option<f64>| {
         let s = beta.map(|b| 1.0 + b * x);
-        println!("  {:<14} {:>9} {:>9} {:>16}", name, fmt(beta), fmt(s), fmt(ratio));
+        println!(
+            "  {:<14} {:>9} {:>9} {:>16}",
+            name,
+            fmt(beta),
+            fmt(s),
+            fmt(ratio)
+        );
     };
     let m = &r.mass_ratio;
     row("uncorrected", Some(0.0), Some(m.uncorrected));
@@ -135,5 +153,11 @@ fn print_table(args: &DeriveArgs, r: &Derivation) {
     row("secant", r.beta_secant, m.secant);
     row("minimax", Some(r.beta_minimax), Some(m.minimax));
     row("least squares", r.beta_ls, m.ls);
-    println!("  {:<14} {:>9} {:>9} {:>16}", "exact", "-", fmt(r.s_exact), fmt(m.exact));
+    println!(
+        "  {:<14} {:>9} {:>9} {:>16}",
+        "exact",
+        "-",
+        fmt(r.s_exact),
+        fmt(m.exact)
+    );
 }

@@ -4,9 +4,14 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::{speculative_generate, CycleRecord, SpecConfig};
-use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter};
+use sharpdraft_draft::{
+    DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
+};
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler, Sampling};
+use sharpdraft_model::{
+    parse_device, parse_kind, registry, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler,
+    Sampling,
+};
 use tch::{Kind, Tensor};
 
 #[derive(Args, Debug)]
@@ -120,22 +125,50 @@ struct GenerateReport {
 }
 
 pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.temperature >= 0.0, "--temperature {} must be >= 0", args.temperature);
-    anyhow::ensure!(args.top_p > 0.0 && args.top_p <= 1.0, "--top-p {} must lie in (0, 1]", args.top_p);
+    anyhow::ensure!(
+        args.temperature >= 0.0,
+        "--temperature {} must be >= 0",
+        args.temperature
+    );
+    anyhow::ensure!(
+        args.top_p > 0.0 && args.top_p <= 1.0,
+        "--top-p {} must lie in (0, 1]",
+        args.top_p
+    );
     let model = args.model.load(&args.target)?;
     let tokenizer = model.tokenizer()?;
     let text = if args.raw || !tokenizer.has_chat_template() {
         args.prompt.clone()
     } else {
-        tokenizer.apply_chat_template(&[ChatMessage { role: "user".into(), content: args.prompt.clone() }], true)?
+        tokenizer.apply_chat_template(
+            &[ChatMessage {
+                role: "user".into(),
+                content: args.prompt.clone(),
+            }],
+            true,
+        )?
     };
     let prompt_ids = tokenizer.encode(&text, false)?;
     anyhow::ensure!(!prompt_ids.is_empty(), "the prompt encodes to no tokens");
-    let sampling = Sampling { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k, seed: args.seed };
-    anyhow::ensure!(!args.compare_ar || args.draft.drafter.is_some(), "--compare-ar needs --drafter");
+    let sampling = Sampling {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        seed: args.seed,
+    };
+    anyhow::ensure!(
+        !args.compare_ar || args.draft.drafter.is_some(),
+        "--compare-ar needs --drafter"
+    );
     let report = match &args.draft.drafter {
         None => {
-            let result = generate(&model.net, &prompt_ids, args.max_new_tokens, &mut Sampler::new(sampling), &model.stop_tokens())?;
+            let result = generate(
+                &model.net,
+                &prompt_ids,
+                args.max_new_tokens,
+                &mut Sampler::new(sampling),
+                &model.stop_tokens(),
+            )?;
             GenerateReport {
                 text: tokenizer.decode(&result.ids)?,
                 tokens_per_s: result.tokens_per_second(),
@@ -153,11 +186,29 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
         }
         Some(drafter_name) => {
             let capacity = prompt_ids.len() as i64 + args.max_new_tokens as i64 + 256;
-            let (mut drafter, max_proposal) = build_drafter(&args.draft, &args.model, drafter_name, &model, sampling, capacity)?;
-            let config = SpecConfig { max_new_tokens: args.max_new_tokens, sampling, stop_tokens: model.stop_tokens(), max_proposal };
+            let (mut drafter, max_proposal) = build_drafter(
+                &args.draft,
+                &args.model,
+                drafter_name,
+                &model,
+                sampling,
+                capacity,
+            )?;
+            let config = SpecConfig {
+                max_new_tokens: args.max_new_tokens,
+                sampling,
+                stop_tokens: model.stop_tokens(),
+                max_proposal,
+            };
             let spec = speculative_generate(&model.net, drafter.as_mut(), &prompt_ids, &config)?;
             let ar = if args.compare_ar {
-                Some(generate(&model.net, &prompt_ids, args.max_new_tokens, &mut Sampler::new(sampling), &model.stop_tokens())?)
+                Some(generate(
+                    &model.net,
+                    &prompt_ids,
+                    args.max_new_tokens,
+                    &mut Sampler::new(sampling),
+                    &model.stop_tokens(),
+                )?)
             } else {
                 None
             };
@@ -169,8 +220,13 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 tau: Some(spec.tau()),
                 engine_overhead: Some(spec.engine_overhead()),
                 ar_tokens_per_s: ar.as_ref().map(|a| a.tokens_per_second()),
-                speedup_vs_ar: ar.as_ref().map(|a| spec.tokens_per_second() / a.tokens_per_second()),
-                identical_to_ar: ar.as_ref().filter(|_| sampling.is_greedy()).map(|a| a.ids == spec.ids),
+                speedup_vs_ar: ar
+                    .as_ref()
+                    .map(|a| spec.tokens_per_second() / a.tokens_per_second()),
+                identical_to_ar: ar
+                    .as_ref()
+                    .filter(|_| sampling.is_greedy())
+                    .map(|a| a.ids == spec.ids),
                 prompt_ids,
                 ids: spec.ids,
                 cycles: Some(spec.cycles),
@@ -181,10 +237,18 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!("{}", report.text);
-        eprintln!("{} tokens, {:.1} tokens/s (prefill {:.0} tokens/s)", report.ids.len(), report.tokens_per_s, report.prefill_tokens_per_s);
+        eprintln!(
+            "{} tokens, {:.1} tokens/s (prefill {:.0} tokens/s)",
+            report.ids.len(),
+            report.tokens_per_s,
+            report.prefill_tokens_per_s
+        );
         if let (Some(method), Some(tau)) = (report.method, report.tau) {
             let cycles = report.cycles.as_ref().map_or(0, Vec::len);
-            eprintln!("{method}: tau {tau:.2} over {cycles} cycles, engine overhead {:.1}%", 100.0 * report.engine_overhead.unwrap_or(0.0));
+            eprintln!(
+                "{method}: tau {tau:.2} over {cycles} cycles, engine overhead {:.1}%",
+                100.0 * report.engine_overhead.unwrap_or(0.0)
+            );
         }
         if let (Some(ar), Some(speedup)) = (report.ar_tokens_per_s, report.speedup_vs_ar) {
             eprintln!("autoregressive {ar:.1} tokens/s: speedup {speedup:.2}x");
@@ -194,33 +258,49 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
 }
 
 /// The drafter named on the command line and the largest proposal it can make.
-pub fn build_drafter(args: &DrafterArgs, models: &ModelArgs, name: &str, target: &CausalLm, sampling: Sampling, capacity: i64) -> anyhow::Result<(Box<dyn Drafter>, usize)> {
+pub fn build_drafter(
+    args: &DrafterArgs,
+    models: &ModelArgs,
+    name: &str,
+    target: &CausalLm,
+    sampling: Sampling,
+    capacity: i64,
+) -> anyhow::Result<(Box<dyn Drafter>, usize)> {
     anyhow::ensure!(args.draft_len >= 1, "--draft-len must be at least 1");
     match args.method {
         Method::Vanilla => {
             let small = models.load(name)?;
-            let drafter = VanillaDrafter::new(small, target, args.draft_len, capacity, sampling).with_context(|| format!("drafter {name}"))?;
+            let drafter = VanillaDrafter::new(small, target, args.draft_len, capacity, sampling)
+                .with_context(|| format!("drafter {name}"))?;
             Ok((Box::new(drafter), args.draft_len))
         }
         Method::Eagle3 => {
             let dir = registry::resolve(name)?;
-            let tree = args.tree_depth.is_some() || args.tree_topk.is_some() || args.tree_tokens.is_some();
+            let tree =
+                args.tree_depth.is_some() || args.tree_topk.is_some() || args.tree_tokens.is_some();
             let shape = if tree {
-                TreeShape { depth: args.tree_depth.unwrap_or(5), top_k: args.tree_topk.unwrap_or(8), total_tokens: args.tree_tokens.unwrap_or(48) }
+                TreeShape {
+                    depth: args.tree_depth.unwrap_or(5),
+                    top_k: args.tree_topk.unwrap_or(8),
+                    total_tokens: args.tree_tokens.unwrap_or(48),
+                }
             } else {
                 TreeShape::chain(args.draft_len)
             };
-            let drafter = Eagle3Drafter::load(&dir, &target.net, shape, sampling, capacity).with_context(|| format!("drafter {name}"))?;
+            let drafter = Eagle3Drafter::load(&dir, &target.net, shape, sampling, capacity)
+                .with_context(|| format!("drafter {name}"))?;
             Ok((Box::new(drafter), shape.total_tokens))
         }
         Method::Pard => {
             let small = models.load(name)?;
-            let drafter = PardDrafter::new(small, target, args.draft_len, capacity).with_context(|| format!("drafter {name}"))?;
+            let drafter = PardDrafter::new(small, target, args.draft_len, capacity)
+                .with_context(|| format!("drafter {name}"))?;
             Ok((Box::new(drafter), args.draft_len))
         }
         Method::Dflash => {
             let dir = registry::resolve(name)?;
-            let drafter = DFlashDrafter::load(&dir, &target.net, capacity).with_context(|| format!("drafter {name}"))?;
+            let drafter = DFlashDrafter::load(&dir, &target.net, capacity)
+                .with_context(|| format!("drafter {name}"))?;
             let block = drafter.block_size() as usize;
             Ok((Box::new(drafter), block))
         }
@@ -254,14 +334,27 @@ pub fn run_logits(args: &LogitsArgs) -> anyhow::Result<()> {
     let model = args.runtime.load(&args.model)?;
     let prompt_ids = model.tokenizer()?.encode(&args.prompt, true)?;
     anyhow::ensure!(!prompt_ids.is_empty(), "the prompt encodes to no tokens");
-    anyhow::ensure!(args.top >= 1 && args.top <= model.net.config.vocab_size, "--top {} must lie in 1..={}", args.top, model.net.config.vocab_size);
+    anyhow::ensure!(
+        args.top >= 1 && args.top <= model.net.config.vocab_size,
+        "--top {} must lie in 1..={}",
+        args.top,
+        model.net.config.vocab_size
+    );
     let _guard = tch::no_grad_guard();
     let mut cache = model.net.new_cache(prompt_ids.len() as i64);
     let device = model.net.device();
     let ids = Tensor::from_slice(&prompt_ids).to_device(device);
     let positions = Tensor::arange(prompt_ids.len() as i64, (Kind::Int64, device));
-    let input = ForwardInput { logits: LogitRows::Last, ..ForwardInput::causal(&ids, &positions) };
-    let logits = model.net.forward(input, &mut cache)?.logits.expect("logits requested").squeeze_dim(0);
+    let input = ForwardInput {
+        logits: LogitRows::Last,
+        ..ForwardInput::causal(&ids, &positions)
+    };
+    let logits = model
+        .net
+        .forward(input, &mut cache)?
+        .logits
+        .expect("logits requested")
+        .squeeze_dim(0);
     let (values, indices) = logits.topk(args.top, -1, true, true);
     let report = LogitsReport {
         prompt_ids,

@@ -61,18 +61,50 @@ pub enum InitCommand {
 
 pub fn init(command: &InitCommand) -> anyhow::Result<()> {
     let load = |target: &str| -> anyhow::Result<sharpdraft_model::CausalLm> {
-        Ok(sharpdraft_model::CausalLm::load(&registry::resolve(target)?, tch::Device::Cpu, tch::Kind::Float)?)
+        Ok(sharpdraft_model::CausalLm::load(
+            &registry::resolve(target)?,
+            tch::Device::Cpu,
+            tch::Kind::Float,
+        )?)
     };
     match command {
-        InitCommand::Eagle3 { target, out, eagle31, seed } => {
-            let options = sharpdraft_draft::eagle3::RandomHeadOptions { eagle31: *eagle31, seed: *seed, ..Default::default() };
+        InitCommand::Eagle3 {
+            target,
+            out,
+            eagle31,
+            seed,
+        } => {
+            let options = sharpdraft_draft::eagle3::RandomHeadOptions {
+                eagle31: *eagle31,
+                seed: *seed,
+                ..Default::default()
+            };
             sharpdraft_draft::eagle3::write_random_head(out, &load(target)?.net, &options)?;
-            println!("wrote a random EAGLE-3 head for {target} to {}", out.display());
+            println!(
+                "wrote a random EAGLE-3 head for {target} to {}",
+                out.display()
+            );
         }
-        InitCommand::Dflash { target, out, layers, block_size, mask_token, seed } => {
-            let options = sharpdraft_draft::dflash::RandomDFlashOptions { layers: *layers, block_size: *block_size, sliding_window: None, mask_token: *mask_token, seed: *seed };
+        InitCommand::Dflash {
+            target,
+            out,
+            layers,
+            block_size,
+            mask_token,
+            seed,
+        } => {
+            let options = sharpdraft_draft::dflash::RandomDFlashOptions {
+                layers: *layers,
+                block_size: *block_size,
+                sliding_window: None,
+                mask_token: *mask_token,
+                seed: *seed,
+            };
             sharpdraft_draft::dflash::write_random_dflash(out, &load(target)?.net, &options)?;
-            println!("wrote a random DFlash drafter for {target} to {}", out.display());
+            println!(
+                "wrote a random DFlash drafter for {target} to {}",
+                out.display()
+            );
         }
     }
     Ok(())
@@ -82,7 +114,11 @@ pub fn fetch(args: &FetchArgs) -> anyhow::Result<()> {
     if args.list {
         for model in registry::KNOWN_MODELS {
             let dir = registry::model_dir(model.name);
-            let state = if dir.join("config.json").exists() { "fetched" } else { "not fetched" };
+            let state = if dir.join("config.json").exists() {
+                "fetched"
+            } else {
+                "not fetched"
+            };
             println!("{:<28} {:<12} {}", model.name, state, model.description);
         }
         return Ok(());

@@ -68,10 +68,17 @@ struct Summary {
 
 fn filler_text(path: &Path) -> Result<String> {
     if path.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "txt")).collect();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+            .collect();
         files.sort();
         ensure!(!files.is_empty(), "{}: no .txt files", path.display());
-        files.iter().map(|f| Ok(String::from_utf8_lossy(&std::fs::read(f)?).into_owned())).collect::<Result<Vec<_>>>().map(|t| t.join("\n\n"))
+        files
+            .iter()
+            .map(|f| Ok(String::from_utf8_lossy(&std::fs::read(f)?).into_owned()))
+            .collect::<Result<Vec<_>>>()
+            .map(|t| t.join("\n\n"))
     } else {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
     }
@@ -79,28 +86,60 @@ fn filler_text(path: &Path) -> Result<String> {
 
 /// The chat prompt whose templated length is about `context` tokens: an excerpt of `filler` (from
 /// `offset`) before `question`.
-fn prompt_ids(tokenizer: &TextTokenizer, question: &str, filler: &[i64], offset: usize, context: usize) -> Result<Vec<i64>> {
+fn prompt_ids(
+    tokenizer: &TextTokenizer,
+    question: &str,
+    filler: &[i64],
+    offset: usize,
+    context: usize,
+) -> Result<Vec<i64>> {
     let template = |content: String| -> Result<Vec<i64>> {
-        let text = tokenizer.apply_chat_template(&[ChatMessage { role: "user".into(), content }], true)?;
+        let text = tokenizer.apply_chat_template(
+            &[ChatMessage {
+                role: "user".into(),
+                content,
+            }],
+            true,
+        )?;
         Ok(tokenizer.encode(&text, false)?)
     };
     let bare = template(question.to_string())?;
     if context <= bare.len() {
         return Ok(bare);
     }
-    let wrapper = template(format!("Here is a text.\n\n\n\nWith that text in mind: {question}"))?.len();
+    let wrapper = template(format!(
+        "Here is a text.\n\n\n\nWith that text in mind: {question}"
+    ))?
+    .len();
     let take = context.saturating_sub(wrapper);
-    ensure!(offset + take <= filler.len(), "the filler has {} tokens, fewer than offset {offset} + {take}", filler.len());
+    ensure!(
+        offset + take <= filler.len(),
+        "the filler has {} tokens, fewer than offset {offset} + {take}",
+        filler.len()
+    );
     let excerpt = tokenizer.decode(&filler[offset..offset + take])?;
-    template(format!("Here is a text.\n\n{excerpt}\n\nWith that text in mind: {question}"))
+    template(format!(
+        "Here is a text.\n\n{excerpt}\n\nWith that text in mind: {question}"
+    ))
 }
 
 pub fn run(args: &TauArgs) -> Result<()> {
-    let drafter_name = args.draft.drafter.as_deref().context("--drafter is required")?;
+    let drafter_name = args
+        .draft
+        .drafter
+        .as_deref()
+        .context("--drafter is required")?;
     let target = args.model.load(&args.target)?;
     let tokenizer = target.tokenizer()?;
     let questions = jsonl_field(&args.prompts, &args.field)?;
-    ensure!(questions.len() >= args.skip + args.count, "{}: {} prompts, fewer than --skip {} + --count {}", args.prompts.display(), questions.len(), args.skip, args.count);
+    ensure!(
+        questions.len() >= args.skip + args.count,
+        "{}: {} prompts, fewer than --skip {} + --count {}",
+        args.prompts.display(),
+        questions.len(),
+        args.skip,
+        args.count
+    );
     let needs_filler = args.contexts.iter().any(|&c| c > 0);
     let filler: Vec<i64> = match (&args.filler, needs_filler) {
         (Some(path), true) => tokenizer.encode(&filler_text(path)?, false)?,
@@ -111,13 +150,33 @@ pub fn run(args: &TauArgs) -> Result<()> {
     let (mut rows, mut summaries) = (Vec::new(), Vec::new());
     for &requested in &args.contexts {
         let (mut generated, mut passes, mut contexts) = (0usize, 0usize, 0usize);
-        for (i, question) in questions[args.skip..args.skip + args.count].iter().enumerate() {
+        for (i, question) in questions[args.skip..args.skip + args.count]
+            .iter()
+            .enumerate()
+        {
             // A different excerpt for every prompt.
-            let offset = args.filler_offset + i * 1009 % filler.len().saturating_sub(args.filler_offset + requested).max(1);
+            let offset = args.filler_offset
+                + i * 1009
+                    % filler
+                        .len()
+                        .saturating_sub(args.filler_offset + requested)
+                        .max(1);
             let ids = prompt_ids(tokenizer, question, &filler, offset, requested)?;
             let capacity = ids.len() as i64 + args.max_new_tokens as i64 + 256;
-            let (mut drafter, max_proposal) = build_drafter(&args.draft, &args.model, drafter_name, &target, sampling, capacity)?;
-            let config = SpecConfig { max_new_tokens: args.max_new_tokens, sampling, stop_tokens: target.stop_tokens(), max_proposal };
+            let (mut drafter, max_proposal) = build_drafter(
+                &args.draft,
+                &args.model,
+                drafter_name,
+                &target,
+                sampling,
+                capacity,
+            )?;
+            let config = SpecConfig {
+                max_new_tokens: args.max_new_tokens,
+                sampling,
+                stop_tokens: target.stop_tokens(),
+                max_proposal,
+            };
             let report = speculative_generate(&target.net, drafter.as_mut(), &ids, &config)?;
             let row = Row {
                 requested_context: requested,
@@ -129,22 +188,43 @@ pub fn run(args: &TauArgs) -> Result<()> {
                 tokens_per_s: report.tokens_per_second(),
             };
             if !args.json {
-                eprintln!("context {:>6}  prompt {:>3}: tau {:.2} over {} cycles, {:.1} tokens/s", row.context, row.prompt, row.tau, row.cycles, row.tokens_per_s);
+                eprintln!(
+                    "context {:>6}  prompt {:>3}: tau {:.2} over {} cycles, {:.1} tokens/s",
+                    row.context, row.prompt, row.tau, row.cycles, row.tokens_per_s
+                );
             }
             // Every cycle is one target pass (the first token comes from prefill and is not counted).
-            generated += report.cycles.iter().map(|c| c.accepted + c.bonus).sum::<usize>();
+            generated += report
+                .cycles
+                .iter()
+                .map(|c| c.accepted + c.bonus)
+                .sum::<usize>();
             passes += report.cycles.len();
             contexts += ids.len();
             rows.push(row);
         }
-        summaries.push(Summary { requested_context: requested, mean_context: contexts as f64 / args.count as f64, prompts: args.count, tau: generated as f64 / passes.max(1) as f64 });
+        summaries.push(Summary {
+            requested_context: requested,
+            mean_context: contexts as f64 / args.count as f64,
+            prompts: args.count,
+            tau: generated as f64 / passes.max(1) as f64,
+        });
     }
     if args.json {
-        println!("{}", serde_json::json!({"rows": rows, "summary": summaries}));
+        println!(
+            "{}",
+            serde_json::json!({"rows": rows, "summary": summaries})
+        );
     } else {
-        println!("{:>10} {:>12} {:>8} {:>6}", "context", "mean tokens", "prompts", "tau");
+        println!(
+            "{:>10} {:>12} {:>8} {:>6}",
+            "context", "mean tokens", "prompts", "tau"
+        );
         for s in &summaries {
-            println!("{:>10} {:>12.0} {:>8} {:>6.2}", s.requested_context, s.mean_context, s.prompts, s.tau);
+            println!(
+                "{:>10} {:>12.0} {:>8} {:>6.2}",
+                s.requested_context, s.mean_context, s.prompts, s.tau
+            );
         }
     }
     Ok(())

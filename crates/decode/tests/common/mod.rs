@@ -3,16 +3,20 @@
 #![allow(dead_code)]
 
 use sharpdraft_decode::{speculative_generate, SpecConfig, SpecReport};
-pub use sharpdraft_draft::eagle3::RandomHeadOptions as EagleOptions;
 use sharpdraft_draft::dflash::{write_random_dflash, RandomDFlashOptions};
-use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter};
+pub use sharpdraft_draft::eagle3::RandomHeadOptions as EagleOptions;
+use sharpdraft_draft::{
+    DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
+};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{CausalLm, Sampler, Sampling};
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind};
 
 pub fn fixture(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures").join(family)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../model/tests/fixtures")
+        .join(family)
 }
 
 pub fn load(family: &str) -> CausalLm {
@@ -25,39 +29,87 @@ pub fn write_eagle3(dir: &Path, target: &CausalLm, options: &EagleOptions) {
     sharpdraft_draft::eagle3::write_random_head(dir, &target.net, options).unwrap();
 }
 
-pub fn eagle3(dir: &Path, target: &CausalLm, shape: TreeShape, sampling: Sampling) -> Eagle3Drafter {
+pub fn eagle3(
+    dir: &Path,
+    target: &CausalLm,
+    shape: TreeShape,
+    sampling: Sampling,
+) -> Eagle3Drafter {
     Eagle3Drafter::load(dir, &target.net, shape, sampling, 512).unwrap()
 }
 
-pub fn vanilla(drafter_family: &str, target: &CausalLm, draft_len: usize, sampling: Sampling) -> VanillaDrafter {
+pub fn vanilla(
+    drafter_family: &str,
+    target: &CausalLm,
+    draft_len: usize,
+    sampling: Sampling,
+) -> VanillaDrafter {
     VanillaDrafter::new(load(drafter_family), target, draft_len, 512, sampling).unwrap()
 }
 
-pub fn spec(target: &CausalLm, drafter: &mut dyn Drafter, prompt: &[i64], new_tokens: usize, sampling: Sampling) -> SpecReport {
-    let config = SpecConfig { max_new_tokens: new_tokens, sampling, stop_tokens: vec![], max_proposal: 64 };
+pub fn spec(
+    target: &CausalLm,
+    drafter: &mut dyn Drafter,
+    prompt: &[i64],
+    new_tokens: usize,
+    sampling: Sampling,
+) -> SpecReport {
+    let config = SpecConfig {
+        max_new_tokens: new_tokens,
+        sampling,
+        stop_tokens: vec![],
+        max_proposal: 64,
+    };
     speculative_generate(&target.net, drafter, prompt, &config).unwrap()
 }
 
 pub fn greedy_ar(target: &CausalLm, prompt: &[i64], new_tokens: usize) -> Vec<i64> {
-    generate(&target.net, prompt, new_tokens, &mut Sampler::new(Sampling::greedy()), &[]).unwrap().ids
+    generate(
+        &target.net,
+        prompt,
+        new_tokens,
+        &mut Sampler::new(Sampling::greedy()),
+        &[],
+    )
+    .unwrap()
+    .ids
 }
 
 /// A PARD drafter folder: a copy of a fixture whose config names `pard_token` (id 63, unused by the
 /// tiny models' prompts).
 pub fn write_pard(dir: &Path, family: &str) {
     std::fs::create_dir_all(dir).unwrap();
-    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture(family).join("config.json")).unwrap()).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture(family).join("config.json")).unwrap(),
+    )
+    .unwrap();
     config["pard_token"] = 63.into();
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    std::fs::copy(fixture(family).join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    std::fs::copy(
+        fixture(family).join("model.safetensors"),
+        dir.join("model.safetensors"),
+    )
+    .unwrap();
 }
 
 pub fn pard(dir: &Path, target: &CausalLm, draft_len: usize) -> PardDrafter {
-    PardDrafter::new(CausalLm::load(dir, Device::Cpu, Kind::Float).unwrap(), target, draft_len, 512).unwrap()
+    PardDrafter::new(
+        CausalLm::load(dir, Device::Cpu, Kind::Float).unwrap(),
+        target,
+        draft_len,
+        512,
+    )
+    .unwrap()
 }
 
 pub fn dflash_options(block_size: i64, sliding_window: Option<i64>) -> RandomDFlashOptions {
-    RandomDFlashOptions { layers: 2, block_size, sliding_window, mask_token: 63, seed: 1 }
+    RandomDFlashOptions {
+        layers: 2,
+        block_size,
+        sliding_window,
+        mask_token: 63,
+        seed: 1,
+    }
 }
 
 pub fn write_dflash(dir: &Path, target: &CausalLm, options: &RandomDFlashOptions) {

@@ -18,10 +18,21 @@ pub fn gaussian(rng: &mut StdRng, count: usize, mean: f64, sigma: f64) -> Vec<f6
 /// One Model A row: `relevant` planted logits followed by a background drawn by distance r = 1, 2, ...
 /// with mean `-decay * ln(1 + r / 512)` (0 for a stationary head). Prefixes of a long row are rows at
 /// shorter lengths with common random numbers, as in derivation-check.py §E.
-pub fn planted_row(rng: &mut StdRng, relevant: &[f64], n: usize, sigma: f64, decay: f64) -> Vec<f64> {
+pub fn planted_row(
+    rng: &mut StdRng,
+    relevant: &[f64],
+    n: usize,
+    sigma: f64,
+    decay: f64,
+) -> Vec<f64> {
     let mut row = relevant.to_vec();
     let noise = gaussian(rng, n - relevant.len(), 0.0, sigma);
-    row.extend(noise.iter().enumerate().map(|(r, z)| z - decay * (1.0 + (r + 1) as f64 / 512.0).ln()));
+    row.extend(
+        noise
+            .iter()
+            .enumerate()
+            .map(|(r, z)| z - decay * (1.0 + (r + 1) as f64 / 512.0).ln()),
+    );
     row
 }
 
@@ -30,7 +41,9 @@ pub fn spread_advantages(k: usize, delta: f64, spread: f64) -> Vec<f64> {
     if k == 1 {
         return vec![delta];
     }
-    (0..k).map(|i| delta - spread + 2.0 * spread * i as f64 / (k - 1) as f64).collect()
+    (0..k)
+        .map(|i| delta - spread + 2.0 * spread * i as f64 / (k - 1) as f64)
+        .collect()
 }
 
 pub fn assert_close(actual: f64, expected: f64, tol: f64, what: &str) {
