@@ -19,7 +19,7 @@ use sharpdraft_model::layers::{Linear, RmsNorm};
 use sharpdraft_model::rope::{self, Rope};
 use sharpdraft_model::transformer::attend;
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
-use sharpdraft_model::{KvCache, Sampler, Tap, Transformer};
+use sharpdraft_model::{visible_counts, KvCache, QueryScaling, Sampler, Tap, Transformer};
 use std::path::Path;
 use tch::{nn, Device, Kind, Tensor};
 
@@ -164,6 +164,8 @@ pub struct DFlashDrafter {
     pub(crate) mask_token: i64,
     pub(crate) causal: bool,
     taps: Vec<Tap>,
+    /// SharpDraft scaling of every layer's block queries.
+    query_scaling: QueryScaling,
     cache: KvCache,
     /// Target features `[m, n_t * H]` of committed tokens whose context K/V are not cached yet.
     pending: Option<Tensor>,
@@ -345,6 +347,7 @@ impl DFlashDrafter {
         Ok(Self {
             causal: config.dflash_config.causal,
             taps: ids.into_iter().map(Tap::LayerOutput).collect(),
+            query_scaling: QueryScaling::off(),
             raw_config: serde_json::from_str(&text)
                 .map_err(|e| checkpoint_error(&config_path, e.to_string()))?,
             config,
@@ -477,9 +480,17 @@ impl Drafter for DFlashDrafter {
         let mut speculation = self.cache.speculate();
         for (i, layer) in self.layers.iter().enumerate() {
             let y = layer.input_layernorm.forward(&x);
-            let q = layer.queries(&y, &cos, &sin, self.heads, self.head_dim);
+            let mut q = layer.queries(&y, &cos, &sin, self.heads, self.head_dim);
             let (k, v) = layer.keys_values(&y, &cos, &sin, self.kv_heads, self.head_dim);
             let (keys, values) = speculation.write(i, &k, &v);
+            // Every row of a non-causal block sees context + B keys: one scalar per pass (derivation.md §7).
+            if !self.query_scaling.is_off() {
+                self.query_scaling.apply(
+                    &mut q,
+                    i,
+                    &visible_counts(masks[i].as_ref(), b, keys.size()[1])?,
+                )?;
+            }
             x = layer.finish(
                 &x,
                 &attend(
@@ -506,6 +517,18 @@ impl Drafter for DFlashDrafter {
         })?;
         self.pending = Some(hidden.shallow_clone());
         Ok(())
+    }
+
+    fn query_layout(&self) -> (usize, usize) {
+        (self.layers.len(), self.heads as usize)
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        Some(DFlashDrafter::training_length(self))
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.query_scaling = scaling;
     }
 
     fn cache_bytes(&self) -> usize {

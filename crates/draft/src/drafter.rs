@@ -6,7 +6,7 @@
 //! The drafter owns its own cache and state; it never touches the target's cache.
 
 use crate::proposal::Proposal;
-use sharpdraft_model::{Sampler, Tap, Transformer};
+use sharpdraft_model::{QueryScaling, Sampler, Tap, Transformer};
 use tch::Tensor;
 
 pub type Result<T> = std::result::Result<T, DraftError>;
@@ -64,6 +64,16 @@ pub trait Drafter {
 
     /// Called after verification, with `ctx.committed` already extended by the accepted tokens and bonus.
     fn observe(&mut self, ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()>;
+
+    /// `(layers, query heads per layer)` of the attention this drafter runs: the shape a per-layer or
+    /// per-head scaling schedule must have.
+    fn query_layout(&self) -> (usize, usize);
+
+    /// The training length n0 recorded in the checkpoint, if any (the default n0 of query scaling).
+    fn training_length(&self) -> Option<i64>;
+
+    /// SharpDraft query scaling for every later pass (built with [`Self::query_layout`]).
+    fn set_query_scaling(&mut self, scaling: QueryScaling);
 
     /// Bytes held by the drafter's caches (for memory reports).
     fn cache_bytes(&self) -> usize;

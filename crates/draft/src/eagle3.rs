@@ -21,7 +21,7 @@ use sharpdraft_model::layers::{Linear, RmsNorm};
 use sharpdraft_model::rope::{self, Rope};
 use sharpdraft_model::transformer::attend;
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
-use sharpdraft_model::{AttentionMask, KvCache, Sampler, Sampling, Tap, Transformer};
+use sharpdraft_model::{AttentionMask, KvCache, QueryScaling, Sampler, Sampling, Tap, Transformer};
 use std::path::Path;
 use tch::{nn, Device, Kind, Tensor};
 
@@ -127,6 +127,8 @@ pub struct Eagle3Head {
     heads: i64,
     kv_heads: i64,
     head_dim: i64,
+    /// SharpDraft scaling of the layer's queries while drafting (training runs within n0, unscaled).
+    query_scaling: QueryScaling,
 }
 
 pub struct Eagle3Drafter {
@@ -364,6 +366,7 @@ impl Eagle3Head {
             heads,
             kv_heads,
             head_dim,
+            query_scaling: QueryScaling::off(),
         };
         Ok((head, ids.into_iter().map(Tap::LayerInput).collect()))
     }
@@ -474,6 +477,12 @@ impl Eagle3Head {
         let (residual, q, k, v) = self.project(embeddings, hidden, positions);
         let (keys, values) = cache.write(0, &k, &v);
         let visible = mask.materialize(past, rows, embeddings.device())?;
+        // n_i = stable context + depth + 1 in a tree: the row-sum of its mask (derivation.md §7).
+        let mut q = q;
+        if !self.query_scaling.is_off() {
+            self.query_scaling
+                .apply(&mut q, 0, &mask.visible_counts(past, rows)?)?;
+        }
         let out = self.finish(residual, &q, &keys, &values, visible.as_ref());
         cache.advance(rows);
         Ok(out)
@@ -838,6 +847,18 @@ impl Drafter for Eagle3Drafter {
         })?;
         self.pending = Some(hidden.shallow_clone());
         Ok(())
+    }
+
+    fn query_layout(&self) -> (usize, usize) {
+        (1, self.head.heads as usize)
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        Some(Eagle3Drafter::training_length(self))
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.head.query_scaling = scaling;
     }
 
     fn cache_bytes(&self) -> usize {

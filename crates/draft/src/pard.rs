@@ -11,7 +11,7 @@ use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
 use crate::vanilla::check_same_vocabulary;
-use sharpdraft_model::{CausalLm, KvCache, LogitRows, Sampler};
+use sharpdraft_model::{CausalLm, KvCache, LogitRows, QueryScaling, Sampler};
 use tch::{Device, Tensor};
 
 pub struct PardDrafter {
@@ -108,6 +108,19 @@ impl Drafter for PardDrafter {
     fn observe(&mut self, _ctx: &DraftContext<'_>, _feedback: &Feedback<'_>) -> Result<()> {
         // Nothing to roll back: only committed tokens were kept, and they are all still committed.
         Ok(())
+    }
+
+    fn query_layout(&self) -> (usize, usize) {
+        let c = &self.model.net.config;
+        (c.num_layers, c.num_heads as usize)
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        self.model.net.config.raw.training_length
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.model.net.set_query_scaling(scaling);
     }
 
     fn cache_bytes(&self) -> usize {

@@ -8,7 +8,7 @@
 use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
-use sharpdraft_model::{CausalLm, KvCache, LogitRows, Sampler, Sampling};
+use sharpdraft_model::{CausalLm, KvCache, LogitRows, QueryScaling, Sampler, Sampling};
 use tch::Tensor;
 
 pub struct VanillaDrafter {
@@ -133,6 +133,19 @@ impl Drafter for VanillaDrafter {
         let keep = (self.committed_at_proposal + confirmed) as i64;
         self.cache.truncate(keep.min(self.cache.len()))?;
         Ok(())
+    }
+
+    fn query_layout(&self) -> (usize, usize) {
+        let c = &self.model.net.config;
+        (c.num_layers, c.num_heads as usize)
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        self.model.net.config.raw.training_length
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.model.net.set_query_scaling(scaling);
     }
 
     fn cache_bytes(&self) -> usize {

@@ -105,6 +105,10 @@ pub struct BinStats {
     /// Rows kept for estimator (iii); may be empty for bins that only feed (i) and (ii).
     #[serde(skip)]
     pub rows: Vec<RowLogits>,
+    /// Without rows, estimator (iii) reads the mean mass at scale s from this curve of `(s, mean M_k)`
+    /// points, increasing in s (what the probe records on an s grid); interpolated linearly in logit.
+    #[serde(skip)]
+    pub curve: Vec<(f64, f64)>,
 }
 
 impl BinStats {
@@ -137,12 +141,31 @@ impl BinStats {
             background_mean: bg_mean / count,
             background_var: bg_var / count,
             rows,
+            curve: Vec::new(),
         })
     }
 
-    /// Mean top-k mass of the recorded rows at scale s (the quantity estimator (iii) matches).
+    /// Mean top-k mass of the recorded rows at scale s (the quantity estimator (iii) matches); from the
+    /// recorded curve when no rows are kept, clamped to its ends outside its s range.
     pub fn mean_mass(&self, s: f64) -> f64 {
-        self.rows.iter().map(|r| r.mass(s).mass).sum::<f64>() / self.rows.len() as f64
+        if !self.rows.is_empty() {
+            return self.rows.iter().map(|r| r.mass(s).mass).sum::<f64>() / self.rows.len() as f64;
+        }
+        let curve = &self.curve;
+        match curve.iter().position(|p| p.0 >= s) {
+            None => curve.last().map_or(f64::NAN, |p| p.1),
+            Some(0) => curve[0].1,
+            Some(i) => {
+                let ((s0, m0), (s1, m1)) = (curve[i - 1], curve[i]);
+                let t = (s - s0) / (s1 - s0);
+                crate::mass::expit(logit(m0) + t * (logit(m1) - logit(m0)))
+            }
+        }
+    }
+
+    /// Whether estimator (iii) can evaluate this bin at other scales.
+    pub fn has_mass_at_scale(&self) -> bool {
+        !self.rows.is_empty() || self.curve.len() >= 2
     }
 }
 
@@ -353,10 +376,10 @@ fn exact_least_squares(
     n0: f64,
     bin_scales: &mut Vec<(f64, Option<f64>)>,
 ) -> Result<(f64, f64)> {
-    let target = if reference.rows.is_empty() {
-        reference.mass
-    } else {
+    let target = if reference.has_mass_at_scale() {
         reference.mean_mass(1.0)
+    } else {
+        reference.mass
     };
     let (mut num, mut den) = (0.0, 0.0);
     for bin in head
@@ -364,15 +387,24 @@ fn exact_least_squares(
         .iter()
         .filter(|b| b.n > n0 * (1.0 + 1e-9) && !std::ptr::eq(*b, reference))
     {
-        if bin.rows.is_empty() {
+        if !bin.has_mass_at_scale() {
             return Err(MathError::Calibration(format!(
-                "layer {} head {}: bin n = {} has no recorded rows for the exact estimator",
+                "layer {} head {}: bin n = {} has no recorded rows or mass curve for the exact estimator",
                 head.layer, head.head, bin.n
             )));
         }
         // Mean mass is increasing in s (Lemma 1), so the first crossing is the unique root.
         let f = |s: f64| logit(bin.mean_mass(s)) - logit(target);
-        let root = first_crossing("mean M_k(n_b, s) = M_k(n0, 1)", f, 1.0, 64.0, |_| false)?;
+        let hi = if bin.rows.is_empty() {
+            bin.curve.last().map_or(1.0, |p| p.0)
+        } else {
+            64.0
+        };
+        let root = if hi > 1.0 {
+            first_crossing("mean M_k(n_b, s) = M_k(n0, 1)", f, 1.0, hi, |_| false)?
+        } else {
+            None
+        };
         bin_scales.push((bin.n, root));
         if let Some(s) = root {
             let x = (bin.n / n0).ln();

@@ -25,5 +25,5 @@ pub use error::{MathError, Result};
 pub use mass::{top_k_mass, TopKMass};
 pub use model_a::{CorrectionReach, ModelA, PlantedKeys};
 pub use model_b::ModelB;
-pub use schedule::{Beta, ScaleSchedule};
+pub use schedule::{logn_scale, scale_at, Beta, ExactScales, ScaleSchedule};
 pub use slopes::{DeployedSlopes, SlopesInC};

@@ -7,7 +7,13 @@
 //! beta: 0.21                  # global
 //! # beta: [0.2, 0.25]         # per layer
 //! # beta: [[0.2, 0.3], [0.1, 0.2]]   # per layer, per query head
+//! exact:                      # optional: the per-length-bin exact corrections of a calibration
+//!   n: [512, 1024]            # bin lengths, all > n0, increasing
+//!   s: [[[1.1, 1.2], [1.0, 1.1]], [[1.2, 1.3], [1.1, 1.2]]]   # [layer][head][bin]
 //! ```
+//!
+//! `exact` mode interpolates `s` linearly in `ln n` through `(n0, 1)` and the bins, and extrapolates the
+//! last segment beyond the last bin (never below 1).
 
 use crate::error::{MathError, Result};
 use serde::{Deserialize, Serialize};
@@ -27,6 +33,17 @@ pub struct ScaleSchedule {
     /// The drafter's training length: no scaling at or below it.
     pub n0: f64,
     pub beta: Beta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact: Option<ExactScales>,
+}
+
+/// Exact corrections `s_b` solved per (layer, head) at bin lengths `n_b > n0` (estimator (iii)).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExactScales {
+    pub n: Vec<f64>,
+    /// `[layer][head][bin]`.
+    pub s: Vec<Vec<Vec<f64>>>,
 }
 
 impl ScaleSchedule {
@@ -34,6 +51,7 @@ impl ScaleSchedule {
         let schedule = Self {
             n0,
             beta: Beta::Global(beta),
+            exact: None,
         };
         schedule.validate()?;
         Ok(schedule)
@@ -65,7 +83,34 @@ impl ScaleSchedule {
                 Ok(())
             }
             Beta::Global(_) => Ok(()),
+        }?;
+        if let Some(exact) = &self.exact {
+            let increasing = exact.n.windows(2).all(|w| w[0] < w[1]);
+            if exact.n.is_empty() || !increasing || exact.n[0] <= self.n0 {
+                return Err(MathError::Schedule(format!(
+                    "exact.n = {:?} must be increasing lengths above n0 = {}",
+                    exact.n, self.n0
+                )));
+            }
+            for (i, heads) in exact.s.iter().enumerate() {
+                for (j, bins) in heads.iter().enumerate() {
+                    if bins.len() != exact.n.len() {
+                        return Err(MathError::Schedule(format!(
+                            "exact.s[{i}][{j}] has {} bins, exact.n has {}",
+                            bins.len(),
+                            exact.n.len()
+                        )));
+                    }
+                    if let Some(b) = bins.iter().position(|s| !(s.is_finite() && *s > 0.0)) {
+                        return Err(MathError::Schedule(format!(
+                            "exact.s[{i}][{j}][{b}] = {} is not a positive scale",
+                            bins[b]
+                        )));
+                    }
+                }
+            }
         }
+        Ok(())
     }
 
     /// Checks that the schedule fits a drafter with `layers` layers of `heads` query heads.
@@ -89,7 +134,47 @@ impl ScaleSchedule {
                 None => Ok(()),
             },
             Beta::PerLayer(_) => Ok(()),
+        }?;
+        if let Some(exact) = &self.exact {
+            if exact.s.len() != layers {
+                return fail(format!(
+                    "exact.s has {} layers, the drafter has {layers}",
+                    exact.s.len()
+                ));
+            }
+            if let Some(i) = exact.s.iter().position(|h| h.len() != heads) {
+                return fail(format!(
+                    "exact.s[{i}] has {} heads, the drafter has {heads}",
+                    exact.s[i].len()
+                ));
+            }
         }
+        Ok(())
+    }
+
+    /// The exact correction for one (layer, head) at length n, or `None` when the schedule has no `exact`
+    /// table; exactly 1 for `n <= n0`.
+    pub fn exact_scale(&self, n: f64, layer: usize, head: usize) -> Option<f64> {
+        let exact = self.exact.as_ref()?;
+        if n <= self.n0 {
+            return Some(1.0);
+        }
+        let x = n.ln();
+        let points = std::iter::once((self.n0.ln(), 1.0)).chain(
+            exact
+                .n
+                .iter()
+                .map(|n| n.ln())
+                .zip(exact.s[layer][head].iter().copied()),
+        );
+        let points: Vec<(f64, f64)> = points.collect();
+        // The segment holding x, or the last one beyond the last bin.
+        let i = points
+            .windows(2)
+            .position(|w| x <= w[1].0)
+            .unwrap_or(points.len() - 2);
+        let ((x0, s0), (x1, s1)) = (points[i], points[i + 1]);
+        Some((s0 + (s1 - s0) * (x - x0) / (x1 - x0)).max(1.0))
     }
 
     /// beta for one (layer, head); the shape must have been checked with [`Self::check_shape`].

@@ -216,6 +216,7 @@ fn handmade_head(top_mean: f64, background_var: f64) -> HeadStats {
         background_mean: 0.0,
         background_var,
         rows: Vec::new(),
+        curve: Vec::new(),
     };
     HeadStats {
         layer: 2,
@@ -279,4 +280,32 @@ fn missing_inputs_are_errors_that_name_the_head() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("bin n = 1024 has no recorded rows"), "{err}");
+}
+
+#[test]
+fn the_exact_estimator_solves_on_a_recorded_mass_curve_when_no_rows_are_kept() {
+    // Reference mass 0.3 at n0 = 256; the long bin (n = 1024) reaches 0.3 at s = 1.5 on its curve.
+    let mut head = handmade_head(5.0, 1.0);
+    head.bins[0].n = 256.0;
+    head.bins[0].curve = vec![(1.0, 0.3), (2.0, 0.6)];
+    let long = BinStats {
+        n: 1024.0,
+        mass: 0.2,
+        curve: vec![(1.0, 0.2), (1.5, 0.3), (2.0, 0.4)],
+        ..head.bins[1].clone()
+    };
+    head.bins = vec![head.bins[0].clone(), long];
+    let fit = calibrate(
+        &[head],
+        &CalibrationConfig {
+            n0: 256.0,
+            estimator: Estimator::ExactLeastSquares,
+            beta_max: 4.0,
+        },
+    )
+    .unwrap();
+    let (n, s) = fit.heads[0].bin_scales[0];
+    assert_eq!(n, 1024.0);
+    assert!((s.unwrap() - 1.5).abs() < 1e-9, "{s:?}");
+    assert!((fit.heads[0].beta - 0.5 / 4f64.ln()).abs() < 1e-9);
 }

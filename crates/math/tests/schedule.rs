@@ -9,7 +9,11 @@ fn every_schedule_form_round_trips_through_yaml() {
         Beta::PerLayer(vec![0.1, 0.2]),
         Beta::PerHead(vec![vec![0.1, 0.2], vec![0.0, 0.3]]),
     ] {
-        let schedule = ScaleSchedule { n0: 256.0, beta };
+        let schedule = ScaleSchedule {
+            n0: 256.0,
+            beta,
+            exact: None,
+        };
         let text = schedule.to_yaml_string().unwrap();
         assert_eq!(
             ScaleSchedule::from_yaml_str(&text).unwrap(),
@@ -32,6 +36,7 @@ fn per_head_betas_apply_to_their_own_head() {
     let schedule = ScaleSchedule {
         n0: 100.0,
         beta: Beta::PerHead(vec![vec![0.1, 0.2], vec![0.3, 0.4]]),
+        exact: None,
     };
     schedule.check_shape(2, 2).unwrap();
     assert_eq!(schedule.beta(1, 0), 0.3);
@@ -62,6 +67,7 @@ fn bad_schedules_are_errors_that_name_the_key() {
     let shape = ScaleSchedule {
         n0: 1.0,
         beta: Beta::PerLayer(vec![0.1]),
+        exact: None,
     }
     .check_shape(2, 4)
     .unwrap_err()
@@ -86,4 +92,49 @@ fn saving_is_atomic_and_loading_names_the_file() {
         .to_string();
     assert!(missing.contains("nope.yaml"), "{missing}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn exact_scales_interpolate_in_log_length_and_extrapolate_the_last_segment() {
+    let text = "n0: 100\nbeta: 0.2\nexact:\n  n: [200, 400]\n  s: [[[1.2, 1.6]]]\n";
+    let schedule = ScaleSchedule::from_yaml_str(text).unwrap();
+    schedule.check_shape(1, 1).unwrap();
+    let at = |n: f64| schedule.exact_scale(n, 0, 0).unwrap();
+    assert_eq!(at(50.0), 1.0);
+    assert!((at(200.0) - 1.2).abs() < 1e-12);
+    assert!(
+        (at(200.0 * 2f64.sqrt()) - 1.4).abs() < 1e-12,
+        "half way in ln n between the bins"
+    );
+    assert!(
+        (at(800.0) - 2.0).abs() < 1e-12,
+        "the last segment continues"
+    );
+    assert!(ScaleSchedule::global(100.0, 0.2)
+        .unwrap()
+        .exact_scale(800.0, 0, 0)
+        .is_none());
+}
+
+#[test]
+fn a_malformed_exact_table_is_an_error_that_names_the_entry() {
+    let short = ScaleSchedule::from_yaml_str(
+        "n0: 100\nbeta: 0.2\nexact:\n  n: [200, 400]\n  s: [[[1.2]]]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(short.contains("exact.s[0][0] has 1 bins"), "{short}");
+    let below =
+        ScaleSchedule::from_yaml_str("n0: 100\nbeta: 0.2\nexact:\n  n: [50]\n  s: [[[1.2]]]\n")
+            .unwrap_err()
+            .to_string();
+    assert!(below.contains("above n0"), "{below}");
+    let heads =
+        ScaleSchedule::from_yaml_str("n0: 100\nbeta: 0.2\nexact:\n  n: [200]\n  s: [[[1.2]]]\n")
+            .unwrap();
+    assert!(heads
+        .check_shape(1, 2)
+        .unwrap_err()
+        .to_string()
+        .contains("exact.s[0] has 1 heads"));
 }

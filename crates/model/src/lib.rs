@@ -12,6 +12,7 @@ pub mod gguf;
 pub mod kv_cache;
 pub mod layers;
 pub mod mask;
+pub mod query_scaling;
 pub mod registry;
 pub mod rope;
 pub mod sampling;
@@ -26,6 +27,7 @@ pub use device::{cuda_available, parse_device};
 pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;
 pub use mask::AttentionMask;
+pub use query_scaling::{visible_counts, QueryScaling, ScalingMode};
 pub use sampling::{Sampler, Sampling};
 pub use tokenizer::{ChatMessage, TextTokenizer};
 pub use transformer::{

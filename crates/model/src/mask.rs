@@ -71,11 +71,16 @@ impl AttentionMask {
         }
     }
 
-    /// Visible-key count `n_i` of every row, `[T]` i64: what SharpDraft's `s(n_i)` is computed from.
-    pub fn visible_counts(&self, past: i64, rows: i64) -> Result<Tensor> {
-        Ok(match self.materialize(past, rows, Device::Cpu)? {
-            None => Tensor::full([rows], past + rows, (Kind::Int64, Device::Cpu)),
-            Some(mask) => mask.sum_dim_intlist(&[1i64][..], false, Kind::Int64),
-        })
+    /// Visible-key count `n_i` of every row: what SharpDraft's `s(n_i)` is computed from. Causal and full
+    /// masks are counted without materialising them.
+    pub fn visible_counts(&self, past: i64, rows: i64) -> Result<Vec<i64>> {
+        match self {
+            AttentionMask::Causal => Ok((1..=rows).map(|i| past + i).collect()),
+            AttentionMask::Full => Ok(vec![past + rows; rows as usize]),
+            AttentionMask::Rows(_) => {
+                let mask = self.materialize(past, rows, Device::Cpu)?;
+                crate::query_scaling::visible_counts(mask.as_ref(), rows, past + rows)
+            }
+        }
     }
 }

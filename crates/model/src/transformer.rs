@@ -11,6 +11,7 @@ use crate::error::{ModelError, Result};
 use crate::kv_cache::KvCache;
 use crate::layers::{Linear, RmsNorm};
 use crate::mask::AttentionMask;
+use crate::query_scaling::QueryScaling;
 use crate::rope::{self, Rope};
 use std::ops::Range;
 use tch::{nn, Device, Kind, Tensor};
@@ -148,6 +149,8 @@ pub struct Transformer {
     rope: Rope,
     device: Device,
     kind: Kind,
+    /// SharpDraft scaling of every query row of every forward pass (drafters only; off by default).
+    query_scaling: QueryScaling,
 }
 
 impl Transformer {
@@ -210,8 +213,18 @@ impl Transformer {
             layers,
             device: root.device(),
             kind: Kind::Float,
+            query_scaling: QueryScaling::off(),
             config,
         }
+    }
+
+    /// Scales the queries of every later forward pass by `s(n_i)` (a drafter built on this model).
+    pub fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.query_scaling = scaling;
+    }
+
+    pub fn query_scaling(&self) -> &QueryScaling {
+        &self.query_scaling
     }
 
     /// Records the kind the variables were converted to after loading.
@@ -301,6 +314,12 @@ impl Transformer {
         };
         let past = cache.len();
         let visible = input.mask.materialize(past, rows, self.device)?;
+        // n_i of every row, once per pass, only when the queries are scaled.
+        let counts = if self.query_scaling.is_off() {
+            Vec::new()
+        } else {
+            input.mask.visible_counts(past, rows)?
+        };
         let (cos, sin) = self.rope.tables(input.positions, self.kind);
         let mut observer = input.observer.take();
         let mut x = self.embed(input.ids);
@@ -316,8 +335,9 @@ impl Transformer {
                 cos: &cos,
                 sin: &sin,
                 query_scale: query_scale.as_ref(),
+                counts: &counts,
             };
-            x = x + self.attention(&layer.self_attn, &attn_in, step, observer.as_deref_mut());
+            x = x + self.attention(&layer.self_attn, &attn_in, step, observer.as_deref_mut())?;
             let mlp_in = layer.post_attention_layernorm.forward(&x);
             let mlp = &layer.mlp;
             x = x + mlp
@@ -361,7 +381,7 @@ impl Transformer {
         x: &Tensor,
         step: AttentionStep<'_>,
         observer: Option<&mut (dyn AttentionObserver + 'o)>,
-    ) -> Tensor {
+    ) -> Result<Tensor> {
         let c = &self.config;
         let rows = x.size()[0];
         let mut q = attn.q_proj.forward(x).view([rows, c.num_heads, c.head_dim]);
@@ -383,10 +403,11 @@ impl Transformer {
             // In place on this pass's own query tensor: no extra buffer (derivation.md §7).
             let _ = q.f_mul_(scale);
         }
-        let q = q.permute([1, 0, 2]); // [H, T, D]
+        let mut q = q.permute([1, 0, 2]); // [H, T, D]
         let (keys, values) =
             step.cache
                 .write(step.layer, &k.permute([1, 0, 2]), &v.permute([1, 0, 2]));
+        self.query_scaling.apply(&mut q, step.layer, step.counts)?;
         let softmax_scale = 1.0 / (c.head_dim as f64).sqrt();
         if let Some(observer) = observer {
             if observer.wants(step.layer) {
@@ -400,8 +421,9 @@ impl Transformer {
                 observer.observe(step.layer, &view);
             }
         }
-        attn.o_proj
-            .forward(&attend(&q, &keys, &values, step.visible, softmax_scale))
+        Ok(attn
+            .o_proj
+            .forward(&attend(&q, &keys, &values, step.visible, softmax_scale)))
     }
 }
 
@@ -438,6 +460,8 @@ struct AttentionStep<'a> {
     cos: &'a Tensor,
     sin: &'a Tensor,
     query_scale: Option<&'a Tensor>,
+    /// `[T]` visible-key counts (empty when the queries are not scaled).
+    counts: &'a [i64],
 }
 
 fn record_taps(taps: &[Tap], at: Tap, x: &Tensor, out: &mut [Option<Tensor>]) {

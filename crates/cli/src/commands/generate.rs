@@ -1,5 +1,6 @@
 //! `sharpdraft generate` and `sharpdraft logits`: a target model on its own.
 
+use super::scaling::{ScalingArgs, ScalingKind};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
@@ -87,6 +88,8 @@ pub struct DrafterArgs {
     /// EAGLE-3 dynamic tree: draft tokens kept per cycle.
     #[arg(long)]
     pub tree_tokens: Option<usize>,
+    #[command(flatten)]
+    pub scaling: ScalingArgs,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +191,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
             let capacity = prompt_ids.len() as i64 + args.max_new_tokens as i64 + 256;
             let (mut drafter, max_proposal) = build_drafter(
                 &args.draft,
+                args.draft.scaling.single()?,
                 &args.model,
                 drafter_name,
                 &model,
@@ -258,7 +262,24 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
 }
 
 /// The drafter named on the command line and the largest proposal it can make.
+/// Builds the drafter and sets its query scaling (`scaling`, one of `args.scaling.scaling`).
 pub fn build_drafter(
+    args: &DrafterArgs,
+    scaling: ScalingKind,
+    models: &ModelArgs,
+    name: &str,
+    target: &CausalLm,
+    sampling: Sampling,
+    capacity: i64,
+) -> anyhow::Result<(Box<dyn Drafter>, usize)> {
+    let (mut drafter, max_proposal) =
+        build_unscaled_drafter(args, models, name, target, sampling, capacity)?;
+    let scaling = args.scaling.build(scaling, drafter.as_ref())?;
+    drafter.set_query_scaling(scaling);
+    Ok((drafter, max_proposal))
+}
+
+fn build_unscaled_drafter(
     args: &DrafterArgs,
     models: &ModelArgs,
     name: &str,

@@ -2,4 +2,5 @@ pub mod bench;
 pub mod derive;
 pub mod generate;
 pub mod models;
+pub mod scaling;
 pub mod tau;

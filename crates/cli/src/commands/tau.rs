@@ -1,6 +1,7 @@
 //! `sharpdraft tau`: a drafter's acceptance (tau, tokens per target pass) on held-out chat prompts, at
 //! chosen context lengths. A context longer than the prompt puts an excerpt of a long text before the
-//! question, so the drafter drafts the answer with that many keys in view.
+//! question, so the drafter drafts the answer with that many keys in view. Several `--scaling` modes are
+//! compared on the same prompts.
 
 use super::generate::{build_drafter, DrafterArgs, ModelArgs};
 use anyhow::{ensure, Context, Result};
@@ -48,6 +49,7 @@ pub struct TauArgs {
 
 #[derive(Serialize)]
 struct Row {
+    scaling: String,
     requested_context: usize,
     prompt: usize,
     context: usize,
@@ -59,6 +61,7 @@ struct Row {
 
 #[derive(Serialize)]
 struct Summary {
+    scaling: String,
     requested_context: usize,
     mean_context: f64,
     prompts: usize,
@@ -148,7 +151,12 @@ pub fn run(args: &TauArgs) -> Result<()> {
     };
     let sampling = Sampling::greedy();
     let (mut rows, mut summaries) = (Vec::new(), Vec::new());
-    for &requested in &args.contexts {
+    for (&requested, &scaling) in args
+        .contexts
+        .iter()
+        .flat_map(|c| args.draft.scaling.scaling.iter().map(move |s| (c, s)))
+    {
+        let mode = format!("{scaling:?}").to_lowercase();
         let (mut generated, mut passes, mut contexts) = (0usize, 0usize, 0usize);
         for (i, question) in questions[args.skip..args.skip + args.count]
             .iter()
@@ -165,6 +173,7 @@ pub fn run(args: &TauArgs) -> Result<()> {
             let capacity = ids.len() as i64 + args.max_new_tokens as i64 + 256;
             let (mut drafter, max_proposal) = build_drafter(
                 &args.draft,
+                scaling,
                 &args.model,
                 drafter_name,
                 &target,
@@ -179,6 +188,7 @@ pub fn run(args: &TauArgs) -> Result<()> {
             };
             let report = speculative_generate(&target.net, drafter.as_mut(), &ids, &config)?;
             let row = Row {
+                scaling: mode.clone(),
                 requested_context: requested,
                 prompt: args.skip + i,
                 context: ids.len(),
@@ -188,10 +198,7 @@ pub fn run(args: &TauArgs) -> Result<()> {
                 tokens_per_s: report.tokens_per_second(),
             };
             if !args.json {
-                eprintln!(
-                    "context {:>6}  prompt {:>3}: tau {:.2} over {} cycles, {:.1} tokens/s",
-                    row.context, row.prompt, row.tau, row.cycles, row.tokens_per_s
-                );
+                eprintln!("{mode:>5} context {:>6}  prompt {:>3}: tau {:.2} over {} cycles, {:.1} tokens/s", row.context, row.prompt, row.tau, row.cycles, row.tokens_per_s);
             }
             // Every cycle is one target pass (the first token comes from prefill and is not counted).
             generated += report
@@ -204,6 +211,7 @@ pub fn run(args: &TauArgs) -> Result<()> {
             rows.push(row);
         }
         summaries.push(Summary {
+            scaling: mode,
             requested_context: requested,
             mean_context: contexts as f64 / args.count as f64,
             prompts: args.count,
@@ -217,13 +225,13 @@ pub fn run(args: &TauArgs) -> Result<()> {
         );
     } else {
         println!(
-            "{:>10} {:>12} {:>8} {:>6}",
-            "context", "mean tokens", "prompts", "tau"
+            "{:>8} {:>10} {:>12} {:>8} {:>6}",
+            "scaling", "context", "mean tokens", "prompts", "tau"
         );
         for s in &summaries {
             println!(
-                "{:>10} {:>12.0} {:>8} {:>6.2}",
-                s.requested_context, s.mean_context, s.prompts, s.tau
+                "{:>8} {:>10} {:>12.0} {:>8} {:>6.2}",
+                s.scaling, s.requested_context, s.mean_context, s.prompts, s.tau
             );
         }
     }

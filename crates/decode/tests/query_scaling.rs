@@ -1,0 +1,152 @@
+//! SharpDraft query scaling in every drafter: `fixed` with beta = 0 drafts exactly what the unmodified
+//! drafter drafts; a strong schedule past n0 changes the drafts; verification stays lossless either way.
+mod common;
+
+use common::*;
+use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal, TreeShape};
+use sharpdraft_math::ScaleSchedule;
+use sharpdraft_model::{QueryScaling, Sampler, Sampling, ScalingMode, Tap};
+use tch::Tensor;
+
+/// Records every proposal of the drafter it wraps.
+struct Recording<'a> {
+    inner: &'a mut dyn Drafter,
+    proposals: Vec<Vec<i64>>,
+}
+
+impl Drafter for Recording<'_> {
+    fn method(&self) -> &'static str {
+        self.inner.method()
+    }
+    fn target_taps(&self) -> Vec<Tap> {
+        self.inner.target_taps()
+    }
+    fn prefill(
+        &mut self,
+        ctx: &DraftContext<'_>,
+        hidden: Option<&Tensor>,
+    ) -> sharpdraft_draft::drafter::Result<()> {
+        self.inner.prefill(ctx, hidden)
+    }
+    fn propose(
+        &mut self,
+        ctx: &DraftContext<'_>,
+        sampler: &mut Sampler,
+    ) -> sharpdraft_draft::drafter::Result<Proposal> {
+        let proposal = self.inner.propose(ctx, sampler)?;
+        self.proposals.push(proposal.tokens.clone());
+        Ok(proposal)
+    }
+    fn observe(
+        &mut self,
+        ctx: &DraftContext<'_>,
+        feedback: &Feedback<'_>,
+    ) -> sharpdraft_draft::drafter::Result<()> {
+        self.inner.observe(ctx, feedback)
+    }
+    fn query_layout(&self) -> (usize, usize) {
+        self.inner.query_layout()
+    }
+    fn training_length(&self) -> Option<i64> {
+        self.inner.training_length()
+    }
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.inner.set_query_scaling(scaling)
+    }
+    fn cache_bytes(&self) -> usize {
+        self.inner.cache_bytes()
+    }
+    fn forward_seconds(&self) -> f64 {
+        self.inner.forward_seconds()
+    }
+}
+
+/// Drafts of a greedy run with `beta` at n0 = 4 (every pass of the 9-token prompt lies past n0).
+fn drafts_with(drafter: &mut dyn Drafter, beta: Option<f64>) -> (Vec<Vec<i64>>, Vec<i64>) {
+    let target = load("llama");
+    let (layers, heads) = drafter.query_layout();
+    let mode = match beta {
+        None => ScalingMode::Off,
+        Some(beta) => ScalingMode::Fixed(ScaleSchedule::global(4.0, beta).unwrap()),
+    };
+    drafter.set_query_scaling(QueryScaling::new(mode, layers, heads).unwrap());
+    let mut recording = Recording {
+        inner: drafter,
+        proposals: Vec::new(),
+    };
+    let report = spec(&target, &mut recording, &PROMPT, 24, Sampling::greedy());
+    (recording.proposals, report.ids)
+}
+
+fn check(name: &str, mut make: impl FnMut() -> Box<dyn Drafter>) {
+    let target = load("llama");
+    let want = greedy_ar(&target, &PROMPT, 24);
+    let (off, off_ids) = drafts_with(make().as_mut(), None);
+    let (zero, zero_ids) = drafts_with(make().as_mut(), Some(0.0));
+    assert_eq!(
+        zero, off,
+        "{name}: fixed beta = 0 must draft exactly what off drafts"
+    );
+    let (strong, strong_ids) = drafts_with(make().as_mut(), Some(4.0));
+    assert_ne!(
+        strong, off,
+        "{name}: beta = 4 past n0 must change some draft"
+    );
+    for ids in [off_ids, zero_ids, strong_ids] {
+        assert_eq!(ids, want, "{name}: verification stays lossless");
+    }
+}
+
+#[test]
+fn every_drafter_is_unchanged_by_beta_zero_and_changed_by_a_strong_schedule() {
+    let target = load("llama");
+    let dir = tempfile::tempdir().unwrap();
+    check("vanilla", || {
+        Box::new(vanilla("qwen2", &target, 4, Sampling::greedy()))
+    });
+    let eagle = dir.path().join("eagle");
+    write_eagle3(
+        &eagle,
+        &target,
+        &EagleOptions {
+            eagle31: true,
+            ..Default::default()
+        },
+    );
+    check("eagle3 tree", || {
+        Box::new(eagle3(
+            &eagle,
+            &target,
+            TreeShape {
+                depth: 3,
+                top_k: 4,
+                total_tokens: 12,
+            },
+            Sampling::greedy(),
+        ))
+    });
+    let pard_dir = dir.path().join("pard");
+    write_pard(&pard_dir, "qwen2");
+    check("pard", || Box::new(pard(&pard_dir, &target, 4)));
+    let dflash_dir = dir.path().join("dflash");
+    write_dflash(&dflash_dir, &target, &dflash_options(4, None));
+    check("dflash", || Box::new(dflash(&dflash_dir, &target)));
+}
+
+#[test]
+fn every_drafter_reports_its_query_layout_for_schedules() {
+    let target = load("llama");
+    let dir = tempfile::tempdir().unwrap();
+    let eagle = dir.path().join("eagle");
+    write_eagle3(&eagle, &target, &EagleOptions::default());
+    assert_eq!(
+        eagle3(&eagle, &target, TreeShape::chain(3), Sampling::greedy()).query_layout(),
+        (1, 4)
+    );
+    let dflash_dir = dir.path().join("dflash");
+    write_dflash(&dflash_dir, &target, &dflash_options(4, None));
+    assert_eq!(dflash(&dflash_dir, &target).query_layout(), (2, 4));
+    let drafter = vanilla("qwen3", &target, 4, Sampling::greedy());
+    let c = &drafter.model().net.config;
+    assert_eq!(drafter.query_layout(), (c.num_layers, c.num_heads as usize));
+}
