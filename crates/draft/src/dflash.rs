@@ -19,7 +19,10 @@ use sharpdraft_model::layers::{Linear, RmsNorm};
 use sharpdraft_model::rope::{self, Rope};
 use sharpdraft_model::transformer::attend;
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
-use sharpdraft_model::{visible_counts, KvCache, QueryScaling, Sampler, Tap, Transformer};
+use sharpdraft_model::{
+    visible_counts, AttentionObserver, AttentionView, KvCache, QueryScaling, Sampler, Tap,
+    Transformer,
+};
 use std::path::Path;
 use tch::{nn, Device, Kind, Tensor};
 
@@ -259,22 +262,23 @@ impl DFlashDrafter {
             let p = &root / "layers" / i;
             let a = &p / "self_attn";
             let m = &p / "mlp";
-            let window =
-                match kind.as_str() {
-                    "full_attention" => None,
-                    "sliding_attention" => Some(config.sliding_window.ok_or_else(|| {
-                        checkpoint_error(
-                            &config_path,
-                            "a sliding_attention layer needs sliding_window",
-                        )
-                    })?),
-                    other => return Err(checkpoint_error(
+            let window = match kind.as_str() {
+                "full_attention" => None,
+                "sliding_attention" => Some(config.sliding_window.ok_or_else(|| {
+                    checkpoint_error(
+                        &config_path,
+                        "a sliding_attention layer needs sliding_window",
+                    )
+                })?),
+                other => {
+                    return Err(checkpoint_error(
                         &config_path,
                         format!(
                             "layer_types[{i}] = {other:?} (full_attention or sliding_attention)"
                         ),
-                    )),
-                };
+                    ))
+                }
+            };
             layers.push(Layer {
                 input_layernorm: RmsNorm::new(&p / "input_layernorm", hidden, eps),
                 q_proj: Linear::new(
@@ -404,6 +408,97 @@ impl DFlashDrafter {
         self.cache.advance(rows);
     }
 
+    /// One block pass `[root, MASK x (B - 1)]` at position `start` over the cached context (which must hold
+    /// exactly `start` positions), offering each layer's attention to `observer`; returns the block's last
+    /// hidden states `[B, H]`. Block K/V are never kept.
+    fn block_pass(
+        &mut self,
+        target: &Transformer,
+        root: i64,
+        start: i64,
+        mut observer: Option<&mut dyn AttentionObserver>,
+    ) -> Result<Tensor> {
+        let (device, kind) = (target.device(), target.kind());
+        let context = self.cache.len();
+        if context != start {
+            return Err(DraftError::Mismatch(format!(
+                "DFlash context holds {context} positions, the root sits at {start}"
+            )));
+        }
+        let b = self.block_size;
+        let mut block = vec![self.mask_token; b as usize];
+        block[0] = root;
+        let mut x = target.embed(&Tensor::from_slice(&block).to_device(device));
+        let positions = Tensor::arange_start(start, start + b, (Kind::Int64, device));
+        let (cos, sin) = self.rope.tables(&positions, kind);
+        let softmax_scale = 1.0 / (self.head_dim as f64).sqrt();
+        let masks: Vec<Option<Tensor>> = (self.layers.iter())
+            .map(|l| {
+                self.block_mask(l, context, start)
+                    .map(|m| m.to_device(device))
+            })
+            .collect();
+        let mut speculation = self.cache.speculate();
+        for ((i, layer), mask) in self.layers.iter().enumerate().zip(&masks) {
+            let y = layer.input_layernorm.forward(&x);
+            let mut q = layer.queries(&y, &cos, &sin, self.heads, self.head_dim);
+            let (k, v) = layer.keys_values(&y, &cos, &sin, self.kv_heads, self.head_dim);
+            let (keys, values) = speculation.write(i, &k, &v);
+            // Every row of a non-causal block sees context + B keys: one scalar per pass (derivation.md §7).
+            if !self.query_scaling.is_off() {
+                let counts = visible_counts(mask.as_ref(), b, keys.size()[1])?;
+                self.query_scaling.apply(&mut q, i, &counts)?;
+            }
+            if let Some(observer) = observer.as_deref_mut().filter(|o| o.wants(i)) {
+                let view = AttentionView {
+                    queries: &q,
+                    keys: &keys,
+                    visible: mask.as_ref(),
+                    past: context,
+                    softmax_scale,
+                };
+                observer.observe(i, &view);
+            }
+            x = layer.finish(
+                &x,
+                &attend(&q, &keys, &values, mask.as_ref(), softmax_scale),
+            );
+        }
+        Ok(x)
+    }
+
+    /// The attention-statistics probe's entry: writes the context features `features` (`[m, features]`,
+    /// the target's taps of `tokens`) up to each position of `positions` (increasing) and runs one block
+    /// pass rooted at `tokens[p]` there, offering each layer's attention to `observer`. Every block row at
+    /// position p sees p + B keys.
+    pub fn probe_blocks(
+        &mut self,
+        target: &Transformer,
+        tokens: &[i64],
+        features: &Tensor,
+        positions: &[i64],
+        observer: &mut dyn AttentionObserver,
+    ) -> Result<()> {
+        let _guard = tch::no_grad_guard();
+        let kind = target.kind();
+        for &p in positions {
+            let written = self.cache.len();
+            if p < written || p as usize >= tokens.len() {
+                return Err(DraftError::Mismatch(format!(
+                    "probe position {p} is before the written context ({written}) or past the {} tokens",
+                    tokens.len()
+                )));
+            }
+            if p > written {
+                let rows = features.narrow(0, written, p - written).to_kind(kind);
+                let c = self.hidden_norm.forward(&self.fc.forward(&rows));
+                self.write_context(&c, written);
+            }
+            let _ = self.block_pass(target, tokens[p as usize], p, Some(&mut *observer))?;
+        }
+        Ok(())
+    }
+
     /// Visibility of the block's rows over `[context | block]` for one layer, or `None` for all-visible.
     fn block_mask(&self, layer: &Layer, context: i64, start: i64) -> Option<Tensor> {
         let b = self.block_size;
@@ -445,7 +540,6 @@ impl Drafter for DFlashDrafter {
     fn propose(&mut self, ctx: &DraftContext<'_>, _sampler: &mut Sampler) -> Result<Proposal> {
         let _guard = tch::no_grad_guard();
         let started = std::time::Instant::now();
-        let device = ctx.target.device();
         let kind = ctx.target.kind();
         if let Some(features) = self.pending.take() {
             let c = self
@@ -454,55 +548,9 @@ impl Drafter for DFlashDrafter {
             let start = self.cache.len();
             self.write_context(&c, start);
         }
-        let context = self.cache.len();
-        let start = ctx.committed.len() as i64 - 1; // the root's position
-        if context != start {
-            return Err(DraftError::Mismatch(format!(
-                "DFlash context holds {context} positions, the root sits at {start}"
-            )));
-        }
+        let root = *ctx.committed.last().expect("a root");
+        let x = self.block_pass(ctx.target, root, ctx.committed.len() as i64 - 1, None)?;
         let b = self.block_size;
-        let mut block = vec![self.mask_token; b as usize];
-        block[0] = *ctx.committed.last().expect("a root");
-        let mut x = ctx
-            .target
-            .embed(&Tensor::from_slice(&block).to_device(device));
-        let positions = Tensor::arange_start(start, start + b, (Kind::Int64, device));
-        let (cos, sin) = self.rope.tables(&positions, kind);
-        let masks: Vec<Option<Tensor>> = self
-            .layers
-            .iter()
-            .map(|l| {
-                self.block_mask(l, context, start)
-                    .map(|m| m.to_device(device))
-            })
-            .collect();
-        let mut speculation = self.cache.speculate();
-        for (i, layer) in self.layers.iter().enumerate() {
-            let y = layer.input_layernorm.forward(&x);
-            let mut q = layer.queries(&y, &cos, &sin, self.heads, self.head_dim);
-            let (k, v) = layer.keys_values(&y, &cos, &sin, self.kv_heads, self.head_dim);
-            let (keys, values) = speculation.write(i, &k, &v);
-            // Every row of a non-causal block sees context + B keys: one scalar per pass (derivation.md §7).
-            if !self.query_scaling.is_off() {
-                self.query_scaling.apply(
-                    &mut q,
-                    i,
-                    &visible_counts(masks[i].as_ref(), b, keys.size()[1])?,
-                )?;
-            }
-            x = layer.finish(
-                &x,
-                &attend(
-                    &q,
-                    &keys,
-                    &values,
-                    masks[i].as_ref(),
-                    1.0 / (self.head_dim as f64).sqrt(),
-                ),
-            );
-        }
-        drop(speculation); // block K/V are never kept
         let logits = ctx
             .target
             .lm_head(&self.norm.forward(&x.narrow(0, 1, b - 1)));

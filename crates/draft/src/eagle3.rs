@@ -21,7 +21,10 @@ use sharpdraft_model::layers::{Linear, RmsNorm};
 use sharpdraft_model::rope::{self, Rope};
 use sharpdraft_model::transformer::attend;
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
-use sharpdraft_model::{AttentionMask, KvCache, QueryScaling, Sampler, Sampling, Tap, Transformer};
+use sharpdraft_model::{
+    AttentionMask, AttentionObserver, AttentionView, KvCache, QueryScaling, Sampler, Sampling, Tap,
+    Transformer,
+};
 use std::path::Path;
 use tch::{nn, Device, Kind, Tensor};
 
@@ -190,6 +193,52 @@ impl Eagle3Drafter {
             .config
             .training_length
             .unwrap_or(self.head.config.max_position_embeddings)
+    }
+}
+
+impl Eagle3Drafter {
+    /// The attention-statistics probe's entry: feeds the `(token, target feature)` pairs of a long context
+    /// through the stable cache in chunks of `chunk` rows, as drafting's catch-up pass does, and offers
+    /// each chunk's attention to `observer`. `tokens[i]` is the token after the one whose target features
+    /// are `features[i]` (`[m, 3 Ht]`). Row i sees i + 1 keys.
+    pub fn feed_context(
+        &mut self,
+        target: &Transformer,
+        tokens: &[i64],
+        features: &Tensor,
+        chunk: i64,
+        observer: &mut dyn AttentionObserver,
+    ) -> Result<()> {
+        let _guard = tch::no_grad_guard();
+        let device = target.device();
+        let count = tokens.len() as i64;
+        if features.size()[0] != count {
+            return Err(DraftError::Mismatch(format!(
+                "{count} tokens for {} feature rows",
+                features.size()[0]
+            )));
+        }
+        let mut start = 0;
+        while start < count {
+            let rows = chunk.min(count - start);
+            let fed = self.cache.len();
+            let ids = Tensor::from_slice(&tokens[start as usize..(start + rows) as usize]);
+            let embeddings = target.embed(&ids.to_device(device));
+            let positions = Tensor::arange_start(fed, fed + rows, (Kind::Int64, device));
+            let fused = self
+                .head
+                .fuse(&features.narrow(0, start, rows).to_kind(target.kind()));
+            let _ = self.head.forward_observed(
+                &embeddings,
+                &fused,
+                &positions,
+                &AttentionMask::Causal,
+                &mut self.cache,
+                Some(&mut *observer),
+            )?;
+            start += rows;
+        }
+        Ok(())
     }
 }
 
@@ -471,6 +520,19 @@ impl Eagle3Head {
         mask: &AttentionMask,
         cache: &mut KvCache,
     ) -> Result<(Tensor, Tensor)> {
+        self.forward_observed(embeddings, hidden, positions, mask, cache, None)
+    }
+
+    /// [`Self::forward`] that offers the attention (after any query scaling) to `observer`.
+    fn forward_observed(
+        &self,
+        embeddings: &Tensor,
+        hidden: &Tensor,
+        positions: &Tensor,
+        mask: &AttentionMask,
+        cache: &mut KvCache,
+        observer: Option<&mut dyn AttentionObserver>,
+    ) -> Result<(Tensor, Tensor)> {
         let rows = embeddings.size()[0];
         cache.reserve(rows)?;
         let past = cache.len();
@@ -482,6 +544,17 @@ impl Eagle3Head {
         if !self.query_scaling.is_off() {
             self.query_scaling
                 .apply(&mut q, 0, &mask.visible_counts(past, rows)?)?;
+        }
+        if let Some(observer) = observer.filter(|o| o.wants(0)) {
+            let softmax_scale = 1.0 / (self.head_dim as f64).sqrt();
+            let view = AttentionView {
+                queries: &q,
+                keys: &keys,
+                visible: visible.as_ref(),
+                past,
+                softmax_scale,
+            };
+            observer.observe(0, &view);
         }
         let out = self.finish(residual, &q, &keys, &values, visible.as_ref());
         cache.advance(rows);

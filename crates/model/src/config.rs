@@ -179,12 +179,14 @@ impl HfConfig {
         let head_dim = match self.head_dim {
             Some(d) => positive("head_dim", d)?,
             None if hidden_size % num_heads == 0 => hidden_size / num_heads,
-            None => return Err(invalid(
-                "head_dim",
-                format!(
+            None => {
+                return Err(invalid(
+                    "head_dim",
+                    format!(
                     "missing, and hidden_size {hidden_size} is not divisible by {num_heads} heads"
                 ),
-            )),
+                ))
+            }
         };
         if head_dim % 2 != 0 {
             return Err(invalid(

@@ -1,0 +1,16 @@
+//! The attention-statistics probe (derivation.md §6): runs a drafter (or the target) over long real
+//! contexts and records, per layer, query head and length bin, the visible-key count n, the top-k mass
+//! `M_k`, background moments, the attention-weighted top-vs-background gap, entropy, log-sum-exp and the
+//! sink share, plus `M_k` on a grid of query scales for the exact estimator. Streaming: a few query rows
+//! at a time, never an n x n matrix.
+
+pub mod calibration_input;
+pub mod length_bins;
+pub mod recorder;
+pub mod row_statistics;
+pub mod subjects;
+
+pub use calibration_input::head_stats;
+pub use length_bins::LengthBins;
+pub use recorder::{BinRecord, CurveRecord, ProbeRecorder, ProbeSettings, RowFilter};
+pub use subjects::{probe_sequence, ProbeError, Subject};
