@@ -35,6 +35,12 @@ enum Command {
     Logits(commands::generate::LogitsArgs),
     /// Train a drafter for a target from a YAML config (see configs/train/).
     Train { config: std::path::PathBuf },
+    /// Attention statistics of a drafter (or the target) over long texts, per layer/head/length bin
+    /// (see configs/probe/); writes parquet.
+    Probe { config: std::path::PathBuf },
+    /// Fit beta from probe statistics with every estimator and write a schedule YAML (see
+    /// configs/calibrate/); runs the probe first when needed.
+    Calibrate { config: std::path::PathBuf },
     /// Throughput benchmarks.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
@@ -50,6 +56,20 @@ fn main() -> anyhow::Result<()> {
         Command::Tau(args) => commands::tau::run(&args),
         Command::Logits(args) => commands::generate::run_logits(&args),
         Command::Bench(command) => commands::bench::run(&command),
+        Command::Probe { config } => {
+            let out = sharpdraft_lab::probe_run::run(&config)?;
+            sharpdraft_lab::probe_run::print_summary(&out);
+            println!(
+                "probe statistics: {}",
+                out.dir.join("stats.parquet").display()
+            );
+            Ok(())
+        }
+        Command::Calibrate { config } => {
+            let out = sharpdraft_lab::calibrate_run::run(&config)?;
+            println!("calibration: {}", out.dir.display());
+            Ok(())
+        }
         Command::Train { config } => {
             let out = sharpdraft_lab::train::run(&config)?;
             println!("trained drafter: {}", out.display());

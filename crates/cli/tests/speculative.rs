@@ -213,3 +213,78 @@ fn tau_reports_acceptance_per_prompt_and_context_with_a_long_text_before_the_que
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("need --filler"));
 }
+
+#[test]
+fn tau_compares_scaling_modes_on_the_same_prompts_and_beta_zero_matches_off() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("q.jsonl");
+    std::fs::write(&prompts, "{\"prompt\": \"Name three colours.\"}\n").unwrap();
+    let filler = dir.path().join("filler.txt");
+    std::fs::write(
+        &filler,
+        "A long and winding road leads to the sea. ".repeat(60),
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "tau",
+            "--target",
+            "smollm2-135m-instruct",
+            "--drafter",
+            "smollm2-135m-instruct",
+            "--method",
+            "vanilla",
+        ];
+        args.extend_from_slice(&[
+            "--prompts",
+            prompts.to_str().unwrap(),
+            "--count",
+            "1",
+            "--max-new-tokens",
+            "12",
+            "--contexts",
+            "200",
+        ]);
+        args.extend_from_slice(&["--filler", filler.to_str().unwrap(), "--json"]);
+        args.extend_from_slice(extra);
+        std::process::Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--scaling", "off,fixed,logn", "--beta", "0", "--n0", "32"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary = report["summary"].as_array().unwrap();
+    let modes: Vec<&str> = summary
+        .iter()
+        .map(|s| s["scaling"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["off", "fixed", "logn"]);
+    assert_eq!(
+        summary[0]["tau"], summary[1]["tau"],
+        "fixed with beta = 0 is the unmodified drafter"
+    );
+    // logn at n0 = 32 over a 200-token context scales the drafter's queries by ~1.5: its drafts, no
+    // longer the target's own, are not all accepted.
+    assert!(
+        summary[2]["tau"].as_f64().unwrap() < summary[0]["tau"].as_f64().unwrap(),
+        "{summary:?}"
+    );
+
+    let out = run(&["--scaling", "exact"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs a schedule"), "{err}");
+    let out = run(&["--scaling", "fixed", "--beta", "0.2"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no training length"), "{err}");
+}

@@ -1,8 +1,11 @@
 //! The lab: what sits on top of the engine for research runs. Datasets from the package registries,
 //! drafter training, parquet tables and charts; experiment runs and reports with the next steps.
 
+pub mod calibrate_run;
 pub mod datasets;
 pub mod loss_curve;
 pub mod plot;
+pub mod probe_run;
+pub mod scaling;
 pub mod table;
 pub mod train;

@@ -1,15 +1,16 @@
 //! Command-line choice of SharpDraft query scaling for a drafter (`--scaling`, `--schedule`, `--beta`,
-//! `--n0`), resolved against the drafter it scales.
+//! `--n0`); resolved by the lab's [`ScalingSpec`], which configs use too.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use sharpdraft_draft::Drafter;
-use sharpdraft_math::ScaleSchedule;
-use sharpdraft_model::{QueryScaling, ScalingMode};
+pub use sharpdraft_lab::scaling::ScalingKind;
+use sharpdraft_lab::scaling::ScalingSpec;
+use sharpdraft_model::QueryScaling;
 use std::path::PathBuf;
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScalingKind {
+pub enum ScalingArg {
     /// The unmodified drafter.
     Off,
     /// s(n) = 1 + beta max(0, ln(n / n0)); beta from --schedule (global, per layer or per head) or --beta.
@@ -20,11 +21,22 @@ pub enum ScalingKind {
     Logn,
 }
 
+impl From<ScalingArg> for ScalingKind {
+    fn from(arg: ScalingArg) -> Self {
+        match arg {
+            ScalingArg::Off => ScalingKind::Off,
+            ScalingArg::Fixed => ScalingKind::Fixed,
+            ScalingArg::Exact => ScalingKind::Exact,
+            ScalingArg::Logn => ScalingKind::Logn,
+        }
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct ScalingArgs {
     /// SharpDraft query scaling of the drafter; `tau` takes a comma-separated list and compares them.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
-    pub scaling: Vec<ScalingKind>,
+    pub scaling: Vec<ScalingArg>,
     /// Schedule YAML (as written by `sharpdraft calibrate`) for `fixed` and `exact`.
     #[arg(long)]
     pub schedule: Option<PathBuf>,
@@ -40,66 +52,30 @@ impl ScalingArgs {
     /// The one mode of a command that runs one drafter.
     pub fn single(&self) -> Result<ScalingKind> {
         match self.scaling.as_slice() {
-            [kind] => Ok(*kind),
+            [kind] => Ok((*kind).into()),
             kinds => bail!("--scaling takes one mode here, got {kinds:?}"),
         }
     }
 
-    fn n0(&self, drafter: &dyn Drafter) -> Result<f64> {
-        match (self.n0, drafter.training_length()) {
-            (Some(n0), _) => Ok(n0),
-            (None, Some(n0)) => Ok(n0 as f64),
-            (None, None) => bail!(
-                "the {} drafter records no training length: give --n0",
-                drafter.method()
-            ),
-        }
-    }
-
-    fn load_schedule(&self) -> Result<ScaleSchedule> {
-        let path = self
-            .schedule
-            .as_ref()
-            .context("this --scaling mode needs --schedule (see `sharpdraft calibrate`)")?;
-        if self.n0.is_some() {
-            bail!(
-                "--n0 conflicts with --schedule {}: the schedule carries its own n0",
-                path.display()
-            );
-        }
-        Ok(ScaleSchedule::load(path)?)
+    /// Every mode asked for, in order.
+    pub fn kinds(&self) -> Vec<ScalingKind> {
+        self.scaling.iter().map(|&k| k.into()).collect()
     }
 
     /// Builds `kind` for `drafter`, checked against its layers and heads.
     pub fn build(&self, kind: ScalingKind, drafter: &dyn Drafter) -> Result<QueryScaling> {
-        let mode = match kind {
-            ScalingKind::Off => ScalingMode::Off,
-            ScalingKind::Fixed => match (self.beta, &self.schedule) {
-                (Some(_), Some(path)) => bail!(
-                    "--beta conflicts with --schedule {}: give one",
-                    path.display()
-                ),
-                (Some(beta), None) => {
-                    ScalingMode::Fixed(ScaleSchedule::global(self.n0(drafter)?, beta)?)
-                }
-                (None, _) => ScalingMode::Fixed(self.load_schedule()?),
-            },
-            ScalingKind::Exact => ScalingMode::Exact(self.load_schedule()?),
-            ScalingKind::Logn => ScalingMode::Logn {
-                n0: self.n0(drafter)?,
-            },
+        let spec = ScalingSpec {
+            mode: kind,
+            schedule: self.schedule.clone(),
+            beta: self.beta,
+            n0: self.n0,
         };
         let (layers, heads) = drafter.query_layout();
-        let schedule = self
-            .schedule
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "--beta".into());
-        QueryScaling::new(mode, layers, heads).with_context(|| {
-            format!(
-                "--scaling {kind:?} with {schedule} for the {} drafter",
-                drafter.method()
-            )
-        })
+        spec.build(
+            layers,
+            heads,
+            drafter.training_length(),
+            &format!("the {} drafter", drafter.method()),
+        )
     }
 }

@@ -150,13 +150,14 @@ pub fn run(args: &TauArgs) -> Result<()> {
         _ => Vec::new(),
     };
     let sampling = Sampling::greedy();
+    let scalings = args.draft.scaling.kinds();
     let (mut rows, mut summaries) = (Vec::new(), Vec::new());
     for (&requested, &scaling) in args
         .contexts
         .iter()
-        .flat_map(|c| args.draft.scaling.scaling.iter().map(move |s| (c, s)))
+        .flat_map(|c| scalings.iter().map(move |s| (c, s)))
     {
-        let mode = format!("{scaling:?}").to_lowercase();
+        let mode = scaling.name().to_string();
         let (mut generated, mut passes, mut contexts) = (0usize, 0usize, 0usize);
         for (i, question) in questions[args.skip..args.skip + args.count]
             .iter()

@@ -1,0 +1,467 @@
+//! `sharpdraft calibrate CONFIG.yaml`: beta from probe statistics with the estimators of derivation.md
+//! §6, pooled and per head, with the guards; writes the schedule YAML that `generate`, `tau` and probes
+//! consume, a table of beta by estimator, and plots.
+//!
+//! ```yaml
+//! probe: ../probe/smollm2-eagle3.yaml   # a probe config, run first when it has not finished
+//! # probe_dir: path/to/finished/probe   # or the folder of a finished probe
+//! k: 4                                  # the M_k the schedule preserves
+//! estimator: exact_least_squares        # gaussian_plug_in | mass_plug_in | local_slope | exact_least_squares
+//! per_head: true                        # per-head betas in the schedule (else the pooled beta)
+//! beta_max: 2.0
+//! out: smollm2-eagle3                   # $SHARPDRAFT_HOME/calibrations/<out>, or a path with a '/'
+//! ```
+//!
+//! Output folder: `schedule.yaml` (n0, beta, and the exact table of estimator (iii)), `betas.parquet`
+//! (estimator, layer, head, beta, raw, guard), `mass_vs_n.png` (M_k against n, measured unscaled and
+//! re-evaluated under the schedule) and `beta_per_head.png`.
+
+use crate::plot::{line_chart, Chart, Series};
+use crate::probe_run::{read_probe, ProbeConfig, ProbeOutput};
+use crate::table::{Column, Table};
+use anyhow::{bail, ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+use sharpdraft_math::{
+    calibrate, Beta, Calibration, CalibrationConfig, Estimator, ExactScales, HeadStats,
+    ScaleSchedule,
+};
+use sharpdraft_model::registry;
+use sharpdraft_probe::head_stats;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrateConfig {
+    #[serde(default)]
+    pub probe: Option<PathBuf>,
+    #[serde(default)]
+    pub probe_dir: Option<PathBuf>,
+    #[serde(default = "default_k")]
+    pub k: i64,
+    #[serde(default = "default_estimator")]
+    pub estimator: Estimator,
+    #[serde(default = "default_per_head")]
+    pub per_head: bool,
+    #[serde(default = "default_beta_max")]
+    pub beta_max: f64,
+    pub out: String,
+}
+
+fn default_k() -> i64 {
+    4
+}
+fn default_estimator() -> Estimator {
+    Estimator::ExactLeastSquares
+}
+fn default_per_head() -> bool {
+    true
+}
+fn default_beta_max() -> f64 {
+    2.0
+}
+
+const ESTIMATORS: [Estimator; 4] = [
+    Estimator::GaussianPlugIn,
+    Estimator::MassPlugIn,
+    Estimator::LocalSlope,
+    Estimator::ExactLeastSquares,
+];
+
+fn estimator_name(e: Estimator) -> &'static str {
+    match e {
+        Estimator::GaussianPlugIn => "(i) gaussian_plug_in",
+        Estimator::MassPlugIn => "(i') mass_plug_in",
+        Estimator::LocalSlope => "(ii) local_slope",
+        Estimator::ExactLeastSquares => "(iii) exact_least_squares",
+    }
+}
+
+pub struct CalibrationOutput {
+    pub dir: PathBuf,
+    pub schedule_path: PathBuf,
+    pub schedule: ScaleSchedule,
+    /// Every estimator that could be formed (the others' errors are printed).
+    pub fits: Vec<Calibration>,
+}
+
+impl CalibrateConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let config: Self = serde_yaml::from_str(&text)
+            .with_context(|| format!("{}: invalid calibrate config", path.display()))?;
+        ensure!(
+            config.probe.is_some() != config.probe_dir.is_some(),
+            "{}: give exactly one of probe (a probe config) and probe_dir (a finished probe)",
+            path.display()
+        );
+        ensure!(
+            config.beta_max >= 0.0,
+            "{}: beta_max {} must be >= 0",
+            path.display(),
+            config.beta_max
+        );
+        Ok(config)
+    }
+
+    pub fn out_dir(&self) -> PathBuf {
+        if self.out.contains('/') {
+            PathBuf::from(&self.out)
+        } else {
+            registry::home().join("calibrations").join(&self.out)
+        }
+    }
+}
+
+/// Runs a calibrate config (and its probe, when it has not run).
+pub fn run(config_path: &Path) -> Result<CalibrationOutput> {
+    let config = CalibrateConfig::load(config_path)?;
+    let base = config_path.parent().unwrap_or(Path::new("."));
+    let probe = match (&config.probe, &config.probe_dir) {
+        (Some(probe), _) => {
+            let path = base.join(probe);
+            let probe_config = ProbeConfig::load(&path)?;
+            crate::probe_run::run_config(&probe_config, path.parent().unwrap_or(Path::new(".")))?
+        }
+        (None, Some(dir)) => read_probe(&base.join(dir))?,
+        (None, None) => unreachable!("validated"),
+    };
+    calibrate_probe(&config, &probe)
+}
+
+/// Fits every estimator on a finished probe and writes the schedule, table and plots.
+pub fn calibrate_probe(config: &CalibrateConfig, probe: &ProbeOutput) -> Result<CalibrationOutput> {
+    let heads = head_stats(&probe.bins, &probe.curves, config.k);
+    ensure!(
+        !heads.is_empty(),
+        "{}: the probe recorded no k = {} (its ks: {:?})",
+        probe.dir.display(),
+        config.k,
+        probe
+            .bins
+            .iter()
+            .map(|b| b.k)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    let n0 = probe.n0;
+    let mut fits = Vec::new();
+    println!(
+        "{:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "estimator", "pooled", "mean", "min", "max", "guarded"
+    );
+    for estimator in ESTIMATORS {
+        match calibrate(
+            &heads,
+            &CalibrationConfig {
+                n0,
+                estimator,
+                beta_max: config.beta_max,
+            },
+        ) {
+            Ok(fit) => {
+                let betas: Vec<f64> = fit.heads.iter().map(|h| h.beta).collect();
+                let mean = betas.iter().sum::<f64>() / betas.len() as f64;
+                let (min, max) = betas
+                    .iter()
+                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+                        (a.min(x), b.max(x))
+                    });
+                let guarded = fit.heads.iter().filter(|h| h.guard.is_some()).count();
+                println!(
+                    "{:<28} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>5}/{}",
+                    estimator_name(estimator),
+                    fit.pooled,
+                    mean,
+                    min,
+                    max,
+                    guarded,
+                    betas.len()
+                );
+                fits.push(fit);
+            }
+            Err(e) if estimator == config.estimator => {
+                return Err(e).context(format!("estimator {}", estimator_name(estimator)))
+            }
+            Err(e) => println!("{:<28} not formed: {e}", estimator_name(estimator)),
+        }
+    }
+    let chosen = fits
+        .iter()
+        .find(|f| f.estimator == config.estimator)
+        .expect("the chosen estimator was formed");
+    let schedule = schedule_of(
+        config,
+        &heads,
+        chosen,
+        fits.iter()
+            .find(|f| f.estimator == Estimator::ExactLeastSquares),
+        n0,
+    )?;
+    let dir = config.out_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    write_betas(&dir.join("betas.parquet"), &fits)?;
+    let bins = bin_summaries(&heads, &schedule);
+    print_bins(&bins, n0, config.k);
+    plot_mass(
+        &dir.join("mass_vs_n.png"),
+        &bins,
+        schedule.exact.is_some(),
+        n0,
+        config.k,
+    )?;
+    plot_betas(&dir.join("beta_per_head.png"), &fits)?;
+    let schedule_path = dir.join("schedule.yaml");
+    schedule.save(&schedule_path)?;
+    println!(
+        "schedule ({} beta{}): {}",
+        estimator_name(config.estimator),
+        if config.per_head {
+            " per head"
+        } else {
+            ", pooled"
+        },
+        schedule_path.display()
+    );
+    Ok(CalibrationOutput {
+        dir,
+        schedule_path,
+        schedule,
+        fits,
+    })
+}
+
+/// The schedule: the chosen estimator's betas (per head, or pooled), plus the exact table of (iii) when
+/// it was formed, with unreachable bins filled from that head's fitted slope.
+fn schedule_of(
+    config: &CalibrateConfig,
+    heads: &[HeadStats],
+    chosen: &Calibration,
+    exact: Option<&Calibration>,
+    n0: f64,
+) -> Result<ScaleSchedule> {
+    let layers = heads.iter().map(|h| h.layer).max().expect("heads") + 1;
+    let per_layer = heads.iter().map(|h| h.head).max().expect("heads") + 1;
+    let complete = heads.len() == layers * per_layer;
+    let table = |value: &dyn Fn(usize) -> Vec<f64>| -> Vec<Vec<Vec<f64>>> {
+        let mut t = vec![vec![Vec::new(); per_layer]; layers];
+        for (i, h) in heads.iter().enumerate() {
+            t[h.layer][h.head] = value(i);
+        }
+        t
+    };
+    let beta = if config.per_head {
+        if !complete {
+            bail!("per_head: the probe recorded {} of {layers} x {per_layer} heads (a `layers:` subset?); use per_head: false", heads.len());
+        }
+        let betas = table(&|i| vec![chosen.heads[i].beta]);
+        Beta::PerHead(
+            betas
+                .into_iter()
+                .map(|l| l.into_iter().map(|h| h[0]).collect())
+                .collect(),
+        )
+    } else {
+        Beta::Global(chosen.pooled)
+    };
+    let exact = match exact {
+        Some(fit) if complete && !fit.heads.is_empty() && !fit.heads[0].bin_scales.is_empty() => {
+            let n: Vec<f64> = fit.heads[0].bin_scales.iter().map(|(n, _)| *n).collect();
+            let same_bins = fit.heads.iter().all(|h| h.bin_scales.len() == n.len());
+            same_bins.then(|| ExactScales {
+                // Bin lengths differ slightly between heads only through rounding; the first head's stand.
+                n: n.clone(),
+                s: table(&|i| {
+                    let head = &fit.heads[i];
+                    head.bin_scales
+                        .iter()
+                        .map(|(nb, s)| s.unwrap_or(1.0 + head.beta * (nb / n0).ln()))
+                        .collect()
+                }),
+            })
+        }
+        _ => None,
+    };
+    let schedule = ScaleSchedule { n0, beta, exact };
+    schedule.validate()?;
+    Ok(schedule)
+}
+
+fn write_betas(path: &Path, fits: &[Calibration]) -> Result<()> {
+    let rows: Vec<(&Calibration, &sharpdraft_math::calibrate::HeadBeta)> = fits
+        .iter()
+        .flat_map(|f| f.heads.iter().map(move |h| (f, h)))
+        .collect();
+    Table::default()
+        .with(
+            "estimator",
+            Column::Str(
+                rows.iter()
+                    .map(|(f, _)| estimator_name(f.estimator).to_string())
+                    .collect(),
+            ),
+        )
+        .with(
+            "layer",
+            Column::I64(rows.iter().map(|(_, h)| h.layer as i64).collect()),
+        )
+        .with(
+            "head",
+            Column::I64(rows.iter().map(|(_, h)| h.head as i64).collect()),
+        )
+        .with(
+            "beta",
+            Column::F64(rows.iter().map(|(_, h)| h.beta).collect()),
+        )
+        .with(
+            "raw",
+            Column::F64(rows.iter().map(|(_, h)| h.raw).collect()),
+        )
+        .with(
+            "guard",
+            Column::Str(
+                rows.iter()
+                    .map(|(_, h)| h.guard.map_or(String::new(), |g| format!("{g:?}")))
+                    .collect(),
+            ),
+        )
+        .with(
+            "pooled",
+            Column::F64(rows.iter().map(|(f, _)| f.pooled).collect()),
+        )
+        .write_parquet(path)
+}
+
+/// One length bin averaged over heads: what the dilution and its correction look like.
+struct BinSummary {
+    n: f64,
+    /// Measured `M_k` at s = 1.
+    unscaled: f64,
+    /// `M_k` re-evaluated on each head's mass curve at the schedule's fixed-slope `s(n)`.
+    fixed: f64,
+    /// The same under the exact table (NaN without one).
+    exact: f64,
+    background_var: f64,
+    /// `<l>_{R,p} - <l>_{B,p}`, from `M (1 - M) gap / (M (1 - M))`.
+    gap: f64,
+}
+
+fn bin_summaries(heads: &[HeadStats], schedule: &ScaleSchedule) -> Vec<BinSummary> {
+    let mut by_bin: BTreeMap<i64, ([f64; 6], usize)> = BTreeMap::new();
+    for h in heads {
+        for b in &h.bins {
+            // Bins are a factor 2 apart; heads share them.
+            let key = b.n.log2().round() as i64;
+            let fixed = b.mean_mass(schedule.scale(b.n, h.layer, h.head));
+            let exact = schedule
+                .exact_scale(b.n, h.layer, h.head)
+                .map_or(f64::NAN, |s| b.mean_mass(s));
+            let gap = b.mass_gap / (b.mass * (1.0 - b.mass));
+            let e = by_bin.entry(key).or_insert(([0.0; 6], 0));
+            for (sum, v) in
+                e.0.iter_mut()
+                    .zip([b.n, b.mass, fixed, exact, b.background_var, gap])
+            {
+                *sum += v;
+            }
+            e.1 += 1;
+        }
+    }
+    by_bin
+        .values()
+        .map(|(v, count)| {
+            let m = v.map(|x| x / *count as f64);
+            BinSummary {
+                n: m[0],
+                unscaled: m[1],
+                fixed: m[2],
+                exact: m[3],
+                background_var: m[4],
+                gap: m[5],
+            }
+        })
+        .collect()
+}
+
+fn print_bins(bins: &[BinSummary], n0: f64, k: i64) {
+    println!("\nmean over heads by length bin (M_{k}: measured unscaled, and under the schedule)");
+    println!(
+        "{:>8} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "n", "n/n0", "unscaled", "fixed", "exact", "sigma^2", "gap"
+    );
+    for b in bins {
+        println!(
+            "{:>8.0} {:>8.2} {:>10.4} {:>10.4} {:>10.4} {:>10.3} {:>8.3}",
+            b.n,
+            b.n / n0,
+            b.unscaled,
+            b.fixed,
+            b.exact,
+            b.background_var,
+            b.gap
+        );
+    }
+    println!();
+}
+
+fn plot_mass(path: &Path, bins: &[BinSummary], has_exact: bool, n0: f64, k: i64) -> Result<()> {
+    let points =
+        |f: &dyn Fn(&BinSummary) -> f64| bins.iter().map(|b| (b.n, f(b))).collect::<Vec<_>>();
+    let mut series = vec![
+        Series {
+            name: "unscaled (measured)".into(),
+            points: points(&|b| b.unscaled),
+        },
+        Series {
+            name: "fixed-slope schedule".into(),
+            points: points(&|b| b.fixed),
+        },
+    ];
+    if has_exact {
+        series.push(Series {
+            name: "exact table".into(),
+            points: points(&|b| b.exact),
+        });
+    }
+    let title = format!("top-{k} attention mass against visible keys (n0 = {n0})");
+    line_chart(
+        path,
+        &Chart {
+            title: &title,
+            x_label: "visible keys n",
+            y_label: &format!("mean M_{k} over heads"),
+            log_x: true,
+        },
+        &series,
+    )
+}
+
+fn plot_betas(path: &Path, fits: &[Calibration]) -> Result<()> {
+    let heads_per_layer = fits
+        .iter()
+        .flat_map(|f| f.heads.iter().map(|h| h.head))
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let series: Vec<Series> = fits
+        .iter()
+        .map(|f| Series {
+            name: estimator_name(f.estimator).into(),
+            points: f
+                .heads
+                .iter()
+                .map(|h| ((h.layer * heads_per_layer + h.head) as f64, h.beta))
+                .collect(),
+        })
+        .collect();
+    line_chart(
+        path,
+        &Chart {
+            title: "beta per head (layer-major)",
+            x_label: "layer x heads + head",
+            y_label: "beta",
+            log_x: false,
+        },
+        &series,
+    )
+}

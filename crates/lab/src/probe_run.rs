@@ -1,0 +1,613 @@
+//! `sharpdraft probe CONFIG.yaml`: the attention-statistics probe over long real texts.
+//!
+//! ```yaml
+//! target: smollm2-135m-instruct
+//! drafter: smollm2-135m-eagle3   # omit with method: target
+//! method: eagle3                 # target | vanilla | pard | eagle3 | dflash
+//! out: smollm2-eagle3            # $SHARPDRAFT_HOME/probes/<out>, or a path when it has a '/'
+//! bins: {lowest: -2, highest: 5} # n from 0.25 n0 to 32 n0
+//! rows_per_bin: 8                # query rows per bin and sequence
+//! sequences: 2                   # long token sequences, each probed from a fresh cache
+//! text: [...]                    # data sources, as in training configs
+//! skip_tokens: 60000             # start past text a drafter was trained on
+//! ks: [1, 4, 8, 16]
+//! scaling: {mode: fixed, schedule: ...}   # optional: probe with a schedule applied
+//! ```
+//!
+//! Output in the out folder: `stats.parquet` (one row per layer, head, bin, k), `mass_curves.parquet`
+//! (`M_k` per scale s, for estimator (iii)) and `probe.json` (the config, peak memory, time). A finished
+//! probe with the same config is reused, not rerun.
+
+use crate::datasets::{token_stream, Source};
+use crate::scaling::ScalingSpec;
+use crate::table::{Column, Table};
+use anyhow::{bail, ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter, TreeShape};
+use sharpdraft_model::{registry, CausalLm, Sampling};
+use sharpdraft_probe::{
+    probe_sequence, BinRecord, CurveRecord, LengthBins, ProbeRecorder, ProbeSettings, RowFilter,
+    Subject,
+};
+use std::path::{Path, PathBuf};
+use tch::Kind;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeMethod {
+    Target,
+    Vanilla,
+    Pard,
+    Eagle3,
+    Dflash,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BinRange {
+    pub lowest: i32,
+    pub highest: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleGrid {
+    pub max: f64,
+    pub step: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeConfig {
+    pub target: String,
+    #[serde(default)]
+    pub drafter: Option<String>,
+    pub method: ProbeMethod,
+    pub out: String,
+    /// Defaults to the drafter's recorded training length (required for `target`).
+    #[serde(default)]
+    pub n0: Option<f64>,
+    #[serde(default = "default_bins")]
+    pub bins: BinRange,
+    #[serde(default = "default_rows_per_bin")]
+    pub rows_per_bin: usize,
+    #[serde(default = "default_sequences")]
+    pub sequences: usize,
+    /// Each source is a one-key map (`- pypi_texts: {...}`), as in training configs.
+    #[serde(with = "serde_yaml::with::singleton_map_recursive")]
+    pub text: Vec<Source>,
+    #[serde(default)]
+    pub skip_tokens: usize,
+    #[serde(default = "default_ks")]
+    pub ks: Vec<i64>,
+    #[serde(default = "default_scales")]
+    pub scales: ScaleGrid,
+    /// Rows of one forward pass (bounds memory next to the probe's own `8 x H x n` tiles).
+    #[serde(default = "default_chunk")]
+    pub chunk: i64,
+    /// Layers to record (all when absent).
+    #[serde(default)]
+    pub layers: Option<Vec<usize>>,
+    #[serde(default)]
+    pub scaling: Option<ScalingSpec>,
+    #[serde(default = "default_device")]
+    pub device: String,
+}
+
+fn default_bins() -> BinRange {
+    BinRange {
+        lowest: -2,
+        highest: 5,
+    }
+}
+fn default_rows_per_bin() -> usize {
+    8
+}
+fn default_sequences() -> usize {
+    1
+}
+fn default_ks() -> Vec<i64> {
+    vec![1, 4, 8, 16]
+}
+fn default_scales() -> ScaleGrid {
+    ScaleGrid {
+        max: 3.0,
+        step: 0.05,
+    }
+}
+fn default_chunk() -> i64 {
+    512
+}
+fn default_device() -> String {
+    "cpu".into()
+}
+
+/// What a finished probe leaves next to its tables.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ProbeSummary {
+    pub config: ProbeConfig,
+    pub n0: f64,
+    pub sequence_tokens: usize,
+    pub rows: usize,
+    pub seconds: f64,
+    /// Peak resident memory of the process (VmHWM), after the longest context.
+    pub peak_resident_mib: f64,
+}
+
+pub struct ProbeOutput {
+    pub dir: PathBuf,
+    pub n0: f64,
+    pub bins: Vec<BinRecord>,
+    pub curves: Vec<CurveRecord>,
+}
+
+impl ProbeConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let config: Self = serde_yaml::from_str(&text)
+            .with_context(|| format!("{}: invalid probe config", path.display()))?;
+        config
+            .validate()
+            .with_context(|| format!("{}", path.display()))?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<()> {
+        ensure!(
+            self.bins.lowest <= self.bins.highest,
+            "bins: lowest {} is above highest {}",
+            self.bins.lowest,
+            self.bins.highest
+        );
+        ensure!(
+            self.rows_per_bin >= 1 && self.sequences >= 1,
+            "rows_per_bin and sequences must be at least 1"
+        );
+        ensure!(
+            !self.ks.is_empty() && self.ks.iter().all(|&k| k >= 1),
+            "ks: {:?} must be positive",
+            self.ks
+        );
+        ensure!(
+            self.scales.step > 0.0 && self.scales.max >= 1.0,
+            "scales: step {} must be > 0 and max {} >= 1",
+            self.scales.step,
+            self.scales.max
+        );
+        ensure!(self.chunk >= 1, "chunk: {} must be at least 1", self.chunk);
+        match (self.method, &self.drafter) {
+            (ProbeMethod::Target, Some(d)) => bail!("drafter: {d} given with method: target"),
+            (ProbeMethod::Target, None) if self.n0.is_none() => {
+                bail!("n0: method target has no training length; give n0")
+            }
+            (m, None) if m != ProbeMethod::Target => bail!("drafter: method {m:?} needs a drafter"),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn out_dir(&self) -> PathBuf {
+        if self.out.contains('/') {
+            PathBuf::from(&self.out)
+        } else {
+            registry::home().join("probes").join(&self.out)
+        }
+    }
+
+    fn scale_grid(&self) -> Vec<f64> {
+        let steps = ((self.scales.max - 1.0) / self.scales.step).round() as usize;
+        (0..=steps)
+            .map(|i| 1.0 + i as f64 * self.scales.step)
+            .collect()
+    }
+}
+
+fn peak_resident_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok());
+    kib.map_or(f64::NAN, |k| k / 1024.0)
+}
+
+/// Prints the probe by length bin, averaged over layers and heads: `M_k` per k, entropy, sink share,
+/// background variance (of the first k) and the mean visible-key count.
+pub fn print_summary(out: &ProbeOutput) {
+    let ks: std::collections::BTreeSet<i64> = out.bins.iter().map(|b| b.k).collect();
+    let mut by_bin: std::collections::BTreeMap<i32, Vec<&BinRecord>> =
+        std::collections::BTreeMap::new();
+    for b in &out.bins {
+        by_bin.entry(b.bin).or_default().push(b);
+    }
+    let first_k = *ks.iter().next().unwrap_or(&1);
+    print!("{:>8} {:>7}", "n", "n/n0");
+    for k in &ks {
+        print!(" {:>8}", format!("M_{k}"));
+    }
+    println!(
+        " {:>8} {:>8} {:>10} {:>7}",
+        "entropy",
+        "sink",
+        format!("sigma2_{first_k}"),
+        "rows"
+    );
+    for records in by_bin.values() {
+        let mean = |f: &dyn Fn(&BinRecord) -> f64, k: i64| {
+            let chosen: Vec<f64> = records.iter().filter(|b| b.k == k).map(|b| f(b)).collect();
+            chosen.iter().sum::<f64>() / chosen.len() as f64
+        };
+        let n = mean(&|b| b.n, first_k);
+        print!("{:>8.0} {:>7.2}", n, n / out.n0);
+        for &k in &ks {
+            print!(" {:>8.4}", mean(&|b| b.mass, k));
+        }
+        let rows: usize = records
+            .iter()
+            .filter(|b| b.k == first_k)
+            .map(|b| b.rows)
+            .sum();
+        println!(
+            " {:>8.3} {:>8.4} {:>10.3} {:>7}",
+            mean(&|b| b.entropy, first_k),
+            mean(&|b| b.sink_share, first_k),
+            mean(&|b| b.background_var, first_k),
+            rows
+        );
+    }
+}
+
+/// Reads a finished probe's tables.
+pub fn read_probe(dir: &Path) -> Result<ProbeOutput> {
+    let summary: ProbeSummary = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("probe.json"))
+            .with_context(|| format!("{}: no finished probe", dir.display()))?,
+    )?;
+    let stats = Table::read_parquet(&dir.join("stats.parquet"))?;
+    let curves = Table::read_parquet(&dir.join("mass_curves.parquet"))?;
+    let (layer, head, bin, k) = (
+        stats.i64s("layer")?,
+        stats.i64s("head")?,
+        stats.i64s("bin")?,
+        stats.i64s("k")?,
+    );
+    let f = |name: &str| stats.f64s(name);
+    let (n, rows, mass, bg_mean, bg_var, top_mean, wbg, gap, mass_gap, entropy, lse, sink) = (
+        f("n")?,
+        stats.i64s("rows")?,
+        f("mass")?,
+        f("background_mean")?,
+        f("background_var")?,
+        f("top_mean")?,
+        f("weighted_background_mean")?,
+        f("gap")?,
+        f("mass_gap")?,
+        f("entropy")?,
+        f("lse")?,
+        f("sink_share")?,
+    );
+    let bins = (0..stats.rows())
+        .map(|i| BinRecord {
+            layer: layer[i] as usize,
+            head: head[i] as usize,
+            bin: bin[i] as i32,
+            k: k[i],
+            n: n[i],
+            rows: rows[i] as usize,
+            mass: mass[i],
+            background_mean: bg_mean[i],
+            background_var: bg_var[i],
+            top_mean: top_mean[i],
+            weighted_background_mean: wbg[i],
+            gap: gap[i],
+            mass_gap: mass_gap[i],
+            entropy: entropy[i],
+            lse: lse[i],
+            sink_share: sink[i],
+        })
+        .collect();
+    let (cl, ch, cb, ck, cs, cm) = (
+        curves.i64s("layer")?,
+        curves.i64s("head")?,
+        curves.i64s("bin")?,
+        curves.i64s("k")?,
+        curves.f64s("s")?,
+        curves.f64s("mass")?,
+    );
+    let curves = (0..curves.rows())
+        .map(|i| CurveRecord {
+            layer: cl[i] as usize,
+            head: ch[i] as usize,
+            bin: cb[i] as i32,
+            k: ck[i],
+            s: cs[i],
+            mass: cm[i],
+        })
+        .collect();
+    Ok(ProbeOutput {
+        dir: dir.to_path_buf(),
+        n0: summary.n0,
+        bins,
+        curves,
+    })
+}
+
+fn write_tables(dir: &Path, bins: &[BinRecord], curves: &[CurveRecord]) -> Result<()> {
+    let i = |f: &dyn Fn(&BinRecord) -> i64| Column::I64(bins.iter().map(f).collect());
+    let x = |f: &dyn Fn(&BinRecord) -> f64| Column::F64(bins.iter().map(f).collect());
+    Table::default()
+        .with("layer", i(&|b| b.layer as i64))
+        .with("head", i(&|b| b.head as i64))
+        .with("bin", i(&|b| b.bin as i64))
+        .with("k", i(&|b| b.k))
+        .with("n", x(&|b| b.n))
+        .with("rows", i(&|b| b.rows as i64))
+        .with("mass", x(&|b| b.mass))
+        .with("background_mean", x(&|b| b.background_mean))
+        .with("background_var", x(&|b| b.background_var))
+        .with("top_mean", x(&|b| b.top_mean))
+        .with(
+            "weighted_background_mean",
+            x(&|b| b.weighted_background_mean),
+        )
+        .with("gap", x(&|b| b.gap))
+        .with("mass_gap", x(&|b| b.mass_gap))
+        .with("entropy", x(&|b| b.entropy))
+        .with("lse", x(&|b| b.lse))
+        .with("sink_share", x(&|b| b.sink_share))
+        .write_parquet(&dir.join("stats.parquet"))?;
+    Table::default()
+        .with(
+            "layer",
+            Column::I64(curves.iter().map(|c| c.layer as i64).collect()),
+        )
+        .with(
+            "head",
+            Column::I64(curves.iter().map(|c| c.head as i64).collect()),
+        )
+        .with(
+            "bin",
+            Column::I64(curves.iter().map(|c| c.bin as i64).collect()),
+        )
+        .with("k", Column::I64(curves.iter().map(|c| c.k).collect()))
+        .with("s", Column::F64(curves.iter().map(|c| c.s).collect()))
+        .with("mass", Column::F64(curves.iter().map(|c| c.mass).collect()))
+        .write_parquet(&dir.join("mass_curves.parquet"))
+}
+
+/// Runs (or reuses) the probe of a config file.
+pub fn run(config_path: &Path) -> Result<ProbeOutput> {
+    let config = ProbeConfig::load(config_path)?;
+    let base = config_path.parent().unwrap_or(Path::new("."));
+    run_config(&config, base)
+}
+
+/// Runs (or reuses) a probe; relative paths in `config` resolve against `base`.
+pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
+    let dir = config.out_dir();
+    if let Ok(text) = std::fs::read_to_string(dir.join("probe.json")) {
+        let summary: ProbeSummary = serde_json::from_str(&text)?;
+        if summary.config == *config {
+            eprintln!("probe: reusing the finished probe in {}", dir.display());
+            return read_probe(&dir);
+        }
+        eprintln!(
+            "probe: {} holds a probe of another config; probing again",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let started = std::time::Instant::now();
+    let device = sharpdraft_model::parse_device(&config.device)?;
+    let target = CausalLm::load(&registry::resolve(&config.target)?, device, Kind::Float)
+        .with_context(|| format!("loading target {}", config.target))?;
+    let mut scaling_spec = config.scaling.clone().unwrap_or_default();
+    if let Some(schedule) = &scaling_spec.schedule {
+        if schedule.to_string_lossy().contains('/') {
+            scaling_spec.schedule = Some(base.join(schedule));
+        }
+    }
+
+    // The subject's n0 (for bins) and the longest context it is probed at.
+    let drafter_name = config.drafter.clone().unwrap_or_default();
+    let load_drafter_lm = || -> Result<CausalLm> {
+        CausalLm::load(&registry::resolve(&drafter_name)?, device, Kind::Float)
+            .with_context(|| format!("loading drafter {drafter_name}"))
+    };
+    let training_length = match config.method {
+        ProbeMethod::Target => None,
+        ProbeMethod::Vanilla | ProbeMethod::Pard => {
+            load_drafter_lm()?.net.config.raw.training_length
+        }
+        ProbeMethod::Eagle3 => Eagle3Drafter::load(
+            &registry::resolve(&drafter_name)?,
+            &target.net,
+            TreeShape::chain(1),
+            Sampling::greedy(),
+            16,
+        )?
+        .training_length()
+        .into(),
+        ProbeMethod::Dflash => Some(
+            DFlashDrafter::load(&registry::resolve(&drafter_name)?, &target.net, 16)?
+                .training_length(),
+        ),
+    };
+    let n0 = match (config.n0, training_length) {
+        (Some(n0), _) => n0,
+        (None, Some(n0)) => n0 as f64,
+        (None, None) => bail!("n0: drafter {drafter_name} records no training length; give n0"),
+    };
+    let bins = LengthBins {
+        n0,
+        lowest: config.bins.lowest,
+        highest: config.bins.highest,
+    };
+    let max_positions = target.net.config.max_position_embeddings;
+    let wanted = bins.range(bins.highest).1.ceil() as i64;
+    let length = wanted.min(max_positions) as usize;
+    if wanted > max_positions {
+        eprintln!("probe: the target sees at most {max_positions} positions; the longest bins stop there ({:.1} n0)", max_positions as f64 / n0);
+    }
+    let stream = token_stream(&config.text, base, &target)?;
+    let needed = config.skip_tokens + config.sequences * length;
+    ensure!(
+        stream.len() >= needed,
+        "text: {} tokens, fewer than skip_tokens {} + {} sequences x {length}",
+        stream.len(),
+        config.skip_tokens,
+        config.sequences
+    );
+    let max_k = *config.ks.iter().max().expect("validated");
+    let counts = bins.sample_counts(config.rows_per_bin, max_k + 1, length as i64);
+    let settings = ProbeSettings {
+        bins,
+        ks: config.ks.clone(),
+        scales: config.scale_grid(),
+    };
+    let layers = config.layers.as_ref().map(|l| l.iter().copied().collect());
+    let mut recorder = ProbeRecorder::new(settings, RowFilter::All, layers);
+
+    let bar = indicatif::ProgressBar::new((config.sequences * length) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} tokens, {msg} [{elapsed_precise} < {eta}]",
+        )
+        .expect("valid template"),
+    );
+    for sequence in 0..config.sequences {
+        let start = config.skip_tokens + sequence * length;
+        let tokens = &stream[start..start + length];
+        let done_before = (sequence * length) as u64;
+        let mut progress = |done: usize| {
+            bar.set_position(done_before + done as u64);
+            bar.set_message(format!("sequence {}/{}", sequence + 1, config.sequences));
+            if bar.is_hidden() && done == length {
+                eprintln!(
+                    "probe: sequence {}/{} ({length} tokens) done",
+                    sequence + 1,
+                    config.sequences
+                );
+            }
+        };
+        let what = format!(
+            "{:?} {}",
+            config.method,
+            if drafter_name.is_empty() {
+                &config.target
+            } else {
+                &drafter_name
+            }
+        );
+        match config.method {
+            ProbeMethod::Target => {
+                let mut target =
+                    CausalLm::load(&registry::resolve(&config.target)?, device, Kind::Float)?;
+                let c = &target.net.config;
+                let scaling = scaling_spec.build(
+                    c.num_layers,
+                    c.num_heads as usize,
+                    Some(n0 as i64),
+                    &what,
+                )?;
+                target.net.set_query_scaling(scaling);
+                probe_sequence(
+                    Subject::Causal(&target.net),
+                    &target.net,
+                    tokens,
+                    &counts,
+                    config.chunk,
+                    &mut recorder,
+                    &mut progress,
+                )?;
+            }
+            ProbeMethod::Vanilla | ProbeMethod::Pard => {
+                let mut drafter = load_drafter_lm()?;
+                let c = &drafter.net.config;
+                let scaling = scaling_spec.build(
+                    c.num_layers,
+                    c.num_heads as usize,
+                    training_length,
+                    &what,
+                )?;
+                drafter.net.set_query_scaling(scaling);
+                probe_sequence(
+                    Subject::Causal(&drafter.net),
+                    &target.net,
+                    tokens,
+                    &counts,
+                    config.chunk,
+                    &mut recorder,
+                    &mut progress,
+                )?;
+            }
+            ProbeMethod::Eagle3 => {
+                let mut drafter = Eagle3Drafter::load(
+                    &registry::resolve(&drafter_name)?,
+                    &target.net,
+                    TreeShape::chain(1),
+                    Sampling::greedy(),
+                    length as i64,
+                )?;
+                let (l, h) = drafter.query_layout();
+                drafter.set_query_scaling(scaling_spec.build(l, h, training_length, &what)?);
+                probe_sequence(
+                    Subject::Eagle3(&mut drafter),
+                    &target.net,
+                    tokens,
+                    &counts,
+                    config.chunk,
+                    &mut recorder,
+                    &mut progress,
+                )?;
+            }
+            ProbeMethod::Dflash => {
+                let mut drafter = DFlashDrafter::load(
+                    &registry::resolve(&drafter_name)?,
+                    &target.net,
+                    length as i64,
+                )?;
+                let (l, h) = drafter.query_layout();
+                drafter.set_query_scaling(scaling_spec.build(l, h, training_length, &what)?);
+                probe_sequence(
+                    Subject::DFlash(&mut drafter),
+                    &target.net,
+                    tokens,
+                    &counts,
+                    config.chunk,
+                    &mut recorder,
+                    &mut progress,
+                )?;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let (bin_records, curves) = recorder.records();
+    ensure!(
+        !bin_records.is_empty(),
+        "probe recorded no rows: are the bins beyond the text length {length}?"
+    );
+    write_tables(&dir, &bin_records, &curves)?;
+    let summary = ProbeSummary {
+        config: config.clone(),
+        n0,
+        sequence_tokens: length,
+        rows: recorder.rows_recorded(),
+        seconds: started.elapsed().as_secs_f64(),
+        peak_resident_mib: peak_resident_mib(),
+    };
+    // probe.json last: its presence marks a finished probe.
+    let tmp = dir.join("probe.json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&summary)?)?;
+    std::fs::rename(&tmp, dir.join("probe.json"))?;
+    eprintln!(
+        "probe: {} rows over {} sequences of {length} tokens in {:.0} s; peak resident memory {:.0} MiB",
+        summary.rows, config.sequences, summary.seconds, summary.peak_resident_mib
+    );
+    Ok(ProbeOutput {
+        dir,
+        n0,
+        bins: bin_records,
+        curves,
+    })
+}

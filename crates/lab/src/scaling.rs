@@ -1,0 +1,122 @@
+//! A SharpDraft query-scaling choice as configs and the command line spell it, resolved against the
+//! drafter it scales.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use sharpdraft_math::ScaleSchedule;
+use sharpdraft_model::{QueryScaling, ScalingMode};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ScalingKind {
+    /// The unmodified drafter.
+    #[default]
+    Off,
+    /// `s(n) = 1 + beta max(0, ln(n / n0))`: beta from a schedule (global, per layer, per head) or `beta`.
+    Fixed,
+    /// The per-length-bin exact corrections of a calibrated schedule.
+    Exact,
+    /// Qwen's `s = max(1, ln n / ln n0)`.
+    Logn,
+}
+
+impl ScalingKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ScalingKind::Off => "off",
+            ScalingKind::Fixed => "fixed",
+            ScalingKind::Exact => "exact",
+            ScalingKind::Logn => "logn",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ScalingSpec {
+    pub mode: ScalingKind,
+    /// Schedule YAML (as `sharpdraft calibrate` writes it) for `fixed` and `exact`: a path, or the name
+    /// of a calibration (`smollm2-dflash` = `$SHARPDRAFT_HOME/calibrations/smollm2-dflash/schedule.yaml`).
+    #[serde(default)]
+    pub schedule: Option<PathBuf>,
+    /// A global beta for `fixed` instead of a schedule.
+    #[serde(default)]
+    pub beta: Option<f64>,
+    /// n0 for `beta` and `logn`; defaults to the drafter's recorded training length.
+    #[serde(default)]
+    pub n0: Option<f64>,
+}
+
+impl ScalingSpec {
+    fn n0(&self, training_length: Option<i64>, what: &str) -> Result<f64> {
+        match (self.n0, training_length) {
+            (Some(n0), _) => Ok(n0),
+            (None, Some(n0)) => Ok(n0 as f64),
+            (None, None) => bail!("{what} records no training length: give n0"),
+        }
+    }
+
+    fn load_schedule(&self) -> Result<ScaleSchedule> {
+        let path = self.schedule.as_ref().with_context(|| {
+            format!(
+                "scaling {} needs a schedule (see `sharpdraft calibrate`)",
+                self.mode.name()
+            )
+        })?;
+        if self.n0.is_some() {
+            bail!(
+                "n0 conflicts with schedule {}: the schedule carries its own n0",
+                path.display()
+            );
+        }
+        Ok(ScaleSchedule::load(&resolve_schedule(path))?)
+    }
+
+    /// Builds the scaling for a model of `layers` x `heads` query heads (`what` names it in errors).
+    pub fn build(
+        &self,
+        layers: usize,
+        heads: usize,
+        training_length: Option<i64>,
+        what: &str,
+    ) -> Result<QueryScaling> {
+        let mode = match self.mode {
+            ScalingKind::Off => ScalingMode::Off,
+            ScalingKind::Fixed => match (self.beta, &self.schedule) {
+                (Some(_), Some(path)) => {
+                    bail!("beta conflicts with schedule {}: give one", path.display())
+                }
+                (Some(beta), None) => ScalingMode::Fixed(ScaleSchedule::global(
+                    self.n0(training_length, what)?,
+                    beta,
+                )?),
+                (None, _) => ScalingMode::Fixed(self.load_schedule()?),
+            },
+            ScalingKind::Exact => ScalingMode::Exact(self.load_schedule()?),
+            ScalingKind::Logn => ScalingMode::Logn {
+                n0: self.n0(training_length, what)?,
+            },
+        };
+        let source = match (&self.schedule, self.beta) {
+            (Some(path), _) => path.display().to_string(),
+            (None, Some(beta)) => format!("beta {beta}"),
+            (None, None) => "no schedule".into(),
+        };
+        QueryScaling::new(mode, layers, heads)
+            .with_context(|| format!("scaling {} ({source}) for {what}", self.mode.name()))
+    }
+}
+
+/// A schedule path as given, or a calibration's schedule when it is a bare name without `/` or `.yaml`.
+pub fn resolve_schedule(path: &std::path::Path) -> PathBuf {
+    let text = path.to_string_lossy();
+    if text.contains('/') || text.ends_with(".yaml") || text.ends_with(".yml") {
+        path.to_path_buf()
+    } else {
+        sharpdraft_model::registry::home()
+            .join("calibrations")
+            .join(path)
+            .join("schedule.yaml")
+    }
+}

@@ -1,0 +1,110 @@
+//! `sharpdraft probe` and `sharpdraft calibrate` as library runs on the tiny llama fixture: the probe
+//! writes one row per (layer, head, bin, k) and is reused when finished; calibration writes a schedule
+//! that fits the model, a table of betas for every estimator, and both plots. Bad configs name the key.
+
+use sharpdraft_lab::calibrate_run::{calibrate_probe, CalibrateConfig};
+use sharpdraft_lab::probe_run::{read_probe, run_config, ProbeConfig};
+use sharpdraft_lab::table::Table;
+use sharpdraft_math::{Beta, Estimator, ScaleSchedule};
+use std::path::{Path, PathBuf};
+
+/// The llama fixture with a word-level tokenizer of its 64 ids (words "w0" .. "w63").
+fn fixture_with_tokenizer(dir: &Path) -> PathBuf {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/llama");
+    let model = dir.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(source.join(file), model.join(file)).unwrap();
+    }
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        (0..64).map(|i| (format!("w{i}"), i.into())).collect();
+    let tokenizer = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"}
+    });
+    std::fs::write(model.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    model
+}
+
+fn probe_yaml(dir: &Path, extra: &str) -> String {
+    format!(
+        "target: {}\nmethod: target\nn0: 16\nout: {}\nbins: {{lowest: -1, highest: 2}}\nrows_per_bin: 3\nsequences: 2\n\
+         text:\n  - text_file: text.txt\nks: [1, 4]\nscales: {{max: 2.0, step: 0.25}}\nchunk: 32\n{extra}",
+        dir.join("model").display(),
+        dir.join("probe").display()
+    )
+}
+
+fn write_text(dir: &Path) {
+    fixture_with_tokenizer(dir);
+    let text: String = (0..400)
+        .map(|i| format!("w{} ", (i * 37) % 61 + 2))
+        .collect();
+    std::fs::write(dir.join("text.txt"), text).unwrap();
+}
+
+#[test]
+fn a_probe_then_a_calibration_write_statistics_a_schedule_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    write_text(dir.path());
+    let config: ProbeConfig = serde_yaml::from_str(&probe_yaml(dir.path(), "")).unwrap();
+    let probe = run_config(&config, dir.path()).unwrap();
+    let stats = Table::read_parquet(&probe.dir.join("stats.parquet")).unwrap();
+    // 2 layers x 4 heads x 4 bins x 2 ks.
+    assert_eq!(stats.rows(), 2 * 4 * 4 * 2);
+    let again = run_config(&config, dir.path()).unwrap();
+    assert_eq!(
+        again.bins, probe.bins,
+        "a finished probe is read back, not rerun"
+    );
+    let calibration = CalibrateConfig {
+        probe: None,
+        probe_dir: Some(probe.dir.clone()),
+        k: 4,
+        estimator: Estimator::ExactLeastSquares,
+        per_head: true,
+        beta_max: 2.0,
+        out: dir.path().join("calibration").display().to_string(),
+    };
+    let out = calibrate_probe(&calibration, &read_probe(&probe.dir).unwrap()).unwrap();
+    let schedule = ScaleSchedule::load(&out.schedule_path).unwrap();
+    schedule.check_shape(2, 4).unwrap();
+    assert!(matches!(schedule.beta, Beta::PerHead(_)));
+    assert_eq!(schedule.n0, 16.0);
+    for file in ["betas.parquet", "mass_vs_n.png", "beta_per_head.png"] {
+        assert!(out.dir.join(file).exists(), "{file}");
+    }
+    let betas = Table::read_parquet(&out.dir.join("betas.parquet")).unwrap();
+    assert_eq!(
+        betas.rows(),
+        out.fits.len() * 8,
+        "one row per estimator and head"
+    );
+}
+
+#[test]
+fn bad_probe_and_calibrate_configs_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("probe.yaml");
+    std::fs::write(&path, probe_yaml(dir.path(), "rows_per_bn: 3\n")).unwrap();
+    let err = format!("{:#}", ProbeConfig::load(&path).unwrap_err());
+    assert!(err.contains("rows_per_bn"), "{err}");
+    std::fs::write(&path, probe_yaml(dir.path(), "").replace("n0: 16\n", "")).unwrap();
+    let err = format!("{:#}", ProbeConfig::load(&path).unwrap_err());
+    assert!(err.contains("n0"), "{err}");
+    std::fs::write(
+        &path,
+        probe_yaml(dir.path(), "").replace("lowest: -1", "lowest: 4"),
+    )
+    .unwrap();
+    let err = format!("{:#}", ProbeConfig::load(&path).unwrap_err());
+    assert!(err.contains("bins"), "{err}");
+    let calibrate = dir.path().join("calibrate.yaml");
+    std::fs::write(&calibrate, "out: x\nk: 4\n").unwrap();
+    let err = format!("{:#}", CalibrateConfig::load(&calibrate).unwrap_err());
+    assert!(err.contains("probe"), "{err}");
+    std::fs::write(&calibrate, "probe_dir: p\nout: x\nestimator: bogus\n").unwrap();
+    let err = format!("{:#}", CalibrateConfig::load(&calibrate).unwrap_err());
+    assert!(err.contains("estimator"), "{err}");
+}
