@@ -257,6 +257,18 @@ pub fn print_summary(out: &ProbeOutput) {
     }
 }
 
+/// Sets `spec`'s scaling on a drafter, checked against its layers and heads.
+fn scaled<'a, D: Drafter>(
+    drafter: &'a mut D,
+    spec: &ScalingSpec,
+    training_length: Option<i64>,
+    what: &str,
+) -> Result<&'a mut D> {
+    let (layers, heads) = drafter.query_layout();
+    drafter.set_query_scaling(spec.build(layers, heads, training_length, what)?);
+    Ok(drafter)
+}
+
 /// Reads a finished probe's tables.
 pub fn read_probe(dir: &Path) -> Result<ProbeOutput> {
     let summary: ProbeSummary = serde_json::from_str(
@@ -499,87 +511,68 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
                 &drafter_name
             }
         );
-        match config.method {
-            ProbeMethod::Target => {
-                let mut target =
-                    CausalLm::load(&registry::resolve(&config.target)?, device, Kind::Float)?;
-                let c = &target.net.config;
-                let scaling = scaling_spec.build(
-                    c.num_layers,
-                    c.num_heads as usize,
-                    Some(n0 as i64),
-                    &what,
-                )?;
-                target.net.set_query_scaling(scaling);
-                probe_sequence(
-                    Subject::Causal(&target.net),
-                    &target.net,
-                    tokens,
-                    &counts,
-                    config.chunk,
-                    &mut recorder,
-                    &mut progress,
-                )?;
-            }
-            ProbeMethod::Vanilla | ProbeMethod::Pard => {
-                let mut drafter = load_drafter_lm()?;
-                let c = &drafter.net.config;
-                let scaling = scaling_spec.build(
-                    c.num_layers,
-                    c.num_heads as usize,
-                    training_length,
-                    &what,
-                )?;
-                drafter.net.set_query_scaling(scaling);
-                probe_sequence(
-                    Subject::Causal(&drafter.net),
-                    &target.net,
-                    tokens,
-                    &counts,
-                    config.chunk,
-                    &mut recorder,
-                    &mut progress,
-                )?;
+        // A fresh model (and cache) per sequence; the subject borrows whichever was loaded.
+        let (mut lm, mut eagle, mut dflash) = (None, None, None);
+        let subject = match config.method {
+            ProbeMethod::Target | ProbeMethod::Vanilla | ProbeMethod::Pard => {
+                let is_target = config.method == ProbeMethod::Target;
+                let name = if is_target {
+                    &config.target
+                } else {
+                    &drafter_name
+                };
+                let mut model = CausalLm::load(&registry::resolve(name)?, device, Kind::Float)
+                    .with_context(|| format!("loading {name}"))?;
+                let c = &model.net.config;
+                let n0_of = if is_target {
+                    Some(n0 as i64)
+                } else {
+                    training_length
+                };
+                let scaling =
+                    scaling_spec.build(c.num_layers, c.num_heads as usize, n0_of, &what)?;
+                model.net.set_query_scaling(scaling);
+                Subject::Causal(&lm.insert(model).net)
             }
             ProbeMethod::Eagle3 => {
-                let mut drafter = Eagle3Drafter::load(
-                    &registry::resolve(&drafter_name)?,
+                let dir = registry::resolve(&drafter_name)?;
+                let greedy = Sampling::greedy();
+                let drafter = Eagle3Drafter::load(
+                    &dir,
                     &target.net,
                     TreeShape::chain(1),
-                    Sampling::greedy(),
+                    greedy,
                     length as i64,
                 )?;
-                let (l, h) = drafter.query_layout();
-                drafter.set_query_scaling(scaling_spec.build(l, h, training_length, &what)?);
-                probe_sequence(
-                    Subject::Eagle3(&mut drafter),
-                    &target.net,
-                    tokens,
-                    &counts,
-                    config.chunk,
-                    &mut recorder,
-                    &mut progress,
-                )?;
+                Subject::Eagle3(eagle.insert(drafter))
             }
             ProbeMethod::Dflash => {
-                let mut drafter = DFlashDrafter::load(
-                    &registry::resolve(&drafter_name)?,
+                let dir = registry::resolve(&drafter_name)?;
+                Subject::DFlash(dflash.insert(DFlashDrafter::load(
+                    &dir,
                     &target.net,
                     length as i64,
-                )?;
-                let (l, h) = drafter.query_layout();
-                drafter.set_query_scaling(scaling_spec.build(l, h, training_length, &what)?);
-                probe_sequence(
-                    Subject::DFlash(&mut drafter),
-                    &target.net,
-                    tokens,
-                    &counts,
-                    config.chunk,
-                    &mut recorder,
-                    &mut progress,
-                )?;
+                )?))
             }
-        }
+        };
+        let subject = match subject {
+            Subject::Eagle3(d) => {
+                Subject::Eagle3(scaled(d, &scaling_spec, training_length, &what)?)
+            }
+            Subject::DFlash(d) => {
+                Subject::DFlash(scaled(d, &scaling_spec, training_length, &what)?)
+            }
+            causal => causal,
+        };
+        probe_sequence(
+            subject,
+            &target.net,
+            tokens,
+            &counts,
+            config.chunk,
+            &mut recorder,
+            &mut progress,
+        )?;
     }
     bar.finish_and_clear();
     let (bin_records, curves) = recorder.records();

@@ -85,6 +85,7 @@ pub fn probe_sequence(
                 chunk,
                 recorder,
             )?;
+            progress(tokens.len());
         }
         Subject::DFlash(drafter) => {
             let features = target_features(target, drafter.target_taps(), tokens, progress)?;
@@ -103,9 +104,9 @@ pub fn probe_sequence(
                 &positions.into_iter().collect::<Vec<_>>(),
                 recorder,
             )?;
+            progress(tokens.len());
         }
     }
-    progress(tokens.len());
     Ok(())
 }
 
