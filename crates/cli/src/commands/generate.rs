@@ -113,6 +113,9 @@ struct GenerateReport {
     prefill_tokens_per_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     method: Option<&'static str>,
+    /// The drafter's query scaling (`off`, `fixed`, `exact`, `logn`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scaling: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tau: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -179,6 +182,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 prompt_ids,
                 ids: result.ids,
                 method: None,
+                scaling: None,
                 tau: None,
                 cycles: None,
                 engine_overhead: None,
@@ -221,6 +225,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 tokens_per_s: spec.tokens_per_second(),
                 prefill_tokens_per_s: prompt_ids.len() as f64 / spec.prefill_seconds.max(1e-9),
                 method: Some(drafter.method()),
+                scaling: Some(args.draft.scaling.single()?.name()),
                 tau: Some(spec.tau()),
                 engine_overhead: Some(spec.engine_overhead()),
                 ar_tokens_per_s: ar.as_ref().map(|a| a.tokens_per_second()),
