@@ -372,6 +372,10 @@ impl DFlashDrafter {
         })
     }
 
+    pub fn query_scaling(&self) -> &QueryScaling {
+        &self.query_scaling
+    }
+
     pub fn block_size(&self) -> i64 {
         self.block_size
     }

@@ -8,13 +8,14 @@
 //! `[context T | blocks A B]` with a block-diagonal mask.
 
 use crate::dflash::{default_target_layers, DFlashDrafter};
+use crate::drafter::Drafter;
 use crate::drafter::{DraftError, Result};
 use crate::random_init::{write_config, write_f32_safetensors};
 use crate::training::{soft_cross_entropy, step_rng, Objective, TrainWindow};
 use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
 use sharpdraft_model::transformer::attend;
-use sharpdraft_model::{CausalLm, Tap, Transformer};
+use sharpdraft_model::{visible_counts, CausalLm, Tap, Transformer};
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
@@ -192,6 +193,14 @@ pub fn block_visibility(
 }
 
 impl Objective for DFlashObjective<'_> {
+    fn query_layout(&self) -> (usize, usize) {
+        self.drafter.query_layout()
+    }
+
+    fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling) {
+        self.drafter.set_query_scaling(scaling);
+    }
+
     fn parameters(&self) -> Vec<(String, Tensor)> {
         self.drafter.vars.variables().into_iter().collect()
     }
@@ -248,17 +257,22 @@ impl Objective for DFlashObjective<'_> {
                 ));
             }
         }
-        for layer in &d.layers {
+        for (layer_index, layer) in d.layers.iter().enumerate() {
             let mask = &masks
                 .iter()
                 .find(|(w, _)| *w == layer.window)
                 .expect("built above")
                 .1;
             let y = layer.input_layernorm.forward(&x);
-            let q = layer.queries(&y, &cos, &sin, d.heads, d.head_dim);
+            let mut q = layer.queries(&y, &cos, &sin, d.heads, d.head_dim);
             let (kc, vc) = layer.keys_values(&c, &ctx_cos, &ctx_sin, d.kv_heads, d.head_dim);
             let (kb, vb) = layer.keys_values(&y, &cos, &sin, d.kv_heads, d.head_dim);
             let keys = Tensor::cat(&[kc, kb], 1);
+            if !d.query_scaling().is_off() {
+                // Row counts: the context before the anchor plus the visible rows of its block.
+                let counts = visible_counts(Some(mask), q.size()[1], keys.size()[1])?;
+                q = d.query_scaling().scaled(&q, layer_index, &counts)?;
+            }
             let values = Tensor::cat(&[vc, vb], 1);
             x = layer.finish(
                 &x,

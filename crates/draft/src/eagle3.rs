@@ -596,7 +596,15 @@ impl Eagle3Head {
             let hidden_j = hidden.narrow(0, 0, n);
             let emb = embeddings.narrow(0, 1 + j, n);
             let positions = Tensor::arange_start(j, j + n, (Kind::Int64, device));
-            let (residual, q, k, v) = self.project(&emb, &hidden_j, &positions);
+            let (residual, mut q, k, v) = self.project(&emb, &hidden_j, &positions);
+            if !self.query_scaling.is_off() {
+                // Row r of step j sees the r + 1 causal pairs and its j earlier steps.
+                let counts: Vec<i64> = (0..n).map(|r| r + 1 + j).collect();
+                q = self
+                    .query_scaling
+                    .scaled(&q, 0, &counts)
+                    .expect("one row count per query row");
+            }
             keys.push(k);
             values.push(v);
             // [causal over step 0 | identity for each later step], every block cut to the n live pairs.
@@ -626,6 +634,14 @@ impl Eagle3Head {
             hidden = next_hidden;
         }
         total / weight_sum.max(1e-9)
+    }
+
+    pub fn query_heads(&self) -> usize {
+        self.heads as usize
+    }
+
+    pub fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.query_scaling = scaling;
     }
 
     /// Target id -> draft id (or -1 when the draft vocabulary does not hold it), `[vocab]` i64.

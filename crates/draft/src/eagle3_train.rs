@@ -92,6 +92,14 @@ impl<'t> Eagle3Objective<'t> {
 }
 
 impl Objective for Eagle3Objective<'_> {
+    fn query_layout(&self) -> (usize, usize) {
+        (1, self.head.query_heads())
+    }
+
+    fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling) {
+        self.head.set_query_scaling(scaling);
+    }
+
     fn parameters(&self) -> Vec<(String, Tensor)> {
         self.head.vars.variables().into_iter().collect()
     }

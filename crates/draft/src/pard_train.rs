@@ -205,6 +205,16 @@ impl PardObjective {
 }
 
 impl Objective for PardObjective {
+    fn query_layout(&self) -> (usize, usize) {
+        let c = &self.drafter.net.config;
+        (c.num_layers, c.num_heads as usize)
+    }
+
+    /// The drafter is a causal LM: its forward passes scale every row by its mask row-sum.
+    fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling) {
+        self.drafter.net.set_query_scaling(scaling);
+    }
+
     /// The final norm and the layers from `trainable_from` on; embedding and head stay the target's.
     fn parameters(&self) -> Vec<(String, Tensor)> {
         let trainable = |name: &str| match name.strip_prefix("model.layers.") {

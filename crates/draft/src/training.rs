@@ -97,6 +97,11 @@ pub trait Objective {
     /// Writes the drafter in its published layout (config.json + model.safetensors) into `dir`,
     /// recording the training length `n0`.
     fn save(&self, dir: &Path, n0: i64) -> Result<()>;
+    /// `(layers, query heads)` of the drafter's attention (the shape a scaling schedule must have).
+    fn query_layout(&self) -> (usize, usize);
+    /// SharpDraft query scaling applied in every training pass (rows past n0 are scaled as when
+    /// drafting: training at longer windows, online adaptation).
+    fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling);
 }
 
 /// Progress of a run: written next to the checkpoint so that a run resumes where it stopped.

@@ -61,6 +61,10 @@ pub struct TrainConfig {
     /// Each source is a one-key map (`- text_file: PATH`), not a YAML tag.
     #[serde(with = "serde_yaml::with::singleton_map_recursive")]
     pub data: Vec<Source>,
+    /// SharpDraft query scaling in every training pass (`{mode, schedule | beta, n0}`), as when drafting.
+    /// Within n0 every factor is 1; it matters for windows longer than the drafter's n0.
+    #[serde(default)]
+    pub scaling: Option<crate::scaling::ScalingSpec>,
     #[serde(default)]
     pub eagle3: Option<Eagle3Options>,
     #[serde(default)]
@@ -422,7 +426,7 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
         std::fs::write(&tmp, serde_yaml::to_string(&config)?)?;
         std::fs::rename(&tmp, &record)?;
     }
-    let objective: Box<dyn Objective + '_> = match config.method {
+    let mut objective: Box<dyn Objective + '_> = match config.method {
         Method::Eagle3 => Box::new(Eagle3Objective::load(
             &out_dir,
             &target.net,
@@ -441,6 +445,24 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
             config.seed,
         )?),
     };
+    if let Some(spec) = &config.scaling {
+        let mut spec = spec.clone();
+        if let Some(schedule) = spec
+            .schedule
+            .as_ref()
+            .filter(|s| s.to_string_lossy().contains('/'))
+        {
+            spec.schedule = Some(
+                config_path
+                    .parent()
+                    .unwrap_or(Path::new("."))
+                    .join(schedule),
+            );
+        }
+        let (layers, heads) = objective.query_layout();
+        let what = format!("the {:?} drafter in training", config.method).to_lowercase();
+        objective.set_query_scaling(spec.build(layers, heads, Some(config.n0), &what)?);
+    }
     let bar = indicatif::ProgressBar::new(config.steps as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template(

@@ -371,3 +371,52 @@ fn dflash_blocks_see_the_context_before_their_anchor_and_only_their_own_block() 
         "position 6: its window (keys 4 and 5) lies past the anchor"
     );
 }
+
+#[test]
+fn training_consumes_query_scaling_beta_zero_is_off_and_a_schedule_changes_loss_and_gradients() {
+    use sharpdraft_math::ScaleSchedule;
+    use sharpdraft_model::{QueryScaling, ScalingMode};
+    let target = target();
+    for method in ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let windows = windows(&target, method, 4);
+        init(method, dir.path(), &target, &windows);
+        let loss_with = |beta: Option<f64>| {
+            let mut objective = objective(method, dir.path(), &target);
+            let (layers, heads) = objective.query_layout();
+            // n0 = 16 inside 64-token windows: rows past 16 keys are scaled.
+            let mode = beta.map_or(ScalingMode::Off, |b| {
+                ScalingMode::Fixed(ScaleSchedule::global(16.0, b).unwrap())
+            });
+            objective.set_query_scaling(QueryScaling::new(mode, layers, heads).unwrap());
+            for (_, mut p) in objective.parameters() {
+                let _ = p.requires_grad_(true);
+            }
+            let loss = objective.loss(&windows[0], 0).unwrap();
+            loss.backward();
+            let grad_norm: f64 = objective
+                .parameters()
+                .iter()
+                .map(|(_, p)| p.grad().square().sum(Kind::Double).double_value(&[]))
+                .sum();
+            (loss.double_value(&[]), grad_norm)
+        };
+        let (off, off_grad) = loss_with(None);
+        let (zero, zero_grad) = loss_with(Some(0.0));
+        let (strong, strong_grad) = loss_with(Some(3.0));
+        assert_eq!(zero, off, "{method:?}: beta = 0 is the unscaled loss");
+        // The extra multiply by 1 may change a backward kernel's summation order: equal to rounding.
+        assert!(
+            (zero_grad - off_grad).abs() <= 1e-12 * off_grad,
+            "{method:?}: and the same gradients ({off_grad} vs {zero_grad})"
+        );
+        assert!(
+            (strong - off).abs() > 1e-6,
+            "{method:?}: a strong schedule changes the loss ({off} vs {strong})"
+        );
+        assert!(
+            strong_grad.is_finite() && strong_grad > 0.0,
+            "{method:?}: gradients flow through the scaling"
+        );
+    }
+}

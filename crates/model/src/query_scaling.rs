@@ -100,11 +100,28 @@ impl QueryScaling {
         }
     }
 
+    /// `q * s(n_i)` out of place (training: the product joins the autograd graph). Off returns `q`.
+    pub fn scaled(&self, q: &Tensor, layer: usize, counts: &[i64]) -> Result<Tensor> {
+        Ok(match self.factors(q, layer, counts)? {
+            None => q.shallow_clone(),
+            Some(factors) => q * factors,
+        })
+    }
+
     /// Multiplies queries `q` `[H, T, D]` of `layer` in place by `s(n_i)`, `counts` the `[T]` visible-key
     /// counts n_i (see [`visible_counts`]). Nothing happens when off.
     pub fn apply(&self, q: &mut Tensor, layer: usize, counts: &[i64]) -> Result<()> {
+        if let Some(factors) = self.factors(q, layer, counts)? {
+            let _ = q.f_mul_(&factors)?;
+        }
+        Ok(())
+    }
+
+    /// The `[H, T, 1]` factors for queries `q` `[H, T, D]`, in q's kind on q's device (computed in f32,
+    /// derivation.md §7); `None` when off.
+    fn factors(&self, q: &Tensor, layer: usize, counts: &[i64]) -> Result<Option<Tensor>> {
         if self.is_off() {
-            return Ok(());
+            return Ok(None);
         }
         let (heads, rows, _) = q
             .size3()
@@ -121,7 +138,6 @@ impl QueryScaling {
                 format!("layer {layer} with {heads} heads, the scaling was built for {} layers of {} heads", self.layers, self.heads),
             ));
         }
-        // Factors in f32 (derivation.md §7), `[H, T, 1]`, cast to the queries' kind on their device.
         let mut factors = Vec::with_capacity((heads * rows) as usize);
         for head in 0..heads as usize {
             factors.extend(
@@ -130,12 +146,12 @@ impl QueryScaling {
                     .map(|&n| self.scale(n as f64, layer, head) as f32),
             );
         }
-        let factors = Tensor::from_slice(&factors)
-            .view([heads, rows, 1])
-            .to_device(q.device())
-            .to_kind(q.kind());
-        let _ = q.f_mul_(&factors)?;
-        Ok(())
+        Ok(Some(
+            Tensor::from_slice(&factors)
+                .view([heads, rows, 1])
+                .to_device(q.device())
+                .to_kind(q.kind()),
+        ))
     }
 }
 
