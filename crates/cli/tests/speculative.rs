@@ -288,3 +288,42 @@ fn tau_compares_scaling_modes_on_the_same_prompts_and_beta_zero_matches_off() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no training length"), "{err}");
 }
+
+#[test]
+fn bench_scaling_compares_identical_drafts_with_and_without_the_scaling_path() {
+    if !fetched() {
+        return;
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+        .args([
+            "bench",
+            "scaling",
+            "--drafter",
+            "smollm2-135m-instruct",
+            "--method",
+            "vanilla",
+        ])
+        .args([
+            "--contexts",
+            "64",
+            "--new-tokens",
+            "8",
+            "--repeats",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &rows[0];
+    assert_eq!(row["context"], 64);
+    assert_eq!(row["identical"], true, "beta = 0 keeps every draft: {row}");
+    assert_eq!(row["off_cache_bytes"], row["scaled_cache_bytes"]);
+    let ratio = row["ratio"].as_f64().unwrap();
+    assert!(ratio.is_finite() && ratio > 0.0, "{row}");
+}

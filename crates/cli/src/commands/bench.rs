@@ -14,6 +14,8 @@ use tch::{Device, Kind, Tensor};
 pub enum BenchCommand {
     /// Prefill and decode tokens/s of a target model.
     Decode(DecodeArgs),
+    /// A drafter's forward time per cycle with and without query scaling, side by side.
+    Scaling(super::bench_scaling::ScalingBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -103,7 +105,10 @@ fn measure(model: &CausalLm, context: i64, decode_tokens: i64) -> anyhow::Result
 }
 
 pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
-    let BenchCommand::Decode(args) = command;
+    let args = match command {
+        BenchCommand::Decode(args) => args,
+        BenchCommand::Scaling(args) => return super::bench_scaling::run(args),
+    };
     let threads = args.threads.unwrap_or_else(tch::get_num_threads);
     tch::set_num_threads(threads);
     let device = parse_device(&args.device)?;

@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod bench_scaling;
 pub mod derive;
 pub mod generate;
 pub mod models;
