@@ -81,40 +81,24 @@ fn fixed_with_beta_zero_reproduces_off_exactly() {
     let mut model = load("qwen3");
     let ids = Tensor::from_slice(&[5i64, 17, 42, 3, 3, 60, 21, 9, 33, 11, 7, 8]);
     let positions = Tensor::arange(12, (Kind::Int64, Device::Cpu));
-    let off = model
-        .net
-        .forward(
-            ForwardInput::causal(&ids, &positions),
-            &mut model.net.new_cache(16),
-        )
-        .unwrap()
-        .logits
-        .unwrap();
     let (layers, heads) = (
         model.net.config.num_layers,
         model.net.config.num_heads as usize,
     );
-    model.net.set_query_scaling(fixed(0.0, 2.0, layers, heads));
-    let zero = model
-        .net
-        .forward(
-            ForwardInput::causal(&ids, &positions),
-            &mut model.net.new_cache(16),
-        )
-        .unwrap()
-        .logits
-        .unwrap();
+    let mut logits_with = |scaling: QueryScaling| {
+        model.net.set_query_scaling(scaling);
+        let input = ForwardInput::causal(&ids, &positions);
+        model
+            .net
+            .forward(input, &mut model.net.new_cache(16))
+            .unwrap()
+            .logits
+            .unwrap()
+    };
+    let off = logits_with(QueryScaling::off());
+    let zero = logits_with(fixed(0.0, 2.0, layers, heads));
     assert!(off.equal(&zero), "beta = 0 must not change a single bit");
-    model.net.set_query_scaling(fixed(2.0, 2.0, layers, heads));
-    let scaled = model
-        .net
-        .forward(
-            ForwardInput::causal(&ids, &positions),
-            &mut model.net.new_cache(16),
-        )
-        .unwrap()
-        .logits
-        .unwrap();
+    let scaled = logits_with(fixed(2.0, 2.0, layers, heads));
     assert!(
         !off.allclose(&scaled, 1e-3, 1e-3, false),
         "beta = 2 past n0 = 2 must change the logits"
