@@ -25,7 +25,7 @@ pub struct TopKStatistics {
     pub background_var: Vec<f64>,
     /// `<l>_{R,p}`: attention-weighted mean of the top-k logits.
     pub top_mean: Vec<f64>,
-    /// `<l>_{B,p} `: attention-weighted mean of the background logits.
+    /// `<l>_{B,p}`: attention-weighted mean of the background logits.
     pub weighted_background_mean: Vec<f64>,
     /// `M_k` at each scale of the probe's s grid (`[S][H * R]`), for estimator (iii).
     pub mass_at_scale: Vec<Vec<f64>>,
