@@ -228,7 +228,7 @@ impl Eagle3Drafter {
             let fused = self
                 .head
                 .fuse(&features.narrow(0, start, rows).to_kind(target.kind()));
-            let _ = self.head.forward_observed(
+            let _ = self.head.forward(
                 &embeddings,
                 &fused,
                 &positions,
@@ -511,20 +511,9 @@ impl Eagle3Head {
         (if self.config.norm_output { normed } else { h }, log_probs)
     }
 
-    /// One pass of the layer over `T` rows against the drafter's cache.
+    /// One pass of the layer over `T` rows against the drafter's cache; the attention (after any query
+    /// scaling) is offered to `observer`.
     fn forward(
-        &self,
-        embeddings: &Tensor,
-        hidden: &Tensor,
-        positions: &Tensor,
-        mask: &AttentionMask,
-        cache: &mut KvCache,
-    ) -> Result<(Tensor, Tensor)> {
-        self.forward_observed(embeddings, hidden, positions, mask, cache, None)
-    }
-
-    /// [`Self::forward`] that offers the attention (after any query scaling) to `observer`.
-    fn forward_observed(
         &self,
         embeddings: &Tensor,
         hidden: &Tensor,
@@ -741,6 +730,7 @@ impl Drafter for Eagle3Drafter {
             &positions,
             &AttentionMask::Causal,
             &mut self.cache,
+            None,
         )?;
         self.forward_seconds
             .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
@@ -829,6 +819,7 @@ impl Drafter for Eagle3Drafter {
                 &positions,
                 &mask,
                 &mut speculation,
+                None,
             )?;
             self.forward_seconds
                 .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());

@@ -202,15 +202,6 @@ impl ProbeConfig {
     }
 }
 
-fn peak_resident_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok());
-    kib.map_or(f64::NAN, |k| k / 1024.0)
-}
-
 /// Prints the probe by length bin, averaged over layers and heads: `M_k` per k, entropy, sink share,
 /// background variance (of the first k) and the mean visible-key count.
 pub fn print_summary(out: &ProbeOutput) {
@@ -257,16 +248,71 @@ pub fn print_summary(out: &ProbeOutput) {
     }
 }
 
-/// Sets `spec`'s scaling on a drafter, checked against its layers and heads.
-fn scaled<'a, D: Drafter>(
-    drafter: &'a mut D,
-    spec: &ScalingSpec,
-    training_length: Option<i64>,
-    what: &str,
-) -> Result<&'a mut D> {
-    let (layers, heads) = drafter.query_layout();
-    drafter.set_query_scaling(spec.build(layers, heads, training_length, what)?);
-    Ok(drafter)
+/// The model whose attention is probed, owned for one sequence.
+enum ProbeModel {
+    /// The target itself, or a vanilla / PARD drafter.
+    Lm(CausalLm),
+    Eagle3(Eagle3Drafter),
+    DFlash(DFlashDrafter),
+}
+
+impl ProbeModel {
+    fn load(
+        config: &ProbeConfig,
+        target: &CausalLm,
+        device: tch::Device,
+        capacity: i64,
+    ) -> Result<Self> {
+        let name = config.drafter.as_deref().unwrap_or(&config.target);
+        let dir = registry::resolve(name)?;
+        let loaded = match config.method {
+            ProbeMethod::Target | ProbeMethod::Vanilla | ProbeMethod::Pard => {
+                Self::Lm(CausalLm::load(&dir, device, Kind::Float)?)
+            }
+            ProbeMethod::Eagle3 => Self::Eagle3(Eagle3Drafter::load(
+                &dir,
+                &target.net,
+                TreeShape::chain(1),
+                Sampling::greedy(),
+                capacity,
+            )?),
+            ProbeMethod::Dflash => Self::DFlash(DFlashDrafter::load(&dir, &target.net, capacity)?),
+        };
+        Ok(loaded)
+    }
+
+    /// The recorded training length (none for the target).
+    fn training_length(&self) -> Option<i64> {
+        match self {
+            Self::Lm(lm) => lm.net.config.raw.training_length,
+            Self::Eagle3(d) => Drafter::training_length(d),
+            Self::DFlash(d) => Drafter::training_length(d),
+        }
+    }
+
+    fn query_layout(&self) -> (usize, usize) {
+        match self {
+            Self::Lm(lm) => (lm.net.config.num_layers, lm.net.config.num_heads as usize),
+            Self::Eagle3(d) => d.query_layout(),
+            Self::DFlash(d) => d.query_layout(),
+        }
+    }
+
+    fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling) {
+        match self {
+            Self::Lm(lm) => lm.net.set_query_scaling(scaling),
+            Self::Eagle3(d) => d.set_query_scaling(scaling),
+            Self::DFlash(d) => d.set_query_scaling(scaling),
+        }
+    }
+
+    fn subject(&mut self) -> Subject<'_> {
+        match self {
+            Self::Lm(lm) => Subject::Causal(&lm.net),
+            Self::Eagle3(d) => Subject::Eagle3(d),
+            Self::DFlash(d) => Subject::DFlash(d),
+        }
+    }
 }
 
 /// Reads a finished probe's tables.
@@ -420,31 +466,13 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         }
     }
 
-    // The subject's n0 (for bins) and the longest context it is probed at.
+    // The model probed; it also tells n0 (for the bins) when the config does not. Capacity for the
+    // longest context the target allows.
     let drafter_name = config.drafter.clone().unwrap_or_default();
-    let load_drafter_lm = || -> Result<CausalLm> {
-        CausalLm::load(&registry::resolve(&drafter_name)?, device, Kind::Float)
-            .with_context(|| format!("loading drafter {drafter_name}"))
-    };
-    let training_length = match config.method {
-        ProbeMethod::Target => None,
-        ProbeMethod::Vanilla | ProbeMethod::Pard => {
-            load_drafter_lm()?.net.config.raw.training_length
-        }
-        ProbeMethod::Eagle3 => Eagle3Drafter::load(
-            &registry::resolve(&drafter_name)?,
-            &target.net,
-            TreeShape::chain(1),
-            Sampling::greedy(),
-            16,
-        )?
-        .training_length()
-        .into(),
-        ProbeMethod::Dflash => Some(
-            DFlashDrafter::load(&registry::resolve(&drafter_name)?, &target.net, 16)?
-                .training_length(),
-        ),
-    };
+    let max_positions = target.net.config.max_position_embeddings;
+    let load = || ProbeModel::load(config, &target, device, max_positions);
+    let mut first = Some(load()?);
+    let training_length = first.as_ref().and_then(ProbeModel::training_length);
     let n0 = match (config.n0, training_length) {
         (Some(n0), _) => n0,
         (None, Some(n0)) => n0 as f64,
@@ -455,7 +483,6 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         lowest: config.bins.lowest,
         highest: config.bins.highest,
     };
-    let max_positions = target.net.config.max_position_embeddings;
     let wanted = bins.range(bins.highest).1.ceil() as i64;
     let length = wanted.min(max_positions) as usize;
     if wanted > max_positions {
@@ -502,70 +529,17 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
                 );
             }
         };
-        let what = format!(
-            "{:?} {}",
-            config.method,
-            if drafter_name.is_empty() {
-                &config.target
-            } else {
-                &drafter_name
-            }
-        );
-        // A fresh model (and cache) per sequence; the subject borrows whichever was loaded.
-        let (mut lm, mut eagle, mut dflash) = (None, None, None);
-        let subject = match config.method {
-            ProbeMethod::Target | ProbeMethod::Vanilla | ProbeMethod::Pard => {
-                let is_target = config.method == ProbeMethod::Target;
-                let name = if is_target {
-                    &config.target
-                } else {
-                    &drafter_name
-                };
-                let mut model = CausalLm::load(&registry::resolve(name)?, device, Kind::Float)
-                    .with_context(|| format!("loading {name}"))?;
-                let c = &model.net.config;
-                let n0_of = if is_target {
-                    Some(n0 as i64)
-                } else {
-                    training_length
-                };
-                let scaling =
-                    scaling_spec.build(c.num_layers, c.num_heads as usize, n0_of, &what)?;
-                model.net.set_query_scaling(scaling);
-                Subject::Causal(&lm.insert(model).net)
-            }
-            ProbeMethod::Eagle3 => {
-                let dir = registry::resolve(&drafter_name)?;
-                let greedy = Sampling::greedy();
-                let drafter = Eagle3Drafter::load(
-                    &dir,
-                    &target.net,
-                    TreeShape::chain(1),
-                    greedy,
-                    length as i64,
-                )?;
-                Subject::Eagle3(eagle.insert(drafter))
-            }
-            ProbeMethod::Dflash => {
-                let dir = registry::resolve(&drafter_name)?;
-                Subject::DFlash(dflash.insert(DFlashDrafter::load(
-                    &dir,
-                    &target.net,
-                    length as i64,
-                )?))
-            }
+        // A fresh model (and cache) per sequence; the first reuses the one loaded above. Scaling
+        // defaults to the probe's n0.
+        let mut model = match first.take() {
+            Some(model) => model,
+            None => load()?,
         };
-        let subject = match subject {
-            Subject::Eagle3(d) => {
-                Subject::Eagle3(scaled(d, &scaling_spec, training_length, &what)?)
-            }
-            Subject::DFlash(d) => {
-                Subject::DFlash(scaled(d, &scaling_spec, training_length, &what)?)
-            }
-            causal => causal,
-        };
+        let (layers, heads) = model.query_layout();
+        let what = format!("the probed {:?} model", config.method).to_lowercase();
+        model.set_query_scaling(scaling_spec.build(layers, heads, Some(n0 as i64), &what)?);
         probe_sequence(
-            subject,
+            model.subject(),
             &target.net,
             tokens,
             &counts,
@@ -587,7 +561,7 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         sequence_tokens: length,
         rows: recorder.rows_recorded(),
         seconds: started.elapsed().as_secs_f64(),
-        peak_resident_mib: peak_resident_mib(),
+        peak_resident_mib: sharpdraft_decode::records::peak_rss_bytes() as f64 / (1024.0 * 1024.0),
     };
     // probe.json last: its presence marks a finished probe.
     let tmp = dir.join("probe.json.tmp");

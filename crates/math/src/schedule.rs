@@ -159,22 +159,19 @@ impl ScaleSchedule {
         if n <= self.n0 {
             return Some(1.0);
         }
+        // Called per query row and head: walk the segments without allocating. The segment holding
+        // ln n, or the last one beyond the last bin.
         let x = n.ln();
-        let points = std::iter::once((self.n0.ln(), 1.0)).chain(
-            exact
-                .n
-                .iter()
-                .map(|n| n.ln())
-                .zip(exact.s[layer][head].iter().copied()),
-        );
-        let points: Vec<(f64, f64)> = points.collect();
-        // The segment holding x, or the last one beyond the last bin.
-        let i = points
-            .windows(2)
-            .position(|w| x <= w[1].0)
-            .unwrap_or(points.len() - 2);
-        let ((x0, s0), (x1, s1)) = (points[i], points[i + 1]);
-        Some((s0 + (s1 - s0) * (x - x0) / (x1 - x0)).max(1.0))
+        let bins = &exact.s[layer][head];
+        let (mut x0, mut s0) = (self.n0.ln(), 1.0);
+        for (i, (&nb, &sb)) in exact.n.iter().zip(bins).enumerate() {
+            let x1 = nb.ln();
+            if x <= x1 || i + 1 == bins.len() {
+                return Some((s0 + (sb - s0) * (x - x0) / (x1 - x0)).max(1.0));
+            }
+            (x0, s0) = (x1, sb);
+        }
+        unreachable!("validate() keeps at least one bin")
     }
 
     /// beta for one (layer, head); the shape must have been checked with [`Self::check_shape`].

@@ -27,7 +27,7 @@ pub use device::{cuda_available, parse_device};
 pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;
 pub use mask::AttentionMask;
-pub use query_scaling::{visible_counts, QueryScaling, ScalingMode};
+pub use query_scaling::{visible_counts, PassFactors, QueryScaling, ScalingMode};
 pub use sampling::{Sampler, Sampling};
 pub use tokenizer::{ChatMessage, TextTokenizer};
 pub use transformer::{

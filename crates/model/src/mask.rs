@@ -77,8 +77,9 @@ impl AttentionMask {
         match self {
             AttentionMask::Causal => Ok((1..=rows).map(|i| past + i).collect()),
             AttentionMask::Full => Ok(vec![past + rows; rows as usize]),
-            AttentionMask::Rows(_) => {
-                let mask = self.materialize(past, rows, Device::Cpu)?;
+            // Summed where the mask lives; only the [T] counts cross to the host.
+            AttentionMask::Rows(mask) => {
+                let mask = self.materialize(past, rows, mask.device())?;
                 crate::query_scaling::visible_counts(mask.as_ref(), rows, past + rows)
             }
         }

@@ -5,7 +5,7 @@
 
 use crate::error::{ModelError, Result};
 use sharpdraft_math::{logn_scale, ScaleSchedule};
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 /// How a drafter's queries are scaled.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,28 +100,59 @@ impl QueryScaling {
         }
     }
 
+    /// Whether every layer gets the same factors (global beta, logn): then one `[H, T]` block serves them all.
+    fn layer_invariant(&self) -> bool {
+        match &self.mode {
+            ScalingMode::Off | ScalingMode::Logn { .. } => true,
+            ScalingMode::Fixed(schedule) => {
+                matches!(schedule.beta, sharpdraft_math::Beta::Global(_))
+            }
+            ScalingMode::Exact(_) => false,
+        }
+    }
+
+    /// The factors of every layer of one pass over rows with visible-key counts `counts`, built on the
+    /// host once and uploaded in one copy; `None` when off. Models with many layers call this once per
+    /// forward pass and [`PassFactors::apply`] per layer.
+    pub fn pass_factors(&self, counts: &[i64], device: Device, kind: Kind) -> Option<PassFactors> {
+        if self.is_off() {
+            return None;
+        }
+        let layers = if self.layer_invariant() {
+            0..1
+        } else {
+            0..self.layers
+        };
+        Some(self.upload(layers, counts, device, kind))
+    }
+
     /// `q * s(n_i)` out of place (training: the product joins the autograd graph). Off returns `q`.
     pub fn scaled(&self, q: &Tensor, layer: usize, counts: &[i64]) -> Result<Tensor> {
-        Ok(match self.factors(q, layer, counts)? {
-            None => q.shallow_clone(),
-            Some(factors) => q * factors,
+        self.check(q, layer, counts)?;
+        Ok(match self.is_off() {
+            true => q.shallow_clone(),
+            false => {
+                q * self
+                    .upload(layer..layer + 1, counts, q.device(), q.kind())
+                    .layer(0)
+            }
         })
     }
 
     /// Multiplies queries `q` `[H, T, D]` of `layer` in place by `s(n_i)`, `counts` the `[T]` visible-key
     /// counts n_i (see [`visible_counts`]). Nothing happens when off.
     pub fn apply(&self, q: &mut Tensor, layer: usize, counts: &[i64]) -> Result<()> {
-        if let Some(factors) = self.factors(q, layer, counts)? {
-            let _ = q.f_mul_(&factors)?;
+        self.check(q, layer, counts)?;
+        if !self.is_off() {
+            let factors = self.upload(layer..layer + 1, counts, q.device(), q.kind());
+            let _ = q.f_mul_(&factors.layer(0))?;
         }
         Ok(())
     }
 
-    /// The `[H, T, 1]` factors for queries `q` `[H, T, D]`, in q's kind on q's device (computed in f32,
-    /// derivation.md §7); `None` when off.
-    fn factors(&self, q: &Tensor, layer: usize, counts: &[i64]) -> Result<Option<Tensor>> {
+    fn check(&self, q: &Tensor, layer: usize, counts: &[i64]) -> Result<()> {
         if self.is_off() {
-            return Ok(None);
+            return Ok(());
         }
         let (heads, rows, _) = q
             .size3()
@@ -138,20 +169,60 @@ impl QueryScaling {
                 format!("layer {layer} with {heads} heads, the scaling was built for {} layers of {} heads", self.layers, self.heads),
             ));
         }
-        let mut factors = Vec::with_capacity((heads * rows) as usize);
-        for head in 0..heads as usize {
-            factors.extend(
-                counts
-                    .iter()
-                    .map(|&n| self.scale(n as f64, layer, head) as f32),
-            );
+        Ok(())
+    }
+
+    /// `[layers, H, T, 1]` factors computed in f32 (derivation.md §7), in `kind` on `device`.
+    fn upload(
+        &self,
+        layers: std::ops::Range<usize>,
+        counts: &[i64],
+        device: Device,
+        kind: Kind,
+    ) -> PassFactors {
+        let (count, rows) = (layers.len() as i64, counts.len() as i64);
+        let mut factors = Vec::with_capacity(layers.len() * self.heads * counts.len());
+        for layer in layers.clone() {
+            for head in 0..self.heads {
+                factors.extend(
+                    counts
+                        .iter()
+                        .map(|&n| self.scale(n as f64, layer, head) as f32),
+                );
+            }
         }
-        Ok(Some(
-            Tensor::from_slice(&factors)
-                .view([heads, rows, 1])
-                .to_device(q.device())
-                .to_kind(q.kind()),
-        ))
+        let factors = Tensor::from_slice(&factors)
+            .view([count, self.heads as i64, rows, 1])
+            .to_device(device)
+            .to_kind(kind);
+        PassFactors {
+            factors,
+            first_layer: layers.start,
+        }
+    }
+}
+
+/// The factors of one forward pass: `[layers, H, T, 1]`, or `[1, H, T, 1]` shared by every layer.
+pub struct PassFactors {
+    factors: Tensor,
+    first_layer: usize,
+}
+
+impl PassFactors {
+    /// `[H, T, 1]` for `layer`.
+    fn layer(&self, layer: usize) -> Tensor {
+        let layers = self.factors.size()[0] as usize;
+        self.factors.get(if layers == 1 {
+            0
+        } else {
+            (layer - self.first_layer) as i64
+        })
+    }
+
+    /// Multiplies `layer`'s queries `q` `[H, T, D]` in place.
+    pub fn apply(&self, q: &mut Tensor, layer: usize) -> Result<()> {
+        let _ = q.f_mul_(&self.layer(layer))?;
+        Ok(())
     }
 }
 

@@ -11,7 +11,7 @@ use crate::error::{ModelError, Result};
 use crate::kv_cache::KvCache;
 use crate::layers::{Linear, RmsNorm};
 use crate::mask::AttentionMask;
-use crate::query_scaling::QueryScaling;
+use crate::query_scaling::{PassFactors, QueryScaling};
 use crate::rope::{self, Rope};
 use std::ops::Range;
 use tch::{nn, Device, Kind, Tensor};
@@ -314,11 +314,14 @@ impl Transformer {
         };
         let past = cache.len();
         let visible = input.mask.materialize(past, rows, self.device)?;
-        // n_i of every row, once per pass, only when the queries are scaled.
-        let counts = if self.query_scaling.is_off() {
-            Vec::new()
-        } else {
-            input.mask.visible_counts(past, rows)?
+        // n_i of every row and the factors of every layer, once per pass, only when the queries are scaled.
+        let factors = match self.query_scaling.is_off() {
+            true => None,
+            false => self.query_scaling.pass_factors(
+                &input.mask.visible_counts(past, rows)?,
+                self.device,
+                self.kind,
+            ),
         };
         let (cos, sin) = self.rope.tables(input.positions, self.kind);
         let mut observer = input.observer.take();
@@ -335,7 +338,7 @@ impl Transformer {
                 cos: &cos,
                 sin: &sin,
                 query_scale: query_scale.as_ref(),
-                counts: &counts,
+                factors: factors.as_ref(),
             };
             x = x + self.attention(&layer.self_attn, &attn_in, step, observer.as_deref_mut())?;
             let mlp_in = layer.post_attention_layernorm.forward(&x);
@@ -407,7 +410,9 @@ impl Transformer {
         let (keys, values) =
             step.cache
                 .write(step.layer, &k.permute([1, 0, 2]), &v.permute([1, 0, 2]));
-        self.query_scaling.apply(&mut q, step.layer, step.counts)?;
+        if let Some(factors) = step.factors {
+            factors.apply(&mut q, step.layer)?;
+        }
         let softmax_scale = 1.0 / (c.head_dim as f64).sqrt();
         if let Some(observer) = observer {
             if observer.wants(step.layer) {
@@ -460,8 +465,8 @@ struct AttentionStep<'a> {
     cos: &'a Tensor,
     sin: &'a Tensor,
     query_scale: Option<&'a Tensor>,
-    /// `[T]` visible-key counts (empty when the queries are not scaled).
-    counts: &'a [i64],
+    /// This pass's query-scaling factors (`None` when the queries are not scaled).
+    factors: Option<&'a PassFactors>,
 }
 
 fn record_taps(taps: &[Tap], at: Tap, x: &Tensor, out: &mut [Option<Tensor>]) {

@@ -53,6 +53,11 @@ pub fn row_statistics(logits: &Tensor, ks: &[i64], scales: &[f64]) -> RowStatist
     let sink = p.select(-1, 0);
     let sum = zeroed.sum_dim_intlist(&[-1i64][..], false, Kind::Double);
     let sum_sq = (&zeroed * &zeroed).sum_dim_intlist(&[-1i64][..], false, Kind::Double);
+    // log Z(s) over all keys, shared by every k: the full rows are the expensive part.
+    let lse_at_scale: Vec<Tensor> = scales
+        .iter()
+        .map(|&s| (&l * s).logsumexp([-1], false))
+        .collect();
     let per_k = ks
         .iter()
         .map(|&k| {
@@ -72,12 +77,8 @@ pub fn row_statistics(logits: &Tensor, ks: &[i64], scales: &[f64]) -> RowStatist
             let weighted_background_mean = (&mean_p - &mass * &top_mean) / (1.0 - &mass);
             let mass_at_scale = scales
                 .iter()
-                .map(|&s| {
-                    to_vec(
-                        &((&top * s).logsumexp([-1], false) - (&l * s).logsumexp([-1], false))
-                            .exp(),
-                    )
-                })
+                .zip(&lse_at_scale)
+                .map(|(&s, lse_s)| to_vec(&((&top * s).logsumexp([-1], false) - lse_s).exp()))
                 .collect();
             TopKStatistics {
                 k,

@@ -69,7 +69,7 @@ pub fn probe_sequence(
             }
         }
         Subject::Eagle3(drafter) => {
-            let features = target_features(target, drafter.target_taps(), tokens, progress)?;
+            let features = target_features(target, drafter.target_taps(), tokens)?;
             // Pair i: features of token i with token i + 1; the pass's row i sees i + 1 keys.
             recorder.set_filter(RowFilter::Positions(
                 counts
@@ -88,7 +88,7 @@ pub fn probe_sequence(
             progress(tokens.len());
         }
         Subject::DFlash(drafter) => {
-            let features = target_features(target, drafter.target_taps(), tokens, progress)?;
+            let features = target_features(target, drafter.target_taps(), tokens)?;
             let block = drafter.block_size();
             // A block rooted at p sees p + B keys.
             let positions: BTreeSet<i64> = counts
@@ -115,10 +115,8 @@ fn target_features(
     target: &Transformer,
     taps: Vec<sharpdraft_model::Tap>,
     tokens: &[i64],
-    progress: &mut dyn FnMut(usize),
 ) -> Result<Tensor> {
     let mut cache = target.new_cache(tokens.len() as i64);
     let (_, hidden) = prefill_with_taps(target, tokens, &mut cache, &taps)?;
-    progress(tokens.len() / 2);
     hidden.ok_or_else(|| ProbeError::Input("the drafter asked for no target features".into()))
 }

@@ -266,8 +266,8 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The drafter named on the command line and the largest proposal it can make.
-/// Builds the drafter and sets its query scaling (`scaling`, one of `args.scaling.scaling`).
+/// The drafter named on the command line, with its query scaling set (`scaling`, one of
+/// `args.scaling.scaling`), and the largest proposal it can make.
 pub fn build_drafter(
     args: &DrafterArgs,
     scaling: ScalingKind,
