@@ -964,6 +964,10 @@ pub struct RandomHeadOptions {
     /// Target layers whose inputs are captured; default (2, L/2, L - 3), or (0, L/2, L) for targets of
     /// fewer than 4 layers.
     pub aux_layers: Option<Vec<usize>>,
+    /// Width of the head's MLP; default 2H.
+    pub intermediate_size: Option<i64>,
+    /// Tensors that replace the random ones of the same name (a warm start); shapes must match.
+    pub initial: Vec<(String, Tensor)>,
     pub seed: i64,
 }
 
@@ -975,6 +979,8 @@ impl Default for RandomHeadOptions {
             reduced_vocab: true,
             used_tokens: None,
             aux_layers: None,
+            intermediate_size: None,
+            initial: Vec::new(),
             seed: 0,
         }
     }
@@ -990,8 +996,8 @@ pub fn write_random_head(
 ) -> Result<()> {
     let c = &target.config;
     let (h, vocab) = (c.hidden_size, c.vocab_size);
-    let (heads, kv_heads, head_dim, inter) =
-        (c.num_heads, c.num_kv_heads, c.head_dim, 2 * c.hidden_size);
+    let (heads, kv_heads, head_dim) = (c.num_heads, c.num_kv_heads, c.head_dim);
+    let inter = options.intermediate_size.unwrap_or(2 * c.hidden_size);
     let mut used: Vec<i64> = match &options.used_tokens {
         Some(used) => used.clone(),
         None if options.reduced_vocab => (0..vocab).filter(|i| i % 4 != 3).collect(),
@@ -1068,6 +1074,23 @@ pub fn write_random_head(
         for i in 0..3 {
             tensors.push((format!("fc_norm.{i}.weight"), norm(h)));
         }
+    }
+    for (name, initial) in &options.initial {
+        let slot = tensors
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| checkpoint_error(dir, format!("no head tensor {name} to initialise")))?;
+        if slot.1.size() != initial.size() {
+            return Err(checkpoint_error(
+                dir,
+                format!(
+                    "{name}: initial shape {:?}, the head needs {:?}",
+                    initial.size(),
+                    slot.1.size()
+                ),
+            ));
+        }
+        slot.1 = initial.to_kind(Kind::Float).to_device(tch::Device::Cpu);
     }
     let d2t: Vec<i64> = used
         .iter()

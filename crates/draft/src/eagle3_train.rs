@@ -2,13 +2,13 @@
 //! ([`Eagle3Head::ttt_loss`]) against the target's top-k distribution restricted to a draft vocabulary of
 //! the most frequent training tokens (d2t/t2d).
 
-use crate::drafter::Result;
+use crate::drafter::{DraftError, Result};
 use crate::eagle3::{write_random_head, Eagle3Head, RandomHeadOptions};
 use crate::training::{Objective, TrainWindow};
 use serde::{Deserialize, Serialize};
-use sharpdraft_model::Transformer;
+use sharpdraft_model::{CausalLm, Transformer};
 use std::path::Path;
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 /// The `eagle3:` block of a training config.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -25,6 +25,13 @@ pub struct Eagle3Options {
     /// EAGLE 3.1: RMSNorm per captured feature before fc, norm on the output.
     #[serde(default)]
     pub eagle31: bool,
+    /// Start from the target instead of random weights ([`warm_start`]).
+    #[serde(default = "default_warm_start")]
+    pub warm_start: bool,
+}
+
+fn default_warm_start() -> bool {
+    true
 }
 
 fn default_ttt() -> usize {
@@ -49,22 +56,140 @@ pub fn frequent_tokens(windows: &[TrainWindow], vocab: i64, size: i64) -> Vec<i6
     used
 }
 
-/// Writes the starting head into `dir`: random weights, draft vocabulary from the windows' token counts.
+/// Writes the starting head into `dir`: draft vocabulary from the windows' token counts, weights random
+/// or (`warm_start`) taken from the target.
 pub fn init(
     dir: &Path,
-    target: &Transformer,
+    target: &CausalLm,
     windows: &[TrainWindow],
     options: &Eagle3Options,
     seed: u64,
 ) -> Result<()> {
-    let used = frequent_tokens(windows, target.config.vocab_size, options.draft_vocab);
+    let used = frequent_tokens(windows, target.net.config.vocab_size, options.draft_vocab);
+    let (intermediate_size, initial) = if options.warm_start {
+        (
+            Some(target.net.config.intermediate_size),
+            warm_start(target, windows, &used, options.eagle31, seed)?,
+        )
+    } else {
+        (None, Vec::new())
+    };
     let random = RandomHeadOptions {
         eagle31: options.eagle31,
         used_tokens: Some(used),
+        intermediate_size,
+        initial,
         seed: seed as i64,
         ..Default::default()
     };
-    write_random_head(dir, target, &random)
+    write_random_head(dir, &target.net, &random)
+}
+
+/// A head that starts as the target's last layer read off the deepest captured feature: `fc` passes
+/// that feature through (scaled back to its mean RMS over the windows when EAGLE 3.1's `fc_norm` has
+/// normalised it), the layer's norms, attention (on the feature half of its 2H input; the embedding half
+/// starts small) and MLP are the target's last layer, and `norm` / `lm_head` are the target's final norm
+/// and its LM head rows of the draft vocabulary `used` (a target with q/k/v biases keeps a random
+/// attention: the head's layout has none). With a few hundred thousand training tokens a
+/// random head never learns the target's output space; this one starts in it and only has to learn to
+/// look one token further.
+pub fn warm_start(
+    target: &CausalLm,
+    windows: &[TrainWindow],
+    used: &[i64],
+    eagle31: bool,
+    seed: u64,
+) -> Result<Vec<(String, Tensor)>> {
+    let c = &target.net.config;
+    let h = c.hidden_size;
+    let cpu = (Kind::Float, Device::Cpu);
+    let vars = target.vars.variables();
+    let get = |name: &str| {
+        vars.get(name)
+            .map(|t| t.to_kind(Kind::Float).to_device(Device::Cpu))
+            .ok_or_else(|| DraftError::Mismatch(format!("the target has no tensor {name}")))
+    };
+    let last = format!("model.layers.{}", c.num_layers - 1);
+    let head_rows = get("lm_head.weight").or_else(|_| get("model.embed_tokens.weight"))?;
+    let used_ids = Tensor::from_slice(used);
+    // The deepest tap's mean RMS: what fc_norm divided out, restored so that the residual starts at the
+    // scale the target's layer expects.
+    let scale = if eagle31 {
+        let (mut sum, mut rows) = (0.0, 0i64);
+        for window in windows {
+            if let Some(features) = &window.features {
+                let deepest = features.narrow(1, 2 * h, h).to_device(Device::Cpu);
+                let rms = deepest
+                    .square()
+                    .mean_dim(&[1i64][..], false, Kind::Float)
+                    .sqrt();
+                sum += rms.sum(Kind::Double).double_value(&[]);
+                rows += rms.size()[0];
+            }
+        }
+        if rows == 0 {
+            1.0
+        } else {
+            sum / rows as f64
+        }
+    } else {
+        1.0
+    };
+    let fc = Tensor::zeros([h, 3 * h], cpu);
+    fc.narrow(1, 2 * h, h).copy_(&(Tensor::eye(h, cpu) * scale));
+    tch::manual_seed(seed as i64);
+    let two_halves = |name: &str| -> Result<Tensor> {
+        let w = get(&format!("{last}.self_attn.{name}.weight"))?;
+        let embedding_half = Tensor::randn(w.size(), cpu) * 0.02;
+        Ok(Tensor::cat(&[embedding_half, w], 1))
+    };
+    let block = "midlayer";
+    let mut initial = vec![
+        ("fc.weight".to_string(), fc),
+        ("norm.weight".into(), get("model.norm.weight")?),
+        (
+            "lm_head.weight".into(),
+            head_rows.index_select(0, &used_ids),
+        ),
+        (
+            format!("{block}.hidden_norm.weight"),
+            get(&format!("{last}.input_layernorm.weight"))?,
+        ),
+        (
+            format!("{block}.input_layernorm.weight"),
+            get(&format!("{last}.input_layernorm.weight"))?,
+        ),
+    ];
+    // A target with q/k/v biases (Qwen2) keeps a random attention: the head's layout has no biases.
+    if !c.qkv_bias {
+        for name in ["q_proj", "k_proj", "v_proj"] {
+            initial.push((
+                format!("{block}.self_attn.{name}.weight"),
+                two_halves(name)?,
+            ));
+        }
+        initial.push((
+            format!("{block}.self_attn.o_proj.weight"),
+            get(&format!("{last}.self_attn.o_proj.weight"))?,
+        ));
+    }
+    for part in [
+        "post_attention_layernorm",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    ] {
+        initial.push((
+            format!("{block}.{part}.weight"),
+            get(&format!("{last}.{part}.weight"))?,
+        ));
+    }
+    if eagle31 {
+        for i in 0..3 {
+            initial.push((format!("fc_norm.{i}.weight"), Tensor::ones([h], cpu)));
+        }
+    }
+    Ok(initial)
 }
 
 pub struct Eagle3Objective<'t> {

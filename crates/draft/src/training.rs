@@ -85,6 +85,40 @@ pub struct LoopConfig {
     pub weight_decay: f64,
     pub seed: u64,
     pub checkpoint_every: usize,
+    /// Steps over which the learning rate rises linearly from 0 to `learning_rate`.
+    pub warmup_steps: usize,
+    pub decay: LrDecay,
+}
+
+/// How the learning rate falls after warm-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LrDecay {
+    #[default]
+    Constant,
+    /// Half a cosine from `learning_rate` down to a tenth of it at `steps`.
+    Cosine,
+}
+
+impl LoopConfig {
+    /// The learning rate of update `step` (0-based): a function of the step alone, so that a resumed run
+    /// follows the schedule of an uninterrupted one.
+    pub fn learning_rate_at(&self, step: usize) -> f64 {
+        let warm = if step < self.warmup_steps {
+            (step + 1) as f64 / self.warmup_steps as f64
+        } else {
+            1.0
+        };
+        let decay = match self.decay {
+            LrDecay::Constant => 1.0,
+            LrDecay::Cosine => {
+                let span = self.steps.saturating_sub(self.warmup_steps).max(1) as f64;
+                let progress = (step.saturating_sub(self.warmup_steps) as f64 / span).min(1.0);
+                0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+            }
+        };
+        self.learning_rate * warm * decay
+    }
 }
 
 /// A method's training objective over the drafter it trains.
@@ -177,6 +211,7 @@ pub fn train(
     while state.step < config.steps {
         let window = &windows[order[state.step % order.len()]];
         let loss = objective.loss(window, state.step)?;
+        optimizer.learning_rate = config.learning_rate_at(state.step);
         optimizer.backward_step(&loss, 1.0);
         state.losses.push(loss.double_value(&[]));
         state.seconds.push(offset + started.elapsed().as_secs_f64());
@@ -234,4 +269,40 @@ fn save_checkpoint(
     )
     .map_err(io)?;
     std::fs::rename(&tmp, out_dir.join(STATE_FILE)).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schedule(warmup_steps: usize, decay: LrDecay) -> LoopConfig {
+        LoopConfig {
+            n0: 8,
+            steps: 100,
+            learning_rate: 1.0,
+            weight_decay: 0.0,
+            seed: 0,
+            checkpoint_every: 10,
+            warmup_steps,
+            decay,
+        }
+    }
+
+    #[test]
+    fn the_learning_rate_warms_up_linearly_then_falls_by_half_a_cosine_to_a_tenth() {
+        let cosine = schedule(10, LrDecay::Cosine);
+        assert!((cosine.learning_rate_at(0) - 0.1).abs() < 1e-12);
+        assert!((cosine.learning_rate_at(4) - 0.5).abs() < 1e-12);
+        assert!((cosine.learning_rate_at(10) - 1.0).abs() < 1e-12);
+        assert!((cosine.learning_rate_at(55) - 0.55).abs() < 1e-12);
+        assert!((cosine.learning_rate_at(100) - 0.1).abs() < 1e-12);
+        let rates: Vec<f64> = (10..100).map(|s| cosine.learning_rate_at(s)).collect();
+        assert!(rates.windows(2).all(|w| w[1] <= w[0]), "not falling");
+    }
+
+    #[test]
+    fn a_constant_schedule_without_warm_up_is_the_learning_rate_at_every_step() {
+        let constant = schedule(0, LrDecay::Constant);
+        assert!((0..120).all(|s| constant.learning_rate_at(s) == 1.0));
+    }
 }

@@ -22,7 +22,7 @@ use sharpdraft_draft::dflash_train::{self, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3_train::{self, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, PardObjective, PardOptions};
 use sharpdraft_draft::training::{
-    extract_windows, train, LoopConfig, Objective, TrainObserver, TrainState,
+    extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState,
 };
 use sharpdraft_model::{registry, CausalLm, Tap};
 use std::path::{Path, PathBuf};
@@ -55,6 +55,12 @@ pub struct TrainConfig {
     pub seed: u64,
     #[serde(default = "default_every")]
     pub checkpoint_every: usize,
+    /// Steps of linear learning-rate warm-up.
+    #[serde(default)]
+    pub warmup_steps: usize,
+    /// `constant` (default) or `cosine` (down to a tenth of `learning_rate` at `steps`).
+    #[serde(default)]
+    pub lr_decay: LrDecay,
     /// The target distribution kept per row (top-k, renormalised).
     #[serde(default = "default_top_k")]
     pub top_k_targets: i64,
@@ -120,6 +126,8 @@ impl TrainConfig {
             weight_decay: self.weight_decay,
             seed: self.seed,
             checkpoint_every: self.checkpoint_every,
+            warmup_steps: self.warmup_steps,
+            decay: self.lr_decay,
         }
     }
 
@@ -408,7 +416,7 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
             (Some(init), _) => copy_checkpoint(&registry::resolve(init)?, &out_dir)?,
             (None, Method::Eagle3) => eagle3_train::init(
                 &out_dir,
-                &target.net,
+                &target,
                 &windows,
                 config.eagle3.as_ref().expect("validated"),
                 config.seed,

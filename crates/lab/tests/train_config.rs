@@ -142,3 +142,29 @@ fn missing_data_is_named_by_file_line_and_field() {
     );
     assert!(err.contains("/nonexistent/absent.txt"), "{err}");
 }
+
+#[test]
+fn the_shipped_training_configs_parse_with_their_schedules_and_warm_start() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../configs/train");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let config = TrainConfig::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
+            assert!(config.warmup_steps < config.steps, "{}", path.display());
+            if let Some(eagle3) = &config.eagle3 {
+                assert!(eagle3.warm_start, "{}", path.display());
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 3, "only {seen} configs under {}", dir.display());
+}
+
+#[test]
+fn an_eagle_head_warm_starts_from_the_target_unless_told_not_to() {
+    assert!(parse(GOOD).unwrap().eagle3.unwrap().warm_start);
+    let cold =
+        parse(&GOOD.replace("draft_vocab: 32", "draft_vocab: 32, warm_start: false")).unwrap();
+    assert!(!cold.eagle3.unwrap().warm_start);
+}

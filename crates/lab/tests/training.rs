@@ -7,7 +7,7 @@ use sharpdraft_draft::dflash_train::{self, block_visibility, DFlashObjective, DF
 use sharpdraft_draft::eagle3_train::{self, frequent_tokens, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, copy_layout, kept_offsets, PardObjective, PardOptions};
 use sharpdraft_draft::training::{
-    extract_windows, train, LoopConfig, Objective, TrainObserver, TrainState, TrainWindow,
+    extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState, TrainWindow,
 };
 use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape};
 use sharpdraft_model::{CausalLm, Sampling, Tap};
@@ -41,6 +41,7 @@ fn eagle3_options() -> Eagle3Options {
         ttt_decay: 0.8,
         draft_vocab: 48,
         eagle31: true,
+        warm_start: true,
     }
 }
 fn pard_options() -> PardOptions {
@@ -86,14 +87,14 @@ fn loop_config(steps: usize) -> LoopConfig {
         weight_decay: 0.0,
         seed: 1,
         checkpoint_every: 10,
+        warmup_steps: 3,
+        decay: LrDecay::Cosine,
     }
 }
 
 fn init(method: Method, dir: &Path, target: &CausalLm, windows: &[TrainWindow]) {
     match method {
-        Method::Eagle3 => {
-            eagle3_train::init(dir, &target.net, windows, &eagle3_options(), 1).unwrap()
-        }
+        Method::Eagle3 => eagle3_train::init(dir, target, windows, &eagle3_options(), 1).unwrap(),
         Method::Pard => pard_train::init(dir, target, &pard_options()).unwrap(),
         Method::Dflash => dflash_train::init(dir, target, &dflash_options()).unwrap(),
     }
@@ -118,6 +119,22 @@ impl TrainObserver for Quiet {
     fn step(&mut self, _state: &TrainState) {}
 }
 
+/// Fails at the first checkpoint at or after `step`, as a killed run would stop there.
+struct CrashAt(usize);
+impl TrainObserver for CrashAt {
+    fn step(&mut self, _state: &TrainState) {}
+    fn checkpoint(
+        &mut self,
+        state: &TrainState,
+        _dir: &Path,
+    ) -> sharpdraft_draft::drafter::Result<()> {
+        if state.step >= self.0 {
+            return Err(sharpdraft_draft::DraftError::Mismatch("killed".into()));
+        }
+        Ok(())
+    }
+}
+
 /// Starts (or resumes) a run in `dir` and trains up to `steps`.
 fn run(
     method: Method,
@@ -126,6 +143,17 @@ fn run(
     windows: &[TrainWindow],
     steps: usize,
 ) -> TrainState {
+    run_observed(method, dir, target, windows, steps, &mut Quiet).unwrap()
+}
+
+fn run_observed(
+    method: Method,
+    dir: &Path,
+    target: &CausalLm,
+    windows: &[TrainWindow],
+    steps: usize,
+    observer: &mut dyn TrainObserver,
+) -> sharpdraft_draft::drafter::Result<TrainState> {
     if TrainState::load(dir).unwrap().is_none() {
         init(method, dir, target, windows);
     }
@@ -134,9 +162,8 @@ fn run(
         windows,
         dir,
         &loop_config(steps),
-        &mut Quiet,
+        observer,
     )
-    .unwrap()
 }
 
 fn drafter(method: Method, dir: &Path, target: &CausalLm) -> Box<dyn Drafter> {
@@ -257,11 +284,19 @@ fn an_interrupted_run_resumes_and_ends_where_an_uninterrupted_run_ends() {
         let straight = tempfile::tempdir().unwrap();
         let whole = run(method, straight.path(), &target, &windows, 30);
         let interrupted = tempfile::tempdir().unwrap();
-        let partial = run(method, interrupted.path(), &target, &windows, 20);
-        assert_eq!(
-            TrainState::load(interrupted.path()).unwrap().unwrap(),
-            partial
+        // Killed after its checkpoint at step 20, under the same config (warm-up and cosine decay over
+        // 30 steps): the resumed run must follow the schedule of the uninterrupted one.
+        let killed = run_observed(
+            method,
+            interrupted.path(),
+            &target,
+            &windows,
+            30,
+            &mut CrashAt(20),
         );
+        assert!(killed.is_err(), "{method:?}: the run was not stopped");
+        let partial = TrainState::load(interrupted.path()).unwrap().unwrap();
+        assert_eq!(partial.step, 20);
         let resumed = run(method, interrupted.path(), &target, &windows, 30);
         assert_eq!(resumed.step, 30);
         assert_eq!(
@@ -419,4 +454,60 @@ fn training_consumes_query_scaling_beta_zero_is_off_and_a_schedule_changes_loss_
             "{method:?}: gradients flow through the scaling"
         );
     }
+}
+
+#[test]
+fn a_warm_started_eagle_head_starts_from_the_targets_last_layer_final_norm_and_lm_head_rows() {
+    let target = target();
+    let windows = windows(&target, Method::Eagle3, 4);
+    let dir = tempfile::tempdir().unwrap();
+    init(Method::Eagle3, dir.path(), &target, &windows);
+    let head = safetensors_of(dir.path());
+    let vars = target.vars.variables();
+    let last = format!("model.layers.{}", target.net.config.num_layers - 1);
+    let same = |head_name: &str, target_name: &str| {
+        assert!(
+            head[head_name].equal(&vars[target_name].to_kind(Kind::Float)),
+            "{head_name} is not the target's {target_name}"
+        );
+    };
+    same("norm.weight", "model.norm.weight");
+    same(
+        "midlayer.mlp.down_proj.weight",
+        &format!("{last}.mlp.down_proj.weight"),
+    );
+    same(
+        "midlayer.post_attention_layernorm.weight",
+        &format!("{last}.post_attention_layernorm.weight"),
+    );
+    // The feature half of q_proj's 2H input is the target's q_proj.
+    let h = target.net.config.hidden_size;
+    assert!(head["midlayer.self_attn.q_proj.weight"]
+        .narrow(1, h, h)
+        .equal(&vars[&format!("{last}.self_attn.q_proj.weight")].to_kind(Kind::Float)));
+    // lm_head row i is the target's output row of draft id i's target id (d2t holds target - draft).
+    let d2t = &head["d2t"];
+    let used = d2t + tch::Tensor::arange(d2t.size()[0], (Kind::Int64, Device::Cpu));
+    let target_rows = vars
+        .get("lm_head.weight")
+        .unwrap_or_else(|| &vars["model.embed_tokens.weight"])
+        .to_kind(Kind::Float)
+        .index_select(0, &used);
+    assert!(head["lm_head.weight"].equal(&target_rows));
+    // fc reads only the deepest captured feature.
+    let fc = &head["fc.weight"];
+    assert_eq!(
+        fc.narrow(1, 0, 2 * h)
+            .abs()
+            .sum(Kind::Float)
+            .double_value(&[]),
+        0.0
+    );
+    assert!(
+        fc.narrow(1, 2 * h, h)
+            .diagonal(0, 0, 1)
+            .min()
+            .double_value(&[])
+            > 0.0
+    );
 }
