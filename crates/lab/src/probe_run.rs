@@ -132,6 +132,10 @@ pub struct ProbeSummary {
     pub seconds: f64,
     /// Peak resident memory of the process (VmHWM), after the longest context.
     pub peak_resident_mib: f64,
+    /// The probed model's weight files (name, size, modification time): a retrained drafter under the
+    /// same name is probed again, not read back.
+    #[serde(default)]
+    pub model_fingerprint: String,
 }
 
 pub struct ProbeOutput {
@@ -440,17 +444,43 @@ pub fn run(config_path: &Path) -> Result<ProbeOutput> {
     run_config(&config, base)
 }
 
+/// `name:size:mtime_ns` of every `.safetensors` file in a model folder, sorted: what tells a retrained
+/// model from the one a finished probe saw.
+fn model_fingerprint(model_dir: &Path) -> Result<String> {
+    let mut files: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(model_dir)
+        .with_context(|| format!("reading model folder {}", model_dir.display()))?
+    {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            let meta = std::fs::metadata(&path)?;
+            let modified = meta
+                .modified()?
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            files.push(format!("{name}:{}:{modified}", meta.len()));
+        }
+    }
+    files.sort();
+    Ok(files.join(";"))
+}
+
 /// Runs (or reuses) a probe; relative paths in `config` resolve against `base`.
 pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
     let dir = config.out_dir();
+    let fingerprint = model_fingerprint(&registry::resolve(
+        config.drafter.as_ref().unwrap_or(&config.target),
+    )?)?;
     if let Ok(text) = std::fs::read_to_string(dir.join("probe.json")) {
         let summary: ProbeSummary = serde_json::from_str(&text)?;
-        if summary.config == *config {
+        if summary.config == *config && summary.model_fingerprint == fingerprint {
             eprintln!("probe: reusing the finished probe in {}", dir.display());
             return read_probe(&dir);
         }
         eprintln!(
-            "probe: {} holds a probe of another config; probing again",
+            "probe: {} holds a probe of another config or of other weights; probing again",
             dir.display()
         );
     }
@@ -562,6 +592,7 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         rows: recorder.rows_recorded(),
         seconds: started.elapsed().as_secs_f64(),
         peak_resident_mib: sharpdraft_decode::records::peak_rss_bytes() as f64 / (1024.0 * 1024.0),
+        model_fingerprint: fingerprint,
     };
     // probe.json last: its presence marks a finished probe.
     let tmp = dir.join("probe.json.tmp");

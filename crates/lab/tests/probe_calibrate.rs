@@ -58,6 +58,19 @@ fn a_probe_then_a_calibration_write_statistics_a_schedule_and_plots() {
         again.bins, probe.bins,
         "a finished probe is read back, not rerun"
     );
+    // Retrained weights under the same name: probed again, not read back.
+    let weights = dir.path().join("model/model.safetensors");
+    let retrained: Vec<(String, tch::Tensor)> = tch::Tensor::read_safetensors(&weights)
+        .unwrap()
+        .into_iter()
+        .map(|(name, t)| (name, t * 1.5))
+        .collect();
+    tch::Tensor::write_safetensors(&retrained, &weights).unwrap();
+    let reprobed = run_config(&config, dir.path()).unwrap();
+    assert_ne!(
+        reprobed.bins, probe.bins,
+        "a probe of other weights is not reused"
+    );
     let calibration = CalibrateConfig {
         probe: None,
         probe_dir: Some(probe.dir.clone()),
