@@ -294,32 +294,21 @@ fn bench_scaling_compares_identical_drafts_with_and_without_the_scaling_path() {
     if !fetched() {
         return;
     }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
-        .args([
-            "bench",
-            "scaling",
-            "--drafter",
-            "smollm2-135m-instruct",
-            "--method",
-            "vanilla",
-        ])
-        .args([
-            "--contexts",
-            "64",
-            "--new-tokens",
-            "8",
-            "--repeats",
-            "1",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = run(&[
+        "bench",
+        "scaling",
+        "--drafter",
+        "smollm2-135m-instruct",
+        "--method",
+        "vanilla",
+        "--contexts",
+        "64",
+        "--new-tokens",
+        "8",
+        "--repeats",
+        "1",
+        "--json",
+    ]);
     let row = &rows[0];
     assert_eq!(row["context"], 64);
     assert_eq!(row["identical"], true, "beta = 0 keeps every draft: {row}");
