@@ -104,23 +104,41 @@ fn locate(base: &Path, path: &Path, pypi: Option<&PypiPackage>) -> Result<PathBu
     }
 }
 
+/// The string `field` of every record of `path` (JSONL, or a JSON array of objects), in order; a list
+/// of strings (MT-Bench's `turns`) gives its first.
 pub fn jsonl_field(path: &Path, field: &str) -> Result<Vec<String>> {
     let text = read_text(path)?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, line)| {
-            let value: serde_json::Value = serde_json::from_str(line)
-                .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+    // A JSON array of objects (MMATH's `en.json`) or one object per line; (line or item number, object).
+    let records: Vec<(usize, serde_json::Value)> = if text.trim_start().starts_with('[') {
+        let items: Vec<serde_json::Value> = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a JSON array", path.display()))?;
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| (i + 1, v))
+            .collect()
+    } else {
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, line)| {
+                serde_json::from_str(line)
+                    .map(|v| (i + 1, v))
+                    .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))
+            })
+            .collect::<Result<_>>()?
+    };
+    records
+        .into_iter()
+        .map(|(n, value)| {
             let value = match &value[field] {
                 serde_json::Value::Array(items) => items.first().cloned().unwrap_or_default(),
                 other => other.clone(),
             };
             value.as_str().map(str::to_string).with_context(|| {
                 format!(
-                    "{}:{}: no string (or list of strings) field {field:?}",
-                    path.display(),
-                    i + 1
+                    "{}:{n}: no string (or list of strings) field {field:?}",
+                    path.display()
                 )
             })
         })

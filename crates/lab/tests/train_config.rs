@@ -1,5 +1,5 @@
 //! Bad training configs are clear errors before any compute is spent.
-use sharpdraft_lab::datasets::{token_stream, Source};
+use sharpdraft_lab::datasets::{jsonl_field, token_stream, Source};
 use sharpdraft_lab::train::TrainConfig;
 use sharpdraft_model::CausalLm;
 use std::path::{Path, PathBuf};
@@ -141,6 +141,23 @@ fn missing_data_is_named_by_file_line_and_field() {
         .unwrap()
     );
     assert!(err.contains("/nonexistent/absent.txt"), "{err}");
+}
+
+#[test]
+fn a_json_array_of_records_reads_like_jsonl_and_names_the_item_missing_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("math.json");
+    std::fs::write(
+        &path,
+        "[{\"question\": \"one\"}, {\"question\": \"two\", \"answer\": \"2\"}]",
+    )
+    .unwrap();
+    assert_eq!(jsonl_field(&path, "question").unwrap(), ["one", "two"]);
+    let err = format!("{:#}", jsonl_field(&path, "answer").err().unwrap());
+    assert!(
+        err.contains("math.json:1: no string (or list of strings) field \"answer\""),
+        "{err}"
+    );
 }
 
 #[test]
