@@ -10,7 +10,7 @@
 use crate::dflash::{default_target_layers, DFlashDrafter};
 use crate::drafter::Drafter;
 use crate::drafter::{DraftError, Result};
-use crate::random_init::{write_config, write_f32_safetensors};
+use crate::random_init::{write_config, write_f32_safetensors, TargetWeights};
 use crate::training::{soft_cross_entropy, step_rng, Objective, TrainWindow};
 use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
@@ -87,12 +87,8 @@ pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()
         path: dir.display().to_string(),
         reason: e,
     })?;
-    let vars = target.vars.variables();
-    let get = |name: &str| {
-        vars.get(name)
-            .map(|t| t.to_kind(Kind::Float).to_device(Device::Cpu))
-            .ok_or_else(|| DraftError::Mismatch(format!("the target has no tensor {name}")))
-    };
+    let weights = TargetWeights::of(target);
+    let get = |name: &str| weights.get(name);
     let h = c.hidden_size;
     let ones = |n: i64| Tensor::ones([n], (Kind::Float, Device::Cpu));
     let fc = Tensor::zeros([h, ids.len() as i64 * h], (Kind::Float, Device::Cpu));

@@ -2,8 +2,9 @@
 //! ([`Eagle3Head::ttt_loss`]) against the target's top-k distribution restricted to a draft vocabulary of
 //! the most frequent training tokens (d2t/t2d).
 
-use crate::drafter::{DraftError, Result};
+use crate::drafter::Result;
 use crate::eagle3::{write_random_head, Eagle3Head, RandomHeadOptions};
+use crate::random_init::TargetWeights;
 use crate::training::{Objective, TrainWindow};
 use serde::{Deserialize, Serialize};
 use sharpdraft_model::{CausalLm, Transformer};
@@ -103,12 +104,8 @@ pub fn warm_start(
     let c = &target.net.config;
     let h = c.hidden_size;
     let cpu = (Kind::Float, Device::Cpu);
-    let vars = target.vars.variables();
-    let get = |name: &str| {
-        vars.get(name)
-            .map(|t| t.to_kind(Kind::Float).to_device(Device::Cpu))
-            .ok_or_else(|| DraftError::Mismatch(format!("the target has no tensor {name}")))
-    };
+    let weights = TargetWeights::of(target);
+    let get = |name: &str| weights.get(name);
     let last = format!("model.layers.{}", c.num_layers - 1);
     let head_rows = get("lm_head.weight").or_else(|_| get("model.embed_tokens.weight"))?;
     let used_ids = Tensor::from_slice(used);

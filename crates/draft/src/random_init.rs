@@ -1,5 +1,6 @@
 //! Random initialisation in the published checkpoint layouts (`init eagle3`, `init dflash`, tests): the
-//! weight and norm initialisers and the writers of config.json and f32 safetensors.
+//! weight and norm initialisers, the writers of config.json and f32 safetensors, and the target weights
+//! that warm starts copy.
 
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
@@ -81,4 +82,23 @@ pub(crate) fn save_trained(
         .collect();
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     write_f32_safetensors(&dir.join("model.safetensors"), &tensors, extra).map_err(error)
+}
+
+/// The target's weights by name, read as f32 on the CPU: what a warm start copies from.
+pub struct TargetWeights(std::collections::HashMap<String, Tensor>);
+
+impl TargetWeights {
+    pub fn of(target: &sharpdraft_model::CausalLm) -> Self {
+        Self(target.vars.variables())
+    }
+
+    /// The tensor `name`, or an error naming it.
+    pub fn get(&self, name: &str) -> crate::drafter::Result<Tensor> {
+        self.0
+            .get(name)
+            .map(|t| t.to_kind(Kind::Float).to_device(Device::Cpu))
+            .ok_or_else(|| {
+                crate::drafter::DraftError::Mismatch(format!("the target has no tensor {name}"))
+            })
+    }
 }
