@@ -13,6 +13,10 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Load drafters whose training run has not finished (killed, or still running) as they are;
+    /// without it such a folder is refused.
+    #[arg(long, global = true)]
+    allow_unfinished: bool,
 }
 
 #[derive(Subcommand)]
@@ -47,7 +51,9 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    sharpdraft_model::output_folder::set_allow_unfinished(cli.allow_unfinished);
+    match cli.command {
         Command::Derive(args) => commands::derive::run(&args),
         Command::Fetch(args) => commands::models::fetch(&args),
         Command::Import(command) => commands::models::import(&command),

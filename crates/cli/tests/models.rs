@@ -152,5 +152,5 @@ fn importing_a_file_that_is_not_gguf_fails_cleanly() {
         None,
     );
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a readable GGUF file"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a valid GGUF file"));
 }

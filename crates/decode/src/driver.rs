@@ -76,6 +76,9 @@ impl<'a> Session<'a> {
         if prompt.is_empty() {
             return Err(DecodeError::Input("the prompt is empty".into()));
         }
+        target
+            .config
+            .ensure_positions(prompt.len(), config.max_new_tokens)?;
         let taps = drafter.target_taps();
         let mut cache = target.new_cache(
             prompt.len() as i64 + config.max_new_tokens as i64 + config.max_proposal as i64 + 2,

@@ -185,6 +185,7 @@ fn checkpoint_error(path: &Path, reason: impl Into<String>) -> DraftError {
 impl DFlashDrafter {
     /// Loads a drafter in the published layout (config.json with `dflash_config` + model.safetensors).
     pub fn load(dir: &Path, target: &Transformer, capacity: i64) -> Result<Self> {
+        crate::checkpoint_kind::expect_kind(dir, "dflash")?;
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path)
             .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
@@ -218,10 +219,10 @@ impl DFlashDrafter {
             .block_size
             .or(config.block_size)
             .unwrap_or(16);
-        if block_size < 2 {
+        if !(2..=MAX_BLOCK_SIZE).contains(&block_size) {
             return Err(checkpoint_error(
                 &config_path,
-                format!("block_size {block_size} must be at least 2"),
+                format!("block_size {block_size} must lie in 2..={MAX_BLOCK_SIZE}"),
             ));
         }
         let n = config.num_hidden_layers;
@@ -401,15 +402,16 @@ impl DFlashDrafter {
     }
 
     /// Projects context features `c` `[m, H]` into every layer's cache at positions `start..start + m`.
-    fn write_context(&mut self, c: &Tensor, start: i64) {
+    fn write_context(&mut self, c: &Tensor, start: i64) -> Result<()> {
         let rows = c.size()[0];
         let positions = Tensor::arange_start(start, start + rows, (Kind::Int64, c.device()));
         let (cos, sin) = self.rope.tables(&positions, c.kind());
         for (i, layer) in self.layers.iter().enumerate() {
             let (k, v) = layer.keys_values(c, &cos, &sin, self.kv_heads, self.head_dim);
-            let _ = self.cache.write(i, &k, &v);
+            let (_keys, _values) = self.cache.write(i, &k, &v)?;
         }
         self.cache.advance(rows);
+        Ok(())
     }
 
     /// One block pass `[root, MASK x (B - 1)]` at position `start` over the cached context (which must hold
@@ -447,7 +449,7 @@ impl DFlashDrafter {
             let y = layer.input_layernorm.forward(&x);
             let mut q = layer.queries(&y, &cos, &sin, self.heads, self.head_dim);
             let (k, v) = layer.keys_values(&y, &cos, &sin, self.kv_heads, self.head_dim);
-            let (keys, values) = speculation.write(i, &k, &v);
+            let (keys, values) = speculation.write(i, &k, &v)?;
             // Every row of a non-causal block sees context + B keys: one scalar per pass (derivation.md §7).
             if !self.query_scaling.is_off() {
                 let counts = visible_counts(mask.as_ref(), b, keys.size()[1])?;
@@ -496,7 +498,7 @@ impl DFlashDrafter {
             if p > written {
                 let rows = features.narrow(0, written, p - written).to_kind(kind);
                 let c = self.hidden_norm.forward(&self.fc.forward(&rows));
-                self.write_context(&c, written);
+                self.write_context(&c, written)?;
             }
             let _ = self.block_pass(target, tokens[p as usize], p, Some(&mut *observer))?;
         }
@@ -550,7 +552,7 @@ impl Drafter for DFlashDrafter {
                 .hidden_norm
                 .forward(&self.fc.forward(&features.to_kind(kind)));
             let start = self.cache.len();
-            self.write_context(&c, start);
+            self.write_context(&c, start)?;
         }
         let root = *ctx.committed.last().expect("a root");
         let x = self.block_pass(ctx.target, root, ctx.committed.len() as i64 - 1, None)?;
@@ -602,6 +604,56 @@ pub struct RandomDFlashOptions {
     pub seed: i64,
 }
 
+/// The largest block a DFlash drafter drafts in one pass (the target verifies it in one pass too).
+pub const MAX_BLOCK_SIZE: i64 = 256;
+
+impl RandomDFlashOptions {
+    /// Options that write a drafter its own loader accepts and whose weights fit in memory: 1 to the
+    /// target's layer count, a block of 2..=MAX_BLOCK_SIZE, a mask token inside the vocabulary.
+    pub fn validate(&self, target: &sharpdraft_model::ModelConfig) -> Result<()> {
+        let invalid = |option: &str, value: String, reason: String| DraftError::InvalidOption {
+            option: option.into(),
+            value,
+            reason,
+        };
+        if self.layers == 0 || self.layers > target.num_layers {
+            return Err(invalid(
+                "--layers",
+                self.layers.to_string(),
+                format!(
+                    "must lie in 1..={} (a DFlash drafter is at most as deep as its {}-layer target)",
+                    target.num_layers, target.num_layers
+                ),
+            ));
+        }
+        if !(2..=MAX_BLOCK_SIZE).contains(&self.block_size) {
+            return Err(invalid(
+                "--block-size",
+                self.block_size.to_string(),
+                format!("must lie in 2..={MAX_BLOCK_SIZE} (the anchor and at least one mask)"),
+            ));
+        }
+        if self.mask_token < 0 || self.mask_token >= target.vocab_size {
+            return Err(invalid(
+                "--mask-token",
+                self.mask_token.to_string(),
+                format!(
+                    "must be a token id of the target's vocabulary, 0..{}",
+                    target.vocab_size
+                ),
+            ));
+        }
+        if self.sliding_window == Some(0) {
+            return Err(invalid(
+                "sliding_window",
+                "0".into(),
+                "must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Writes a randomly initialised DFlash drafter for `target` in the published layout (config.json with
 /// `dflash_config`, model.safetensors with `fc`, `hidden_norm`, `layers.N.*`, `norm`). It drafts badly but
 /// exercises every code path; tests and smoke runs use it, and training starts from it.
@@ -611,6 +663,7 @@ pub fn write_random_dflash(
     options: &RandomDFlashOptions,
 ) -> Result<()> {
     let c = &target.config;
+    options.validate(c)?;
     let (h, heads, kv_heads, head_dim, inter) = (
         c.hidden_size,
         c.num_heads,

@@ -20,6 +20,14 @@ pub enum DraftError {
     /// A drafter that does not fit the target (vocabulary, hidden size, layers).
     #[error("drafter does not fit the target: {0}")]
     Mismatch(String),
+    /// A drafting option (tree shape, chain length, layer count, block size) outside what the drafter
+    /// or its target allows; names the option and the allowed range.
+    #[error("{option} = {value}: {reason}")]
+    InvalidOption {
+        option: String,
+        value: String,
+        reason: String,
+    },
     /// A drafter checkpoint that does not match the published layout; names the tensor or key.
     #[error("drafter checkpoint {path}: {reason}")]
     Checkpoint { path: String, reason: String },

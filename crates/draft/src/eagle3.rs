@@ -89,7 +89,54 @@ pub struct TreeShape {
     pub total_tokens: usize,
 }
 
+/// The deepest tree a drafter expands: each step is one head pass over the frontier.
+pub const MAX_TREE_DEPTH: usize = 64;
+/// The most draft tokens one tree may keep (the target verifies them all in one pass).
+pub const MAX_TREE_TOKENS: usize = 1024;
+
 impl TreeShape {
+    /// Checks the shape against a draft vocabulary of `draft_vocab` tokens: every option at least 1 (depth
+    /// at least 0), top-k at most the vocabulary, and bounds that keep one tree's passes and cache rows
+    /// small. Errors name the command-line option.
+    pub fn validate(&self, draft_vocab: usize) -> Result<()> {
+        let invalid = |option: &str, value: usize, reason: String| DraftError::InvalidOption {
+            option: option.into(),
+            value: value.to_string(),
+            reason,
+        };
+        if self.top_k == 0 || self.top_k > draft_vocab.min(MAX_TREE_TOKENS) {
+            return Err(invalid(
+                "--tree-topk",
+                self.top_k,
+                format!(
+                    "must lie in 1..={} (the draft vocabulary has {draft_vocab} tokens)",
+                    draft_vocab.min(MAX_TREE_TOKENS)
+                ),
+            ));
+        }
+        if self.depth > MAX_TREE_DEPTH {
+            return Err(invalid(
+                "--tree-depth",
+                self.depth,
+                format!("must lie in 1..={MAX_TREE_DEPTH}"),
+            ));
+        }
+        let reachable = self.top_k + self.depth * self.top_k * self.top_k;
+        if self.total_tokens == 0 || self.total_tokens > reachable.min(MAX_TREE_TOKENS) {
+            return Err(invalid(
+                "--tree-tokens",
+                self.total_tokens,
+                format!(
+                    "must lie in 1..={} (a tree of depth {} and top-k {} holds at most {reachable} nodes; one verification pass at most {MAX_TREE_TOKENS})",
+                    reachable.min(MAX_TREE_TOKENS),
+                    self.depth,
+                    self.top_k
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn chain(len: usize) -> Self {
         Self {
             depth: len.saturating_sub(1),
@@ -163,16 +210,14 @@ impl Eagle3Drafter {
         capacity: i64,
     ) -> Result<Self> {
         let (head, taps) = Eagle3Head::load(dir, target, false)?;
-        if shape.top_k == 0 || shape.total_tokens == 0 {
-            return Err(DraftError::Mismatch(
-                "tree top-k and total tokens must be at least 1".into(),
-            ));
-        }
+        shape.validate(head.d2t.len())?;
+        // The stable context plus one tree's rows: the first step and `top_k` per expansion step.
+        let tree_rows = ((shape.depth + 1) * shape.top_k) as i64;
         let cache = KvCache::new(
             1,
             head.kv_heads,
             head.head_dim,
-            capacity,
+            capacity + tree_rows,
             target.kind(),
             target.device(),
         );
@@ -246,6 +291,7 @@ impl Eagle3Head {
     /// Loads the head's weights; `trainable` makes every weight take gradients (training). Returns the
     /// target taps the head reads.
     pub fn load(dir: &Path, target: &Transformer, trainable: bool) -> Result<(Self, Vec<Tap>)> {
+        crate::checkpoint_kind::expect_kind(dir, "eagle3")?;
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path)
             .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
@@ -526,7 +572,7 @@ impl Eagle3Head {
         cache.reserve(rows)?;
         let past = cache.len();
         let (residual, q, k, v) = self.project(embeddings, hidden, positions);
-        let (keys, values) = cache.write(0, &k, &v);
+        let (keys, values) = cache.write(0, &k, &v)?;
         let visible = mask.materialize(past, rows, embeddings.device())?;
         // n_i = stable context + depth + 1 in a tree: the row-sum of its mask (derivation.md §7).
         let mut q = q;

@@ -3,6 +3,7 @@
 
 pub mod adamw;
 mod causal_drafting;
+pub mod checkpoint_kind;
 pub mod dflash;
 pub mod dflash_train;
 pub mod drafter;

@@ -25,6 +25,7 @@ use sharpdraft_math::{
     calibrate, Beta, Calibration, CalibrationConfig, Estimator, ExactScales, HeadStats,
     ScaleSchedule,
 };
+use sharpdraft_model::output_folder;
 use sharpdraft_model::registry;
 use sharpdraft_probe::head_stats;
 use std::collections::BTreeMap;
@@ -117,6 +118,8 @@ impl CalibrateConfig {
 /// Runs a calibrate config (and its probe, when it has not run).
 pub fn run(config_path: &Path) -> Result<CalibrationOutput> {
     let config = CalibrateConfig::load(config_path)?;
+    // Refused before the probe runs, not after.
+    output_folder::claim(&config.out_dir(), "calibrate", &[config_path])?;
     let base = config_path.parent().unwrap_or(Path::new("."));
     let probe = match (&config.probe, &config.probe_dir) {
         (Some(probe), _) => {
@@ -132,6 +135,8 @@ pub fn run(config_path: &Path) -> Result<CalibrationOutput> {
 
 /// Fits every estimator on a finished probe and writes the schedule, table and plots.
 pub fn calibrate_probe(config: &CalibrateConfig, probe: &ProbeOutput) -> Result<CalibrationOutput> {
+    let dir = config.out_dir();
+    output_folder::claim(&dir, "calibrate", &[&probe.dir])?;
     let heads = head_stats(&probe.bins, &probe.curves, config.k);
     ensure!(
         !heads.is_empty(),
@@ -198,21 +203,29 @@ pub fn calibrate_probe(config: &CalibrateConfig, probe: &ProbeOutput) -> Result<
             .find(|f| f.estimator == Estimator::ExactLeastSquares),
         n0,
     )?;
-    let dir = config.out_dir();
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_betas(&dir.join("betas.parquet"), &fits)?;
+    // Everything is written into a staging folder and renamed into place: the schedule, its table and
+    // plots always belong together.
+    let staging = output_folder::Staging::new(&dir)?;
+    let staged = staging.path();
+    write_betas(&staged.join("betas.parquet"), &fits)?;
     let bins = bin_summaries(&heads, &schedule);
     print_bins(&bins, n0, config.k);
     plot_mass(
-        &dir.join("mass_vs_n.png"),
+        &staged.join("mass_vs_n.png"),
         &bins,
         schedule.exact.is_some(),
         n0,
         config.k,
     )?;
-    plot_betas(&dir.join("beta_per_head.png"), &fits)?;
+    plot_betas(&staged.join("beta_per_head.png"), &fits)?;
+    schedule.save(&staged.join("schedule.yaml"))?;
+    let mut marker = output_folder::Marker::new(
+        "calibrate",
+        true,
+        format!("calibration of the probe in {}", probe.dir.display()),
+    );
+    staging.commit(&mut marker, true)?;
     let schedule_path = dir.join("schedule.yaml");
-    schedule.save(&schedule_path)?;
     println!(
         "schedule ({} beta{}): {}",
         estimator_name(config.estimator),

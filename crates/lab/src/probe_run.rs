@@ -24,6 +24,7 @@ use crate::table::{Column, Table};
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter, TreeShape};
+use sharpdraft_model::output_folder;
 use sharpdraft_model::{registry, CausalLm, Sampling};
 use sharpdraft_probe::{
     probe_sequence, BinRecord, CurveRecord, LengthBins, ProbeRecorder, ProbeSettings, RowFilter,
@@ -321,6 +322,17 @@ impl ProbeModel {
 
 /// Reads a finished probe's tables.
 pub fn read_probe(dir: &Path) -> Result<ProbeOutput> {
+    // A probe written by this workbench carries its files' fingerprints: tables changed or swapped
+    // since are refused rather than paired with the wrong summary.
+    if let Some(mut marker) = output_folder::Marker::read(dir)? {
+        let differences = marker.verify(dir, false)?;
+        ensure!(
+            differences.is_empty(),
+            "{}: the probe's files changed since it was written ({}); run the probe again",
+            dir.display(),
+            differences.join("; ")
+        );
+    }
     let summary: ProbeSummary = serde_json::from_str(
         &std::fs::read_to_string(dir.join("probe.json"))
             .with_context(|| format!("{}: no finished probe", dir.display()))?,
@@ -470,21 +482,25 @@ fn model_fingerprint(model_dir: &Path) -> Result<String> {
 /// Runs (or reuses) a probe; relative paths in `config` resolve against `base`.
 pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
     let dir = config.out_dir();
-    let fingerprint = model_fingerprint(&registry::resolve(
-        config.drafter.as_ref().unwrap_or(&config.target),
-    )?)?;
-    if let Ok(text) = std::fs::read_to_string(dir.join("probe.json")) {
-        let summary: ProbeSummary = serde_json::from_str(&text)?;
+    let model_dir = registry::resolve(config.drafter.as_ref().unwrap_or(&config.target))?;
+    let fingerprint = model_fingerprint(&model_dir)?;
+    let target_dir = registry::resolve(&config.target)?;
+    let claim = output_folder::claim(&dir, "probe", &[&model_dir, &target_dir])?;
+    if let output_folder::Claim::Own(_) = claim {
+        let path = dir.join("probe.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let summary: ProbeSummary = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a probe summary", path.display()))?;
         if summary.config == *config && summary.model_fingerprint == fingerprint {
             eprintln!("probe: reusing the finished probe in {}", dir.display());
             return read_probe(&dir);
         }
         eprintln!(
-            "probe: {} holds a probe of another config or of other weights; probing again",
+            "probe: {} holds a probe of another config or of other weights; probing again (it is replaced when the new probe is complete)",
             dir.display()
         );
     }
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let started = std::time::Instant::now();
     let device = sharpdraft_model::parse_device(&config.device)?;
     let target = CausalLm::load(&registry::resolve(&config.target)?, device, Kind::Float)
@@ -584,7 +600,10 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         !bin_records.is_empty(),
         "probe recorded no rows: are the bins beyond the text length {length}?"
     );
-    write_tables(&dir, &bin_records, &curves)?;
+    // The whole result goes into a staging folder, renamed into place at the end: tables and their
+    // probe.json are always one probe's.
+    let staging = output_folder::Staging::new(&dir)?;
+    write_tables(staging.path(), &bin_records, &curves)?;
     let summary = ProbeSummary {
         config: config.clone(),
         n0,
@@ -594,10 +613,13 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         peak_resident_mib: sharpdraft_decode::records::peak_rss_bytes() as f64 / (1024.0 * 1024.0),
         model_fingerprint: fingerprint,
     };
-    // probe.json last: its presence marks a finished probe.
-    let tmp = dir.join("probe.json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(&summary)?)?;
-    std::fs::rename(&tmp, dir.join("probe.json"))?;
+    std::fs::write(
+        staging.path().join("probe.json"),
+        serde_json::to_string_pretty(&summary)?,
+    )?;
+    let mut marker =
+        output_folder::Marker::new("probe", true, format!("probe of {}", model_dir.display()));
+    staging.commit(&mut marker, true)?;
     eprintln!(
         "probe: {} rows over {} sequences of {length} tokens in {:.0} s; peak resident memory {:.0} MiB",
         summary.rows, config.sequences, summary.seconds, summary.peak_resident_mib

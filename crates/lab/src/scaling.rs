@@ -50,11 +50,15 @@ pub struct ScalingSpec {
 
 impl ScalingSpec {
     fn n0(&self, training_length: Option<i64>, what: &str) -> Result<f64> {
-        match (self.n0, training_length) {
-            (Some(n0), _) => Ok(n0),
-            (None, Some(n0)) => Ok(n0 as f64),
+        let n0 = match (self.n0, training_length) {
+            (Some(n0), _) => n0,
+            (None, Some(n0)) => n0 as f64,
             (None, None) => bail!("{what} records no training length: give n0"),
+        };
+        if !(n0.is_finite() && n0 >= 1.0) {
+            bail!("n0 = {n0} must be a finite length of at least 1 token");
         }
+        Ok(n0)
     }
 
     fn load_schedule(&self) -> Result<ScaleSchedule> {
@@ -87,10 +91,10 @@ impl ScalingSpec {
                 (Some(_), Some(path)) => {
                     bail!("beta conflicts with schedule {}: give one", path.display())
                 }
-                (Some(beta), None) => ScalingMode::Fixed(ScaleSchedule::global(
-                    self.n0(training_length, what)?,
-                    beta,
-                )?),
+                (Some(beta), None) => ScalingMode::Fixed(
+                    ScaleSchedule::global(self.n0(training_length, what)?, beta)
+                        .with_context(|| format!("beta {beta}"))?,
+                ),
                 (None, _) => ScalingMode::Fixed(self.load_schedule()?),
             },
             ScalingKind::Exact => ScalingMode::Exact(self.load_schedule()?),

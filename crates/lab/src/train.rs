@@ -24,7 +24,7 @@ use sharpdraft_draft::pard_train::{self, PardObjective, PardOptions};
 use sharpdraft_draft::training::{
     extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState,
 };
-use sharpdraft_model::{registry, CausalLm, Tap};
+use sharpdraft_model::{output_folder, registry, CausalLm, Tap};
 use std::path::{Path, PathBuf};
 use tch::Kind;
 
@@ -245,7 +245,12 @@ impl TrainConfig {
                     .dflash
                     .as_ref()
                     .context("method dflash needs a `dflash:` block")?;
-                ensure!(d.layers >= 1, "dflash.layers must be at least 1");
+                ensure!(
+                    d.layers >= 1 && d.layers <= t.num_layers,
+                    "dflash.layers = {} must lie in 1..={} (the target's layers)",
+                    d.layers,
+                    t.num_layers
+                );
                 ensure!(
                     d.block_size >= 2 && d.block_size < self.n0,
                     "dflash.block_size = {} must lie in 2..n0",
@@ -345,31 +350,55 @@ impl TrainObserver for Progress {
 pub fn run(config_path: &Path) -> Result<PathBuf> {
     let config = TrainConfig::load(config_path)?;
     let device = sharpdraft_model::parse_device(&config.device)?;
-    let target = CausalLm::load(&registry::resolve(&config.target)?, device, Kind::Float)
+    let out_dir = config.out_dir();
+    // The folder must be new, empty, or this config's own run, before any compute is spent.
+    let target_dir = registry::resolve(&config.target)?;
+    let init_dir = match &config.init {
+        Some(init) => Some(registry::resolve(init).with_context(|| format!("init: {init}"))?),
+        None => None,
+    };
+    let mut inputs = vec![target_dir.as_path(), config_path];
+    inputs.extend(init_dir.as_deref());
+    let claim = output_folder::claim(&out_dir, "train", &inputs)
+        .with_context(|| format!("{}: out", config_path.display()))?;
+    let target = CausalLm::load(&target_dir, device, Kind::Float)
         .with_context(|| format!("loading target {}", config.target))?;
     config.validate(&target)?;
-    let out_dir = config.out_dir();
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let resuming = TrainState::load(&out_dir)?.is_some();
     let record = out_dir.join(CONFIG_RECORD);
+    let about = format!("training run of {}", config_path.display());
+    let resuming = match claim {
+        output_folder::Claim::Fresh => {
+            std::fs::create_dir_all(&out_dir)
+                .with_context(|| format!("creating {}", out_dir.display()))?;
+            false
+        }
+        output_folder::Claim::Own(_) => {
+            if record.exists() {
+                let previous: TrainConfig = serde_yaml::from_str(
+                    &std::fs::read_to_string(&record)
+                        .with_context(|| format!("reading {}", record.display()))?,
+                )
+                .with_context(|| format!("{}: unreadable", record.display()))?;
+                // More steps (or another checkpoint interval) continue the run; anything else is
+                // another run.
+                let comparable = |c: &TrainConfig| TrainConfig {
+                    steps: 0,
+                    checkpoint_every: 0,
+                    ..c.clone()
+                };
+                ensure!(
+                    comparable(&previous) == comparable(&config),
+                    "{} holds a run of another config ({}); give this one another `out` or delete that folder",
+                    out_dir.display(),
+                    record.display()
+                );
+            }
+            TrainState::load(&out_dir)?.is_some()
+        }
+    };
+    // Unfinished until the last step is saved: a run killed before then is refused by every loader.
+    output_folder::Marker::new("train", false, about.clone()).write(&out_dir)?;
     if resuming {
-        let previous: TrainConfig = serde_yaml::from_str(
-            &std::fs::read_to_string(&record)
-                .with_context(|| format!("reading {}", record.display()))?,
-        )
-        .with_context(|| format!("{}: unreadable", record.display()))?;
-        // More steps (or another checkpoint interval) continue the run; anything else is another run.
-        let comparable = |c: &TrainConfig| TrainConfig {
-            steps: 0,
-            checkpoint_every: 0,
-            ..c.clone()
-        };
-        ensure!(
-            comparable(&previous) == comparable(&config),
-            "{} holds a run of another config ({}); give this one another `out` or delete that folder",
-            out_dir.display(),
-            record.display()
-        );
         eprintln!("resuming the run in {}", out_dir.display());
     }
     let layers = target.net.config.num_layers;
@@ -412,8 +441,8 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
         std::fs::write(&tmp, serde_yaml::to_string(&config)?)?;
         std::fs::rename(&tmp, &record)?;
     } else {
-        match (&config.init, config.method) {
-            (Some(init), _) => copy_checkpoint(&registry::resolve(init)?, &out_dir)?,
+        match (&init_dir, config.method) {
+            (Some(init), _) => copy_checkpoint(init, &out_dir)?,
             (None, Method::Eagle3) => eagle3_train::init(
                 &out_dir,
                 &target,
@@ -499,6 +528,7 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     if state.losses.is_empty() {
         bail!("no training step was run");
     }
+    output_folder::Marker::new("train", true, about).write(&out_dir)?;
     Ok(out_dir)
 }
 

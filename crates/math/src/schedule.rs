@@ -57,7 +57,7 @@ impl ScaleSchedule {
         Ok(schedule)
     }
 
-    /// Checks n0 > 0 and that every beta is finite, naming the first bad entry.
+    /// Checks n0 > 0 and that every beta is finite and >= 0, naming the first bad entry.
     pub fn validate(&self) -> Result<()> {
         if !(self.n0.is_finite() && self.n0 > 0.0) {
             return Err(MathError::Schedule(format!(
@@ -65,18 +65,21 @@ impl ScaleSchedule {
                 self.n0
             )));
         }
+        // beta sharpens attention past n0; a negative beta would flatten it further, the opposite of
+        // the correction (calibration clips to [0, beta_max] for the same reason).
         let bad = |where_: String, v: f64| {
-            MathError::Schedule(format!("beta{where_} = {v} is not finite"))
+            MathError::Schedule(format!("beta{where_} = {v} must be a finite number >= 0"))
         };
+        let ok = |b: &f64| b.is_finite() && *b >= 0.0;
         match &self.beta {
-            Beta::Global(b) if !b.is_finite() => Err(bad(String::new(), *b)),
-            Beta::PerLayer(layers) => match layers.iter().position(|b| !b.is_finite()) {
+            Beta::Global(b) if !ok(b) => Err(bad(String::new(), *b)),
+            Beta::PerLayer(layers) => match layers.iter().position(|b| !ok(b)) {
                 Some(i) => Err(bad(format!("[{i}]"), layers[i])),
                 None => Ok(()),
             },
             Beta::PerHead(layers) => {
                 for (i, heads) in layers.iter().enumerate() {
-                    if let Some(j) = heads.iter().position(|b| !b.is_finite()) {
+                    if let Some(j) = heads.iter().position(|b| !ok(b)) {
                         return Err(bad(format!("[{i}][{j}]"), heads[j]));
                     }
                 }

@@ -117,6 +117,30 @@ pub struct ModelConfig {
     pub raw: HfConfig,
 }
 
+impl ModelConfig {
+    /// Refuses a sequence longer than the positions the model was trained for: `prompt` tokens followed
+    /// by up to `new_tokens`. The error gives both numbers and how many new tokens would fit.
+    pub fn ensure_positions(&self, prompt: usize, new_tokens: usize) -> Result<()> {
+        let limit = self.max_position_embeddings.max(0) as u64;
+        let needed = (prompt as u64).saturating_add(new_tokens as u64);
+        if needed <= limit {
+            return Ok(());
+        }
+        let fits = limit.saturating_sub(prompt as u64);
+        Err(invalid(
+            "max_position_embeddings",
+            format!(
+                "the model sees at most {limit} positions; a prompt of {prompt} tokens plus {new_tokens} new tokens needs {needed} ({})",
+                if fits == 0 {
+                    "the prompt alone is too long: shorten it".to_string()
+                } else {
+                    format!("at most {fits} new tokens fit after this prompt")
+                }
+            ),
+        ))
+    }
+}
+
 fn invalid(field: &str, reason: String) -> ModelError {
     ModelError::Config {
         field: field.to_string(),

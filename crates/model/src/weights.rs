@@ -115,6 +115,18 @@ pub fn load_strict(
                     unexpected.push(format!("unexpected tensor {name} {shape:?}"));
                     continue;
                 };
+                // Weights are floating point: an integer or boolean dtype is a broken or foreign file,
+                // never something to convert (I32 bits read as integers change every value).
+                let kind = match kind_of(view.dtype()) {
+                    Some(kind @ (Kind::Float | Kind::Half | Kind::BFloat16 | Kind::Double)) => kind,
+                    _ => {
+                        problems.push(format!(
+                            "tensor {name}: dtype {:?} in the file, a floating-point weight (F32, F16, BF16, F64) expected",
+                            view.dtype()
+                        ));
+                        continue;
+                    }
+                };
                 if var.size() != shape {
                     problems.push(format!(
                         "tensor {name}: shape {shape:?} in the file, {:?} expected",
@@ -122,13 +134,6 @@ pub fn load_strict(
                     ));
                     continue;
                 }
-                let Some(kind) = kind_of(view.dtype()) else {
-                    problems.push(format!(
-                        "tensor {name}: dtype {:?} is not a float type",
-                        view.dtype()
-                    ));
-                    continue;
-                };
                 let source = Tensor::f_from_data_size(view.data(), &shape, kind)?;
                 let mut target = var;
                 target.f_copy_(&source)?;

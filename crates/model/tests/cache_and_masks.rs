@@ -137,7 +137,10 @@ fn the_cache_is_preallocated_and_refuses_to_overflow() {
         .err()
         .unwrap()
         .to_string();
-    assert!(err.contains("exceed the capacity of 16"), "{err}");
+    assert!(
+        err.contains("exceed the 16 this cache was allocated for"),
+        "{err}"
+    );
     assert!(cache.truncate(3).is_err(), "cannot truncate beyond len");
 }
 

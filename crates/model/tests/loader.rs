@@ -169,3 +169,74 @@ fn reduced_precision_loads_and_stays_close_to_f32() {
     let f32_model = load("qwen3");
     assert_eq!(f32_model.net.kind(), Kind::Float);
 }
+
+/// Rewrites a safetensors header in place (padded to its old size), leaving the data bytes as they are.
+fn rewrite_header(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let bytes = std::fs::read(path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    edit(&mut header);
+    let mut text = header.to_string();
+    assert!(text.len() <= header_len, "the edited header fits");
+    while text.len() < header_len {
+        text.push(' ');
+    }
+    let mut out = (header_len as u64).to_le_bytes().to_vec();
+    out.extend(text.as_bytes());
+    out.extend(&bytes[8 + header_len..]);
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn an_integer_dtype_where_a_weight_belongs_is_an_error_not_a_conversion() {
+    let name = "model.layers.0.mlp.up_proj.weight";
+    // I32 has F32's width: the same bytes, read as integers, would change every value.
+    // I64 is twice as wide: the same bytes hold half the rows.
+    for (dtype, rows_divisor) in [("I32", 1), ("I64", 2)] {
+        let dir = edited_checkpoint(|_| {});
+        rewrite_header(&dir.path().join("model.safetensors"), |header| {
+            let rows = header[name]["shape"][0].as_u64().unwrap();
+            header[name]["dtype"] = serde_json::json!(dtype);
+            header[name]["shape"][0] = serde_json::json!(rows / rows_divisor);
+        });
+        let err = load_error(dir.path());
+        assert!(
+            err.contains(name) && err.contains(dtype) && err.contains("floating-point"),
+            "{dtype}: {err}"
+        );
+    }
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, .. ProptestConfig::default() })]
+
+        /// Random bytes written over a checkpoint's header (where lengths, dtypes, shapes and offsets
+        /// live) or its data: loading succeeds or fails with an error naming the file, never panics.
+        #[test]
+        fn a_mutated_safetensors_file_loads_or_fails_cleanly(
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), any::<bool>()), 1..6),
+            cut in prop::option::of(any::<prop::sample::Index>()),
+        ) {
+            let dir = edited_checkpoint(|_| {});
+            let file = dir.path().join("model.safetensors");
+            let mut bytes = std::fs::read(&file).unwrap();
+            let header_len = (u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize + 8).min(bytes.len());
+            for (at, value, in_header) in &edits {
+                let i = if *in_header { at.index(header_len) } else { at.index(bytes.len()) };
+                bytes[i] = *value;
+            }
+            if let Some(cut) = cut {
+                bytes.truncate(cut.index(bytes.len()));
+            }
+            std::fs::write(&file, &bytes).unwrap();
+            if let Err(e) = CausalLm::load(dir.path(), Device::Cpu, Kind::Float) {
+                let text = e.to_string();
+                prop_assert!(text.contains("model.safetensors") || text.contains("tensor "), "{}", text);
+            }
+        }
+    }
+}

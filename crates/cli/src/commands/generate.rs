@@ -5,6 +5,7 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::{speculative_generate, CycleRecord, SpecConfig};
+use sharpdraft_draft::eagle3::MAX_TREE_TOKENS;
 use sharpdraft_draft::{
     DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
 };
@@ -156,6 +157,11 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
     };
     let prompt_ids = tokenizer.encode(&text, false)?;
     anyhow::ensure!(!prompt_ids.is_empty(), "the prompt encodes to no tokens");
+    model
+        .net
+        .config
+        .ensure_positions(prompt_ids.len(), args.max_new_tokens)
+        .with_context(|| format!("--max-new-tokens {}", args.max_new_tokens))?;
     let sampling = Sampling {
         temperature: args.temperature,
         top_p: args.top_p,
@@ -192,7 +198,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
             }
         }
         Some(drafter_name) => {
-            let capacity = prompt_ids.len() as i64 + args.max_new_tokens as i64 + 256;
+            let capacity = prompt_ids.len() as i64 + args.max_new_tokens as i64;
             let (mut drafter, max_proposal) = build_drafter(
                 &args.draft,
                 args.draft.scaling.single()?,
@@ -267,7 +273,8 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
 }
 
 /// The drafter named on the command line, with its query scaling set (`scaling`, one of
-/// `args.scaling.scaling`), and the largest proposal it can make.
+/// `args.scaling.scaling`), and the largest proposal it can make. `capacity` counts the committed
+/// positions (prompt and new tokens); each drafter adds room for its own drafts.
 pub fn build_drafter(
     args: &DrafterArgs,
     scaling: ScalingKind,
@@ -292,7 +299,26 @@ fn build_unscaled_drafter(
     sampling: Sampling,
     capacity: i64,
 ) -> anyhow::Result<(Box<dyn Drafter>, usize)> {
-    anyhow::ensure!(args.draft_len >= 1, "--draft-len must be at least 1");
+    anyhow::ensure!(
+        (1..=MAX_TREE_TOKENS).contains(&args.draft_len),
+        "--draft-len {} must lie in 1..={MAX_TREE_TOKENS}",
+        args.draft_len
+    );
+    anyhow::ensure!(
+        args.tree_depth != Some(0),
+        "--tree-depth 0: a tree needs at least one expansion step (use --draft-len 1 for a single draft)"
+    );
+    let dir = registry::resolve(name)?;
+    let method = match args.method {
+        Method::Vanilla => "vanilla",
+        Method::Eagle3 => "eagle3",
+        Method::Pard => "pard",
+        Method::Dflash => "dflash",
+    };
+    sharpdraft_draft::checkpoint_kind::expect_kind(&dir, method)
+        .with_context(|| format!("drafter {name}"))?;
+    // Room for one proposal beyond the committed positions (chains of K; trees and blocks add theirs).
+    let capacity = capacity + args.draft_len as i64 + 1;
     match args.method {
         Method::Vanilla => {
             let small = models.load(name)?;
@@ -301,7 +327,6 @@ fn build_unscaled_drafter(
             Ok((Box::new(drafter), args.draft_len))
         }
         Method::Eagle3 => {
-            let dir = registry::resolve(name)?;
             let tree =
                 args.tree_depth.is_some() || args.tree_topk.is_some() || args.tree_tokens.is_some();
             let shape = if tree {
@@ -324,7 +349,6 @@ fn build_unscaled_drafter(
             Ok((Box::new(drafter), args.draft_len))
         }
         Method::Dflash => {
-            let dir = registry::resolve(name)?;
             let drafter = DFlashDrafter::load(&dir, &target.net, capacity)
                 .with_context(|| format!("drafter {name}"))?;
             let block = drafter.block_size() as usize;
@@ -360,6 +384,7 @@ pub fn run_logits(args: &LogitsArgs) -> anyhow::Result<()> {
     let model = args.runtime.load(&args.model)?;
     let prompt_ids = model.tokenizer()?.encode(&args.prompt, true)?;
     anyhow::ensure!(!prompt_ids.is_empty(), "the prompt encodes to no tokens");
+    model.net.config.ensure_positions(prompt_ids.len(), 0)?;
     anyhow::ensure!(
         args.top >= 1 && args.top <= model.net.config.vocab_size,
         "--top {} must lie in 1..={}",

@@ -1,17 +1,21 @@
 //! `sharpdraft fetch` and `sharpdraft import gguf`: getting models into the cache.
 
 use clap::{Args, Subcommand};
-use sharpdraft_model::registry;
-use std::path::PathBuf;
+use sharpdraft_model::{output_folder, registry};
+use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]
 pub struct FetchArgs {
     /// Known model names (see `sharpdraft fetch --list`).
     #[arg(required_unless_present = "list")]
     pub names: Vec<String>,
-    /// List the known models and whether they are fetched.
+    /// List the known models and whether they are fetched (and unchanged since).
     #[arg(long)]
     pub list: bool,
+    /// Re-hash every file of an existing import instead of trusting sizes and times; a changed model is
+    /// moved aside and imported again.
+    #[arg(long)]
+    pub verify: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -20,7 +24,7 @@ pub enum ImportCommand {
     Gguf {
         /// The .gguf file.
         file: PathBuf,
-        /// The folder to write (replaced if it exists).
+        /// The folder to write: new, empty, or an earlier `import gguf` output (then replaced whole).
         out_dir: PathBuf,
     },
 }
@@ -32,7 +36,7 @@ pub enum InitCommand {
         /// Target model (known name or folder) whose hidden size, heads and vocabulary the head fits.
         #[arg(long)]
         target: String,
-        /// Output folder (config.json + model.safetensors).
+        /// Output folder (config.json + model.safetensors): new, empty, or an earlier `init` output.
         #[arg(long)]
         out: PathBuf,
         /// EAGLE 3.1 flags (fc_norm, norm_output).
@@ -59,14 +63,26 @@ pub enum InitCommand {
     },
 }
 
+/// Writes a random drafter into a staging folder beside `out` and renames it into place: `out` must be
+/// new, empty, or an earlier `init` output, and must not hold the target.
+fn write_initialised(
+    target: &str,
+    out: &Path,
+    what: &str,
+    write: impl FnOnce(&Path, &sharpdraft_model::Transformer) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let target_dir = registry::resolve(target)?;
+    output_folder::claim(out, "init", &[&target_dir])?;
+    let model = sharpdraft_model::CausalLm::load(&target_dir, tch::Device::Cpu, tch::Kind::Float)?;
+    let staging = output_folder::Staging::new(out)?;
+    write(staging.path(), &model.net)?;
+    let mut marker = output_folder::Marker::new("init", true, format!("{what} for {target}"));
+    staging.commit(&mut marker, true)?;
+    println!("wrote {what} for {target} to {}", out.display());
+    Ok(())
+}
+
 pub fn init(command: &InitCommand) -> anyhow::Result<()> {
-    let load = |target: &str| -> anyhow::Result<sharpdraft_model::CausalLm> {
-        Ok(sharpdraft_model::CausalLm::load(
-            &registry::resolve(target)?,
-            tch::Device::Cpu,
-            tch::Kind::Float,
-        )?)
-    };
     match command {
         InitCommand::Eagle3 {
             target,
@@ -79,11 +95,11 @@ pub fn init(command: &InitCommand) -> anyhow::Result<()> {
                 seed: *seed,
                 ..Default::default()
             };
-            sharpdraft_draft::eagle3::write_random_head(out, &load(target)?.net, &options)?;
-            println!(
-                "wrote a random EAGLE-3 head for {target} to {}",
-                out.display()
-            );
+            write_initialised(target, out, "a random EAGLE-3 head", |dir, net| {
+                Ok(sharpdraft_draft::eagle3::write_random_head(
+                    dir, net, &options,
+                )?)
+            })
         }
         InitCommand::Dflash {
             target,
@@ -100,31 +116,29 @@ pub fn init(command: &InitCommand) -> anyhow::Result<()> {
                 mask_token: *mask_token,
                 seed: *seed,
             };
-            sharpdraft_draft::dflash::write_random_dflash(out, &load(target)?.net, &options)?;
-            println!(
-                "wrote a random DFlash drafter for {target} to {}",
-                out.display()
-            );
+            write_initialised(target, out, "a random DFlash drafter", |dir, net| {
+                Ok(sharpdraft_draft::dflash::write_random_dflash(
+                    dir, net, &options,
+                )?)
+            })
         }
     }
-    Ok(())
 }
 
 pub fn fetch(args: &FetchArgs) -> anyhow::Result<()> {
     if args.list {
         for model in registry::KNOWN_MODELS {
-            let dir = registry::model_dir(model.name);
-            let state = if dir.join("config.json").exists() {
-                "fetched"
-            } else {
-                "not fetched"
+            let state = match registry::fetch_state(model.name, false)? {
+                registry::FetchState::Verified => "fetched",
+                registry::FetchState::Missing => "not fetched",
+                registry::FetchState::Changed(_) => "changed",
             };
             println!("{:<28} {:<12} {}", model.name, state, model.description);
         }
         return Ok(());
     }
     for name in &args.names {
-        let dir = registry::fetch(name)?;
+        let dir = registry::fetch_checked(name, args.verify)?;
         println!("{name}: {}", dir.display());
     }
     Ok(())

@@ -116,7 +116,7 @@ fn prompt_ids(
     .len();
     let take = context.saturating_sub(wrapper);
     ensure!(
-        offset + take <= filler.len(),
+        offset.saturating_add(take) <= filler.len(),
         "the filler has {} tokens, fewer than offset {offset} + {take}",
         filler.len()
     );
@@ -136,7 +136,7 @@ pub fn run(args: &TauArgs) -> Result<()> {
     let tokenizer = target.tokenizer()?;
     let questions = jsonl_field(&args.prompts, &args.field)?;
     ensure!(
-        questions.len() >= args.skip + args.count,
+        questions.len() >= args.skip.saturating_add(args.count),
         "{}: {} prompts, fewer than --skip {} + --count {}",
         args.prompts.display(),
         questions.len(),
@@ -164,14 +164,25 @@ pub fn run(args: &TauArgs) -> Result<()> {
             .enumerate()
         {
             // A different excerpt for every prompt.
-            let offset = args.filler_offset
-                + i * 1009
+            let offset = args.filler_offset.saturating_add(
+                i * 1009
                     % filler
                         .len()
-                        .saturating_sub(args.filler_offset + requested)
-                        .max(1);
+                        .saturating_sub(args.filler_offset.saturating_add(requested))
+                        .max(1),
+            );
             let ids = prompt_ids(tokenizer, question, &filler, offset, requested)?;
-            let capacity = ids.len() as i64 + args.max_new_tokens as i64 + 256;
+            target
+                .net
+                .config
+                .ensure_positions(ids.len(), args.max_new_tokens)
+                .with_context(|| {
+                    format!(
+                        "--contexts {requested} with --max-new-tokens {}",
+                        args.max_new_tokens
+                    )
+                })?;
+            let capacity = ids.len() as i64 + args.max_new_tokens as i64;
             let (mut drafter, max_proposal) = build_drafter(
                 &args.draft,
                 scaling,

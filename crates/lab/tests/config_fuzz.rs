@@ -1,0 +1,213 @@
+//! Every YAML a user writes (training, probe and calibration configs, schedules), mutated at random:
+//! loading gives the config or a clear error naming the file, never a panic. The shipped configs are
+//! the seeds, so the mutations stay near what users actually write.
+
+use proptest::prelude::*;
+use sharpdraft_lab::calibrate_run::CalibrateConfig;
+use sharpdraft_lab::probe_run::ProbeConfig;
+use sharpdraft_lab::train::TrainConfig;
+use sharpdraft_math::ScaleSchedule;
+use std::path::{Path, PathBuf};
+
+fn configs(folder: &str) -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../configs")
+        .join(folder);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no configs in {}", dir.display());
+    files
+}
+
+const SCHEDULE: &str = "n0: 256\nbeta: [[0.2, 0.3], [0.1, 0.0]]\nexact:\n  n: [512, 1024]\n  s: [[[1.1, 1.2], [1.0, 1.1]], [[1.05, 1.1], [1.0, 1.0]]]\n";
+
+/// Text edits of the kinds a hand-edited YAML suffers: a character replaced, a line dropped or doubled,
+/// a value swapped for a boundary value, an indentation change, a cut.
+#[derive(Debug, Clone)]
+enum Edit {
+    Char(usize, char),
+    DropLine(usize),
+    DoubleLine(usize),
+    Value(usize, &'static str),
+    Indent(usize),
+    Cut(usize),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    let index = any::<prop::sample::Index>();
+    let values = prop::sample::select(vec![
+        "-1",
+        "0",
+        "1e308",
+        "-1e308",
+        ".nan",
+        ".inf",
+        "18446744073709551616",
+        "~",
+        "[]",
+        "{}",
+        "\"\"",
+        "[1, [2, [3]]]",
+        "yes",
+        "*anchor",
+        "!!binary aGk=",
+        "0x7fffffffffffffff",
+    ]);
+    let chars = prop::sample::select(vec![
+        ':', '-', ' ', '\t', '[', '{', '"', '\'', '#', '&', '*', '!', '|', '>', '\n', 'x', '9',
+    ]);
+    prop_oneof![
+        (index.clone(), chars).prop_map(|(i, c)| Edit::Char(i.index(usize::MAX), c)),
+        index
+            .clone()
+            .prop_map(|i| Edit::DropLine(i.index(usize::MAX))),
+        index
+            .clone()
+            .prop_map(|i| Edit::DoubleLine(i.index(usize::MAX))),
+        (index.clone(), values).prop_map(|(i, v)| Edit::Value(i.index(usize::MAX), v)),
+        index
+            .clone()
+            .prop_map(|i| Edit::Indent(i.index(usize::MAX))),
+        index.prop_map(|i| Edit::Cut(i.index(usize::MAX))),
+    ]
+}
+
+fn apply(text: &str, edit: &Edit) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    if lines.is_empty() {
+        return text.to_string();
+    }
+    let n = lines.len();
+    match edit {
+        Edit::Char(i, c) => {
+            let mut chars: Vec<char> = text.chars().collect();
+            let at = i % chars.len().max(1);
+            if !chars.is_empty() {
+                chars[at] = *c;
+            }
+            return chars.into_iter().collect();
+        }
+        Edit::DropLine(i) => {
+            lines.remove(i % n);
+        }
+        Edit::DoubleLine(i) => {
+            let line = lines[i % n].clone();
+            lines.insert(i % n, line);
+        }
+        Edit::Value(i, value) => {
+            let line = &mut lines[i % n];
+            if let Some(colon) = line.find(": ") {
+                line.truncate(colon + 2);
+                line.push_str(value);
+            } else {
+                line.push_str(value);
+            }
+        }
+        Edit::Indent(i) => {
+            let line = &mut lines[i % n];
+            line.insert_str(0, "  ");
+        }
+        Edit::Cut(i) => {
+            let chars: Vec<char> = text.chars().collect();
+            return chars[..i % (chars.len() + 1)].iter().collect();
+        }
+    }
+    lines.join("\n")
+}
+
+fn mutated(seed: &str, edits: &[Edit]) -> String {
+    edits
+        .iter()
+        .fold(seed.to_string(), |text, e| apply(&text, e))
+}
+
+/// Loads `text` as a config file of `name` with `load`; an error must name the file.
+fn load_cleanly<T>(
+    name: &str,
+    text: &str,
+    load: impl Fn(&Path) -> anyhow::Result<T>,
+) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    if let Err(e) = load(&path) {
+        let message = format!("{e:#}");
+        prop_assert!(
+            message.contains(name),
+            "error without the file name: {}",
+            message
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, .. ProptestConfig::default() })]
+
+    #[test]
+    fn a_mutated_training_config_loads_or_names_the_file(
+        which in any::<prop::sample::Index>(),
+        edits in prop::collection::vec(edit(), 1..4),
+    ) {
+        let seeds = configs("train");
+        let seed = std::fs::read_to_string(which.get(&seeds)).unwrap();
+        load_cleanly("train.yaml", &mutated(&seed, &edits), TrainConfig::load)?;
+    }
+
+    #[test]
+    fn a_mutated_probe_config_loads_or_names_the_file(
+        which in any::<prop::sample::Index>(),
+        edits in prop::collection::vec(edit(), 1..4),
+    ) {
+        let seeds = configs("probe");
+        let seed = std::fs::read_to_string(which.get(&seeds)).unwrap();
+        load_cleanly("probe.yaml", &mutated(&seed, &edits), ProbeConfig::load)?;
+    }
+
+    #[test]
+    fn a_mutated_calibration_config_loads_or_names_the_file(
+        which in any::<prop::sample::Index>(),
+        edits in prop::collection::vec(edit(), 1..4),
+    ) {
+        let seeds = configs("calibrate");
+        let seed = std::fs::read_to_string(which.get(&seeds)).unwrap();
+        load_cleanly("calibrate.yaml", &mutated(&seed, &edits), CalibrateConfig::load)?;
+    }
+
+    #[test]
+    fn a_mutated_schedule_loads_or_names_the_file(edits in prop::collection::vec(edit(), 1..4)) {
+        load_cleanly("schedule.yaml", &mutated(SCHEDULE, &edits), |p| Ok(ScaleSchedule::load(p)?))?;
+    }
+}
+
+#[test]
+fn every_shipped_config_loads() {
+    for path in configs("train") {
+        TrainConfig::load(&path).unwrap();
+    }
+    for path in configs("probe") {
+        ProbeConfig::load(&path).unwrap();
+    }
+    for path in configs("calibrate") {
+        CalibrateConfig::load(&path).unwrap();
+    }
+}
+
+#[test]
+fn a_negative_or_infinite_beta_in_a_schedule_is_refused_with_its_place() {
+    for (text, place) in [
+        ("n0: 256\nbeta: -0.1\n", "beta = -0.1"),
+        ("n0: 256\nbeta: [0.2, .inf]\n", "beta[1] = inf"),
+        ("n0: 256\nbeta: [[0.2], [-1.0]]\n", "beta[1][0] = -1"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("schedule.yaml");
+        std::fs::write(&path, text).unwrap();
+        let err = ScaleSchedule::load(&path).unwrap_err().to_string();
+        assert!(err.contains(place) && err.contains(">= 0"), "{err}");
+    }
+}

@@ -1,0 +1,423 @@
+//! Folders the workbench writes, and the proof that a folder is one of them.
+//!
+//! Every command that writes a folder (`import gguf`, `fetch`, `init`, `train`, `probe`, `calibrate`)
+//! leaves a marker file, [`MARKER`], naming the command that wrote it, whether its work is finished, and
+//! the size, modification time and sha256 of each file it wrote. The rules every writer follows:
+//!
+//! - A command writes only to a folder that does not exist, an empty folder, or a folder whose marker
+//!   says the same command wrote it ([`claim`]). Anything else is refused with the folder's name and what
+//!   is in it: a command never deletes or overwrites what it did not create.
+//! - Never the current folder or one above it, and never a folder that holds one of the command's inputs.
+//! - Results that replace an earlier one are written whole into a staging folder next to the output and
+//!   renamed into place ([`Staging::commit`]): a reader sees the old result or the new one, never a mix.
+//! - A folder whose marker says `finished: false` (a training run that has not reached its last step)
+//!   is refused by every command that loads it unless told otherwise ([`ensure_finished`]).
+
+use crate::error::{ModelError, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// The marker file's name, inside every folder the workbench wrote.
+pub const MARKER: &str = ".sharpdraft-output.json";
+
+/// What one written file looked like when its writer finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileFingerprint {
+    pub bytes: u64,
+    /// Modification time in nanoseconds since the Unix epoch: the cheap check.
+    pub modified_ns: u128,
+    /// The strong check, made when the cheap one fails.
+    pub sha256: String,
+}
+
+/// The marker: which command wrote the folder, whether it is finished, and its files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Marker {
+    /// The writing command: `import`, `fetch`, `init`, `train`, `probe`, `calibrate`.
+    pub kind: String,
+    /// False while a resumable run (training) has not reached its end.
+    pub finished: bool,
+    /// What the folder holds, in the writer's words (a model name, a config path).
+    #[serde(default)]
+    pub about: String,
+    /// Every file the writer left, by path relative to the folder. Empty for folders written in place
+    /// over time (training), whose files change at every checkpoint.
+    #[serde(default)]
+    pub files: BTreeMap<String, FileFingerprint>,
+    pub sharpdraft_version: String,
+}
+
+impl Marker {
+    pub fn new(kind: &str, finished: bool, about: impl Into<String>) -> Self {
+        Self {
+            kind: kind.to_string(),
+            finished,
+            about: about.into(),
+            files: BTreeMap::new(),
+            sharpdraft_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+
+    /// Reads `dir`'s marker: `None` when there is none, an error naming the file when it is unreadable.
+    pub fn read(dir: &Path) -> Result<Option<Self>> {
+        let path = dir.join(MARKER);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ModelError::io(&path, e)),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| ModelError::io(&path, format!("not a sharpdraft output marker: {e}")))
+    }
+
+    /// Writes the marker into `dir` atomically (temporary file, then rename).
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(MARKER);
+        let tmp = dir.join(format!("{MARKER}.tmp"));
+        let text = serde_json::to_string_pretty(self).map_err(|e| ModelError::io(&path, e))?;
+        std::fs::write(&tmp, text).map_err(|e| ModelError::io(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| ModelError::io(&path, e))
+    }
+
+    /// Records every file under `dir` (except the marker) with its size, time and sha256.
+    pub fn record_files(&mut self, dir: &Path) -> Result<()> {
+        self.files.clear();
+        for relative in files_under(dir)? {
+            let fingerprint = fingerprint(&dir.join(&relative), true)?;
+            self.files.insert(relative, fingerprint);
+        }
+        Ok(())
+    }
+
+    /// Checks the files recorded at writing time against `dir`: `Ok(())` when all are there unchanged
+    /// (size and time, or else sha256), else the list of what differs. Updates the recorded times of
+    /// files whose content is unchanged (a copied folder has new times), so the next check is cheap.
+    pub fn verify(&mut self, dir: &Path, rehash: bool) -> Result<Vec<String>> {
+        let mut differences = Vec::new();
+        let mut times_changed = false;
+        for (relative, recorded) in self.files.iter_mut() {
+            let path = dir.join(relative);
+            if !path.is_file() {
+                differences.push(format!("{relative} is missing"));
+                continue;
+            }
+            let cheap = fingerprint(&path, false)?;
+            if cheap.bytes != recorded.bytes {
+                differences.push(format!(
+                    "{relative} has {} bytes, {} when written",
+                    cheap.bytes, recorded.bytes
+                ));
+                continue;
+            }
+            if cheap.modified_ns == recorded.modified_ns && !rehash {
+                continue;
+            }
+            let full = fingerprint(&path, true)?;
+            if full.sha256 != recorded.sha256 {
+                differences.push(format!("{relative} was modified since it was written"));
+            } else if full.modified_ns != recorded.modified_ns {
+                recorded.modified_ns = full.modified_ns;
+                times_changed = true;
+            }
+        }
+        for relative in files_under(dir)? {
+            if !self.files.contains_key(&relative) {
+                differences.push(format!("{relative} was added since"));
+            }
+        }
+        if differences.is_empty() && times_changed {
+            self.write(dir)?;
+        }
+        Ok(differences)
+    }
+}
+
+/// Size, modification time and (when `hash`) sha256 of one file.
+pub fn fingerprint(path: &Path, hash: bool) -> Result<FileFingerprint> {
+    let meta = std::fs::metadata(path).map_err(|e| ModelError::io(path, e))?;
+    let modified_ns = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    let sha256 = if hash {
+        sha256_of(path)?
+    } else {
+        String::new()
+    };
+    Ok(FileFingerprint {
+        bytes: meta.len(),
+        modified_ns,
+        sha256,
+    })
+}
+
+/// The sha256 of a file, streamed.
+pub fn sha256_of(path: &Path) -> Result<String> {
+    let mut file = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let read = file
+            .read(&mut buffer)
+            .map_err(|e| ModelError::io(path, e))?;
+        if read == 0 {
+            break;
+        }
+        hasher.update(&buffer[..read]);
+    }
+    Ok(format!("{:x}", hasher.finalize()))
+}
+
+/// Relative paths of every file under `dir` (recursively), the marker excluded, sorted.
+fn files_under(dir: &Path) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(sub) = pending.pop() {
+        let folder = dir.join(&sub);
+        for entry in std::fs::read_dir(&folder).map_err(|e| ModelError::io(&folder, e))? {
+            let entry = entry.map_err(|e| ModelError::io(&folder, e))?;
+            let relative = sub.join(entry.file_name());
+            let kind = entry.file_type().map_err(|e| ModelError::io(&folder, e))?;
+            if kind.is_dir() {
+                pending.push(relative);
+            } else if relative != Path::new(MARKER) {
+                out.push(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// `path` made absolute and free of `.`, `..` and symbolic links, as far as it exists; the part that
+/// does not exist yet is appended as written (lexically normalised).
+pub fn absolute(path: &Path) -> Result<PathBuf> {
+    let cwd = std::env::current_dir().map_err(|e| ModelError::io(Path::new("."), e))?;
+    let joined = cwd.join(path);
+    let mut lexical = PathBuf::new();
+    for component in joined.components() {
+        match component {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::CurDir => {}
+            other => lexical.push(other.as_os_str()),
+        }
+    }
+    // Resolve links in the longest existing prefix.
+    let mut existing = lexical.clone();
+    let mut tail = Vec::new();
+    while !existing.exists() {
+        match existing.file_name() {
+            Some(name) => {
+                tail.push(name.to_os_string());
+                existing.pop();
+            }
+            None => break,
+        }
+    }
+    let mut resolved = existing.canonicalize().unwrap_or(existing);
+    for name in tail.into_iter().rev() {
+        resolved.push(name);
+    }
+    Ok(resolved)
+}
+
+/// Whether `out` may be written by the command `kind`.
+#[derive(Debug)]
+pub enum Claim {
+    /// Nothing there, or an empty folder: the command creates it.
+    Fresh,
+    /// The same command's earlier output (finished or not), with its marker.
+    Own(Marker),
+}
+
+/// Decides whether command `kind` may write `out`, given the paths it reads (`inputs`). See the module
+/// documentation for the rules; every refusal names the folder and the reason.
+pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
+    let target = absolute(out)?;
+    if target.parent().is_none() {
+        return Err(ModelError::io(out, "refusing to write the root folder"));
+    }
+    let cwd = absolute(Path::new("."))?;
+    if cwd.starts_with(&target) {
+        return Err(ModelError::io(
+            out,
+            format!(
+                "refusing to write here: it is the current folder or one above it ({}); name a new folder",
+                cwd.display()
+            ),
+        ));
+    }
+    for input in inputs {
+        let input_abs = absolute(input)?;
+        if input_abs.starts_with(&target) {
+            return Err(ModelError::io(
+                out,
+                format!(
+                    "refusing to write here: it holds {}, which this command reads; name a new folder",
+                    input.display()
+                ),
+            ));
+        }
+    }
+    let meta = match std::fs::symlink_metadata(&target) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Claim::Fresh),
+        Err(e) => return Err(ModelError::io(out, e)),
+    };
+    if !meta.is_dir() {
+        return Err(ModelError::io(
+            out,
+            "exists and is not a folder; name a new folder",
+        ));
+    }
+    let mut entries = std::fs::read_dir(&target)
+        .map_err(|e| ModelError::io(out, e))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect::<Vec<_>>();
+    if entries.is_empty() {
+        return Ok(Claim::Fresh);
+    }
+    match Marker::read(&target)? {
+        Some(marker) if marker.kind == kind => Ok(Claim::Own(marker)),
+        Some(marker) => Err(ModelError::io(
+            out,
+            format!(
+                "holds the output of `sharpdraft {}`{}, not of `sharpdraft {kind}`: refusing to change it; name a new folder",
+                marker.kind,
+                if marker.about.is_empty() { String::new() } else { format!(" ({})", marker.about) }
+            ),
+        )),
+        None => {
+            entries.sort();
+            let shown = entries.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+            let more = if entries.len() > 5 {
+                format!(" and {} more", entries.len() - 5)
+            } else {
+                String::new()
+            };
+            Err(ModelError::io(
+                out,
+                format!(
+                    "exists and was not written by sharpdraft (no {MARKER}; it holds {shown}{more}): refusing to change it; name a new folder or move this one away yourself"
+                ),
+            ))
+        }
+    }
+}
+
+static UNIQUE: AtomicU64 = AtomicU64::new(0);
+
+/// A folder next to the output, private to this process, where a result is written whole before it
+/// replaces the output in one rename. Dropped without [`Staging::commit`], it removes itself (it is
+/// this process's own) and leaves the output as it was.
+pub struct Staging {
+    dir: PathBuf,
+    out: PathBuf,
+    committed: bool,
+}
+
+impl Staging {
+    /// Creates the staging folder beside `out` (whose parent is created when missing).
+    pub fn new(out: &Path) -> Result<Self> {
+        let out = absolute(out)?;
+        let parent = out
+            .parent()
+            .ok_or_else(|| ModelError::io(&out, "has no parent folder"))?
+            .to_path_buf();
+        std::fs::create_dir_all(&parent).map_err(|e| ModelError::io(&parent, e))?;
+        let name = out.file_name().unwrap_or_default().to_string_lossy();
+        let dir = parent.join(format!(
+            ".{name}.staging-{}-{}",
+            std::process::id(),
+            UNIQUE.fetch_add(1, Ordering::Relaxed)
+        ));
+        // create_dir, not create_dir_all: the name must be new, so nothing of anyone else's is used.
+        std::fs::create_dir(&dir).map_err(|e| ModelError::io(&dir, e))?;
+        Ok(Self {
+            dir,
+            out,
+            committed: false,
+        })
+    }
+
+    /// Where to write the result.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Records the staged files in `marker`, writes it, and puts the staging folder in the output's
+    /// place. An earlier output is replaced only if [`claim`] found it to be this command's own (the
+    /// caller's duty); an empty folder is removed first. The old output is renamed aside and deleted
+    /// after the new one is in place, so a crash in between leaves one complete result under `out`.
+    pub fn commit(mut self, marker: &mut Marker, record_files: bool) -> Result<PathBuf> {
+        if record_files {
+            marker.record_files(&self.dir)?;
+        }
+        marker.write(&self.dir)?;
+        let aside = self.dir.with_file_name(format!(
+            "{}.replaced",
+            self.dir.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        let had_old = match std::fs::symlink_metadata(&self.out) {
+            Ok(_) => {
+                // An empty folder goes away with remove_dir (which fails on anything non-empty).
+                if std::fs::remove_dir(&self.out).is_err() {
+                    std::fs::rename(&self.out, &aside).map_err(|e| ModelError::io(&self.out, e))?;
+                    true
+                } else {
+                    false
+                }
+            }
+            Err(_) => false,
+        };
+        std::fs::rename(&self.dir, &self.out).map_err(|e| ModelError::io(&self.out, e))?;
+        self.committed = true;
+        if had_old {
+            std::fs::remove_dir_all(&aside).map_err(|e| ModelError::io(&aside, e))?;
+        }
+        Ok(self.out.clone())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Set once by the command line (`--allow-unfinished`): load unfinished training runs anyway.
+static ALLOW_UNFINISHED: AtomicBool = AtomicBool::new(false);
+
+pub fn set_allow_unfinished(allow: bool) {
+    ALLOW_UNFINISHED.store(allow, Ordering::Relaxed);
+}
+
+/// Refuses a folder whose marker says its writer has not finished (a training run killed or still
+/// running), unless `--allow-unfinished` was given.
+pub fn ensure_finished(dir: &Path) -> Result<()> {
+    match Marker::read(dir)? {
+        Some(marker) if !marker.finished && !ALLOW_UNFINISHED.load(Ordering::Relaxed) => {
+            Err(ModelError::io(
+                dir,
+                format!(
+                    "is an unfinished `sharpdraft {}` run{}: its weights are not trained to the end; resume it (run the same command again) or pass --allow-unfinished to use it as it is",
+                    marker.kind,
+                    if marker.about.is_empty() { String::new() } else { format!(" ({})", marker.about) }
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,174 @@
+//! Output folders: a command writes only what it can prove is its own, never the current folder or one
+//! holding its input, replaces a result whole or not at all, and refuses unfinished runs.
+
+use sharpdraft_model::output_folder::{claim, ensure_finished, Claim, Marker, Staging, MARKER};
+use std::path::Path;
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn a_missing_or_empty_folder_is_fresh() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        claim(&dir.path().join("new"), "import", &[]).unwrap(),
+        Claim::Fresh
+    ));
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    assert!(matches!(
+        claim(&dir.path().join("empty"), "import", &[]).unwrap(),
+        Claim::Fresh
+    ));
+}
+
+#[test]
+fn a_folder_of_someone_elses_files_is_refused_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mine");
+    write(&out.join("notes.txt"), "precious");
+    let error = claim(&out, "import", &[]).unwrap_err().to_string();
+    assert!(error.contains("mine"), "{error}");
+    assert!(error.contains("not written by sharpdraft"), "{error}");
+    assert!(error.contains("notes.txt"), "{error}");
+    assert_eq!(read(&out.join("notes.txt")), "precious");
+}
+
+#[test]
+fn another_commands_output_is_refused_with_that_commands_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model");
+    write(&out.join("config.json"), "{}");
+    Marker::new("fetch", true, "smollm2").write(&out).unwrap();
+    let error = claim(&out, "train", &[]).unwrap_err().to_string();
+    assert!(error.contains("sharpdraft fetch"), "{error}");
+    assert!(matches!(claim(&out, "fetch", &[]).unwrap(), Claim::Own(_)));
+}
+
+#[test]
+fn the_current_folder_and_every_folder_above_it_are_refused() {
+    for out in [".", "..", "../.."] {
+        let error = claim(Path::new(out), "import", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("current folder"), "{out}: {error}");
+    }
+    let cwd = std::env::current_dir().unwrap();
+    let error = claim(&cwd, "import", &[]).unwrap_err().to_string();
+    assert!(error.contains("current folder"), "{error}");
+}
+
+#[test]
+fn a_folder_that_holds_an_input_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("models/model.gguf");
+    write(&input, "GGUF");
+    for out in [dir.path().join("models"), dir.path().to_path_buf()] {
+        let error = claim(&out, "import", &[&input]).unwrap_err().to_string();
+        assert!(error.contains("model.gguf"), "{error}");
+    }
+    assert_eq!(read(&input), "GGUF");
+}
+
+#[test]
+fn a_dropped_staging_folder_leaves_the_output_as_it_was_and_removes_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("probe");
+    write(&out.join("stats.parquet"), "old");
+    Marker::new("probe", true, "").write(&out).unwrap();
+    {
+        let staging = Staging::new(&out).unwrap();
+        write(&staging.path().join("stats.parquet"), "new, half written");
+    }
+    assert_eq!(read(&out.join("stats.parquet")), "old");
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["probe"], "nothing is left beside the output");
+}
+
+#[test]
+fn a_commit_replaces_the_commands_own_output_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("probe");
+    write(&out.join("stats.parquet"), "old");
+    write(&out.join("old_only.txt"), "old");
+    Marker::new("probe", true, "").write(&out).unwrap();
+    let staging = Staging::new(&out).unwrap();
+    write(&staging.path().join("stats.parquet"), "new");
+    write(&staging.path().join("probe.json"), "{}");
+    let mut marker = Marker::new("probe", true, "");
+    staging.commit(&mut marker, true).unwrap();
+    assert_eq!(read(&out.join("stats.parquet")), "new");
+    assert!(
+        !out.join("old_only.txt").exists(),
+        "no file of the old result survives"
+    );
+    let marker = Marker::read(&out).unwrap().unwrap();
+    assert_eq!(
+        marker.files.keys().collect::<Vec<_>>(),
+        ["probe.json", "stats.parquet"]
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn verification_names_every_file_changed_added_or_removed_since_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model");
+    let staging = Staging::new(&out).unwrap();
+    write(&staging.path().join("config.json"), "{\"a\": 1}");
+    write(&staging.path().join("model.safetensors"), "weights");
+    let mut marker = Marker::new("fetch", true, "");
+    staging.commit(&mut marker, true).unwrap();
+    let mut marker = Marker::read(&out).unwrap().unwrap();
+    assert!(marker.verify(&out, true).unwrap().is_empty());
+    // Same size, different bytes: caught by the hash.
+    write(&out.join("config.json"), "{\"a\": 2}");
+    write(&out.join("extra.bin"), "x");
+    std::fs::remove_file(out.join("model.safetensors")).unwrap();
+    let differences = marker.verify(&out, false).unwrap().join("; ");
+    assert!(
+        differences.contains("config.json was modified"),
+        "{differences}"
+    );
+    assert!(
+        differences.contains("model.safetensors is missing"),
+        "{differences}"
+    );
+    assert!(differences.contains("extra.bin was added"), "{differences}");
+}
+
+#[test]
+fn an_unfinished_run_is_refused_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("drafter");
+    write(&out.join("config.json"), "{}");
+    Marker::new("train", false, "training run of t.yaml")
+        .write(&out)
+        .unwrap();
+    let error = ensure_finished(&out).unwrap_err().to_string();
+    assert!(error.contains("unfinished"), "{error}");
+    assert!(error.contains("--allow-unfinished"), "{error}");
+    Marker::new("train", true, "").write(&out).unwrap();
+    ensure_finished(&out).unwrap();
+    // Folders without a marker (published checkpoints) load as before.
+    std::fs::remove_file(out.join(MARKER)).unwrap();
+    ensure_finished(&out).unwrap();
+}
+
+#[test]
+fn a_corrupt_marker_is_an_error_naming_it_not_a_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("out").join(MARKER), "{ not json");
+    let error = claim(&dir.path().join("out"), "probe", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains(MARKER), "{error}");
+}
