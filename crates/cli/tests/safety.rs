@@ -387,7 +387,7 @@ fn drafting_options_outside_what_the_drafter_allows_are_refused_at_the_boundary(
         &generate(&["--tree-topk", "100000"]),
         &["--tree-topk = 100000", "draft vocabulary"],
     );
-    assert_clear_error(&generate(&["--tree-depth", "0"]), &["--tree-depth 0"]);
+    assert_clear_error(&generate(&["--tree-depth", "0"]), &["(--tree-depth) 0"]);
     assert_clear_error(
         &generate(&["--tree-depth", "100000"]),
         &["--tree-depth = 100000"],
@@ -398,7 +398,7 @@ fn drafting_options_outside_what_the_drafter_allows_are_refused_at_the_boundary(
     );
     assert_clear_error(
         &generate(&["--draft-len", "100000000"]),
-        &["--draft-len 100000000"],
+        &["(--draft-len) 100000000"],
     );
     assert_clear_error(
         &generate(&["--scaling", "fixed", "--beta=-1"]),

@@ -293,5 +293,5 @@ fn pick(logits: &Tensor, sampling: &Sampling, rng: &mut StdRng) -> i64 {
         .into_iter()
         .map(f64::from)
         .collect();
-    crate::verify::sample(&p, rng.random::<f64>())
+    sharpdraft_model::sampling::inverse_cdf(&p, rng.random::<f64>())
 }

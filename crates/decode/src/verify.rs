@@ -5,6 +5,7 @@
 //! distribution is the one at its parent's row.
 
 use sharpdraft_draft::Proposal;
+use sharpdraft_model::sampling::inverse_cdf;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
@@ -88,7 +89,7 @@ pub fn verify_stochastic(
         }
         return Verdict {
             accepted,
-            bonus: sample(&p, uniform()),
+            bonus: inverse_cdf(&p, uniform()),
         };
     }
 }
@@ -99,20 +100,4 @@ fn normalized(mut p: Vec<f64>) -> Vec<f64> {
         p.iter_mut().for_each(|x| *x /= total);
     }
     p
-}
-
-/// Inverse-CDF draw from a normalised distribution.
-pub fn sample(p: &[f64], u: f64) -> i64 {
-    let mut remaining = u;
-    let mut last = 0;
-    for (i, &pi) in p.iter().enumerate() {
-        if pi > 0.0 {
-            last = i;
-            remaining -= pi;
-            if remaining < 0.0 {
-                return i as i64;
-            }
-        }
-    }
-    last as i64
 }

@@ -5,9 +5,9 @@ mod common;
 use common::chi_square_p_value;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sharpdraft_decode::verify::sample;
 use sharpdraft_decode::{verify_greedy, verify_stochastic, Verdict};
 use sharpdraft_draft::Proposal;
+use sharpdraft_model::sampling::inverse_cdf as sample;
 
 #[test]
 fn greedy_accepts_the_longest_matching_prefix_and_emits_the_targets_next_token() {

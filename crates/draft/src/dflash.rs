@@ -15,8 +15,8 @@ use crate::random_init::{
     random_norm, random_weight, save_trained, write_config, write_f32_safetensors,
 };
 use serde::Deserialize;
-use sharpdraft_model::layers::{Linear, RmsNorm};
-use sharpdraft_model::rope::{self, Rope};
+use sharpdraft_model::layers::{Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
+use sharpdraft_model::rope::Rope;
 use sharpdraft_model::transformer::attend;
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
 use sharpdraft_model::{
@@ -86,67 +86,33 @@ pub fn default_target_layers(target_layers: usize, draft_layers: usize) -> Vec<u
 
 pub(crate) struct Layer {
     pub(crate) input_layernorm: RmsNorm,
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    /// q/k/v with Qwen3's per-head q/k norms, RoPE on queries and keys.
+    qkv: QkvProjection,
     o_proj: Linear,
-    q_norm: RmsNorm,
-    k_norm: RmsNorm,
     post_attention_layernorm: RmsNorm,
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
+    mlp: SwiGlu,
     /// Sliding window in keys, for `sliding_attention` layers.
     pub(crate) window: Option<i64>,
 }
 
 impl Layer {
     /// Queries of block rows `y` `[R, H]` (after input_layernorm) with RoPE: `[heads, R, head_dim]`.
-    pub(crate) fn queries(
-        &self,
-        y: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        heads: i64,
-        head_dim: i64,
-    ) -> Tensor {
-        let rows = y.size()[0];
-        let q = self
-            .q_norm
-            .forward(&self.q_proj.forward(y).view([rows, heads, head_dim]));
-        rope::apply(&q, cos, sin).permute([1, 0, 2])
+    pub(crate) fn queries(&self, y: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+        self.qkv.queries(y, cos, sin).permute([1, 0, 2])
     }
 
     /// Keys and values of rows `x` `[R, H]` (block rows after input_layernorm, or fused context rows) with
     /// RoPE on the keys: two `[kv_heads, R, head_dim]`.
-    pub(crate) fn keys_values(
-        &self,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        kv_heads: i64,
-        head_dim: i64,
-    ) -> (Tensor, Tensor) {
-        let rows = x.size()[0];
-        let k = self
-            .k_norm
-            .forward(&self.k_proj.forward(x).view([rows, kv_heads, head_dim]));
-        let k = rope::apply(&k, cos, sin).permute([1, 0, 2]);
-        let v = self
-            .v_proj
-            .forward(x)
-            .view([rows, kv_heads, head_dim])
-            .permute([1, 0, 2]);
-        (k, v)
+    pub(crate) fn keys_values(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> (Tensor, Tensor) {
+        let (k, v) = self.qkv.keys_values(x, cos, sin);
+        (k.permute([1, 0, 2]), v.permute([1, 0, 2]))
     }
 
     /// Residual of the attention output `[R, heads * head_dim]`, then the MLP block.
     pub(crate) fn finish(&self, x: &Tensor, attention: &Tensor) -> Tensor {
         let x = x + self.o_proj.forward(attention);
         let h = self.post_attention_layernorm.forward(&x);
-        &x + self
-            .down_proj
-            .forward(&(self.gate_proj.forward(&h).silu() * self.up_proj.forward(&h)))
+        &x + self.mlp.forward(&h)
     }
 }
 
@@ -161,7 +127,6 @@ pub struct DFlashDrafter {
     pub(crate) norm: RmsNorm,
     pub(crate) rope: Rope,
     pub(crate) heads: i64,
-    pub(crate) kv_heads: i64,
     pub(crate) head_dim: i64,
     pub(crate) block_size: i64,
     pub(crate) mask_token: i64,
@@ -280,37 +245,24 @@ impl DFlashDrafter {
                     ))
                 }
             };
+            let shape = QkvShape {
+                input: hidden,
+                heads,
+                kv_heads,
+                head_dim,
+                bias: config.attention_bias,
+                qk_norm: Some(eps),
+            };
             layers.push(Layer {
                 input_layernorm: RmsNorm::new(&p / "input_layernorm", hidden, eps),
-                q_proj: Linear::new(
-                    &a / "q_proj",
-                    hidden,
-                    heads * head_dim,
-                    config.attention_bias,
-                ),
-                k_proj: Linear::new(
-                    &a / "k_proj",
-                    hidden,
-                    kv_heads * head_dim,
-                    config.attention_bias,
-                ),
-                v_proj: Linear::new(
-                    &a / "v_proj",
-                    hidden,
-                    kv_heads * head_dim,
-                    config.attention_bias,
-                ),
+                qkv: QkvProjection::new(&a, shape, Trainable::No),
                 o_proj: Linear::new(&a / "o_proj", heads * head_dim, hidden, false),
-                q_norm: RmsNorm::new(&a / "q_norm", head_dim, eps),
-                k_norm: RmsNorm::new(&a / "k_norm", head_dim, eps),
                 post_attention_layernorm: RmsNorm::new(
                     &p / "post_attention_layernorm",
                     hidden,
                     eps,
                 ),
-                gate_proj: Linear::new(&m / "gate_proj", hidden, config.intermediate_size, false),
-                up_proj: Linear::new(&m / "up_proj", hidden, config.intermediate_size, false),
-                down_proj: Linear::new(&m / "down_proj", config.intermediate_size, hidden, false),
+                mlp: SwiGlu::new(&m, hidden, config.intermediate_size, Trainable::No),
                 window,
             });
         }
@@ -363,7 +315,6 @@ impl DFlashDrafter {
             norm,
             rope,
             heads,
-            kv_heads,
             head_dim,
             block_size,
             mask_token,
@@ -407,7 +358,7 @@ impl DFlashDrafter {
         let positions = Tensor::arange_start(start, start + rows, (Kind::Int64, c.device()));
         let (cos, sin) = self.rope.tables(&positions, c.kind());
         for (i, layer) in self.layers.iter().enumerate() {
-            let (k, v) = layer.keys_values(c, &cos, &sin, self.kv_heads, self.head_dim);
+            let (k, v) = layer.keys_values(c, &cos, &sin);
             let (_keys, _values) = self.cache.write(i, &k, &v)?;
         }
         self.cache.advance(rows);
@@ -427,7 +378,7 @@ impl DFlashDrafter {
         let (device, kind) = (target.device(), target.kind());
         let context = self.cache.len();
         if context != start {
-            return Err(DraftError::Mismatch(format!(
+            return Err(DraftError::Protocol(format!(
                 "DFlash context holds {context} positions, the root sits at {start}"
             )));
         }
@@ -447,8 +398,8 @@ impl DFlashDrafter {
         let mut speculation = self.cache.speculate();
         for ((i, layer), mask) in self.layers.iter().enumerate().zip(&masks) {
             let y = layer.input_layernorm.forward(&x);
-            let mut q = layer.queries(&y, &cos, &sin, self.heads, self.head_dim);
-            let (k, v) = layer.keys_values(&y, &cos, &sin, self.kv_heads, self.head_dim);
+            let mut q = layer.queries(&y, &cos, &sin);
+            let (k, v) = layer.keys_values(&y, &cos, &sin);
             let (keys, values) = speculation.write(i, &k, &v)?;
             // Every row of a non-causal block sees context + B keys: one scalar per pass (derivation.md §7).
             if !self.query_scaling.is_off() {
@@ -490,7 +441,7 @@ impl DFlashDrafter {
         for &p in positions {
             let written = self.cache.len();
             if p < written || p as usize >= tokens.len() {
-                return Err(DraftError::Mismatch(format!(
+                return Err(DraftError::Protocol(format!(
                     "probe position {p} is before the written context ({written}) or past the {} tokens",
                     tokens.len()
                 )));
@@ -567,7 +518,7 @@ impl Drafter for DFlashDrafter {
 
     fn observe(&mut self, _ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
         let hidden = feedback.target_hidden.ok_or_else(|| {
-            DraftError::Mismatch("DFlash needs the target's hidden states of verified rows".into())
+            DraftError::Protocol("DFlash needs the target's hidden states of verified rows".into())
         })?;
         self.pending = Some(hidden.shallow_clone());
         Ok(())

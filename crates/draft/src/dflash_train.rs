@@ -193,6 +193,10 @@ impl Objective for DFlashObjective<'_> {
         self.drafter.query_layout()
     }
 
+    fn target_taps(&self) -> Vec<Tap> {
+        self.drafter.target_taps()
+    }
+
     fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling) {
         self.drafter.set_query_scaling(scaling);
     }
@@ -209,9 +213,11 @@ impl Objective for DFlashObjective<'_> {
         // Anchors 1..=T - B + 1: a non-empty context, and the last block row's target row a + B - 2 in the window.
         let last_anchor = t - b + 1;
         if last_anchor < 1 {
-            return Err(DraftError::Mismatch(format!(
-                "n0 = {t} is too short for blocks of {b}"
-            )));
+            return Err(DraftError::InvalidOption {
+                option: "n0".into(),
+                value: t.to_string(),
+                reason: format!("too short for blocks of {b}"),
+            });
         }
         let count = self.options.anchors.min(last_anchor as usize);
         let mut anchors: Vec<i64> =
@@ -223,7 +229,7 @@ impl Objective for DFlashObjective<'_> {
         let features = window
             .features
             .as_ref()
-            .ok_or_else(|| DraftError::Mismatch("DFlash training needs target features".into()))?
+            .ok_or_else(|| DraftError::Protocol("DFlash training needs target features".into()))?
             .to_device(device);
         let c = d.hidden_norm.forward(&d.fc.forward(&features)); // [T, H]
         let (ctx_cos, ctx_sin) = d
@@ -260,9 +266,9 @@ impl Objective for DFlashObjective<'_> {
                 .expect("built above")
                 .1;
             let y = layer.input_layernorm.forward(&x);
-            let mut q = layer.queries(&y, &cos, &sin, d.heads, d.head_dim);
-            let (kc, vc) = layer.keys_values(&c, &ctx_cos, &ctx_sin, d.kv_heads, d.head_dim);
-            let (kb, vb) = layer.keys_values(&y, &cos, &sin, d.kv_heads, d.head_dim);
+            let mut q = layer.queries(&y, &cos, &sin);
+            let (kc, vc) = layer.keys_values(&c, &ctx_cos, &ctx_sin);
+            let (kb, vb) = layer.keys_values(&y, &cos, &sin);
             let keys = Tensor::cat(&[kc, kb], 1);
             if !d.query_scaling().is_off() {
                 // Row counts: the context before the anchor plus the visible rows of its block.

@@ -20,6 +20,10 @@ pub enum DraftError {
     /// A drafter that does not fit the target (vocabulary, hidden size, layers).
     #[error("drafter does not fit the target: {0}")]
     Mismatch(String),
+    /// The decoder and a drafter out of step: a call before `prefill`, feedback without the target
+    /// features the drafter asked for, a tree that breaks its own invariant. A bug, not bad input.
+    #[error("drafting protocol: {0}")]
+    Protocol(String),
     /// A drafting option (tree shape, chain length, layer count, block size) outside what the drafter
     /// or its target allows; names the option and the allowed range.
     #[error("{option} = {value}: {reason}")]

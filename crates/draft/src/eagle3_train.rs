@@ -7,7 +7,7 @@ use crate::eagle3::{write_random_head, Eagle3Head, RandomHeadOptions};
 use crate::random_init::TargetWeights;
 use crate::training::{Objective, TrainWindow};
 use serde::{Deserialize, Serialize};
-use sharpdraft_model::{CausalLm, Transformer};
+use sharpdraft_model::{CausalLm, Tap, Transformer};
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
@@ -29,6 +29,11 @@ pub struct Eagle3Options {
     /// Start from the target instead of random weights ([`warm_start`]).
     #[serde(default = "default_warm_start")]
     pub warm_start: bool,
+    /// The three target layers whose inputs the head reads (EAGLE's
+    /// `eagle_aux_hidden_state_layer_ids`); default `[2, L/2, L-3]`. With `init:`, the checkpoint's own
+    /// layers are used and this, when given, must match them.
+    #[serde(default)]
+    pub capture_layers: Option<Vec<usize>>,
 }
 
 fn default_warm_start() -> bool {
@@ -77,6 +82,7 @@ pub fn init(
     };
     let random = RandomHeadOptions {
         eagle31: options.eagle31,
+        aux_layers: options.capture_layers.clone(),
         used_tokens: Some(used),
         intermediate_size,
         initial,
@@ -192,6 +198,8 @@ pub fn warm_start(
 pub struct Eagle3Objective<'t> {
     target: &'t Transformer,
     head: Eagle3Head,
+    /// The target layers the head reads (its checkpoint's capture layers).
+    taps: Vec<Tap>,
     /// Target id -> draft id or -1, `[vocab]`.
     to_draft: Tensor,
     options: Eagle3Options,
@@ -200,13 +208,14 @@ pub struct Eagle3Objective<'t> {
 impl<'t> Eagle3Objective<'t> {
     /// Loads the head in `dir` for training.
     pub fn load(dir: &Path, target: &'t Transformer, options: &Eagle3Options) -> Result<Self> {
-        let (head, _taps) = Eagle3Head::load(dir, target, true)?;
+        let (head, taps) = Eagle3Head::load(dir, target, true)?;
         let to_draft = head
             .target_to_draft(target.config.vocab_size)
             .to_device(target.device());
         Ok(Self {
             target,
             head,
+            taps,
             to_draft,
             options: options.clone(),
         })
@@ -216,6 +225,10 @@ impl<'t> Eagle3Objective<'t> {
 impl Objective for Eagle3Objective<'_> {
     fn query_layout(&self) -> (usize, usize) {
         (1, self.head.query_heads())
+    }
+
+    fn target_taps(&self) -> Vec<Tap> {
+        self.taps.clone()
     }
 
     fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling) {
@@ -231,7 +244,7 @@ impl Objective for Eagle3Objective<'_> {
         let tokens = Tensor::from_slice(&window.tokens).to_device(device);
         let embeddings = tch::no_grad(|| self.target.embed(&tokens)).to_kind(Kind::Float);
         let features = window.features.as_ref().ok_or_else(|| {
-            crate::DraftError::Mismatch("EAGLE-3 training needs target features".into())
+            crate::DraftError::Protocol("EAGLE-3 training needs target features".into())
         })?;
         // Target ids outside the draft vocabulary contribute nothing (t2d masking of drafters.md §2.4).
         let draft_ids = self

@@ -49,9 +49,11 @@ impl PardDrafter {
             });
         }
         if draft_len == 0 {
-            return Err(DraftError::Mismatch(
-                "draft length must be at least 1".into(),
-            ));
+            return Err(DraftError::InvalidOption {
+                option: "--draft-len".into(),
+                value: draft_len.to_string(),
+                reason: "must be at least 1".into(),
+            });
         }
         let cache = model.net.new_cache(capacity + draft_len as i64);
         Ok(Self {

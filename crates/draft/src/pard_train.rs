@@ -205,6 +205,11 @@ impl PardObjective {
 }
 
 impl Objective for PardObjective {
+    /// A PARD drafter reads tokens only.
+    fn target_taps(&self) -> Vec<sharpdraft_model::Tap> {
+        Vec::new()
+    }
+
     fn query_layout(&self) -> (usize, usize) {
         let c = &self.drafter.net.config;
         (c.num_layers, c.num_heads as usize)

@@ -61,10 +61,14 @@ pub fn extract_windows(
         });
     }
     if windows.is_empty() {
-        return Err(DraftError::Mismatch(format!(
-            "the training text has {} tokens, fewer than one window of n0 = {n0}",
-            stream.len()
-        )));
+        return Err(DraftError::InvalidOption {
+            option: "n0".into(),
+            value: n0.to_string(),
+            reason: format!(
+                "the training text has {} tokens, fewer than one window",
+                stream.len()
+            ),
+        });
     }
     Ok(windows)
 }
@@ -133,6 +137,9 @@ pub trait Objective {
     fn save(&self, dir: &Path, n0: i64) -> Result<()>;
     /// `(layers, query heads)` of the drafter's attention (the shape a scaling schedule must have).
     fn query_layout(&self) -> (usize, usize);
+    /// The target features the drafter reads, as its checkpoint declares them (EAGLE-3's capture
+    /// layers, DFlash's `target_layer_ids`); windows must be extracted at exactly these.
+    fn target_taps(&self) -> Vec<sharpdraft_model::Tap>;
     /// SharpDraft query scaling applied in every training pass (rows past n0 are scaled as when
     /// drafting: training at longer windows, online adaptation).
     fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling);

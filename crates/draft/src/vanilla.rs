@@ -33,9 +33,11 @@ impl VanillaDrafter {
     ) -> Result<Self> {
         check_same_vocabulary(&model, target)?;
         if draft_len == 0 {
-            return Err(DraftError::Mismatch(
-                "draft length must be at least 1".into(),
-            ));
+            return Err(DraftError::InvalidOption {
+                option: "--draft-len".into(),
+                value: draft_len.to_string(),
+                reason: "must be at least 1".into(),
+            });
         }
         let cache = model.net.new_cache(capacity);
         Ok(Self {
@@ -115,7 +117,7 @@ impl Drafter for VanillaDrafter {
                 logits.argmax(-1, false).int64_value(&[])
             } else {
                 let q = self.sampling.probabilities(&logits);
-                let token = sampler.sample_from(&q);
+                let token = sampler.sample_from(&q)?;
                 probs.push(q);
                 token
             };

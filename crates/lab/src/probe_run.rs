@@ -19,11 +19,12 @@
 //! probe with the same config is reused, not rerun.
 
 use crate::datasets::{token_stream, Source};
+use crate::drafter_spec::{self, DraftMethod, DrafterSpec, LoadedDrafter};
 use crate::scaling::ScalingSpec;
 use crate::table::{Column, Table};
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
-use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter, TreeShape};
+use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter};
 use sharpdraft_model::output_folder;
 use sharpdraft_model::{registry, CausalLm, Sampling};
 use sharpdraft_probe::{
@@ -269,19 +270,47 @@ impl ProbeModel {
         capacity: i64,
     ) -> Result<Self> {
         let name = config.drafter.as_deref().unwrap_or(&config.target);
-        let dir = registry::resolve(name)?;
+        // EAGLE-3 and DFlash through the one drafter specification (a chain of one: the probe drives
+        // their passes itself); the target and LM drafters as the causal LMs they are.
+        let spec = |method| DrafterSpec {
+            draft_len: 1,
+            ..DrafterSpec::new(method, name)
+        };
         let loaded = match config.method {
             ProbeMethod::Target | ProbeMethod::Vanilla | ProbeMethod::Pard => {
+                let dir = registry::resolve(name)?;
+                if config.method != ProbeMethod::Target {
+                    let method = if config.method == ProbeMethod::Pard {
+                        "pard"
+                    } else {
+                        "vanilla"
+                    };
+                    sharpdraft_draft::checkpoint_kind::expect_kind(&dir, method)?;
+                }
                 Self::Lm(CausalLm::load(&dir, device, Kind::Float)?)
             }
-            ProbeMethod::Eagle3 => Self::Eagle3(Eagle3Drafter::load(
-                &dir,
-                &target.net,
-                TreeShape::chain(1),
-                Sampling::greedy(),
-                capacity,
-            )?),
-            ProbeMethod::Dflash => Self::DFlash(DFlashDrafter::load(&dir, &target.net, capacity)?),
+            ProbeMethod::Eagle3 => {
+                match drafter_spec::load(
+                    &spec(DraftMethod::Eagle3),
+                    target,
+                    Sampling::greedy(),
+                    capacity,
+                )? {
+                    LoadedDrafter::Eagle3(d) => Self::Eagle3(d),
+                    _ => unreachable!("an EAGLE-3 specification loads an EAGLE-3 drafter"),
+                }
+            }
+            ProbeMethod::Dflash => {
+                match drafter_spec::load(
+                    &spec(DraftMethod::Dflash),
+                    target,
+                    Sampling::greedy(),
+                    capacity,
+                )? {
+                    LoadedDrafter::Dflash(d) => Self::DFlash(d),
+                    _ => unreachable!("a DFlash specification loads a DFlash drafter"),
+                }
+            }
         };
         Ok(loaded)
     }
@@ -487,12 +516,11 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
     let target_dir = registry::resolve(&config.target)?;
     let claim = output_folder::claim(&dir, "probe", &[&model_dir, &target_dir])?;
     if let output_folder::Claim::Own(_) = claim {
-        let path = dir.join("probe.json");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let summary: ProbeSummary = serde_json::from_str(&text)
-            .with_context(|| format!("{}: not a probe summary", path.display()))?;
-        if summary.config == *config && summary.model_fingerprint == fingerprint {
+        // Reused only when its summary reads back and names the same config and weights.
+        let summary = std::fs::read_to_string(dir.join("probe.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str::<ProbeSummary>(&text).ok());
+        if summary.is_some_and(|s| s.config == *config && s.model_fingerprint == fingerprint) {
             eprintln!("probe: reusing the finished probe in {}", dir.display());
             return read_probe(&dir);
         }
@@ -535,7 +563,9 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         eprintln!("probe: the target sees at most {max_positions} positions; the longest bins stop there ({:.1} n0)", max_positions as f64 / n0);
     }
     let stream = token_stream(&config.text, base, &target)?;
-    let needed = config.skip_tokens + config.sequences * length;
+    let needed = config
+        .skip_tokens
+        .saturating_add(config.sequences.saturating_mul(length));
     ensure!(
         stream.len() >= needed,
         "text: {} tokens, fewer than skip_tokens {} + {} sequences x {length}",

@@ -197,10 +197,18 @@ impl TrainConfig {
                     t.vocab_size
                 );
                 ensure!(e.ttt_steps >= 1, "eagle3.ttt_steps must be at least 1");
-                ensure!(
-                    t.num_layers >= 4,
-                    "EAGLE-3 captures layers 2, L/2 and L-3: the target needs at least 4 layers"
-                );
+                match &e.capture_layers {
+                    Some(layers) => ensure!(
+                        layers.len() == 3 && layers.iter().all(|&i| i <= t.num_layers),
+                        "eagle3.capture_layers {layers:?} must name 3 layers of the {}-layer target (0..={})",
+                        t.num_layers,
+                        t.num_layers
+                    ),
+                    None => ensure!(
+                        t.num_layers >= 4,
+                        "EAGLE-3 captures layers 2, L/2 and L-3 by default: the target needs at least 4 layers (or give eagle3.capture_layers)"
+                    ),
+                }
             }
             Method::Pard => {
                 let p = self
@@ -401,87 +409,88 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     if resuming {
         eprintln!("resuming the run in {}", out_dir.display());
     }
-    let layers = target.net.config.num_layers;
-    let taps: Vec<Tap> = match config.method {
-        Method::Eagle3 => vec![
-            Tap::LayerInput(2),
-            Tap::LayerInput(layers / 2),
-            Tap::LayerInput(layers - 3),
-        ],
-        Method::Pard => Vec::new(),
-        Method::Dflash => config.dflash.as_ref().expect("validated").taps(layers),
-    };
     eprintln!("building the training text ({} sources)", config.data.len());
     let stream = token_stream(
         &config.data,
         config_path.parent().unwrap_or(Path::new(".")),
         &target,
     )?;
-    eprintln!(
-        "extracting target features: {} tokens, up to {} windows of {}",
-        stream.len(),
-        config.windows,
-        config.n0
-    );
-    let windows = extract_windows(
-        &target.net,
-        &taps,
-        &stream,
-        config.n0,
-        config.windows,
-        config.top_k_targets,
-    )?;
-    eprintln!(
-        "{} windows ({} tokens)",
-        windows.len(),
-        windows.len() as i64 * config.n0
-    );
-    if resuming {
-        let tmp = record.with_extension("tmp");
-        std::fs::write(&tmp, serde_yaml::to_string(&config)?)?;
-        std::fs::rename(&tmp, &record)?;
+    let extract = |taps: &[Tap]| -> Result<Vec<sharpdraft_draft::training::TrainWindow>> {
+        eprintln!(
+            "extracting target features: {} tokens, up to {} windows of {}",
+            stream.len(),
+            config.windows,
+            config.n0
+        );
+        let windows = extract_windows(
+            &target.net,
+            taps,
+            &stream,
+            config.n0,
+            config.windows,
+            config.top_k_targets,
+        )?;
+        eprintln!(
+            "{} windows ({} tokens)",
+            windows.len(),
+            windows.len() as i64 * config.n0
+        );
+        Ok(windows)
+    };
+    // The drafter's checkpoint decides which target layers it reads. A run that resumes, or starts from
+    // an `init:` drafter, loads that checkpoint first and extracts features at its layers; a fresh run
+    // writes a drafter with the configured (or default) layers and checks that it reads those.
+    let starts_from_checkpoint = resuming || init_dir.is_some();
+    let (objective, windows) = if starts_from_checkpoint {
+        if let (false, Some(init)) = (resuming, &init_dir) {
+            copy_checkpoint(init, &out_dir)?;
+        }
+        let objective = load_objective(&config, &out_dir, &target, device)?;
+        let taps = objective.target_taps();
+        let source = if resuming {
+            format!("this run's checkpoint in {}", out_dir.display())
+        } else {
+            format!(
+                "the init: checkpoint {}",
+                config.init.as_deref().unwrap_or_default()
+            )
+        };
+        ensure_configured_layers_match(&config, &taps, &source)?;
+        (objective, extract(&taps)?)
     } else {
-        match (&init_dir, config.method) {
-            (Some(init), _) => copy_checkpoint(init, &out_dir)?,
-            (None, Method::Eagle3) => eagle3_train::init(
+        let taps = configured_taps(&config, target.net.config.num_layers);
+        let windows = extract(&taps)?;
+        match config.method {
+            Method::Eagle3 => eagle3_train::init(
                 &out_dir,
                 &target,
                 &windows,
                 config.eagle3.as_ref().expect("validated"),
                 config.seed,
             )?,
-            (None, Method::Pard) => {
+            Method::Pard => {
                 pard_train::init(&out_dir, &target, config.pard.as_ref().expect("validated"))?
             }
-            (None, Method::Dflash) => dflash_train::init(
+            Method::Dflash => dflash_train::init(
                 &out_dir,
                 &target,
                 config.dflash.as_ref().expect("validated"),
             )?,
         }
-        let tmp = record.with_extension("tmp");
-        std::fs::write(&tmp, serde_yaml::to_string(&config)?)?;
-        std::fs::rename(&tmp, &record)?;
-    }
-    let mut objective: Box<dyn Objective + '_> = match config.method {
-        Method::Eagle3 => Box::new(Eagle3Objective::load(
-            &out_dir,
-            &target.net,
-            config.eagle3.as_ref().expect("validated"),
-        )?),
-        Method::Pard => Box::new(PardObjective::load(
-            &out_dir,
-            device,
-            config.pard.as_ref().expect("validated"),
-            config.seed,
-        )?),
-        Method::Dflash => Box::new(DFlashObjective::load(
-            &out_dir,
-            &target.net,
-            config.dflash.as_ref().expect("validated"),
-            config.seed,
-        )?),
+        let objective = load_objective(&config, &out_dir, &target, device)?;
+        ensure!(
+            objective.target_taps() == taps,
+            "the drafter written in {} reads target features {:?}, not the {:?} extracted for it",
+            out_dir.display(),
+            objective.target_taps(),
+            taps
+        );
+        (objective, windows)
     };
+    let mut objective = objective;
+    let tmp = record.with_extension("tmp");
+    std::fs::write(&tmp, serde_yaml::to_string(&config)?)?;
+    std::fs::rename(&tmp, &record)?;
     if let Some(spec) = &config.scaling {
         let mut spec = spec.clone();
         if let Some(schedule) = spec
@@ -530,6 +539,92 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     }
     output_folder::Marker::new("train", true, about).write(&out_dir)?;
     Ok(out_dir)
+}
+
+/// The method's objective over the drafter in `dir`.
+fn load_objective<'t>(
+    config: &TrainConfig,
+    dir: &Path,
+    target: &'t CausalLm,
+    device: tch::Device,
+) -> Result<Box<dyn Objective + 't>> {
+    Ok(match config.method {
+        Method::Eagle3 => Box::new(Eagle3Objective::load(
+            dir,
+            &target.net,
+            config.eagle3.as_ref().expect("validated"),
+        )?),
+        Method::Pard => Box::new(PardObjective::load(
+            dir,
+            device,
+            config.pard.as_ref().expect("validated"),
+            config.seed,
+        )?),
+        Method::Dflash => Box::new(DFlashObjective::load(
+            dir,
+            &target.net,
+            config.dflash.as_ref().expect("validated"),
+            config.seed,
+        )?),
+    })
+}
+
+/// The target features a fresh drafter of this config reads: EAGLE-3's capture layers (inputs of
+/// `eagle3.capture_layers`, default `[2, L/2, L-3]`), DFlash's `target_layer_ids` outputs, none for PARD.
+pub fn configured_taps(config: &TrainConfig, target_layers: usize) -> Vec<Tap> {
+    match config.method {
+        Method::Eagle3 => config
+            .eagle3
+            .as_ref()
+            .and_then(|e| e.capture_layers.clone())
+            .unwrap_or_else(|| sharpdraft_draft::eagle3::default_capture_layers(target_layers))
+            .into_iter()
+            .map(Tap::LayerInput)
+            .collect(),
+        Method::Pard => Vec::new(),
+        Method::Dflash => config
+            .dflash
+            .as_ref()
+            .expect("validated")
+            .taps(target_layers),
+    }
+}
+
+/// The layers a config names explicitly (`eagle3.capture_layers`, `dflash.target_layer_ids`) must be
+/// the ones its starting checkpoint reads: an error names both lists.
+fn ensure_configured_layers_match(
+    config: &TrainConfig,
+    checkpoint_taps: &[Tap],
+    source: &str,
+) -> Result<()> {
+    let layer = |tap: &Tap| match tap {
+        Tap::LayerInput(i) | Tap::LayerOutput(i) => *i,
+    };
+    let checkpoint: Vec<usize> = checkpoint_taps.iter().map(layer).collect();
+    let (key, configured) = match config.method {
+        Method::Eagle3 => (
+            "eagle3.capture_layers",
+            config
+                .eagle3
+                .as_ref()
+                .and_then(|e| e.capture_layers.clone()),
+        ),
+        Method::Dflash => (
+            "dflash.target_layer_ids",
+            config
+                .dflash
+                .as_ref()
+                .and_then(|d| d.target_layer_ids.clone()),
+        ),
+        Method::Pard => return Ok(()),
+    };
+    if let Some(configured) = configured {
+        ensure!(
+            configured == checkpoint,
+            "{key} {configured:?} differs from the layers {checkpoint:?} that {source} reads; drop the key or make it match"
+        );
+    }
+    Ok(())
 }
 
 /// Copies a starting drafter's config.json, weights and tokenizer files into `out`.

@@ -121,3 +121,45 @@ fn bad_probe_and_calibrate_configs_name_the_key() {
     let err = format!("{:#}", CalibrateConfig::load(&calibrate).unwrap_err());
     assert!(err.contains("estimator"), "{err}");
 }
+
+#[test]
+fn a_probe_whose_tables_changed_after_writing_is_refused_not_paired_with_its_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    write_text(dir.path());
+    let config: ProbeConfig = serde_yaml::from_str(&probe_yaml(dir.path(), "")).unwrap();
+    let probe = run_config(&config, dir.path()).unwrap();
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::copy(probe.dir.join("stats.parquet"), other.join("stats.parquet")).unwrap();
+    // Another probe's table in this probe's folder: a different file under the same name.
+    let mut bytes = std::fs::read(probe.dir.join("mass_curves.parquet")).unwrap();
+    bytes.push(0);
+    std::fs::write(probe.dir.join("mass_curves.parquet"), bytes).unwrap();
+    let err = read_probe(&probe.dir).err().unwrap().to_string();
+    assert!(
+        err.contains("mass_curves.parquet") && err.contains("run the probe again"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_new_probe_that_fails_leaves_the_finished_probe_in_its_folder_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    write_text(dir.path());
+    let config: ProbeConfig = serde_yaml::from_str(&probe_yaml(dir.path(), "")).unwrap();
+    let first = run_config(&config, dir.path()).unwrap();
+    // Another config into the same folder, which fails after the model is loaded (too little text).
+    let longer: ProbeConfig =
+        serde_yaml::from_str(&probe_yaml(dir.path(), "skip_tokens: 100000\n")).unwrap();
+    assert!(run_config(&longer, dir.path()).is_err());
+    let again = read_probe(&first.dir).unwrap();
+    assert_eq!(again.bins, first.bins, "the finished probe is untouched");
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.contains("staging")),
+        "no staging folder is left: {names:?}"
+    );
+}

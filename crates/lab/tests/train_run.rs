@@ -86,3 +86,111 @@ fn a_short_training_run_writes_a_drafter_and_its_loss_curve_and_resumes() {
     let err = format!("{:#}", train::run(&config).unwrap_err());
     assert!(err.contains("holds a run of another config"), "{err}");
 }
+
+/// A short EAGLE run starting from `init` (one window, one step), as a config file in `dir`.
+fn eagle_config_from(
+    dir: &std::path::Path,
+    init: &std::path::Path,
+    extra: &str,
+) -> std::path::PathBuf {
+    std::fs::write(
+        dir.join("corpus.txt"),
+        "It was the best of times, it was the worst of times, it was the age of wisdom. ".repeat(8),
+    )
+    .unwrap();
+    let config = dir.join("train.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "target: smollm2-135m-instruct\nmethod: eagle3\nout: {}\ninit: {}\nn0: 32\nwindows: 1\nsteps: 1\n\
+             data:\n  - text_file: corpus.txt\neagle3: {{draft_vocab: 512, ttt_steps: 2{extra}}}\n",
+            dir.join("drafter").display(),
+            init.display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+#[test]
+fn a_head_with_its_own_capture_layers_trains_on_exactly_those_layers() {
+    use sharpdraft_draft::eagle3::{write_random_head, RandomHeadOptions};
+    use sharpdraft_draft::eagle3_train::Eagle3Objective;
+    use sharpdraft_draft::training::{extract_windows, Objective};
+    use sharpdraft_model::Tap;
+    let Ok(target_dir) = registry::resolve("smollm2-135m-instruct") else {
+        eprintln!("skipped: smollm2-135m-instruct is not fetched (run `sharpdraft fetch smollm2-135m-instruct`)");
+        return;
+    };
+    let target = CausalLm::load(&target_dir, Device::Cpu, Kind::Float).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let head = dir.path().join("head");
+    let options = RandomHeadOptions {
+        aux_layers: Some(vec![1, 5, 20]),
+        used_tokens: Some((0..512).collect()),
+        ..Default::default()
+    };
+    write_random_head(&head, &target.net, &options).unwrap();
+    let config = eagle_config_from(dir.path(), &head, "");
+    let out = train::run(&config).unwrap();
+    let recorded = Table::read_parquet(&out.join("loss.parquet"))
+        .unwrap()
+        .f64s("loss")
+        .unwrap()[0];
+
+    // The first step's loss, recomputed by hand on features from given layers of the same window.
+    let stream = sharpdraft_lab::datasets::token_stream(
+        &train::TrainConfig::load(&config).unwrap().data,
+        dir.path(),
+        &target,
+    )
+    .unwrap();
+    let objective = Eagle3Objective::load(
+        &head,
+        &target.net,
+        train::TrainConfig::load(&config)
+            .unwrap()
+            .eagle3
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap();
+    let loss_at = |layers: [usize; 3]| {
+        let taps: Vec<Tap> = layers.into_iter().map(Tap::LayerInput).collect();
+        let windows = extract_windows(&target.net, &taps, &stream, 32, 1, 32).unwrap();
+        objective.loss(&windows[0], 1).unwrap().double_value(&[])
+    };
+    let own = loss_at([1, 5, 20]);
+    let default = loss_at([2, 15, 27]);
+    assert!(
+        (recorded - own).abs() < 1e-4,
+        "trained on {recorded}, its own layers give {own}"
+    );
+    assert!(
+        (recorded - default).abs() > 1e-3,
+        "the default layers give {default} too"
+    );
+}
+
+#[test]
+fn a_config_whose_capture_layers_disagree_with_its_init_checkpoint_names_both_lists() {
+    use sharpdraft_draft::eagle3::{write_random_head, RandomHeadOptions};
+    let Ok(target_dir) = registry::resolve("smollm2-135m-instruct") else {
+        eprintln!("skipped: smollm2-135m-instruct is not fetched (run `sharpdraft fetch smollm2-135m-instruct`)");
+        return;
+    };
+    let target = CausalLm::load(&target_dir, Device::Cpu, Kind::Float).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let head = dir.path().join("head");
+    let options = RandomHeadOptions {
+        aux_layers: Some(vec![1, 5, 20]),
+        ..Default::default()
+    };
+    write_random_head(&head, &target.net, &options).unwrap();
+    let config = eagle_config_from(dir.path(), &head, ", capture_layers: [2, 15, 27]");
+    let err = format!("{:#}", train::run(&config).unwrap_err());
+    assert!(
+        err.contains("eagle3.capture_layers [2, 15, 27]") && err.contains("[1, 5, 20]"),
+        "{err}"
+    );
+}

@@ -9,7 +9,8 @@ use sharpdraft_draft::pard_train::{self, copy_layout, kept_offsets, PardObjectiv
 use sharpdraft_draft::training::{
     extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState, TrainWindow,
 };
-use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape};
+use sharpdraft_draft::Drafter;
+use sharpdraft_lab::drafter_spec::{self, DraftMethod, DrafterSpec};
 use sharpdraft_model::{CausalLm, Sampling, Tap};
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind};
@@ -42,6 +43,7 @@ fn eagle3_options() -> Eagle3Options {
         draft_vocab: 48,
         eagle31: true,
         warm_start: true,
+        capture_layers: None,
     }
 }
 fn pard_options() -> PardOptions {
@@ -129,7 +131,7 @@ impl TrainObserver for CrashAt {
         _dir: &Path,
     ) -> sharpdraft_draft::drafter::Result<()> {
         if state.step >= self.0 {
-            return Err(sharpdraft_draft::DraftError::Mismatch("killed".into()));
+            return Err(sharpdraft_draft::DraftError::Protocol("killed".into()));
         }
         Ok(())
     }
@@ -166,29 +168,20 @@ fn run_observed(
     )
 }
 
+/// The trained drafter in `dir`, through the one drafter specification (chains of 3).
 fn drafter(method: Method, dir: &Path, target: &CausalLm) -> Box<dyn Drafter> {
-    match method {
-        Method::Eagle3 => Box::new(
-            Eagle3Drafter::load(
-                dir,
-                &target.net,
-                TreeShape::chain(3),
-                Sampling::greedy(),
-                256,
-            )
-            .unwrap(),
-        ),
-        Method::Pard => Box::new(
-            PardDrafter::new(
-                CausalLm::load(dir, Device::Cpu, Kind::Float).unwrap(),
-                target,
-                3,
-                256,
-            )
-            .unwrap(),
-        ),
-        Method::Dflash => Box::new(DFlashDrafter::load(dir, &target.net, 256).unwrap()),
-    }
+    let method = match method {
+        Method::Eagle3 => DraftMethod::Eagle3,
+        Method::Pard => DraftMethod::Pard,
+        Method::Dflash => DraftMethod::Dflash,
+    };
+    let spec = DrafterSpec {
+        draft_len: 3,
+        ..DrafterSpec::new(method, dir.to_str().unwrap())
+    };
+    drafter_spec::build(&spec, target, Sampling::greedy(), 256)
+        .unwrap()
+        .0
 }
 
 fn mean(values: &[f64]) -> f64 {

@@ -87,7 +87,7 @@ pub fn generate(
     let mut ids = Vec::with_capacity(max_new_tokens);
     let device = net.device();
     while ids.len() < max_new_tokens {
-        let next = sampler.sample(&logits);
+        let next = sampler.sample(&logits)?;
         ids.push(next);
         if stop.contains(&next) || ids.len() == max_new_tokens {
             break;

@@ -1,6 +1,8 @@
-//! The two building blocks every decoder family shares: a linear map and RMSNorm. Variables are created
+//! The building blocks every decoder here shares (the target, EAGLE-3 heads, DFlash drafters): a linear
+//! map, RMSNorm, the per-head Q/K/V projection with RoPE, and the SwiGLU MLP. Variables are created
 //! zero-filled (they are overwritten by the checkpoint) at the checkpoint's own tensor names.
 
+use crate::rope;
 use tch::{nn, Kind, Tensor};
 
 pub struct Linear {
@@ -62,5 +64,120 @@ impl RmsNorm {
             .mean_dim(&[-1i64][..], true, Kind::Float);
         let normed = x32 * (variance + self.eps).rsqrt();
         normed.to_kind(kind) * &self.weight
+    }
+}
+
+/// Whether a layer's variables take gradients (drafter training) or are frozen (inference).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trainable {
+    Yes,
+    No,
+}
+
+impl Trainable {
+    fn yes(self) -> bool {
+        self == Trainable::Yes
+    }
+}
+
+/// The shape of one attention layer's projection.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QkvShape {
+    /// Width of the rows projected (H, or 2H for an EAGLE-3 layer).
+    pub input: i64,
+    pub heads: i64,
+    pub kv_heads: i64,
+    pub head_dim: i64,
+    /// q/k/v biases (Qwen2).
+    pub bias: bool,
+    /// Per-head RMSNorm of queries and keys (Qwen3), with this epsilon.
+    pub qk_norm: Option<f64>,
+}
+
+/// Q, K and V projections of one attention layer (`q_proj`, `k_proj`, `v_proj` and the optional
+/// `q_norm` / `k_norm` under the path given), per head, with RoPE on queries and keys.
+pub struct QkvProjection {
+    pub q_proj: Linear,
+    pub k_proj: Linear,
+    pub v_proj: Linear,
+    pub q_norm: Option<RmsNorm>,
+    pub k_norm: Option<RmsNorm>,
+    pub shape: QkvShape,
+}
+
+impl QkvProjection {
+    pub fn new(p: &nn::Path, shape: QkvShape, trainable: Trainable) -> Self {
+        let t = trainable.yes();
+        let (q_out, kv_out) = (
+            shape.heads * shape.head_dim,
+            shape.kv_heads * shape.head_dim,
+        );
+        let norm = |name: &str| {
+            shape
+                .qk_norm
+                .map(|eps| RmsNorm::with_grad(p / name, shape.head_dim, eps, t))
+        };
+        Self {
+            q_proj: Linear::with_grad(p / "q_proj", shape.input, q_out, shape.bias, t),
+            k_proj: Linear::with_grad(p / "k_proj", shape.input, kv_out, shape.bias, t),
+            v_proj: Linear::with_grad(p / "v_proj", shape.input, kv_out, shape.bias, t),
+            q_norm: norm("q_norm"),
+            k_norm: norm("k_norm"),
+            shape,
+        }
+    }
+
+    /// Queries of rows `x` `[R, input]`: `[R, heads, head_dim]`, normed (when the layer has q_norm),
+    /// with RoPE from `cos`/`sin`.
+    pub fn queries(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+        let rows = x.size()[0];
+        let q = self
+            .q_proj
+            .forward(x)
+            .view([rows, self.shape.heads, self.shape.head_dim]);
+        let q = match &self.q_norm {
+            Some(norm) => norm.forward(&q),
+            None => q,
+        };
+        rope::apply(&q, cos, sin)
+    }
+
+    /// Keys (normed when the layer has k_norm, with RoPE) and values of rows `x` `[R, input]`: two
+    /// `[R, kv_heads, head_dim]`.
+    pub fn keys_values(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> (Tensor, Tensor) {
+        let rows = x.size()[0];
+        let per_head = [rows, self.shape.kv_heads, self.shape.head_dim];
+        let k = self.k_proj.forward(x).view(per_head);
+        let k = match &self.k_norm {
+            Some(norm) => norm.forward(&k),
+            None => k,
+        };
+        let v = self.v_proj.forward(x).view(per_head);
+        (rope::apply(&k, cos, sin), v)
+    }
+}
+
+/// The SwiGLU MLP of llama-family layers, `down_proj(silu(gate_proj(x)) * up_proj(x))`, under the path
+/// given.
+pub struct SwiGlu {
+    pub gate_proj: Linear,
+    pub up_proj: Linear,
+    pub down_proj: Linear,
+}
+
+impl SwiGlu {
+    pub fn new(p: &nn::Path, hidden: i64, intermediate: i64, trainable: Trainable) -> Self {
+        let t = trainable.yes();
+        Self {
+            gate_proj: Linear::with_grad(p / "gate_proj", hidden, intermediate, false, t),
+            up_proj: Linear::with_grad(p / "up_proj", hidden, intermediate, false, t),
+            down_proj: Linear::with_grad(p / "down_proj", intermediate, hidden, false, t),
+        }
+    }
+
+    /// `[.., hidden] -> [.., hidden]`.
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        self.down_proj
+            .forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
     }
 }

@@ -1,6 +1,7 @@
 //! Turning logits into tokens: greedy, or seeded sampling with temperature, top-k and top-p. The
 //! filtered distribution is exposed on its own so that verification can use the very same one.
 
+use crate::error::{ModelError, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tch::{Kind, Tensor};
@@ -68,35 +69,52 @@ impl Sampler {
     }
 
     /// One token from logits `[vocab]`.
-    pub fn sample(&mut self, logits: &Tensor) -> i64 {
+    pub fn sample(&mut self, logits: &Tensor) -> Result<i64> {
         if self.sampling.is_greedy() {
-            return logits.argmax(-1, false).int64_value(&[]);
+            return Ok(logits.f_argmax(-1, false)?.f_int64_value(&[])?);
         }
         let probs = self.sampling.probabilities(logits);
         self.sample_from(&probs)
     }
 
-    /// One token from probabilities `[vocab]` by inverse CDF with this sampler's seeded generator.
-    pub fn sample_from(&mut self, probs: &Tensor) -> i64 {
-        let probs = Vec::<f32>::try_from(probs.to_kind(Kind::Float).to_device(tch::Device::Cpu))
-            .unwrap_or_default();
-        let total: f64 = probs.iter().map(|&p| p as f64).sum();
-        let mut u = self.rng.random::<f64>() * total;
-        let mut last_positive = 0;
-        for (i, &p) in probs.iter().enumerate() {
-            if p > 0.0 {
-                last_positive = i;
-                u -= p as f64;
-                if u < 0.0 {
-                    return i as i64;
-                }
-            }
+    /// One token from probabilities `[vocab]` (not necessarily normalised) by inverse CDF with this
+    /// sampler's seeded generator. A failed copy to the host is an error, never a default token.
+    pub fn sample_from(&mut self, probs: &Tensor) -> Result<i64> {
+        let probs: Vec<f64> = Vec::<f64>::try_from(
+            probs
+                .f_to_kind(Kind::Double)?
+                .f_to_device(tch::Device::Cpu)?,
+        )?;
+        let total: f64 = probs.iter().sum();
+        if !(total.is_finite() && total > 0.0) {
+            return Err(ModelError::tensor(
+                "sampling probabilities",
+                format!("their sum is {total}, not a positive finite number"),
+            ));
         }
-        last_positive as i64
+        Ok(inverse_cdf(&probs, self.rng.random::<f64>() * total))
     }
 
     /// A uniform draw in [0, 1) from the same generator (rejection sampling uses it).
     pub fn uniform(&mut self) -> f64 {
         self.rng.random::<f64>()
     }
+}
+
+/// Inverse-CDF sampling: the first token whose cumulative probability exceeds `u` (a draw in
+/// `[0, sum(p))`), or the last token of positive probability when rounding leaves `u` at the total.
+/// The one implementation for drafting, verification's bonus token and the first token.
+pub fn inverse_cdf(p: &[f64], u: f64) -> i64 {
+    let mut remaining = u;
+    let mut last = 0;
+    for (i, &pi) in p.iter().enumerate() {
+        if pi > 0.0 {
+            last = i;
+            remaining -= pi;
+            if remaining < 0.0 {
+                return i as i64;
+            }
+        }
+    }
+    last as i64
 }

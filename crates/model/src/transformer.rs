@@ -9,10 +9,10 @@
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::kv_cache::KvCache;
-use crate::layers::{Linear, RmsNorm};
+use crate::layers::{Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
 use crate::mask::AttentionMask;
 use crate::query_scaling::{PassFactors, QueryScaling};
-use crate::rope::{self, Rope};
+use crate::rope::Rope;
 use std::ops::Range;
 use tch::{nn, Device, Kind, Tensor};
 
@@ -118,25 +118,15 @@ pub struct ForwardOutput {
 }
 
 struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    qkv: QkvProjection,
     o_proj: Linear,
-    q_norm: Option<RmsNorm>,
-    k_norm: Option<RmsNorm>,
-}
-
-struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
 }
 
 struct Layer {
     input_layernorm: RmsNorm,
     self_attn: Attention,
     post_attention_layernorm: RmsNorm,
-    mlp: Mlp,
+    mlp: SwiGlu,
 }
 
 pub struct Transformer {
@@ -164,42 +154,31 @@ impl Transformer {
                 let p = &model / "layers" / i;
                 let attn = &p / "self_attn";
                 let mlp = &p / "mlp";
-                let q_out = c.num_heads * c.head_dim;
-                let kv_out = c.num_kv_heads * c.head_dim;
+                let shape = QkvShape {
+                    input: hidden,
+                    heads: c.num_heads,
+                    kv_heads: c.num_kv_heads,
+                    head_dim: c.head_dim,
+                    bias: c.qkv_bias,
+                    qk_norm: c.qk_norm.then_some(c.rms_norm_eps),
+                };
                 Layer {
                     input_layernorm: RmsNorm::new(&p / "input_layernorm", hidden, c.rms_norm_eps),
                     self_attn: Attention {
-                        q_proj: Linear::new(&attn / "q_proj", hidden, q_out, c.qkv_bias),
-                        k_proj: Linear::new(&attn / "k_proj", hidden, kv_out, c.qkv_bias),
-                        v_proj: Linear::new(&attn / "v_proj", hidden, kv_out, c.qkv_bias),
-                        o_proj: Linear::new(&attn / "o_proj", q_out, hidden, false),
-                        q_norm: c
-                            .qk_norm
-                            .then(|| RmsNorm::new(&attn / "q_norm", c.head_dim, c.rms_norm_eps)),
-                        k_norm: c
-                            .qk_norm
-                            .then(|| RmsNorm::new(&attn / "k_norm", c.head_dim, c.rms_norm_eps)),
+                        qkv: QkvProjection::new(&attn, shape, Trainable::No),
+                        o_proj: Linear::new(
+                            &attn / "o_proj",
+                            c.num_heads * c.head_dim,
+                            hidden,
+                            false,
+                        ),
                     },
                     post_attention_layernorm: RmsNorm::new(
                         &p / "post_attention_layernorm",
                         hidden,
                         c.rms_norm_eps,
                     ),
-                    mlp: Mlp {
-                        gate_proj: Linear::new(
-                            &mlp / "gate_proj",
-                            hidden,
-                            c.intermediate_size,
-                            false,
-                        ),
-                        up_proj: Linear::new(&mlp / "up_proj", hidden, c.intermediate_size, false),
-                        down_proj: Linear::new(
-                            &mlp / "down_proj",
-                            c.intermediate_size,
-                            hidden,
-                            false,
-                        ),
-                    },
+                    mlp: SwiGlu::new(&mlp, hidden, c.intermediate_size, Trainable::No),
                 }
             })
             .collect();
@@ -342,10 +321,7 @@ impl Transformer {
             };
             x = x + self.attention(&layer.self_attn, &attn_in, step, observer.as_deref_mut())?;
             let mlp_in = layer.post_attention_layernorm.forward(&x);
-            let mlp = &layer.mlp;
-            x = x + mlp
-                .down_proj
-                .forward(&(mlp.gate_proj.forward(&mlp_in).silu() * mlp.up_proj.forward(&mlp_in)));
+            x = x + layer.mlp.forward(&mlp_in);
             record_taps(input.taps, Tap::LayerOutput(i), &x, &mut hidden);
         }
         record_taps(
@@ -386,25 +362,11 @@ impl Transformer {
         observer: Option<&mut (dyn AttentionObserver + 'o)>,
     ) -> Result<Tensor> {
         let c = &self.config;
-        let rows = x.size()[0];
-        let mut q = attn.q_proj.forward(x).view([rows, c.num_heads, c.head_dim]);
-        let mut k = attn
-            .k_proj
-            .forward(x)
-            .view([rows, c.num_kv_heads, c.head_dim]);
-        let v = attn
-            .v_proj
-            .forward(x)
-            .view([rows, c.num_kv_heads, c.head_dim]);
-        if let (Some(q_norm), Some(k_norm)) = (&attn.q_norm, &attn.k_norm) {
-            q = q_norm.forward(&q);
-            k = k_norm.forward(&k);
-        }
-        let mut q = rope::apply(&q, step.cos, step.sin);
-        let k = rope::apply(&k, step.cos, step.sin);
+        let mut q = attn.qkv.queries(x, step.cos, step.sin); // [T, H, D]
+        let (k, v) = attn.qkv.keys_values(x, step.cos, step.sin); // [T, Hkv, D] each
         if let Some(scale) = step.query_scale {
-            // In place on this pass's own query tensor: no extra buffer (derivation.md §7).
-            // In place; the returned handle aliases `q`.
+            // In place on this pass's own query tensor: no extra buffer (derivation.md §7). The returned
+            // handle aliases `q`.
             let _same_q = q.f_mul_(scale)?;
         }
         let mut q = q.permute([1, 0, 2]); // [H, T, D]

@@ -80,7 +80,9 @@ fn sampling_follows_the_distribution_and_repeats_with_the_seed() {
     };
     let probs = as_vec(&sampling.probabilities(&logits()));
     let mut sampler = Sampler::new(sampling);
-    let draws: Vec<i64> = (0..20_000).map(|_| sampler.sample(&logits())).collect();
+    let draws: Vec<i64> = (0..20_000)
+        .map(|_| sampler.sample(&logits()).unwrap())
+        .collect();
     for (token, p) in probs.iter().enumerate() {
         let freq = draws.iter().filter(|&&d| d == token as i64).count() as f64 / draws.len() as f64;
         // 5 standard errors.
@@ -93,7 +95,7 @@ fn sampling_follows_the_distribution_and_repeats_with_the_seed() {
     let mut again = Sampler::new(sampling);
     assert_eq!(
         (0..100)
-            .map(|_| again.sample(&logits()))
+            .map(|_| again.sample(&logits()).unwrap())
             .collect::<Vec<_>>(),
         draws[..100].to_vec()
     );

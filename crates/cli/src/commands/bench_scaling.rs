@@ -5,12 +5,13 @@
 //! ratio, so machine noise mostly cancels); the cost of the path does not depend on beta's value. The bytes
 //! the drafter's caches hold are reported too (equal: scaling adds no memory).
 
-use super::generate::{build_drafter, DrafterArgs, ModelArgs};
+use super::generate::{DrafterArgs, ModelArgs};
 use super::scaling::{ScalingArg, ScalingArgs, ScalingKind};
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::{speculative_generate, SpecConfig};
+use sharpdraft_decode::speculative_generate;
+use sharpdraft_lab::drafter_spec;
 use sharpdraft_model::Sampling;
 
 #[derive(Args, Debug)]
@@ -77,7 +78,6 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
         let prompt: Vec<i64> = (0..context as i64)
             .map(|i| (i * 7919 + 13) % (vocab - 1) + 1)
             .collect();
-        let capacity = (context + args.new_tokens + 256) as i64;
         let (mut off, mut scaled, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         let mut cache_bytes = (0, 0);
         let mut identical = true;
@@ -88,14 +88,15 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
                 .into_iter()
                 .enumerate()
             {
-                let (mut drafter, max_proposal) =
-                    build_drafter(&draft, kind, &args.model, name, &target, sampling, capacity)?;
-                let config = SpecConfig {
-                    max_new_tokens: args.new_tokens,
+                let (mut drafter, mut config) = drafter_spec::prepare(
+                    &draft.spec(name, kind),
+                    &target,
                     sampling,
-                    stop_tokens: vec![],
-                    max_proposal,
-                };
+                    prompt.len(),
+                    args.new_tokens,
+                )?;
+                // Both runs generate exactly `new_tokens`: no stop token ends one early.
+                config.stop_tokens.clear();
                 let report = speculative_generate(&target.net, drafter.as_mut(), &prompt, &config)?;
                 per_cycle[slot] =
                     drafter.forward_seconds() * 1e3 / report.cycles.len().max(1) as f64;

@@ -4,11 +4,9 @@ use super::scaling::{ScalingArgs, ScalingKind};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::{speculative_generate, CycleRecord, SpecConfig};
-use sharpdraft_draft::eagle3::MAX_TREE_TOKENS;
-use sharpdraft_draft::{
-    DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
-};
+use sharpdraft_decode::{speculative_generate, CycleRecord};
+use sharpdraft_draft::TreeShape;
+use sharpdraft_lab::drafter_spec::{self, DraftMethod, DrafterSpec};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{
     parse_device, parse_kind, registry, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler,
@@ -75,8 +73,10 @@ pub struct DrafterArgs {
     /// EAGLE-3 checkpoint for `eagle3`). Without it, plain autoregressive decoding.
     #[arg(long)]
     pub drafter: Option<String>,
-    #[arg(long, value_enum, default_value = "vanilla", requires = "drafter")]
-    pub method: Method,
+    /// vanilla (a small LM, K passes per chain), eagle3 (an EAGLE-3 / 3.1 head, chain or tree), pard
+    /// (K tokens in one pass) or dflash (block_size - 1 tokens in one pass).
+    #[arg(long, default_value = "vanilla", requires = "drafter")]
+    pub method: DraftMethod,
     /// Chain length K (vanilla, pard; eagle3 without tree options). DFlash drafts block_size - 1.
     #[arg(long, default_value_t = 4)]
     pub draft_len: usize,
@@ -93,16 +93,25 @@ pub struct DrafterArgs {
     pub scaling: ScalingArgs,
 }
 
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    /// A small LM with the target's tokenizer, K forward passes per chain.
-    Vanilla,
-    /// An EAGLE-3 / 3.1 head on target features, chain or dynamic tree.
-    Eagle3,
-    /// A PARD drafter (config carries pard_token): K tokens in one pass.
-    Pard,
-    /// A DFlash block-diffusion drafter: block_size - 1 tokens in one pass.
-    Dflash,
+impl DrafterArgs {
+    /// The drafter specification these flags name for `checkpoint`, with query scaling `scaling` (one of
+    /// `--scaling`).
+    pub fn spec(&self, checkpoint: &str, scaling: ScalingKind) -> DrafterSpec {
+        let tree =
+            (self.tree_depth.is_some() || self.tree_topk.is_some() || self.tree_tokens.is_some())
+                .then(|| TreeShape {
+                    depth: self.tree_depth.unwrap_or(5),
+                    top_k: self.tree_topk.unwrap_or(8),
+                    total_tokens: self.tree_tokens.unwrap_or(48),
+                });
+        DrafterSpec {
+            method: self.method,
+            checkpoint: checkpoint.to_string(),
+            draft_len: self.draft_len,
+            tree,
+            scaling: self.scaling.spec(scaling),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -198,22 +207,14 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
             }
         }
         Some(drafter_name) => {
-            let capacity = prompt_ids.len() as i64 + args.max_new_tokens as i64;
-            let (mut drafter, max_proposal) = build_drafter(
-                &args.draft,
-                args.draft.scaling.single()?,
-                &args.model,
-                drafter_name,
+            let spec = args.draft.spec(drafter_name, args.draft.scaling.single()?);
+            let (mut drafter, config) = drafter_spec::prepare(
+                &spec,
                 &model,
                 sampling,
-                capacity,
+                prompt_ids.len(),
+                args.max_new_tokens,
             )?;
-            let config = SpecConfig {
-                max_new_tokens: args.max_new_tokens,
-                sampling,
-                stop_tokens: model.stop_tokens(),
-                max_proposal,
-            };
             let spec = speculative_generate(&model.net, drafter.as_mut(), &prompt_ids, &config)?;
             let ar = if args.compare_ar {
                 Some(generate(
@@ -270,91 +271,6 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The drafter named on the command line, with its query scaling set (`scaling`, one of
-/// `args.scaling.scaling`), and the largest proposal it can make. `capacity` counts the committed
-/// positions (prompt and new tokens); each drafter adds room for its own drafts.
-pub fn build_drafter(
-    args: &DrafterArgs,
-    scaling: ScalingKind,
-    models: &ModelArgs,
-    name: &str,
-    target: &CausalLm,
-    sampling: Sampling,
-    capacity: i64,
-) -> anyhow::Result<(Box<dyn Drafter>, usize)> {
-    let (mut drafter, max_proposal) =
-        build_unscaled_drafter(args, models, name, target, sampling, capacity)?;
-    let scaling = args.scaling.build(scaling, drafter.as_ref())?;
-    drafter.set_query_scaling(scaling);
-    Ok((drafter, max_proposal))
-}
-
-fn build_unscaled_drafter(
-    args: &DrafterArgs,
-    models: &ModelArgs,
-    name: &str,
-    target: &CausalLm,
-    sampling: Sampling,
-    capacity: i64,
-) -> anyhow::Result<(Box<dyn Drafter>, usize)> {
-    anyhow::ensure!(
-        (1..=MAX_TREE_TOKENS).contains(&args.draft_len),
-        "--draft-len {} must lie in 1..={MAX_TREE_TOKENS}",
-        args.draft_len
-    );
-    anyhow::ensure!(
-        args.tree_depth != Some(0),
-        "--tree-depth 0: a tree needs at least one expansion step (use --draft-len 1 for a single draft)"
-    );
-    let dir = registry::resolve(name)?;
-    let method = match args.method {
-        Method::Vanilla => "vanilla",
-        Method::Eagle3 => "eagle3",
-        Method::Pard => "pard",
-        Method::Dflash => "dflash",
-    };
-    sharpdraft_draft::checkpoint_kind::expect_kind(&dir, method)
-        .with_context(|| format!("drafter {name}"))?;
-    // Room for one proposal beyond the committed positions (chains of K; trees and blocks add theirs).
-    let capacity = capacity + args.draft_len as i64 + 1;
-    match args.method {
-        Method::Vanilla => {
-            let small = models.load(name)?;
-            let drafter = VanillaDrafter::new(small, target, args.draft_len, capacity, sampling)
-                .with_context(|| format!("drafter {name}"))?;
-            Ok((Box::new(drafter), args.draft_len))
-        }
-        Method::Eagle3 => {
-            let tree =
-                args.tree_depth.is_some() || args.tree_topk.is_some() || args.tree_tokens.is_some();
-            let shape = if tree {
-                TreeShape {
-                    depth: args.tree_depth.unwrap_or(5),
-                    top_k: args.tree_topk.unwrap_or(8),
-                    total_tokens: args.tree_tokens.unwrap_or(48),
-                }
-            } else {
-                TreeShape::chain(args.draft_len)
-            };
-            let drafter = Eagle3Drafter::load(&dir, &target.net, shape, sampling, capacity)
-                .with_context(|| format!("drafter {name}"))?;
-            Ok((Box::new(drafter), shape.total_tokens))
-        }
-        Method::Pard => {
-            let small = models.load(name)?;
-            let drafter = PardDrafter::new(small, target, args.draft_len, capacity)
-                .with_context(|| format!("drafter {name}"))?;
-            Ok((Box::new(drafter), args.draft_len))
-        }
-        Method::Dflash => {
-            let drafter = DFlashDrafter::load(&dir, &target.net, capacity)
-                .with_context(|| format!("drafter {name}"))?;
-            let block = drafter.block_size() as usize;
-            Ok((Box::new(drafter), block))
-        }
-    }
 }
 
 #[derive(Args, Debug)]

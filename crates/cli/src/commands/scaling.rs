@@ -3,10 +3,8 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use sharpdraft_draft::Drafter;
 pub use sharpdraft_lab::scaling::ScalingKind;
 use sharpdraft_lab::scaling::ScalingSpec;
-use sharpdraft_model::QueryScaling;
 use std::path::PathBuf;
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,20 +60,13 @@ impl ScalingArgs {
         self.scaling.iter().map(|&k| k.into()).collect()
     }
 
-    /// Builds `kind` for `drafter`, checked against its layers and heads.
-    pub fn build(&self, kind: ScalingKind, drafter: &dyn Drafter) -> Result<QueryScaling> {
-        let spec = ScalingSpec {
+    /// The scaling specification of mode `kind` with these flags' schedule, beta and n0.
+    pub fn spec(&self, kind: ScalingKind) -> ScalingSpec {
+        ScalingSpec {
             mode: kind,
             schedule: self.schedule.clone(),
             beta: self.beta,
             n0: self.n0,
-        };
-        let (layers, heads) = drafter.query_layout();
-        spec.build(
-            layers,
-            heads,
-            drafter.training_length(),
-            &format!("the {} drafter", drafter.method()),
-        )
+        }
     }
 }

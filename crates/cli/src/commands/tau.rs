@@ -3,12 +3,13 @@
 //! question, so the drafter drafts the answer with that many keys in view. Several `--scaling` modes are
 //! compared on the same prompts.
 
-use super::generate::{build_drafter, DrafterArgs, ModelArgs};
+use super::generate::{DrafterArgs, ModelArgs};
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::{speculative_generate, SpecConfig};
+use sharpdraft_decode::speculative_generate;
 use sharpdraft_lab::datasets::jsonl_field;
+use sharpdraft_lab::drafter_spec;
 use sharpdraft_model::{ChatMessage, Sampling, TextTokenizer};
 use std::path::{Path, PathBuf};
 
@@ -172,32 +173,10 @@ pub fn run(args: &TauArgs) -> Result<()> {
                         .max(1),
             );
             let ids = prompt_ids(tokenizer, question, &filler, offset, requested)?;
-            target
-                .net
-                .config
-                .ensure_positions(ids.len(), args.max_new_tokens)
-                .with_context(|| {
-                    format!(
-                        "--contexts {requested} with --max-new-tokens {}",
-                        args.max_new_tokens
-                    )
-                })?;
-            let capacity = ids.len() as i64 + args.max_new_tokens as i64;
-            let (mut drafter, max_proposal) = build_drafter(
-                &args.draft,
-                scaling,
-                &args.model,
-                drafter_name,
-                &target,
-                sampling,
-                capacity,
-            )?;
-            let config = SpecConfig {
-                max_new_tokens: args.max_new_tokens,
-                sampling,
-                stop_tokens: target.stop_tokens(),
-                max_proposal,
-            };
+            let spec = args.draft.spec(drafter_name, scaling);
+            let (mut drafter, config) =
+                drafter_spec::prepare(&spec, &target, sampling, ids.len(), args.max_new_tokens)
+                    .with_context(|| format!("--contexts {requested}"))?;
             let report = speculative_generate(&target.net, drafter.as_mut(), &ids, &config)?;
             let row = Row {
                 scaling: mode.clone(),

@@ -1,0 +1,325 @@
+//! The EAGLE-3 drafter: catch-up on committed pairs, then tree expansion under a speculation guard.
+
+use super::tree::{grow, rerank, Child, Node};
+use super::*;
+use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::proposal::Proposal;
+use sharpdraft_model::{
+    AttentionMask, AttentionObserver, KvCache, QueryScaling, Sampler, Sampling, Tap, Transformer,
+};
+use std::path::Path;
+use tch::{Device, Kind, Tensor};
+
+pub struct Eagle3Drafter {
+    pub head: Eagle3Head,
+    pub(crate) taps: Vec<Tap>,
+    pub(crate) shape: TreeShape,
+    pub(crate) sampling: Sampling,
+    pub(crate) cache: KvCache,
+    /// Target features `[m, 3 Ht]` of committed tokens whose pairs are not fed yet.
+    pub(crate) pending: Option<Tensor>,
+    pub(crate) forward_seconds: std::cell::Cell<f64>,
+}
+
+impl Eagle3Drafter {
+    /// Loads a head in the published layout (config.json + model.safetensors; `midlayer.` or `layers.0.`)
+    /// for `target`.
+    pub fn load(
+        dir: &Path,
+        target: &Transformer,
+        shape: TreeShape,
+        sampling: Sampling,
+        capacity: i64,
+    ) -> Result<Self> {
+        let (head, taps) = Eagle3Head::load(dir, target, false)?;
+        shape.validate(head.d2t.len())?;
+        // The stable context plus one tree's rows: the first step and `top_k` per expansion step.
+        let tree_rows = ((shape.depth + 1) * shape.top_k) as i64;
+        let cache = KvCache::new(
+            1,
+            head.kv_heads,
+            head.head_dim,
+            capacity + tree_rows,
+            target.kind(),
+            target.device(),
+        );
+        Ok(Self {
+            head,
+            taps,
+            shape,
+            sampling,
+            cache,
+            pending: None,
+            forward_seconds: std::cell::Cell::new(0.0),
+        })
+    }
+
+    /// Training length n0 recorded in the checkpoint, else `max_position_embeddings`.
+    pub fn training_length(&self) -> i64 {
+        self.head
+            .config
+            .training_length
+            .unwrap_or(self.head.config.max_position_embeddings)
+    }
+}
+
+impl Eagle3Drafter {
+    /// The attention-statistics probe's entry: feeds the `(token, target feature)` pairs of a long context
+    /// through the stable cache in chunks of `chunk` rows, as drafting's catch-up pass does, and offers
+    /// each chunk's attention to `observer`. `tokens[i]` is the token after the one whose target features
+    /// are `features[i]` (`[m, 3 Ht]`). Row i sees i + 1 keys.
+    pub fn feed_context(
+        &mut self,
+        target: &Transformer,
+        tokens: &[i64],
+        features: &Tensor,
+        chunk: i64,
+        observer: &mut dyn AttentionObserver,
+    ) -> Result<()> {
+        let _guard = tch::no_grad_guard();
+        let device = target.device();
+        let count = tokens.len() as i64;
+        if features.size()[0] != count {
+            return Err(DraftError::Protocol(format!(
+                "{count} tokens for {} feature rows",
+                features.size()[0]
+            )));
+        }
+        let mut start = 0;
+        while start < count {
+            let rows = chunk.min(count - start);
+            let fed = self.cache.len();
+            let ids = Tensor::from_slice(&tokens[start as usize..(start + rows) as usize]);
+            let embeddings = target.embed(&ids.to_device(device));
+            let positions = Tensor::arange_start(fed, fed + rows, (Kind::Int64, device));
+            let fused = self
+                .head
+                .fuse(&features.narrow(0, start, rows).to_kind(target.kind()));
+            let _ = self.head.forward(
+                &embeddings,
+                &fused,
+                &positions,
+                &AttentionMask::Causal,
+                &mut self.cache,
+                Some(&mut *observer),
+            )?;
+            start += rows;
+        }
+        Ok(())
+    }
+}
+
+impl Drafter for Eagle3Drafter {
+    fn method(&self) -> &'static str {
+        "eagle3"
+    }
+
+    fn target_taps(&self) -> Vec<Tap> {
+        self.taps.clone()
+    }
+
+    fn prefill(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        self.pending = target_hidden.map(Tensor::shallow_clone);
+        Ok(())
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
+        let _guard = tch::no_grad_guard();
+        let device = ctx.target.device();
+        // 1. Catch up: feed the pairs of newly committed tokens into the stable cache.
+        let features = self.pending.take().ok_or_else(|| {
+            DraftError::Protocol(
+                "EAGLE-3 has no target features to pair (prefill not called?)".into(),
+            )
+        })?;
+        let fed = self.cache.len();
+        let count = features.size()[0];
+        let tokens = &ctx.committed[fed as usize + 1..fed as usize + 1 + count as usize];
+        let embeddings = ctx
+            .target
+            .embed(&Tensor::from_slice(tokens).to_device(device));
+        let positions = Tensor::arange_start(fed, fed + count, (Kind::Int64, device));
+        let head = &self.head;
+        let fused = head.fuse(&features.to_kind(ctx.target.kind()));
+        let timer = std::time::Instant::now();
+        let (hidden, log_probs) = head.forward(
+            &embeddings,
+            &fused,
+            &positions,
+            &AttentionMask::Causal,
+            &mut self.cache,
+            None,
+        )?;
+        self.forward_seconds
+            .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
+        let stable = self.cache.len();
+        let last_hidden = hidden.narrow(0, count - 1, 1);
+        let last_log_probs = log_probs.get(count - 1);
+
+        // 2. Expand. Chains with sampling draw from q; everything else is deterministic top-k.
+        let vocab = ctx.target.config.vocab_size;
+        let sampled_chain = !ctx.greedy && self.shape.top_k == 1;
+        let mut nodes: Vec<Node> = Vec::new();
+        let mut probs = Vec::new();
+        let mut frontier: Vec<usize> = Vec::new();
+        let sampling = self.sampling;
+        let pick = |this: &Eagle3Head,
+                    log_probs: &Tensor,
+                    k: i64,
+                    sampler: &mut Sampler,
+                    probs: &mut Vec<Tensor>|
+         -> Result<Vec<(i64, f64)>> {
+            if sampled_chain {
+                let q = this.full_vocab_probs(log_probs, vocab, &sampling);
+                let token = sampler.sample_from(&q)?;
+                let p = q.f_double_value(&[token])?;
+                probs.push(q);
+                Ok(vec![(token, p.ln())])
+            } else {
+                let (values, indices) = log_probs.f_topk(k, -1, true, true)?;
+                let values = Vec::<f32>::try_from(values.to_device(Device::Cpu))?;
+                let indices = Vec::<i64>::try_from(indices.to_device(Device::Cpu))?;
+                Ok(indices
+                    .into_iter()
+                    .zip(values)
+                    .map(|(d, v)| (this.to_target(d), v as f64))
+                    .collect())
+            }
+        };
+        let k = self.shape.top_k as i64;
+        for (token, score) in pick(head, &last_log_probs, k, sampler, &mut probs)? {
+            frontier.push(nodes.len());
+            nodes.push(Node {
+                token,
+                parent: None,
+                score,
+                row: None,
+            });
+        }
+        let mut frontier_hidden = last_hidden.repeat([frontier.len() as i64, 1]);
+        let mut speculation = self.cache.speculate();
+        for depth in 0..self.shape.depth {
+            let rows = frontier.len() as i64;
+            let first_row = speculation.len();
+            // Each frontier node sees the stable context, its fed ancestors and itself.
+            let mut visible = vec![false; (rows * (first_row + rows)) as usize];
+            for (r, &node) in frontier.iter().enumerate() {
+                let row_mask = &mut visible[(r as i64 * (first_row + rows)) as usize
+                    ..((r as i64 + 1) * (first_row + rows)) as usize];
+                row_mask[..stable as usize]
+                    .iter_mut()
+                    .for_each(|v| *v = true);
+                let mut ancestor = nodes[node].parent;
+                while let Some(a) = ancestor {
+                    if let Some(row) = nodes[a].row {
+                        row_mask[row as usize] = true;
+                    }
+                    ancestor = nodes[a].parent;
+                }
+                row_mask[(first_row + r as i64) as usize] = true;
+            }
+            let mask = AttentionMask::Rows(
+                Tensor::from_slice(&visible)
+                    .view([rows, first_row + rows])
+                    .to_device(device),
+            );
+            let tokens: Vec<i64> = frontier.iter().map(|&n| nodes[n].token).collect();
+            let embeddings = ctx
+                .target
+                .embed(&Tensor::from_slice(&tokens).to_device(device));
+            let positions = Tensor::full([rows], stable + depth as i64, (Kind::Int64, device));
+            let timer = std::time::Instant::now();
+            let (hidden, log_probs) = head.forward(
+                &embeddings,
+                &frontier_hidden,
+                &positions,
+                &mask,
+                &mut speculation,
+                None,
+            )?;
+            self.forward_seconds
+                .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
+            for (r, &node) in frontier.iter().enumerate() {
+                nodes[node].row = Some(first_row + r as i64);
+            }
+            // Children of every frontier node; the best `top_k` by cumulative score form the next frontier.
+            let mut children: Vec<Child> = Vec::new();
+            if sampled_chain {
+                for (r, &node) in frontier.iter().enumerate() {
+                    for (token, logp) in
+                        pick(head, &log_probs.get(r as i64), k, sampler, &mut probs)?
+                    {
+                        children.push(Child {
+                            parent: node,
+                            token,
+                            score: nodes[node].score + logp,
+                            row: r,
+                        });
+                    }
+                }
+            } else {
+                // One top-k over all frontier rows and one copy to the host: [rows, k] each.
+                let (values, indices) = log_probs.f_topk(k, -1, true, true)?;
+                let values = Vec::<f32>::try_from(values.flatten(0, -1).to_device(Device::Cpu))?;
+                let indices = Vec::<i64>::try_from(indices.flatten(0, -1).to_device(Device::Cpu))?;
+                for (r, &node) in frontier.iter().enumerate() {
+                    for c in 0..k as usize {
+                        let i = r * k as usize + c;
+                        children.push(Child {
+                            parent: node,
+                            token: head.to_target(indices[i]),
+                            score: nodes[node].score + values[i] as f64,
+                            row: r,
+                        });
+                    }
+                }
+            }
+            let (next, next_rows) = grow(&mut nodes, children, self.shape.top_k);
+            frontier_hidden =
+                hidden.index_select(0, &Tensor::from_slice(&next_rows).to_device(device));
+            frontier = next;
+        }
+        drop(speculation);
+
+        // 3. Re-rank: the `total_tokens` best nodes, closed under ancestors, parents first.
+        let (kept_nodes, parents) = rerank(&nodes, self.shape.total_tokens)?;
+        let proposal = Proposal {
+            tokens: kept_nodes.iter().map(|&i| nodes[i].token).collect(),
+            parents,
+            draft_probs: if sampled_chain {
+                Some(Tensor::stack(&probs[..kept_nodes.len()], 0))
+            } else {
+                None
+            },
+        };
+        Ok(proposal)
+    }
+
+    fn observe(&mut self, _ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
+        let hidden = feedback.target_hidden.ok_or_else(|| {
+            DraftError::Protocol("EAGLE-3 needs the target's hidden states of verified rows".into())
+        })?;
+        self.pending = Some(hidden.shallow_clone());
+        Ok(())
+    }
+
+    fn query_layout(&self) -> (usize, usize) {
+        (1, self.head.heads as usize)
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        Some(Eagle3Drafter::training_length(self))
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.head.query_scaling = scaling;
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.cache.bytes_allocated()
+    }
+
+    fn forward_seconds(&self) -> f64 {
+        self.forward_seconds.get()
+    }
+}

@@ -1,0 +1,401 @@
+//! The trained part of an EAGLE-3 head: loading the published layout and the layer math
+//! (feature fusion, projection, attention and MLP, the draft-vocabulary LM head).
+
+use super::*;
+use crate::drafter::{DraftError, Result};
+use crate::random_init::{save_trained, RawTensor};
+use sharpdraft_model::layers::{Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
+use sharpdraft_model::rope::Rope;
+use sharpdraft_model::transformer::attend;
+use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
+use sharpdraft_model::{
+    AttentionMask, AttentionObserver, AttentionView, KvCache, QueryScaling, Sampling, Tap,
+    Transformer,
+};
+use std::path::Path;
+use tch::{nn, Kind, Tensor};
+
+pub(crate) struct Layer {
+    pub(crate) hidden_norm: RmsNorm,
+    pub(crate) input_layernorm: RmsNorm,
+    pub(crate) post_attention_layernorm: RmsNorm,
+    /// q/k/v over the 2H input `cat(embedding, feature)`, no biases or q/k norms.
+    pub(crate) qkv: QkvProjection,
+    pub(crate) o_proj: Linear,
+    pub(crate) mlp: SwiGlu,
+}
+
+/// The trained part: weights and the forward pass of one EAGLE-3 layer.
+pub struct Eagle3Head {
+    pub config: Eagle3Config,
+    /// config.json as read, so that saving keeps every key (published or not).
+    pub(crate) raw_config: serde_json::Value,
+    /// The head's weights (trainable when loaded for training).
+    pub vars: nn::VarStore,
+    pub(crate) fc: Linear,
+    pub(crate) fc_norm: Vec<RmsNorm>,
+    pub(crate) layer: Layer,
+    pub(crate) norm: RmsNorm,
+    pub(crate) lm_head: Linear,
+    /// `[draft_vocab]` on the CPU: target id = draft id + d2t[draft id].
+    pub(crate) d2t: Vec<i64>,
+    pub(crate) rope: Rope,
+    pub(crate) heads: i64,
+    pub(crate) kv_heads: i64,
+    pub(crate) head_dim: i64,
+    /// SharpDraft scaling of the layer's queries while drafting (training runs within n0, unscaled).
+    pub(crate) query_scaling: QueryScaling,
+}
+
+pub(crate) fn checkpoint_error(path: &Path, reason: impl Into<String>) -> DraftError {
+    DraftError::Checkpoint {
+        path: path.display().to_string(),
+        reason: reason.into(),
+    }
+}
+
+impl Eagle3Head {
+    /// Loads the head's weights; `trainable` makes every weight take gradients (training). Returns the
+    /// target taps the head reads.
+    pub fn load(dir: &Path, target: &Transformer, trainable: bool) -> Result<(Self, Vec<Tap>)> {
+        crate::checkpoint_kind::expect_kind(dir, "eagle3")?;
+        let config_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&config_path)
+            .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
+        let de = &mut serde_json::Deserializer::from_str(&text);
+        let config: Eagle3Config = serde_path_to_error::deserialize(de)
+            .map_err(|e| checkpoint_error(&config_path, format!("{}: {}", e.path(), e.inner())))?;
+        let t = &target.config;
+        if config.num_hidden_layers != 1 {
+            return Err(checkpoint_error(
+                &config_path,
+                format!(
+                    "num_hidden_layers = {}: an EAGLE-3 head has one layer",
+                    config.num_hidden_layers
+                ),
+            ));
+        }
+        let target_hidden = config.target_hidden_size.unwrap_or(config.hidden_size);
+        if target_hidden != t.hidden_size {
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 target_hidden_size {target_hidden} but the target's hidden_size is {}",
+                t.hidden_size
+            )));
+        }
+        if config.hidden_size != t.hidden_size {
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 hidden_size {} must equal the target's {} (it shares the embedding)",
+                config.hidden_size, t.hidden_size
+            )));
+        }
+        if config.vocab_size != t.vocab_size {
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 vocab_size {} differs from the target's {}",
+                config.vocab_size, t.vocab_size
+            )));
+        }
+        let layers = t.num_layers;
+        let ids = config
+            .eagle_config
+            .as_ref()
+            .and_then(|e| e.eagle_aux_hidden_state_layer_ids.clone())
+            .unwrap_or_else(|| default_capture_layers(layers));
+        if ids.len() != 3 || ids.iter().any(|&i| i > layers) {
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 capture layers {ids:?} do not fit a {layers}-layer target"
+            )));
+        }
+        let heads = config.num_attention_heads;
+        let kv_heads = config.num_key_value_heads.unwrap_or(heads);
+        let head_dim = config.head_dim.unwrap_or(config.hidden_size / heads);
+        let hidden = config.hidden_size;
+        let draft_vocab = config.draft_vocab_size.unwrap_or(config.vocab_size);
+        let device = target.device();
+        let mut vars = nn::VarStore::new(device);
+        let root = vars.root();
+        let m = &root / "midlayer";
+        let a = &m / "self_attn";
+        let mlp = &m / "mlp";
+        let eps = config.rms_norm_eps;
+        let t = trainable;
+        let trainable_layer = if t { Trainable::Yes } else { Trainable::No };
+        let layer = Layer {
+            hidden_norm: RmsNorm::with_grad(&m / "hidden_norm", hidden, eps, t),
+            input_layernorm: RmsNorm::with_grad(&m / "input_layernorm", hidden, eps, t),
+            post_attention_layernorm: RmsNorm::with_grad(
+                &m / "post_attention_layernorm",
+                hidden,
+                eps,
+                t,
+            ),
+            qkv: QkvProjection::new(
+                &a,
+                QkvShape {
+                    input: 2 * hidden,
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    bias: false,
+                    qk_norm: None,
+                },
+                trainable_layer,
+            ),
+            o_proj: Linear::with_grad(&a / "o_proj", heads * head_dim, hidden, false, t),
+            mlp: SwiGlu::new(&mlp, hidden, config.intermediate_size, trainable_layer),
+        };
+        let fc = Linear::with_grad(&root / "fc", 3 * target_hidden, hidden, false, t);
+        let fc_norm = if config.fc_norm {
+            (0..3)
+                .map(|i| RmsNorm::with_grad(&root / "fc_norm" / i, target_hidden, eps, t))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let norm = RmsNorm::with_grad(&root / "norm", hidden, eps, t);
+        let lm_head = Linear::with_grad(&root / "lm_head", hidden, draft_vocab, false, t);
+        vars.set_kind(target.kind());
+        let route = |name: &str| -> Route {
+            let name = name
+                .strip_prefix("layers.0.")
+                .map(|rest| format!("midlayer.{rest}"))
+                .unwrap_or_else(|| name.to_string());
+            match name.as_str() {
+                "d2t" => Route::Side,
+                // t2d only masks training targets; the embedding is the target's.
+                "t2d" | "embed_tokens.weight" => Route::Ignore,
+                _ => Route::Var(name),
+            }
+        };
+        let files = checkpoint_files(dir)?;
+        let side = load_strict(&mut vars, &files, route)?;
+        let d2t = match side.get("d2t") {
+            Some(d2t) if d2t.size() == [draft_vocab] => Vec::<i64>::try_from(d2t.to_kind(Kind::Int64))?,
+            Some(d2t) => return Err(checkpoint_error(dir, format!("tensor d2t has shape {:?}, [{draft_vocab}] expected", d2t.size()))),
+            None if draft_vocab == config.vocab_size => vec![0; draft_vocab as usize],
+            None => return Err(checkpoint_error(dir, format!("missing tensor d2t [{draft_vocab}] (draft_vocab_size {draft_vocab} < vocab_size {})", config.vocab_size))),
+        };
+        if let Some((i, _)) = d2t
+            .iter()
+            .enumerate()
+            .find(|(i, off)| *i as i64 + **off < 0 || *i as i64 + **off >= config.vocab_size)
+        {
+            return Err(checkpoint_error(
+                dir,
+                format!("d2t[{i}] maps outside the target vocabulary"),
+            ));
+        }
+        let scaling = config
+            .rope_scaling
+            .as_ref()
+            .filter(|s| s.rope_type == "llama3")
+            .map(|s| sharpdraft_model::config::Llama3Scaling {
+                factor: s.factor.unwrap_or(1.0),
+                low_freq_factor: s.low_freq_factor.unwrap_or(1.0),
+                high_freq_factor: s.high_freq_factor.unwrap_or(4.0),
+                original_max_position_embeddings: s
+                    .original_max_position_embeddings
+                    .unwrap_or(config.max_position_embeddings as f64),
+            });
+        let rope = Rope::with_base(
+            head_dim,
+            config.rope_theta.unwrap_or(10_000.0),
+            scaling,
+            device,
+        );
+        let raw_config: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
+        let head = Eagle3Head {
+            config,
+            raw_config,
+            vars,
+            fc,
+            fc_norm,
+            layer,
+            norm,
+            lm_head,
+            d2t,
+            rope,
+            heads,
+            kv_heads,
+            head_dim,
+            query_scaling: QueryScaling::off(),
+        };
+        Ok((head, ids.into_iter().map(Tap::LayerInput).collect()))
+    }
+
+    /// `[T, 3 Ht]` target features -> `[T, H]`.
+    pub(crate) fn fuse(&self, features: &Tensor) -> Tensor {
+        if self.fc_norm.is_empty() {
+            return self.fc.forward(features);
+        }
+        let parts = features.chunk(3, -1);
+        let normed: Vec<Tensor> = parts
+            .iter()
+            .zip(&self.fc_norm)
+            .map(|(p, n)| n.forward(p))
+            .collect();
+        self.fc.forward(&Tensor::cat(&normed, -1))
+    }
+
+    /// First half of the layer, shared by drafting and training: the residual, and RoPE'd queries
+    /// `[H, T, D]`, keys and values `[Hkv, T, D]` of `T` (embedding, hidden) pairs at `positions`.
+    pub(crate) fn project(
+        &self,
+        embeddings: &Tensor,
+        hidden: &Tensor,
+        positions: &Tensor,
+    ) -> (Tensor, Tensor, Tensor, Tensor) {
+        let l = &self.layer;
+        let _rows = embeddings.size()[0];
+        let residual = if self.config.norm_before_residual {
+            l.hidden_norm.forward(hidden)
+        } else {
+            hidden.shallow_clone()
+        };
+        let x = Tensor::cat(
+            &[
+                l.input_layernorm.forward(embeddings),
+                l.hidden_norm.forward(hidden),
+            ],
+            -1,
+        );
+        let (cos, sin) = self.rope.tables(positions, x.kind());
+        let q = l.qkv.queries(&x, &cos, &sin).permute([1, 0, 2]); // [H, T, D]
+        let (k, v) = l.qkv.keys_values(&x, &cos, &sin);
+        (residual, q, k.permute([1, 0, 2]), v.permute([1, 0, 2]))
+    }
+
+    /// Second half: attention over `keys`/`values` (`[Hkv, L, D]`, `visible` `[T, L]`), MLP, head. Returns the
+    /// next-step hidden `[T, H]` and draft-vocab log-probabilities `[T, draft_vocab]` (f32).
+    pub(crate) fn finish(
+        &self,
+        residual: Tensor,
+        q: &Tensor,
+        keys: &Tensor,
+        values: &Tensor,
+        visible: Option<&Tensor>,
+    ) -> (Tensor, Tensor) {
+        let l = &self.layer;
+        let attn = l.o_proj.forward(&attend(
+            q,
+            keys,
+            values,
+            visible,
+            1.0 / (self.head_dim as f64).sqrt(),
+        ));
+        let h = residual + attn;
+        let post = l.post_attention_layernorm.forward(&h);
+        let h = &h + l.mlp.forward(&post);
+        let normed = self.norm.forward(&h);
+        let log_probs = self
+            .lm_head
+            .forward(&normed)
+            .to_kind(Kind::Float)
+            .log_softmax(-1, Kind::Float);
+        (if self.config.norm_output { normed } else { h }, log_probs)
+    }
+
+    /// One pass of the layer over `T` rows against the drafter's cache; the attention (after any query
+    /// scaling) is offered to `observer`.
+    pub(crate) fn forward(
+        &self,
+        embeddings: &Tensor,
+        hidden: &Tensor,
+        positions: &Tensor,
+        mask: &AttentionMask,
+        cache: &mut KvCache,
+        observer: Option<&mut dyn AttentionObserver>,
+    ) -> Result<(Tensor, Tensor)> {
+        let rows = embeddings.size()[0];
+        cache.reserve(rows)?;
+        let past = cache.len();
+        let (residual, q, k, v) = self.project(embeddings, hidden, positions);
+        let (keys, values) = cache.write(0, &k, &v)?;
+        let visible = mask.materialize(past, rows, embeddings.device())?;
+        // n_i = stable context + depth + 1 in a tree: the row-sum of its mask (derivation.md §7).
+        let mut q = q;
+        if !self.query_scaling.is_off() {
+            self.query_scaling
+                .apply(&mut q, 0, &mask.visible_counts(past, rows)?)?;
+        }
+        if let Some(observer) = observer.filter(|o| o.wants(0)) {
+            let softmax_scale = 1.0 / (self.head_dim as f64).sqrt();
+            let view = AttentionView {
+                queries: &q,
+                keys: &keys,
+                visible: visible.as_ref(),
+                past,
+                softmax_scale,
+            };
+            observer.observe(0, &view);
+        }
+        let out = self.finish(residual, &q, &keys, &values, visible.as_ref());
+        cache.advance(rows);
+        Ok(out)
+    }
+
+    pub(crate) fn to_target(&self, draft_id: i64) -> i64 {
+        draft_id + self.d2t[draft_id as usize]
+    }
+
+    pub fn query_heads(&self) -> usize {
+        self.heads as usize
+    }
+
+    pub fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.query_scaling = scaling;
+    }
+
+    /// Target id -> draft id (or -1 when the draft vocabulary does not hold it), `[vocab]` i64.
+    pub fn target_to_draft(&self, vocab: i64) -> Tensor {
+        let mut map = vec![-1i64; vocab as usize];
+        for (draft_id, offset) in self.d2t.iter().enumerate() {
+            map[(draft_id as i64 + offset) as usize] = draft_id as i64;
+        }
+        Tensor::from_slice(&map)
+    }
+
+    /// Writes this head in the published layout (config.json + model.safetensors with d2t and t2d),
+    /// recording `training_length`.
+    pub fn save(&self, dir: &Path, training_length: i64) -> Result<()> {
+        let vocab = self.config.vocab_size;
+        // A failed copy is an error: an empty t2d would save a head that masks every target.
+        let t2d: Vec<u8> = Vec::<i64>::try_from(self.target_to_draft(vocab))?
+            .iter()
+            .map(|&d| u8::from(d >= 0))
+            .collect();
+        let extra: Vec<RawTensor> = vec![
+            (
+                "d2t".into(),
+                safetensors::Dtype::I64,
+                vec![self.d2t.len()],
+                self.d2t.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ),
+            ("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d),
+        ];
+        save_trained(
+            dir,
+            &self.raw_config,
+            "torch_dtype",
+            training_length,
+            &self.vars,
+            &extra,
+        )
+    }
+
+    /// Full-vocabulary probabilities from draft log-probabilities `[draft_vocab]`, with the sampling
+    /// filters applied (zero outside the draft vocabulary).
+    pub(crate) fn full_vocab_probs(
+        &self,
+        log_probs: &Tensor,
+        vocab: i64,
+        sampling: &Sampling,
+    ) -> Tensor {
+        let device = log_probs.device();
+        let index = Tensor::from_slice(&self.d2t).to_device(device)
+            + Tensor::arange(self.d2t.len() as i64, (Kind::Int64, device));
+        let full = Tensor::full([vocab], f64::NEG_INFINITY, (Kind::Float, device))
+            .scatter(0, &index, log_probs);
+        sampling.probabilities(&full)
+    }
+}

@@ -1,0 +1,259 @@
+//! One way to name "this drafter, drafting this way" for every entry point: the command line fills a
+//! [`DrafterSpec`] from its flags, configs deserialise it from YAML, and [`build`] (or [`load`], for
+//! callers that need the concrete drafter, such as the probe) turns it into a drafter for a target.
+//! [`prepare`] adds what every decoding command needs next: the target's context checked, caches sized
+//! for the prompt, and the driver's [`SpecConfig`].
+//!
+//! ```yaml
+//! method: eagle3                # vanilla | eagle3 | pard | dflash
+//! checkpoint: smollm2-135m-eagle3
+//! tree: {depth: 4, top_k: 6, total_tokens: 24}   # EAGLE-3 only; without it a chain of draft_len
+//! draft_len: 4                  # chains: vanilla, PARD, EAGLE-3 without a tree (DFlash: block_size - 1)
+//! scaling: {mode: fixed, schedule: smollm2-eagle3}
+//! ```
+
+use crate::scaling::ScalingSpec;
+use anyhow::{ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+use sharpdraft_decode::SpecConfig;
+use sharpdraft_draft::checkpoint_kind::expect_kind;
+use sharpdraft_draft::eagle3::MAX_TREE_TOKENS;
+use sharpdraft_draft::{
+    DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
+};
+use sharpdraft_model::{registry, CausalLm, Sampling};
+
+/// The drafting methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DraftMethod {
+    /// A small LM with the target's tokenizer, K forward passes per chain.
+    Vanilla,
+    /// An EAGLE-3 / 3.1 head on target features, chain or dynamic tree.
+    Eagle3,
+    /// A PARD drafter (config carries pard_token): K tokens in one pass.
+    Pard,
+    /// A DFlash block-diffusion drafter: block_size - 1 tokens in one pass.
+    Dflash,
+}
+
+impl DraftMethod {
+    pub const ALL: [DraftMethod; 4] = [Self::Vanilla, Self::Eagle3, Self::Pard, Self::Dflash];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Vanilla => "vanilla",
+            Self::Eagle3 => "eagle3",
+            Self::Pard => "pard",
+            Self::Dflash => "dflash",
+        }
+    }
+}
+
+impl std::str::FromStr for DraftMethod {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == text)
+            .ok_or_else(|| {
+                format!("{text:?} is not a drafting method (vanilla, eagle3, pard, dflash)")
+            })
+    }
+}
+
+fn default_draft_len() -> usize {
+    4
+}
+
+/// A drafter and how it drafts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrafterSpec {
+    pub method: DraftMethod,
+    /// A known model name, a model made here (`$SHARPDRAFT_HOME/models/<name>`), or a folder.
+    pub checkpoint: String,
+    /// Chain length K: vanilla, PARD, and EAGLE-3 without a tree. DFlash drafts its block size - 1.
+    #[serde(default = "default_draft_len")]
+    pub draft_len: usize,
+    /// EAGLE-3's dynamic tree; a chain of `draft_len` without it.
+    #[serde(default)]
+    pub tree: Option<TreeShape>,
+    /// SharpDraft query scaling of the drafter's attention.
+    #[serde(default)]
+    pub scaling: ScalingSpec,
+}
+
+impl DrafterSpec {
+    /// The plain drafter: `method` from `checkpoint`, chains of 4, no tree, no scaling.
+    pub fn new(method: DraftMethod, checkpoint: impl Into<String>) -> Self {
+        Self {
+            method,
+            checkpoint: checkpoint.into(),
+            draft_len: default_draft_len(),
+            tree: None,
+            scaling: ScalingSpec::default(),
+        }
+    }
+
+    /// Checks the options that do not need the models: chain length and whether a tree fits the method.
+    pub fn validate(&self) -> Result<()> {
+        ensure!(
+            (1..=MAX_TREE_TOKENS).contains(&self.draft_len),
+            "draft_len (--draft-len) {} must lie in 1..={MAX_TREE_TOKENS}",
+            self.draft_len
+        );
+        if let Some(tree) = &self.tree {
+            ensure!(
+                self.method == DraftMethod::Eagle3,
+                "tree (--tree-depth, --tree-topk, --tree-tokens): only EAGLE-3 drafts trees, not {}",
+                self.method.name()
+            );
+            ensure!(
+                tree.depth >= 1,
+                "tree depth (--tree-depth) 0: a tree needs at least one expansion step (use a chain of draft_len 1 for a single draft)"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A built drafter of a concrete type, for callers that need more than the [`Drafter`] trait.
+pub enum LoadedDrafter {
+    Vanilla(VanillaDrafter),
+    Eagle3(Eagle3Drafter),
+    Pard(PardDrafter),
+    Dflash(DFlashDrafter),
+}
+
+impl LoadedDrafter {
+    pub fn boxed(self) -> Box<dyn Drafter> {
+        match self {
+            Self::Vanilla(d) => Box::new(d),
+            Self::Eagle3(d) => Box::new(d),
+            Self::Pard(d) => Box::new(d),
+            Self::Dflash(d) => Box::new(d),
+        }
+    }
+
+    fn as_drafter_mut(&mut self) -> &mut dyn Drafter {
+        match self {
+            Self::Vanilla(d) => d,
+            Self::Eagle3(d) => d,
+            Self::Pard(d) => d,
+            Self::Dflash(d) => d,
+        }
+    }
+
+    /// The most draft tokens one proposal holds (the target verifies them in one pass).
+    pub fn max_proposal(&self, spec: &DrafterSpec) -> usize {
+        match self {
+            Self::Eagle3(_) => spec.tree.map_or(spec.draft_len, |tree| tree.total_tokens),
+            Self::Dflash(d) => d.block_size() as usize,
+            Self::Vanilla(_) | Self::Pard(_) => spec.draft_len,
+        }
+    }
+}
+
+/// Loads the drafter of `spec` for `target`, with its query scaling set. `positions` counts the
+/// committed positions its caches must hold (prompt and new tokens); each drafter adds room for its own
+/// drafts. Vanilla and PARD drafters load on the target's device and dtype.
+pub fn load(
+    spec: &DrafterSpec,
+    target: &CausalLm,
+    sampling: Sampling,
+    positions: i64,
+) -> Result<LoadedDrafter> {
+    spec.validate()?;
+    let name = &spec.checkpoint;
+    let dir = registry::resolve(name)?;
+    expect_kind(&dir, spec.method.name()).with_context(|| format!("drafter {name}"))?;
+    let capacity = positions + spec.draft_len as i64 + 1;
+    let small_lm = || -> Result<CausalLm> {
+        CausalLm::load(&dir, target.net.device(), target.net.kind())
+            .with_context(|| format!("loading drafter {name}"))
+    };
+    let mut loaded = match spec.method {
+        DraftMethod::Vanilla => LoadedDrafter::Vanilla(VanillaDrafter::new(
+            small_lm()?,
+            target,
+            spec.draft_len,
+            capacity,
+            sampling,
+        )?),
+        DraftMethod::Eagle3 => {
+            let shape = spec
+                .tree
+                .unwrap_or_else(|| TreeShape::chain(spec.draft_len));
+            LoadedDrafter::Eagle3(Eagle3Drafter::load(
+                &dir,
+                &target.net,
+                shape,
+                sampling,
+                capacity,
+            )?)
+        }
+        DraftMethod::Pard => LoadedDrafter::Pard(PardDrafter::new(
+            small_lm()?,
+            target,
+            spec.draft_len,
+            capacity,
+        )?),
+        DraftMethod::Dflash => {
+            LoadedDrafter::Dflash(DFlashDrafter::load(&dir, &target.net, capacity)?)
+        }
+    };
+    let drafter = loaded.as_drafter_mut();
+    let (layers, heads) = drafter.query_layout();
+    let scaling = spec.scaling.build(
+        layers,
+        heads,
+        drafter.training_length(),
+        &format!("the {} drafter {name}", spec.method.name()),
+    )?;
+    drafter.set_query_scaling(scaling);
+    Ok(loaded)
+}
+
+/// [`load`], boxed, with the largest proposal the drafter makes.
+pub fn build(
+    spec: &DrafterSpec,
+    target: &CausalLm,
+    sampling: Sampling,
+    positions: i64,
+) -> Result<(Box<dyn Drafter>, usize)> {
+    let loaded = load(spec, target, sampling, positions)?;
+    let max_proposal = loaded.max_proposal(spec);
+    Ok((loaded.boxed(), max_proposal))
+}
+
+/// Everything a speculative decode of `prompt_len` prompt tokens and up to `max_new_tokens` needs: the
+/// target's context checked (an error gives the numbers), the drafter built with caches for exactly
+/// that, and the driver's configuration.
+pub fn prepare(
+    spec: &DrafterSpec,
+    target: &CausalLm,
+    sampling: Sampling,
+    prompt_len: usize,
+    max_new_tokens: usize,
+) -> Result<(Box<dyn Drafter>, SpecConfig)> {
+    target
+        .net
+        .config
+        .ensure_positions(prompt_len, max_new_tokens)
+        .with_context(|| format!("max_new_tokens {max_new_tokens}"))?;
+    let (drafter, max_proposal) = build(
+        spec,
+        target,
+        sampling,
+        prompt_len as i64 + max_new_tokens as i64,
+    )?;
+    let config = SpecConfig {
+        max_new_tokens,
+        sampling,
+        stop_tokens: target.stop_tokens(),
+        max_proposal,
+    };
+    Ok((drafter, config))
+}

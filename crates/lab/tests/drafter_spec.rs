@@ -1,0 +1,87 @@
+//! The drafter specification: one YAML (or command-line) description of a drafter and how it drafts,
+//! strict about keys and about options its method does not have.
+
+use sharpdraft_draft::TreeShape;
+use sharpdraft_lab::drafter_spec::{DraftMethod, DrafterSpec};
+use sharpdraft_lab::scaling::ScalingKind;
+
+#[test]
+fn a_drafter_specification_reads_from_yaml_with_defaults_for_what_it_leaves_out() {
+    let spec: DrafterSpec = serde_yaml::from_str(
+        "method: eagle3\ncheckpoint: smollm2-135m-eagle3\ntree: {depth: 4, top_k: 6, total_tokens: 24}\nscaling: {mode: logn}\n",
+    )
+    .unwrap();
+    assert_eq!(spec.method, DraftMethod::Eagle3);
+    assert_eq!(
+        spec.tree,
+        Some(TreeShape {
+            depth: 4,
+            top_k: 6,
+            total_tokens: 24
+        })
+    );
+    assert_eq!(spec.scaling.mode, ScalingKind::Logn);
+    assert_eq!(spec.draft_len, 4, "chains default to 4");
+    spec.validate().unwrap();
+    let round_trip: DrafterSpec =
+        serde_yaml::from_str(&serde_yaml::to_string(&spec).unwrap()).unwrap();
+    assert_eq!(round_trip, spec);
+}
+
+#[test]
+fn unknown_keys_and_unknown_methods_are_errors_that_name_them() {
+    let err = serde_yaml::from_str::<DrafterSpec>("method: dflash\ncheckpoint: x\nblock: 8\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("block"), "{err}");
+    let err = serde_yaml::from_str::<DrafterSpec>("method: medusa\ncheckpoint: x\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("medusa"), "{err}");
+    assert!("medusa"
+        .parse::<DraftMethod>()
+        .unwrap_err()
+        .contains("vanilla, eagle3, pard, dflash"));
+    for method in DraftMethod::ALL {
+        assert_eq!(method.name().parse::<DraftMethod>().unwrap(), method);
+    }
+}
+
+#[test]
+fn options_a_method_does_not_have_are_refused_before_any_model_loads() {
+    let tree = Some(TreeShape {
+        depth: 2,
+        top_k: 2,
+        total_tokens: 4,
+    });
+    let pard_tree = DrafterSpec {
+        tree,
+        ..DrafterSpec::new(DraftMethod::Pard, "x")
+    };
+    assert!(pard_tree
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("only EAGLE-3 drafts trees"));
+    let flat = DrafterSpec {
+        tree: Some(TreeShape {
+            depth: 0,
+            ..tree.unwrap()
+        }),
+        ..DrafterSpec::new(DraftMethod::Eagle3, "x")
+    };
+    assert!(flat
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("--tree-depth"));
+    let long = DrafterSpec {
+        draft_len: 0,
+        ..DrafterSpec::new(DraftMethod::Vanilla, "x")
+    };
+    assert!(long
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("--draft-len"));
+}
