@@ -160,8 +160,8 @@ fn init_and_train_never_write_into_the_target_or_another_models_folder() {
         std::fs::write(
             &config,
             format!(
-                "target: {TARGET}\nmethod: dflash\nout: {out_key}\nn0: 64\nwindows: 2\nsteps: 1\n\
-                 data:\n  - text_file: text.txt\ndflash: {{layers: 1, block_size: 4, mask_token: 0}}\n"
+                "target: {TARGET}\nmethod: {{dflash: {{layers: 1, block_size: 4, mask_token: 0}}}}\nout: {out_key}\nn0: 64\nwindows: 2\nsteps: 1\n\
+                 data:\n  - text_file: text.txt\n"
             ),
         )
         .unwrap();
@@ -183,8 +183,8 @@ fn init_and_train_never_write_into_the_target_or_another_models_folder() {
     std::fs::write(
         &config,
         format!(
-            "target: {TARGET}\nmethod: eagle3\nout: {}\nn0: 64\nwindows: 2\nsteps: 1\n\
-             data:\n  - text_file: text.txt\neagle3: {{draft_vocab: 512}}\n",
+            "target: {TARGET}\nmethod: {{eagle3: {{draft_vocab: 512}}}}\nout: {}\nn0: 64\nwindows: 2\nsteps: 1\n\
+             data:\n  - text_file: text.txt\n",
             head.display()
         ),
     )
@@ -278,8 +278,8 @@ fn a_drafter_whose_training_was_killed_is_refused_until_allowed() {
     std::fs::write(
         &config,
         format!(
-            "target: {TARGET}\nmethod: dflash\nout: {}\nn0: 64\nwindows: 4\nsteps: 100000\ncheckpoint_every: 100000\n\
-             data:\n  - text_file: text.txt\ndflash: {{layers: 1, block_size: 4, mask_token: 0}}\n",
+            "target: {TARGET}\nmethod: {{dflash: {{layers: 1, block_size: 4, mask_token: 0}}}}\nout: {}\nn0: 64\nwindows: 4\nsteps: 100000\ncheckpoint_every: 100000\n\
+             data:\n  - text_file: text.txt\n",
             out_dir.display()
         ),
     )

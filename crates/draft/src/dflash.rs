@@ -147,9 +147,25 @@ fn checkpoint_error(path: &Path, reason: impl Into<String>) -> DraftError {
     }
 }
 
-impl DFlashDrafter {
-    /// Loads a drafter in the published layout (config.json with `dflash_config` + model.safetensors).
-    pub fn load(dir: &Path, target: &Transformer, capacity: i64) -> Result<Self> {
+/// A DFlash config.json read and checked against its target: everything [`DFlashDrafter::load`]
+/// needs before declaring a variable.
+struct CheckedConfig {
+    config: DFlashConfig,
+    /// config.json as read (saving keeps every key).
+    raw: serde_json::Value,
+    mask_token: i64,
+    block_size: i64,
+    /// Target layers whose outputs the drafter reads.
+    target_layer_ids: Vec<usize>,
+    /// Per drafter layer: `Some(window)` for a sliding-window layer.
+    windows: Vec<Option<i64>>,
+}
+
+impl CheckedConfig {
+    /// Reads `dir/config.json` and checks it against `target`: mask token in the vocabulary, hidden and
+    /// vocabulary sizes equal to the target's, block size, capture layers and layer types. Each error
+    /// names the key.
+    fn read(dir: &Path, target: &Transformer) -> Result<Self> {
         crate::checkpoint_kind::expect_kind(dir, "dflash")?;
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path)
@@ -215,6 +231,79 @@ impl DFlashDrafter {
                 ),
             ));
         }
+        let windows = layer_types
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| match kind.as_str() {
+                "full_attention" => Ok(None),
+                "sliding_attention" => config.sliding_window.map(Some).ok_or_else(|| {
+                    checkpoint_error(
+                        &config_path,
+                        "a sliding_attention layer needs sliding_window",
+                    )
+                }),
+                other => Err(checkpoint_error(
+                    &config_path,
+                    format!("layer_types[{i}] = {other:?} (full_attention or sliding_attention)"),
+                )),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let raw = serde_json::from_str(&text)
+            .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
+        Ok(Self {
+            config,
+            raw,
+            mask_token,
+            block_size,
+            target_layer_ids: ids,
+            windows,
+        })
+    }
+}
+
+impl Layer {
+    /// Declares one drafter layer's variables under `p` (`layers.N`), zero-filled for the loader.
+    fn declare(p: &nn::Path, config: &DFlashConfig, window: Option<i64>) -> Self {
+        let (hidden, eps) = (config.hidden_size, config.rms_norm_eps);
+        let heads = config.num_attention_heads;
+        let kv_heads = config.num_key_value_heads.unwrap_or(heads);
+        let head_dim = config.head_dim.unwrap_or(hidden / heads);
+        let attention = p / "self_attn";
+        let shape = QkvShape {
+            input: hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            bias: config.attention_bias,
+            qk_norm: Some(eps),
+        };
+        Layer {
+            input_layernorm: RmsNorm::new(p / "input_layernorm", hidden, eps),
+            qkv: QkvProjection::new(&attention, shape, Trainable::No),
+            o_proj: Linear::new(&attention / "o_proj", heads * head_dim, hidden, false),
+            post_attention_layernorm: RmsNorm::new(p / "post_attention_layernorm", hidden, eps),
+            mlp: SwiGlu::new(
+                &(p / "mlp"),
+                hidden,
+                config.intermediate_size,
+                Trainable::No,
+            ),
+            window,
+        }
+    }
+}
+
+impl DFlashDrafter {
+    /// Loads a drafter in the published layout (config.json with `dflash_config` + model.safetensors).
+    pub fn load(dir: &Path, target: &Transformer, capacity: i64) -> Result<Self> {
+        let CheckedConfig {
+            config,
+            raw,
+            mask_token,
+            block_size,
+            target_layer_ids,
+            windows,
+        } = CheckedConfig::read(dir, target)?;
         let heads = config.num_attention_heads;
         let kv_heads = config.num_key_value_heads.unwrap_or(heads);
         let head_dim = config.head_dim.unwrap_or(config.hidden_size / heads);
@@ -223,52 +312,14 @@ impl DFlashDrafter {
         let device = target.device();
         let mut vars = nn::VarStore::new(device);
         let root = vars.root();
-        let mut layers = Vec::with_capacity(n);
-        for (i, kind) in layer_types.iter().enumerate() {
-            let p = &root / "layers" / i;
-            let a = &p / "self_attn";
-            let m = &p / "mlp";
-            let window = match kind.as_str() {
-                "full_attention" => None,
-                "sliding_attention" => Some(config.sliding_window.ok_or_else(|| {
-                    checkpoint_error(
-                        &config_path,
-                        "a sliding_attention layer needs sliding_window",
-                    )
-                })?),
-                other => {
-                    return Err(checkpoint_error(
-                        &config_path,
-                        format!(
-                            "layer_types[{i}] = {other:?} (full_attention or sliding_attention)"
-                        ),
-                    ))
-                }
-            };
-            let shape = QkvShape {
-                input: hidden,
-                heads,
-                kv_heads,
-                head_dim,
-                bias: config.attention_bias,
-                qk_norm: Some(eps),
-            };
-            layers.push(Layer {
-                input_layernorm: RmsNorm::new(&p / "input_layernorm", hidden, eps),
-                qkv: QkvProjection::new(&a, shape, Trainable::No),
-                o_proj: Linear::new(&a / "o_proj", heads * head_dim, hidden, false),
-                post_attention_layernorm: RmsNorm::new(
-                    &p / "post_attention_layernorm",
-                    hidden,
-                    eps,
-                ),
-                mlp: SwiGlu::new(&m, hidden, config.intermediate_size, Trainable::No),
-                window,
-            });
-        }
+        let layers: Vec<Layer> = windows
+            .iter()
+            .enumerate()
+            .map(|(i, &window)| Layer::declare(&(&root / "layers" / i), &config, window))
+            .collect();
         let fc = Linear::new(
             &root / "fc",
-            ids.len() as i64 * t.hidden_size,
+            target_layer_ids.len() as i64 * target.config.hidden_size,
             hidden,
             false,
         );
@@ -294,7 +345,7 @@ impl DFlashDrafter {
             device,
         );
         let cache = KvCache::new(
-            n,
+            layers.len(),
             kv_heads,
             head_dim,
             capacity + block_size,
@@ -303,10 +354,9 @@ impl DFlashDrafter {
         );
         Ok(Self {
             causal: config.dflash_config.causal,
-            taps: ids.into_iter().map(Tap::LayerOutput).collect(),
+            taps: target_layer_ids.into_iter().map(Tap::LayerOutput).collect(),
             query_scaling: QueryScaling::off(),
-            raw_config: serde_json::from_str(&text)
-                .map_err(|e| checkpoint_error(&config_path, e.to_string()))?,
+            raw_config: raw,
             config,
             vars,
             fc,

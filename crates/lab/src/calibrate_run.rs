@@ -90,7 +90,7 @@ impl CalibrateConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let config: Self = serde_yaml::from_str(&text)
+        let config: Self = serde_norway::from_str(&text)
             .with_context(|| format!("{}: invalid calibrate config", path.display()))?;
         ensure!(
             config.probe.is_some() != config.probe_dir.is_some(),

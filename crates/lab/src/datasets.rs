@@ -57,6 +57,94 @@ pub enum Source {
         prompts: usize,
         max_new_tokens: usize,
     },
+    /// A YAML file holding a list of sources (`configs/data/`), read in place of this entry by
+    /// [`expand_includes`]; the relative paths in it resolve against its own folder.
+    Include(PathBuf),
+}
+
+/// Replaces every `include:` entry by the sources of its file, recursively (at most 8 deep), with their
+/// relative local paths rewritten to resolve from the including config's folder. The result holds the
+/// sources as read, so a config's record of its expanded data notices a changed data file.
+pub fn expand_includes(sources: &[Source], config: &Path) -> Result<Vec<Source>> {
+    fn expand(
+        sources: &[Source],
+        prefix: &Path,
+        file: &Path,
+        depth: usize,
+        out: &mut Vec<Source>,
+    ) -> Result<()> {
+        ensure!(
+            depth <= 8,
+            "{}: includes nested more than 8 deep (a cycle?)",
+            file.display()
+        );
+        for source in sources {
+            match source {
+                Source::Include(path) => {
+                    let base = file.parent().unwrap_or(Path::new("."));
+                    let included = resolve(base, path);
+                    let text = std::fs::read_to_string(&included).with_context(|| {
+                        format!("{}: include {}", file.display(), path.display())
+                    })?;
+                    let list: Vec<Source> =
+                        serde_norway::with::singleton_map_recursive::deserialize(
+                            serde_norway::Deserializer::from_str(&text),
+                        )
+                        .with_context(|| {
+                            format!("{}: not a list of data sources", included.display())
+                        })?;
+                    let folder = path.parent().unwrap_or(Path::new(""));
+                    expand(&list, &prefix.join(folder), &included, depth + 1, out)?;
+                }
+                other => out.push(relocated(other, prefix)),
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    expand(sources, Path::new(""), config, 0, &mut out)?;
+    Ok(out)
+}
+
+/// `source` with a relative local path prefixed by `prefix` (paths inside PyPI packages stay as written).
+fn relocated(source: &Source, prefix: &Path) -> Source {
+    let local = |path: &PathBuf, pypi: bool| {
+        if pypi || path.is_absolute() || prefix.as_os_str().is_empty() {
+            path.clone()
+        } else {
+            prefix.join(path)
+        }
+    };
+    match source.clone() {
+        Source::TextFile(path) => Source::TextFile(local(&path, false)),
+        Source::Jsonl {
+            path,
+            field,
+            pypi,
+            max_tokens,
+        } => Source::Jsonl {
+            path: local(&path, pypi.is_some()),
+            field,
+            pypi,
+            max_tokens,
+        },
+        Source::TargetContinuations {
+            path,
+            field,
+            pypi,
+            skip,
+            prompts,
+            max_new_tokens,
+        } => Source::TargetContinuations {
+            path: local(&path, pypi.is_some()),
+            field,
+            pypi,
+            skip,
+            prompts,
+            max_new_tokens,
+        },
+        other => other,
+    }
 }
 
 /// A document: text, or ids when the target wrote them (no re-tokenisation round trip).
@@ -344,6 +432,10 @@ pub fn load(source: &Source, base: &Path, target: &CausalLm) -> Result<Vec<Docum
             }
             documents
         }
+        Source::Include(path) => bail!(
+            "include {} was not expanded (configs expand their includes when loaded)",
+            path.display()
+        ),
     })
 }
 

@@ -76,7 +76,7 @@ pub struct ProbeConfig {
     #[serde(default = "default_sequences")]
     pub sequences: usize,
     /// Each source is a one-key map (`- pypi_texts: {...}`), as in training configs.
-    #[serde(with = "serde_yaml::with::singleton_map_recursive")]
+    #[serde(with = "serde_norway::with::singleton_map_recursive")]
     pub text: Vec<Source>,
     #[serde(default)]
     pub skip_tokens: usize,
@@ -151,8 +151,9 @@ impl ProbeConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let config: Self = serde_yaml::from_str(&text)
+        let mut config: Self = serde_norway::from_str(&text)
             .with_context(|| format!("{}: invalid probe config", path.display()))?;
+        config.text = crate::datasets::expand_includes(&config.text, path)?;
         config
             .validate()
             .with_context(|| format!("{}", path.display()))?;

@@ -3,7 +3,8 @@
 //!
 //! ```yaml
 //! target: smollm2-135m-instruct
-//! method: eagle3                      # eagle3 | pard | dflash
+//! method:                             # one of eagle3, pard, dflash, with its options
+//!   eagle3: {draft_vocab: 8192, eagle31: true}
 //! out: smollm2-135m-eagle3            # a name (under $SHARPDRAFT_HOME/models) or a path
 //! n0: 256                             # training length: windows of n0 tokens, recorded in the checkpoint
 //! windows: 256                        # at most this many windows
@@ -11,7 +12,6 @@
 //! data:
 //!   - text_file: corpus.txt
 //!   - target_continuations: {path: prompts.jsonl, field: prompt, prompts: 4, max_new_tokens: 512}
-//! eagle3: {draft_vocab: 8192, eagle31: true}
 //! ```
 
 use crate::datasets::{token_stream, Source};
@@ -36,11 +36,43 @@ pub enum Method {
     Dflash,
 }
 
+/// A training method with its options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MethodConfig {
+    Eagle3(Eagle3Options),
+    Pard(PardOptions),
+    Dflash(DFlashOptions),
+}
+
+impl MethodConfig {
+    pub fn kind(&self) -> Method {
+        match self {
+            Self::Eagle3(_) => Method::Eagle3,
+            Self::Pard(_) => Method::Pard,
+            Self::Dflash(_) => Method::Dflash,
+        }
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Method::Eagle3 => "eagle3",
+            Method::Pard => "pard",
+            Method::Dflash => "dflash",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TrainConfig {
     pub target: String,
-    pub method: Method,
+    /// The method and its options in one block (`method: {eagle3: {...}}`), so that options of another
+    /// method cannot be written.
+    #[serde(with = "serde_norway::with::singleton_map")]
+    pub method: MethodConfig,
     pub out: String,
     /// Training length n0.
     pub n0: i64,
@@ -65,18 +97,12 @@ pub struct TrainConfig {
     #[serde(default = "default_top_k")]
     pub top_k_targets: i64,
     /// Each source is a one-key map (`- text_file: PATH`), not a YAML tag.
-    #[serde(with = "serde_yaml::with::singleton_map_recursive")]
+    #[serde(with = "serde_norway::with::singleton_map_recursive")]
     pub data: Vec<Source>,
     /// SharpDraft query scaling in every training pass (`{mode, schedule | beta, n0}`), as when drafting.
     /// Within n0 every factor is 1; it matters for windows longer than the drafter's n0.
     #[serde(default)]
     pub scaling: Option<crate::scaling::ScalingSpec>,
-    #[serde(default)]
-    pub eagle3: Option<Eagle3Options>,
-    #[serde(default)]
-    pub pard: Option<PardOptions>,
-    #[serde(default)]
-    pub dflash: Option<DFlashOptions>,
     /// Start from this drafter (a name or a folder in the method's published layout) instead of the
     /// method's own initialisation.
     #[serde(default)]
@@ -105,8 +131,10 @@ impl TrainConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        serde_yaml::from_str(&text)
-            .with_context(|| format!("{}: invalid training config", path.display()))
+        let mut config: Self = serde_norway::from_str(&text)
+            .with_context(|| format!("{}: invalid training config", path.display()))?;
+        config.data = crate::datasets::expand_includes(&config.data, path)?;
+        Ok(config)
     }
 
     /// Where the drafter goes: `out` as a path when it has a separator, else a model name.
@@ -164,18 +192,6 @@ impl TrainConfig {
             self.top_k_targets,
             t.vocab_size
         );
-        let blocks = [
-            ("eagle3", self.eagle3.is_some(), Method::Eagle3),
-            ("pard", self.pard.is_some(), Method::Pard),
-            ("dflash", self.dflash.is_some(), Method::Dflash),
-        ];
-        for (name, given, method) in blocks {
-            ensure!(
-                !given || method == self.method,
-                "the `{name}:` block does not belong to method {}",
-                format!("{:?}", self.method).to_lowercase()
-            );
-        }
         let in_vocab = |key: &str, id: i64| -> Result<()> {
             ensure!(
                 id >= 0 && id < t.vocab_size,
@@ -184,12 +200,8 @@ impl TrainConfig {
             );
             Ok(())
         };
-        match self.method {
-            Method::Eagle3 => {
-                let e = self
-                    .eagle3
-                    .as_ref()
-                    .context("method eagle3 needs an `eagle3:` block")?;
+        match &self.method {
+            MethodConfig::Eagle3(e) => {
                 ensure!(
                     e.draft_vocab >= 2 && e.draft_vocab <= t.vocab_size,
                     "eagle3.draft_vocab = {} must lie in 2..={}",
@@ -210,11 +222,7 @@ impl TrainConfig {
                     ),
                 }
             }
-            Method::Pard => {
-                let p = self
-                    .pard
-                    .as_ref()
-                    .context("method pard needs a `pard:` block")?;
+            MethodConfig::Pard(p) => {
                 ensure!(
                     p.layers >= 1 && p.layers <= t.num_layers,
                     "pard.layers = {} must lie in 1..={} (the target's layers)",
@@ -248,11 +256,7 @@ impl TrainConfig {
                     "pard.keep_ratio and pard.min_keep must lie in (0, 1]"
                 );
             }
-            Method::Dflash => {
-                let d = self
-                    .dflash
-                    .as_ref()
-                    .context("method dflash needs a `dflash:` block")?;
+            MethodConfig::Dflash(d) => {
                 ensure!(
                     d.layers >= 1 && d.layers <= t.num_layers,
                     "dflash.layers = {} must lie in 1..={} (the target's layers)",
@@ -292,7 +296,7 @@ impl TrainConfig {
             let hidden = raw["hidden_size"]
                 .as_i64()
                 .with_context(|| format!("{}: no hidden_size", path.display()))?;
-            if self.method != Method::Pard {
+            if self.method.kind() != Method::Pard {
                 ensure!(
                     hidden == t.hidden_size,
                     "init {}: hidden_size {hidden} does not fit the target's {}",
@@ -382,7 +386,7 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
         }
         output_folder::Claim::Own(_) => {
             if record.exists() {
-                let previous: TrainConfig = serde_yaml::from_str(
+                let previous: TrainConfig = serde_norway::from_str(
                     &std::fs::read_to_string(&record)
                         .with_context(|| format!("reading {}", record.display()))?,
                 )
@@ -460,22 +464,12 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     } else {
         let taps = configured_taps(&config, target.net.config.num_layers);
         let windows = extract(&taps)?;
-        match config.method {
-            Method::Eagle3 => eagle3_train::init(
-                &out_dir,
-                &target,
-                &windows,
-                config.eagle3.as_ref().expect("validated"),
-                config.seed,
-            )?,
-            Method::Pard => {
-                pard_train::init(&out_dir, &target, config.pard.as_ref().expect("validated"))?
+        match &config.method {
+            MethodConfig::Eagle3(e) => {
+                eagle3_train::init(&out_dir, &target, &windows, e, config.seed)?
             }
-            Method::Dflash => dflash_train::init(
-                &out_dir,
-                &target,
-                config.dflash.as_ref().expect("validated"),
-            )?,
+            MethodConfig::Pard(p) => pard_train::init(&out_dir, &target, p)?,
+            MethodConfig::Dflash(d) => dflash_train::init(&out_dir, &target, d)?,
         }
         let objective = load_objective(&config, &out_dir, &target, device)?;
         ensure!(
@@ -489,7 +483,7 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     };
     let mut objective = objective;
     let tmp = record.with_extension("tmp");
-    std::fs::write(&tmp, serde_yaml::to_string(&config)?)?;
+    std::fs::write(&tmp, serde_norway::to_string(&config)?)?;
     std::fs::rename(&tmp, &record)?;
     if let Some(spec) = &config.scaling {
         let mut spec = spec.clone();
@@ -506,7 +500,7 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
             );
         }
         let (layers, heads) = objective.query_layout();
-        let what = format!("the {:?} drafter in training", config.method).to_lowercase();
+        let what = format!("the {} drafter in training", config.method.kind());
         objective.set_query_scaling(spec.build(layers, heads, Some(config.n0), &what)?);
     }
     let bar = indicatif::ProgressBar::new(config.steps as u64);
@@ -517,10 +511,11 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
         .expect("valid template"),
     );
     let title = format!(
-        "{:?} drafter for {} (n0 = {})",
-        config.method, config.target, config.n0
-    )
-    .to_lowercase();
+        "{} drafter for {} (n0 = {})",
+        config.method.kind(),
+        config.target,
+        config.n0
+    );
     let mut progress = Progress {
         bar,
         tokens_per_step: config.n0 as f64,
@@ -548,45 +543,28 @@ fn load_objective<'t>(
     target: &'t CausalLm,
     device: tch::Device,
 ) -> Result<Box<dyn Objective + 't>> {
-    Ok(match config.method {
-        Method::Eagle3 => Box::new(Eagle3Objective::load(
-            dir,
-            &target.net,
-            config.eagle3.as_ref().expect("validated"),
-        )?),
-        Method::Pard => Box::new(PardObjective::load(
-            dir,
-            device,
-            config.pard.as_ref().expect("validated"),
-            config.seed,
-        )?),
-        Method::Dflash => Box::new(DFlashObjective::load(
-            dir,
-            &target.net,
-            config.dflash.as_ref().expect("validated"),
-            config.seed,
-        )?),
+    Ok(match &config.method {
+        MethodConfig::Eagle3(e) => Box::new(Eagle3Objective::load(dir, &target.net, e)?),
+        MethodConfig::Pard(p) => Box::new(PardObjective::load(dir, device, p, config.seed)?),
+        MethodConfig::Dflash(d) => {
+            Box::new(DFlashObjective::load(dir, &target.net, d, config.seed)?)
+        }
     })
 }
 
 /// The target features a fresh drafter of this config reads: EAGLE-3's capture layers (inputs of
 /// `eagle3.capture_layers`, default `[2, L/2, L-3]`), DFlash's `target_layer_ids` outputs, none for PARD.
 pub fn configured_taps(config: &TrainConfig, target_layers: usize) -> Vec<Tap> {
-    match config.method {
-        Method::Eagle3 => config
-            .eagle3
-            .as_ref()
-            .and_then(|e| e.capture_layers.clone())
+    match &config.method {
+        MethodConfig::Eagle3(e) => e
+            .capture_layers
+            .clone()
             .unwrap_or_else(|| sharpdraft_draft::eagle3::default_capture_layers(target_layers))
             .into_iter()
             .map(Tap::LayerInput)
             .collect(),
-        Method::Pard => Vec::new(),
-        Method::Dflash => config
-            .dflash
-            .as_ref()
-            .expect("validated")
-            .taps(target_layers),
+        MethodConfig::Pard(_) => Vec::new(),
+        MethodConfig::Dflash(d) => d.taps(target_layers),
     }
 }
 
@@ -601,22 +579,10 @@ fn ensure_configured_layers_match(
         Tap::LayerInput(i) | Tap::LayerOutput(i) => *i,
     };
     let checkpoint: Vec<usize> = checkpoint_taps.iter().map(layer).collect();
-    let (key, configured) = match config.method {
-        Method::Eagle3 => (
-            "eagle3.capture_layers",
-            config
-                .eagle3
-                .as_ref()
-                .and_then(|e| e.capture_layers.clone()),
-        ),
-        Method::Dflash => (
-            "dflash.target_layer_ids",
-            config
-                .dflash
-                .as_ref()
-                .and_then(|d| d.target_layer_ids.clone()),
-        ),
-        Method::Pard => return Ok(()),
+    let (key, configured) = match &config.method {
+        MethodConfig::Eagle3(e) => ("eagle3.capture_layers", e.capture_layers.clone()),
+        MethodConfig::Dflash(d) => ("dflash.target_layer_ids", d.target_layer_ids.clone()),
+        MethodConfig::Pard(_) => return Ok(()),
     };
     if let Some(configured) = configured {
         ensure!(

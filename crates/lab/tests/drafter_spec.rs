@@ -7,7 +7,7 @@ use sharpdraft_lab::scaling::ScalingKind;
 
 #[test]
 fn a_drafter_specification_reads_from_yaml_with_defaults_for_what_it_leaves_out() {
-    let spec: DrafterSpec = serde_yaml::from_str(
+    let spec: DrafterSpec = serde_norway::from_str(
         "method: eagle3\ncheckpoint: smollm2-135m-eagle3\ntree: {depth: 4, top_k: 6, total_tokens: 24}\nscaling: {mode: logn}\n",
     )
     .unwrap();
@@ -24,17 +24,17 @@ fn a_drafter_specification_reads_from_yaml_with_defaults_for_what_it_leaves_out(
     assert_eq!(spec.draft_len, 4, "chains default to 4");
     spec.validate().unwrap();
     let round_trip: DrafterSpec =
-        serde_yaml::from_str(&serde_yaml::to_string(&spec).unwrap()).unwrap();
+        serde_norway::from_str(&serde_norway::to_string(&spec).unwrap()).unwrap();
     assert_eq!(round_trip, spec);
 }
 
 #[test]
 fn unknown_keys_and_unknown_methods_are_errors_that_name_them() {
-    let err = serde_yaml::from_str::<DrafterSpec>("method: dflash\ncheckpoint: x\nblock: 8\n")
+    let err = serde_norway::from_str::<DrafterSpec>("method: dflash\ncheckpoint: x\nblock: 8\n")
         .unwrap_err()
         .to_string();
     assert!(err.contains("block"), "{err}");
-    let err = serde_yaml::from_str::<DrafterSpec>("method: medusa\ncheckpoint: x\n")
+    let err = serde_norway::from_str::<DrafterSpec>("method: medusa\ncheckpoint: x\n")
         .unwrap_err()
         .to_string();
     assert!(err.contains("medusa"), "{err}");

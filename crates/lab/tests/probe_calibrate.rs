@@ -48,7 +48,7 @@ fn write_text(dir: &Path) {
 fn a_probe_then_a_calibration_write_statistics_a_schedule_and_plots() {
     let dir = tempfile::tempdir().unwrap();
     write_text(dir.path());
-    let config: ProbeConfig = serde_yaml::from_str(&probe_yaml(dir.path(), "")).unwrap();
+    let config: ProbeConfig = serde_norway::from_str(&probe_yaml(dir.path(), "")).unwrap();
     let probe = run_config(&config, dir.path()).unwrap();
     let stats = Table::read_parquet(&probe.dir.join("stats.parquet")).unwrap();
     // 2 layers x 4 heads x 4 bins x 2 ks.
@@ -126,7 +126,7 @@ fn bad_probe_and_calibrate_configs_name_the_key() {
 fn a_probe_whose_tables_changed_after_writing_is_refused_not_paired_with_its_summary() {
     let dir = tempfile::tempdir().unwrap();
     write_text(dir.path());
-    let config: ProbeConfig = serde_yaml::from_str(&probe_yaml(dir.path(), "")).unwrap();
+    let config: ProbeConfig = serde_norway::from_str(&probe_yaml(dir.path(), "")).unwrap();
     let probe = run_config(&config, dir.path()).unwrap();
     let other = dir.path().join("other");
     std::fs::create_dir(&other).unwrap();
@@ -146,11 +146,11 @@ fn a_probe_whose_tables_changed_after_writing_is_refused_not_paired_with_its_sum
 fn a_new_probe_that_fails_leaves_the_finished_probe_in_its_folder_whole() {
     let dir = tempfile::tempdir().unwrap();
     write_text(dir.path());
-    let config: ProbeConfig = serde_yaml::from_str(&probe_yaml(dir.path(), "")).unwrap();
+    let config: ProbeConfig = serde_norway::from_str(&probe_yaml(dir.path(), "")).unwrap();
     let first = run_config(&config, dir.path()).unwrap();
     // Another config into the same folder, which fails after the model is loaded (too little text).
     let longer: ProbeConfig =
-        serde_yaml::from_str(&probe_yaml(dir.path(), "skip_tokens: 100000\n")).unwrap();
+        serde_norway::from_str(&probe_yaml(dir.path(), "skip_tokens: 100000\n")).unwrap();
     assert!(run_config(&longer, dir.path()).is_err());
     let again = read_probe(&first.dir).unwrap();
     assert_eq!(again.bins, first.bins, "the finished probe is untouched");

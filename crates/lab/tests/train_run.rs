@@ -8,7 +8,7 @@ use sharpdraft_model::{registry, CausalLm};
 use tch::{Device, Kind};
 
 const CONFIG: &str = "target: smollm2-135m-instruct
-method: pard
+method: {pard: {layers: 1, mask_token: 16, copies: 3}}
 out: OUT
 n0: 32
 windows: 2
@@ -16,7 +16,6 @@ steps: 4
 checkpoint_every: 2
 data:
   - text_file: corpus.txt
-pard: {layers: 1, mask_token: 16, copies: 3}
 ";
 
 #[test]
@@ -102,8 +101,8 @@ fn eagle_config_from(
     std::fs::write(
         &config,
         format!(
-            "target: smollm2-135m-instruct\nmethod: eagle3\nout: {}\ninit: {}\nn0: 32\nwindows: 1\nsteps: 1\n\
-             data:\n  - text_file: corpus.txt\neagle3: {{draft_vocab: 512, ttt_steps: 2{extra}}}\n",
+            "target: smollm2-135m-instruct\nmethod: {{eagle3: {{draft_vocab: 512, ttt_steps: 2{extra}}}}}\nout: {}\ninit: {}\nn0: 32\nwindows: 1\nsteps: 1\n\
+             data:\n  - text_file: corpus.txt\n",
             dir.join("drafter").display(),
             init.display()
         ),
@@ -112,25 +111,37 @@ fn eagle_config_from(
     config
 }
 
-#[test]
-fn a_head_with_its_own_capture_layers_trains_on_exactly_those_layers() {
+/// SmolLM2 and a random EAGLE-3 head for it in `dir/head` that captures target layers 1, 5 and 20
+/// (not the default 2, 15, 27), with a draft vocabulary of the first 512 ids; `None` (and a printed
+/// reason) when SmolLM2 is not fetched.
+fn target_and_head_on_layers_1_5_20(
+    dir: &std::path::Path,
+) -> Option<(CausalLm, std::path::PathBuf)> {
     use sharpdraft_draft::eagle3::{write_random_head, RandomHeadOptions};
-    use sharpdraft_draft::eagle3_train::Eagle3Objective;
-    use sharpdraft_draft::training::{extract_windows, Objective};
-    use sharpdraft_model::Tap;
     let Ok(target_dir) = registry::resolve("smollm2-135m-instruct") else {
         eprintln!("skipped: smollm2-135m-instruct is not fetched (run `sharpdraft fetch smollm2-135m-instruct`)");
-        return;
+        return None;
     };
     let target = CausalLm::load(&target_dir, Device::Cpu, Kind::Float).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let head = dir.path().join("head");
+    let head = dir.join("head");
     let options = RandomHeadOptions {
         aux_layers: Some(vec![1, 5, 20]),
         used_tokens: Some((0..512).collect()),
         ..Default::default()
     };
     write_random_head(&head, &target.net, &options).unwrap();
+    Some((target, head))
+}
+
+#[test]
+fn a_head_with_its_own_capture_layers_trains_on_exactly_those_layers() {
+    use sharpdraft_draft::eagle3_train::Eagle3Objective;
+    use sharpdraft_draft::training::{extract_windows, Objective};
+    use sharpdraft_model::Tap;
+    let dir = tempfile::tempdir().unwrap();
+    let Some((target, head)) = target_and_head_on_layers_1_5_20(dir.path()) else {
+        return;
+    };
     let config = eagle_config_from(dir.path(), &head, "");
     let out = train::run(&config).unwrap();
     let recorded = Table::read_parquet(&out.join("loss.parquet"))
@@ -145,16 +156,11 @@ fn a_head_with_its_own_capture_layers_trains_on_exactly_those_layers() {
         &target,
     )
     .unwrap();
-    let objective = Eagle3Objective::load(
-        &head,
-        &target.net,
-        train::TrainConfig::load(&config)
-            .unwrap()
-            .eagle3
-            .as_ref()
-            .unwrap(),
-    )
-    .unwrap();
+    let train::MethodConfig::Eagle3(options) = train::TrainConfig::load(&config).unwrap().method
+    else {
+        panic!("an EAGLE-3 config")
+    };
+    let objective = Eagle3Objective::load(&head, &target.net, &options).unwrap();
     let loss_at = |layers: [usize; 3]| {
         let taps: Vec<Tap> = layers.into_iter().map(Tap::LayerInput).collect();
         let windows = extract_windows(&target.net, &taps, &stream, 32, 1, 32).unwrap();
@@ -174,19 +180,10 @@ fn a_head_with_its_own_capture_layers_trains_on_exactly_those_layers() {
 
 #[test]
 fn a_config_whose_capture_layers_disagree_with_its_init_checkpoint_names_both_lists() {
-    use sharpdraft_draft::eagle3::{write_random_head, RandomHeadOptions};
-    let Ok(target_dir) = registry::resolve("smollm2-135m-instruct") else {
-        eprintln!("skipped: smollm2-135m-instruct is not fetched (run `sharpdraft fetch smollm2-135m-instruct`)");
+    let dir = tempfile::tempdir().unwrap();
+    let Some((_, head)) = target_and_head_on_layers_1_5_20(dir.path()) else {
         return;
     };
-    let target = CausalLm::load(&target_dir, Device::Cpu, Kind::Float).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let head = dir.path().join("head");
-    let options = RandomHeadOptions {
-        aux_layers: Some(vec![1, 5, 20]),
-        ..Default::default()
-    };
-    write_random_head(&head, &target.net, &options).unwrap();
     let config = eagle_config_from(dir.path(), &head, ", capture_layers: [2, 15, 27]");
     let err = format!("{:#}", train::run(&config).unwrap_err());
     assert!(

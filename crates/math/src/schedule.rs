@@ -193,13 +193,13 @@ impl ScaleSchedule {
 
     pub fn from_yaml_str(text: &str) -> Result<Self> {
         let schedule: Self =
-            serde_yaml::from_str(text).map_err(|e| MathError::Schedule(e.to_string()))?;
+            serde_norway::from_str(text).map_err(|e| MathError::Schedule(e.to_string()))?;
         schedule.validate()?;
         Ok(schedule)
     }
 
     pub fn to_yaml_string(&self) -> Result<String> {
-        serde_yaml::to_string(self).map_err(|e| MathError::Schedule(e.to_string()))
+        serde_norway::to_string(self).map_err(|e| MathError::Schedule(e.to_string()))
     }
 
     /// Reads and validates a schedule file; errors name the file.
