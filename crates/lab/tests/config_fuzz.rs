@@ -131,8 +131,19 @@ fn load_cleanly<T>(
     text: &str,
     load: impl Fn(&Path) -> anyhow::Result<T>,
 ) -> Result<(), TestCaseError> {
+    // Laid out as in configs/: the config one folder down, the shipped data files in ../data, so that
+    // `include:` entries resolve and the mutations reach the rest of the config.
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(name);
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    std::fs::create_dir_all(dir.path().join("config")).unwrap();
+    for data in configs("data") {
+        std::fs::copy(
+            &data,
+            dir.path().join("data").join(data.file_name().unwrap()),
+        )
+        .unwrap();
+    }
+    let path = dir.path().join("config").join(name);
     std::fs::write(&path, text).unwrap();
     if let Err(e) = load(&path) {
         let message = format!("{e:#}");
@@ -176,6 +187,24 @@ proptest! {
         let seeds = configs("calibrate");
         let seed = std::fs::read_to_string(which.get(&seeds)).unwrap();
         load_cleanly("calibrate.yaml", &mutated(&seed, &edits), CalibrateConfig::load)?;
+    }
+
+    #[test]
+    fn a_mutated_shared_data_file_loads_or_names_a_file(edits in prop::collection::vec(edit(), 1..4)) {
+        let seeds = configs("data");
+        let seed = std::fs::read_to_string(&seeds[0]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("data")).unwrap();
+        std::fs::create_dir_all(dir.path().join("config")).unwrap();
+        let data = dir.path().join("data").join(seeds[0].file_name().unwrap());
+        std::fs::write(&data, mutated(&seed, &edits)).unwrap();
+        let config = dir.path().join("config/train.yaml");
+        let train = std::fs::read_to_string(&configs("train")[0]).unwrap();
+        std::fs::write(&config, train).unwrap();
+        if let Err(e) = TrainConfig::load(&config) {
+            let message = format!("{e:#}");
+            prop_assert!(message.contains("train.yaml") || message.contains("smollm2-training.yaml"), "{}", message);
+        }
     }
 
     #[test]
