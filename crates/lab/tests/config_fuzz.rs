@@ -4,6 +4,7 @@
 
 use proptest::prelude::*;
 use sharpdraft_lab::calibrate_run::CalibrateConfig;
+use sharpdraft_lab::datasets::Source;
 use sharpdraft_lab::probe_run::ProbeConfig;
 use sharpdraft_lab::train::TrainConfig;
 use sharpdraft_math::ScaleSchedule;
@@ -214,12 +215,40 @@ proptest! {
 }
 
 #[test]
-fn every_shipped_config_loads() {
+fn every_shipped_config_loads_and_reads_nothing_outside_the_project() {
+    let project = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap();
+    // Local files a config reads must be in a user's clone: inside the project (PyPI members are not
+    // local files).
+    let check = |config: &Path, sources: &[Source]| {
+        for source in sources {
+            let local = match source {
+                Source::TextFile(path) => Some(path),
+                Source::Jsonl { path, pypi: None, .. }
+                | Source::TargetContinuations { path, pypi: None, .. } => Some(path),
+                _ => None,
+            };
+            if let Some(path) = local {
+                let resolved = config.parent().unwrap().join(path);
+                let inside = resolved
+                    .canonicalize()
+                    .is_ok_and(|p| p.starts_with(&project));
+                assert!(
+                    inside,
+                    "{} reads {}, outside the project",
+                    config.display(),
+                    resolved.display()
+                );
+            }
+        }
+    };
     for path in configs("train") {
-        TrainConfig::load(&path).unwrap();
+        check(&path, &TrainConfig::load(&path).unwrap().data);
     }
     for path in configs("probe") {
-        ProbeConfig::load(&path).unwrap();
+        check(&path, &ProbeConfig::load(&path).unwrap().text);
     }
     for path in configs("calibrate") {
         CalibrateConfig::load(&path).unwrap();
