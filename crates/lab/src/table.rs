@@ -1,7 +1,7 @@
 //! Columnar results written as parquet (loss curves, probe statistics, ablations): named typed columns of
 //! equal length, written atomically and read back.
 
-use anyhow::{bail, ensure, Context, Result};
+use crate::error::{bail, ensure, Context, Result};
 use parquet::basic::{ConvertedType, Repetition, Type as PhysicalType};
 use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int64Type};
 use parquet::file::properties::WriterProperties;

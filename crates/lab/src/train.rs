@@ -15,8 +15,8 @@
 //! ```
 
 use crate::datasets::{token_stream, Source};
+use crate::error::{bail, ensure, Context, Result};
 use crate::loss_curve;
-use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_draft::dflash_train::{self, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3_train::{self, Eagle3Objective, Eagle3Options};
@@ -483,8 +483,9 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     };
     let mut objective = objective;
     let tmp = record.with_extension("tmp");
-    std::fs::write(&tmp, serde_norway::to_string(&config)?)?;
-    std::fs::rename(&tmp, &record)?;
+    let writing = || format!("writing the resume record {}", record.display());
+    std::fs::write(&tmp, serde_norway::to_string(&config)?).with_context(writing)?;
+    std::fs::rename(&tmp, &record).with_context(writing)?;
     if let Some(spec) = &config.scaling {
         let mut spec = spec.clone();
         if let Some(schedule) = spec

@@ -130,7 +130,7 @@ fn mutated(seed: &str, edits: &[Edit]) -> String {
 fn load_cleanly<T>(
     name: &str,
     text: &str,
-    load: impl Fn(&Path) -> anyhow::Result<T>,
+    load: impl Fn(&Path) -> sharpdraft_lab::Result<T>,
 ) -> Result<(), TestCaseError> {
     // Laid out as in configs/: the config one folder down, the shipped data files in ../data, so that
     // `include:` entries resolve and the mutations reach the rest of the config.
@@ -226,8 +226,12 @@ fn every_shipped_config_loads_and_reads_nothing_outside_the_project() {
         for source in sources {
             let local = match source {
                 Source::TextFile(path) => Some(path),
-                Source::Jsonl { path, pypi: None, .. }
-                | Source::TargetContinuations { path, pypi: None, .. } => Some(path),
+                Source::Jsonl {
+                    path, pypi: None, ..
+                }
+                | Source::TargetContinuations {
+                    path, pypi: None, ..
+                } => Some(path),
                 _ => None,
             };
             if let Some(path) = local {

@@ -11,7 +11,7 @@ fn tiny_target() -> CausalLm {
     CausalLm::load(&dir, Device::Cpu, Kind::Float).unwrap()
 }
 
-fn parse(yaml: &str) -> anyhow::Result<TrainConfig> {
+fn parse(yaml: &str) -> sharpdraft_lab::Result<TrainConfig> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("train.yaml");
     std::fs::write(&path, yaml).unwrap();
