@@ -316,3 +316,104 @@ fn bench_scaling_compares_identical_drafts_with_and_without_the_scaling_path() {
     let ratio = row["ratio"].as_f64().unwrap();
     assert!(ratio.is_finite() && ratio > 0.0, "{row}");
 }
+
+#[test]
+fn generate_adapts_a_drafter_online_and_reports_its_updates_and_memory() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let drafter = dir.path().join("dflash");
+    let init = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+        .args([
+            "init",
+            "dflash",
+            "--target",
+            "smollm2-135m-instruct",
+            "--mask-token",
+            "2",
+        ])
+        .arg("--out")
+        .arg(&drafter)
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let mut args = BASE.to_vec();
+    args.extend([
+        "--drafter",
+        drafter.to_str().unwrap(),
+        "--method",
+        "dflash",
+        "--compare-ar",
+        "--adapt",
+        "lora",
+        "--adapt-every",
+        "2",
+        "--lora-rank",
+        "4",
+        "--lora-on",
+        "attention,fc",
+    ]);
+    let v = run(&args);
+    assert_eq!(v["identical_to_ar"], true);
+    let adaptation = &v["adaptation"];
+    assert_eq!(adaptation["mode"], "lora");
+    assert!(adaptation["updates"].as_u64().unwrap() >= 1, "{adaptation}");
+    assert!(adaptation["adapter_bytes"].as_u64().unwrap() > 0);
+    let memory = &v["memory"];
+    assert!(
+        memory["adaptation_bytes"].as_u64().unwrap()
+            > adaptation["adapter_bytes"].as_u64().unwrap()
+    );
+    assert!(memory["drafter_weight_bytes"].as_u64().unwrap() > 0);
+    assert!(memory["peak_rss_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn tau_adapting_every_request_keeps_one_drafter_over_the_prompts() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("q.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"prompt\": \"Describe the sea in three sentences.\"}\n{\"prompt\": \"Describe a forest in three sentences.\"}\n{\"prompt\": \"Describe a city in three sentences.\"}\n",
+    )
+    .unwrap();
+    let v = run(&[
+        "tau",
+        "--target",
+        "smollm2-135m-instruct",
+        "--drafter",
+        "smollm2-135m-instruct",
+        "--method",
+        "vanilla",
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--count",
+        "3",
+        "--max-new-tokens",
+        "12",
+        "--adapt",
+        "full",
+        "--adapt-unit",
+        "requests",
+        "--adapt-every",
+        "1",
+        "--adapt-lr",
+        "1e-5",
+        "--json",
+    ]);
+    // Requests 2 and 3 start with an update on the one before.
+    let summary = &v["summary"][0];
+    assert_eq!(summary["updates"], 2, "{summary}");
+    assert!(summary["adaptation_bytes"].as_u64().unwrap() > 0);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["update_seconds"], 0.0);
+    assert!(rows[1]["update_seconds"].as_f64().unwrap() > 0.0);
+}

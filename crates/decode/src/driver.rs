@@ -205,10 +205,13 @@ impl<'a> Session<'a> {
                 Tensor::cat(&out.hidden, -1)
                     .index_select(0, &Tensor::from_slice(&kept_rows).to_device(device))
             });
+            let kept_logits =
+                logits.index_select(0, &Tensor::from_slice(&kept_rows).to_device(device));
             let feedback = Feedback {
                 accepted: &verdict.accepted,
                 bonus: verdict.bonus,
                 target_hidden: hidden.as_ref(),
+                target_logits: &kept_logits,
             };
             drafter.observe(
                 &DraftContext {
@@ -257,6 +260,8 @@ pub fn speculative_generate(
         drafter_forward_seconds: drafter.forward_seconds(),
         target_cache_bytes: session.cache.bytes_allocated(),
         drafter_cache_bytes: drafter.cache_bytes(),
+        drafter_weight_bytes: drafter.weight_bytes(),
+        adaptation: drafter.adaptation(),
         peak_rss_bytes: peak_rss_bytes(),
         cycles: session.cycles,
     })

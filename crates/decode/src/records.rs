@@ -34,11 +34,40 @@ pub struct SpecReport {
     pub drafter_forward_seconds: f64,
     pub target_cache_bytes: usize,
     pub drafter_cache_bytes: usize,
+    /// The drafter's own weights (what query scaling adds nothing to and adaptation trains).
+    pub drafter_weight_bytes: usize,
+    /// Online adaptation's updates, time and memory; `None` for a drafter that does not adapt.
+    pub adaptation: Option<sharpdraft_draft::adaptation::AdaptationReport>,
     /// Peak resident memory of the process (VmHWM), bytes; 0 where not available.
     pub peak_rss_bytes: u64,
 }
 
+/// Bytes a speculative run held, for comparing methods at equal footing (query scaling adds none;
+/// adaptation adds its adapters, optimizer state, gradients and buffer).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MemoryReport {
+    pub drafter_weight_bytes: usize,
+    pub drafter_cache_bytes: usize,
+    pub target_cache_bytes: usize,
+    /// Adapters + optimizer state + gradients + buffer of online adaptation (0 without it).
+    pub adaptation_bytes: usize,
+    /// Peak resident memory of the whole process so far (VmHWM), bytes; 0 where not available.
+    pub peak_rss_bytes: u64,
+}
+
 impl SpecReport {
+    pub fn memory(&self) -> MemoryReport {
+        MemoryReport {
+            drafter_weight_bytes: self.drafter_weight_bytes,
+            drafter_cache_bytes: self.drafter_cache_bytes,
+            target_cache_bytes: self.target_cache_bytes,
+            adaptation_bytes: self.adaptation.as_ref().map_or(0, |a| {
+                a.adapter_bytes + a.optimizer_bytes + a.gradient_bytes + a.buffer_bytes
+            }),
+            peak_rss_bytes: self.peak_rss_bytes,
+        }
+    }
+
     /// Tokens emitted per target verification pass, bonus included (vLLM's acceptance length).
     pub fn tau(&self) -> f64 {
         let emitted: usize = self.cycles.iter().map(|c| c.accepted + c.bonus).sum();

@@ -4,44 +4,9 @@ mod common;
 
 use common::*;
 use sharpdraft_draft::{Drafter, TreeShape};
-use sharpdraft_model::{ForwardInput, Sampling};
-use tch::{Device, Kind, Tensor};
+use sharpdraft_model::Sampling;
 
 const RUNS: u64 = 1200;
-const SHORT_PROMPT: [i64; 4] = [5, 17, 42, 3];
-
-/// Exact distribution of the second generated token: sum_x1 p(x1 | prompt) p(x2 | prompt, x1).
-fn exact_second_token(target: &sharpdraft_model::CausalLm) -> Vec<f64> {
-    let _guard = tch::no_grad_guard();
-    let probs = |ids: &[i64]| -> Vec<f64> {
-        let ids_t = Tensor::from_slice(ids);
-        let positions = Tensor::arange(ids.len() as i64, (Kind::Int64, Device::Cpu));
-        let logits = target
-            .net
-            .forward(
-                ForwardInput::causal(&ids_t, &positions),
-                &mut target.net.new_cache(16),
-            )
-            .unwrap()
-            .logits
-            .unwrap();
-        Vec::<f32>::try_from(logits.get(ids.len() as i64 - 1).softmax(-1, Kind::Float))
-            .unwrap()
-            .into_iter()
-            .map(f64::from)
-            .collect()
-    };
-    let first = probs(&SHORT_PROMPT);
-    let mut second = vec![0.0; first.len()];
-    for (x1, p1) in first.iter().enumerate() {
-        let mut ids = SHORT_PROMPT.to_vec();
-        ids.push(x1 as i64);
-        for (x2, p2) in probs(&ids).iter().enumerate() {
-            second[x2] += p1 * p2;
-        }
-    }
-    second
-}
 
 fn second_token_counts(
     target: &sharpdraft_model::CausalLm,

@@ -59,6 +59,9 @@ impl Drafter for Recording<'_> {
     fn forward_seconds(&self) -> f64 {
         self.inner.forward_seconds()
     }
+    fn variables(&self) -> Vec<(String, tch::Tensor)> {
+        self.inner.variables()
+    }
 }
 
 /// Drafts of a greedy run with `beta` at n0 = 4 (every pass of the 9-token prompt lies past n0).

@@ -56,6 +56,27 @@ impl AdamW {
             .iter()
             .map(|(_, p)| Some(p.grad()).filter(Tensor::defined))
             .collect();
+        self.apply(grads, max_norm);
+    }
+
+    /// The parameters by name, in the order [`Self::apply`] takes their gradients.
+    pub fn parameters(&self) -> &[(String, Tensor)] {
+        &self.params
+    }
+
+    /// Bytes of the optimizer state (two f32 moments per parameter element).
+    pub fn state_bytes(&self) -> usize {
+        self.moments
+            .iter()
+            .map(|(m, v)| (m.numel() + v.numel()) * 4)
+            .sum()
+    }
+
+    /// One update from gradients computed elsewhere (LoRA derives its own from the weights'), one per
+    /// parameter in [`Self::parameters`] order (`None`: no gradient), clipped to a global L2 norm of
+    /// `max_norm`.
+    pub fn apply(&mut self, grads: Vec<Option<Tensor>>, max_norm: f64) {
+        let _guard = tch::no_grad_guard();
         let squares: f64 = grads
             .iter()
             .flatten()

@@ -38,6 +38,8 @@ pub(crate) fn prefill_before_root(
     committed: &[i64],
 ) -> Result<()> {
     let _guard = tch::no_grad_guard();
+    // A new request: nothing of an earlier one stays in the cache.
+    cache.truncate(0)?;
     let before_root = &committed[..committed.len() - 1];
     if !before_root.is_empty() {
         let _ = prefill(&model.net, before_root, cache)?;

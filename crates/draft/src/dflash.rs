@@ -540,6 +540,8 @@ impl Drafter for DFlashDrafter {
     }
 
     fn prefill(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        // A new request: nothing of an earlier one stays in the cache.
+        self.cache.truncate(0)?;
         self.pending = target_hidden.map(Tensor::shallow_clone);
         Ok(())
     }
@@ -592,6 +594,10 @@ impl Drafter for DFlashDrafter {
 
     fn forward_seconds(&self) -> f64 {
         self.forward_seconds
+    }
+
+    fn variables(&self) -> Vec<(String, Tensor)> {
+        self.vars.variables().into_iter().collect()
     }
 }
 

@@ -11,7 +11,7 @@ use crate::dflash::{default_target_layers, DFlashDrafter};
 use crate::drafter::Drafter;
 use crate::drafter::{DraftError, Result};
 use crate::random_init::{write_config, write_f32_safetensors, TargetWeights};
-use crate::training::{soft_cross_entropy, step_rng, Objective, TrainWindow};
+use crate::training::{step_rng, weighted_mean, Objective, TrainWindow};
 use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
 use sharpdraft_model::transformer::attend;
@@ -308,9 +308,9 @@ impl Objective for DFlashObjective<'_> {
         let weights: Vec<f32> = (0..a)
             .flat_map(|_| (1..b).map(|k| (-((k - 1) as f64) / self.options.gamma).exp() as f32))
             .collect();
-        let weights = Tensor::from_slice(&weights).to_device(device);
-        let ce = soft_cross_entropy(&log_q, &ids, &probs);
-        Ok((ce * &weights).sum(Kind::Float) / weights.sum(Kind::Float))
+        let weights = Tensor::from_slice(&weights).to_device(device) * window.weights_of(&rows);
+        let losses = window.divergence.rows(&log_q, &ids, &probs);
+        Ok(weighted_mean(&losses, &weights))
     }
 
     fn save(&self, dir: &Path, n0: i64) -> Result<()> {

@@ -1,6 +1,7 @@
 //! The one interface every drafting method implements. The decoder drives it:
 //!
-//! 1. `prefill` once, after the target has processed the prompt;
+//! 1. `prefill` once per request, after the target has processed the prompt (it forgets any earlier
+//!    request, so one drafter can serve many in turn, as online adaptation across requests needs);
 //! 2. per cycle, `propose` a tree (or chain) after the root, then `observe` what verification kept.
 //!
 //! The drafter owns its own cache and state; it never touches the target's cache.
@@ -56,6 +57,9 @@ pub struct Feedback<'a> {
     /// Target hidden states (the drafter's taps, concatenated on features) of the verified root and the
     /// accepted nodes, `[1 + accepted, features]`; `None` when the drafter asked for no taps.
     pub target_hidden: Option<&'a Tensor>,
+    /// The target's logits at the same rows, `[1 + accepted, vocab]`: row i is its distribution for the
+    /// token after row i (the free labels online adaptation learns from).
+    pub target_logits: &'a Tensor,
 }
 
 pub trait Drafter {
@@ -92,4 +96,21 @@ pub trait Drafter {
 
     /// Cumulative seconds spent inside the drafter's model forward passes (for the engine-overhead figure).
     fn forward_seconds(&self) -> f64;
+
+    /// The drafter's own weights by checkpoint name (shallow handles on the live tensors); tensors it
+    /// borrows from the target (embedding, LM head) are not among them.
+    fn variables(&self) -> Vec<(String, Tensor)>;
+
+    /// Bytes of [`Self::variables`] (for memory reports).
+    fn weight_bytes(&self) -> usize {
+        self.variables()
+            .iter()
+            .map(|(_, t)| t.numel() * t.kind().elt_size_in_bytes())
+            .sum()
+    }
+
+    /// What online adaptation did so far; `None` for a drafter that does not adapt.
+    fn adaptation(&self) -> Option<crate::adaptation::AdaptationReport> {
+        None
+    }
 }

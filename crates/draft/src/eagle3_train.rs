@@ -259,6 +259,12 @@ impl Objective for Eagle3Objective<'_> {
             (&ids, &probs),
             self.options.ttt_steps,
             self.options.ttt_decay,
+            window.divergence,
+            window
+                .row_weights
+                .as_ref()
+                .map(|w| w.to_device(device))
+                .as_ref(),
         ))
     }
 

@@ -2,6 +2,7 @@
 //! implements [`Drafter`]; the decoder crate drives them and verifies their proposals.
 
 pub mod adamw;
+pub mod adaptation;
 mod causal_drafting;
 pub mod checkpoint_kind;
 pub mod dflash;
@@ -15,6 +16,7 @@ pub mod proposal;
 mod random_init;
 pub mod training;
 pub mod vanilla;
+pub mod vanilla_train;
 
 pub use dflash::DFlashDrafter;
 pub use drafter::{DraftContext, DraftError, Drafter, Feedback};

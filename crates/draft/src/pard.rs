@@ -132,4 +132,8 @@ impl Drafter for PardDrafter {
     fn forward_seconds(&self) -> f64 {
         self.forward_seconds
     }
+
+    fn variables(&self) -> Vec<(String, Tensor)> {
+        self.model.vars.variables().into_iter().collect()
+    }
 }

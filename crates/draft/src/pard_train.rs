@@ -11,7 +11,7 @@
 
 use crate::drafter::{DraftError, Result};
 use crate::random_init::{save_trained, write_config, write_f32_safetensors};
-use crate::training::{soft_cross_entropy, step_rng, Objective, TrainWindow};
+use crate::training::{step_rng, weighted_mean, Objective, TrainWindow};
 use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
 use sharpdraft_model::{AttentionMask, CausalLm, ForwardInput, LogitRows};
@@ -238,6 +238,10 @@ impl Objective for PardObjective {
             .collect()
     }
 
+    fn variables(&self) -> Vec<(String, Tensor)> {
+        self.drafter.vars.variables().into_iter().collect()
+    }
+
     fn loss(&self, window: &TrainWindow, step: usize) -> Result<Tensor> {
         let device = self.drafter.net.device();
         let copies = kept_offsets(
@@ -282,10 +286,11 @@ impl Objective for PardObjective {
             .top_probs
             .to_device(device)
             .index_select(0, &target_rows);
-        Ok(
-            soft_cross_entropy(&logits.log_softmax(-1, Kind::Float), &top_ids, &top_probs)
-                .mean(Kind::Float),
-        )
+        let losses =
+            window
+                .divergence
+                .rows(&logits.log_softmax(-1, Kind::Float), &top_ids, &top_probs);
+        Ok(weighted_mean(&losses, &window.weights_of(&target_rows)))
     }
 
     fn save(&self, dir: &Path, n0: i64) -> Result<()> {

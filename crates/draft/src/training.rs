@@ -11,6 +11,7 @@ use std::path::Path;
 use tch::{Kind, Tensor};
 
 /// One training window: `n0` token ids with the target's taps and its top-k next-token distribution.
+/// Offline windows come from [`extract_windows`]; online adaptation builds them from verification.
 pub struct TrainWindow {
     pub tokens: Vec<i64>,
     /// `[T, taps * H]` target features (the requested taps, concatenated), f32; `None` without taps.
@@ -19,6 +20,70 @@ pub struct TrainWindow {
     pub top_ids: Tensor,
     /// `[T, K]` their probabilities (renormalised over the k).
     pub top_probs: Tensor,
+    /// `[T]` f32 weight of each target row in the loss; `None` weighs every row 1. Online adaptation
+    /// puts 0 on rows it does not learn from (OSD learns only where the draft was wrong).
+    pub row_weights: Option<Tensor>,
+    /// How a draft distribution is compared with the target's at a row.
+    pub divergence: Divergence,
+}
+
+impl TrainWindow {
+    /// The weights `[R]` of target rows `rows` `[R]` (ones without `row_weights`).
+    pub fn weights_of(&self, rows: &Tensor) -> Tensor {
+        match &self.row_weights {
+            Some(w) => w.to_device(rows.device()).index_select(0, rows),
+            None => Tensor::ones([rows.size()[0]], (Kind::Float, rows.device())),
+        }
+    }
+}
+
+/// How the draft distribution q is pulled towards the target's p, both over the target's top-k ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Divergence {
+    /// Soft cross-entropy `-sum_k p_k log q_k` (forward KL up to p's entropy): offline training and
+    /// OSD's default.
+    #[default]
+    ForwardKl,
+    /// `KL(q~ || p)` with q~ the draft renormalised over the target's top-k ids (mode seeking).
+    ReverseKl,
+    /// OSD's mixture: 0.9 forward + 0.1 reverse.
+    Jsd,
+}
+
+impl Divergence {
+    /// Per-row loss `[R]` from draft log-probabilities `log_q` `[R, V]` and the target's top-k
+    /// `(ids [R, K], probs [R, K])`; slots of probability 0 (ids outside a draft vocabulary) count for
+    /// nothing.
+    pub fn rows(self, log_q: &Tensor, ids: &Tensor, probs: &Tensor) -> Tensor {
+        match self {
+            Divergence::ForwardKl => soft_cross_entropy(log_q, ids, probs),
+            Divergence::ReverseKl => reverse_kl(log_q, ids, probs),
+            Divergence::Jsd => {
+                soft_cross_entropy(log_q, ids, probs) * 0.9 + reverse_kl(log_q, ids, probs) * 0.1
+            }
+        }
+    }
+}
+
+/// `sum_k q~_k (log q~_k - log p_k)` over the live slots (p > 0), q~ = q renormalised over them.
+fn reverse_kl(log_q: &Tensor, ids: &Tensor, probs: &Tensor) -> Tensor {
+    let live = probs.gt(0.0);
+    let masked = log_q
+        .gather(1, ids, false)
+        .masked_fill(&live.logical_not(), f64::NEG_INFINITY);
+    let log_q_tilde = masked.log_softmax(-1, Kind::Float);
+    let q_tilde = log_q_tilde.exp();
+    let log_p = probs.clamp_min(1e-30).log();
+    // Dead slots: q~ = 0 there; `where` keeps 0 * -inf out of the sum.
+    let terms = (q_tilde * (log_q_tilde - log_p))
+        .where_self(&live, &Tensor::zeros([], (Kind::Float, probs.device())));
+    terms.sum_dim_intlist(&[1i64][..], false, Kind::Float)
+}
+
+/// `sum(losses * weights) / sum(weights)`, 0 when every weight is 0.
+pub fn weighted_mean(losses: &Tensor, weights: &Tensor) -> Tensor {
+    (losses * weights).sum(Kind::Float) / weights.sum(Kind::Float).clamp_min(1e-12)
 }
 
 /// Cuts `stream` into windows of `n0` tokens (at most `max_windows`) and runs the target over each.
@@ -58,6 +123,8 @@ pub fn extract_windows(
             features,
             top_ids,
             top_probs,
+            row_weights: None,
+            divergence: Divergence::ForwardKl,
         });
     }
     if windows.is_empty() {
@@ -129,6 +196,11 @@ impl LoopConfig {
 pub trait Objective {
     /// The trainable parameters by name (the optimizer marks them as taking gradients).
     fn parameters(&self) -> Vec<(String, Tensor)>;
+    /// Every weight the objective holds, trained or frozen (online adaptation shares them with the
+    /// drafter); the trained ones by default.
+    fn variables(&self) -> Vec<(String, Tensor)> {
+        self.parameters()
+    }
     /// The differentiable loss of one window at `step` (any randomness is seeded from `step`, so that a
     /// resumed run draws what an uninterrupted one would).
     fn loss(&self, window: &TrainWindow, step: usize) -> Result<Tensor>;

@@ -10,12 +10,14 @@
 //! tree: {depth: 4, top_k: 6, total_tokens: 24}   # EAGLE-3 only; without it a chain of draft_len
 //! draft_len: 4                  # chains: vanilla, PARD, EAGLE-3 without a tree (DFlash: block_size - 1)
 //! scaling: {mode: fixed, schedule: smollm2-eagle3}
+//! adapt: {mode: lora, every: 8, rank: 8}   # online adaptation (sharpdraft_draft::adaptation)
 //! ```
 
-use crate::error::{ensure, Context, Result};
+use crate::error::{ensure, Context, LabError, Result};
 use crate::scaling::ScalingSpec;
 use serde::{Deserialize, Serialize};
 use sharpdraft_decode::SpecConfig;
+use sharpdraft_draft::adaptation::{AdaptConfig, AdaptingDrafter, OnlineObjective};
 use sharpdraft_draft::checkpoint_kind::expect_kind;
 use sharpdraft_draft::eagle3::MAX_TREE_TOKENS;
 use sharpdraft_draft::{
@@ -83,6 +85,9 @@ pub struct DrafterSpec {
     /// SharpDraft query scaling of the drafter's attention.
     #[serde(default)]
     pub scaling: ScalingSpec,
+    /// Online adaptation from verification (full or LoRA); none by default.
+    #[serde(default)]
+    pub adapt: Option<AdaptConfig>,
 }
 
 impl DrafterSpec {
@@ -94,6 +99,7 @@ impl DrafterSpec {
             draft_len: default_draft_len(),
             tree: None,
             scaling: ScalingSpec::default(),
+            adapt: None,
         }
     }
 
@@ -114,6 +120,9 @@ impl DrafterSpec {
                 tree.depth >= 1,
                 "tree depth (--tree-depth) 0: a tree needs at least one expansion step (use a chain of draft_len 1 for a single draft)"
             );
+        }
+        if let Some(adapt) = &self.adapt {
+            adapt.validate().map_err(LabError::Invalid)?;
         }
         Ok(())
     }
@@ -143,6 +152,25 @@ impl LoadedDrafter {
             Self::Eagle3(d) => d,
             Self::Pard(d) => d,
             Self::Dflash(d) => d,
+        }
+    }
+
+    /// The objective online adaptation trains this drafter with, as `spec` drafts it.
+    pub fn online_objective(&self, spec: &DrafterSpec) -> OnlineObjective {
+        match self {
+            Self::Vanilla(_) => OnlineObjective::Vanilla,
+            Self::Eagle3(_) => OnlineObjective::Eagle3 {
+                ttt_steps: spec.tree.map_or(spec.draft_len, |tree| tree.depth + 1),
+            },
+            Self::Pard(d) => OnlineObjective::Pard {
+                mask_token: d.mask_token(),
+                copies: spec.draft_len,
+            },
+            // DFlash's public recipes: gamma 7 for blocks of 16, 4 for blocks of 8.
+            Self::Dflash(d) => OnlineObjective::Dflash {
+                anchors: 8,
+                gamma: if d.block_size() >= 16 { 7.0 } else { 4.0 },
+            },
         }
     }
 
@@ -216,28 +244,50 @@ pub fn load(
     Ok(loaded)
 }
 
-/// [`load`], boxed, with the largest proposal the drafter makes.
-pub fn build(
+/// [`load`], boxed (and adapting online when `spec.adapt` says so), with the largest proposal the
+/// drafter makes.
+pub fn build<'t>(
     spec: &DrafterSpec,
-    target: &CausalLm,
+    target: &'t CausalLm,
     sampling: Sampling,
     positions: i64,
-) -> Result<(Box<dyn Drafter>, usize)> {
+) -> Result<(Box<dyn Drafter + 't>, usize)> {
     let loaded = load(spec, target, sampling, positions)?;
     let max_proposal = loaded.max_proposal(spec);
-    Ok((loaded.boxed(), max_proposal))
+    let objective = loaded.online_objective(spec);
+    let drafter = loaded.boxed();
+    let Some(adapt) = &spec.adapt else {
+        return Ok((drafter, max_proposal));
+    };
+    let name = &spec.checkpoint;
+    let dir = registry::resolve(name)?;
+    let objective = objective
+        .load(&dir, &target.net, adapt.seed)
+        .with_context(|| format!("loading the training objective of drafter {name}"))?;
+    let mut adapting = AdaptingDrafter::new(drafter, objective, adapt.clone())
+        .with_context(|| format!("adapting drafter {name}"))?;
+    // The objective trains with the scaling the drafter drafts with.
+    let (layers, heads) = adapting.query_layout();
+    let scaling = spec.scaling.build(
+        layers,
+        heads,
+        adapting.training_length(),
+        &format!("the {} drafter {name}", spec.method.name()),
+    )?;
+    adapting.set_query_scaling(scaling);
+    Ok((Box::new(adapting), max_proposal))
 }
 
 /// Everything a speculative decode of `prompt_len` prompt tokens and up to `max_new_tokens` needs: the
 /// target's context checked (an error gives the numbers), the drafter built with caches for exactly
 /// that, and the driver's configuration.
-pub fn prepare(
+pub fn prepare<'t>(
     spec: &DrafterSpec,
-    target: &CausalLm,
+    target: &'t CausalLm,
     sampling: Sampling,
     prompt_len: usize,
     max_new_tokens: usize,
-) -> Result<(Box<dyn Drafter>, SpecConfig)> {
+) -> Result<(Box<dyn Drafter + 't>, SpecConfig)> {
     target
         .net
         .config

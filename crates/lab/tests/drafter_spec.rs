@@ -85,3 +85,35 @@ fn options_a_method_does_not_have_are_refused_before_any_model_loads() {
         .to_string()
         .contains("--draft-len"));
 }
+
+#[test]
+fn an_adapt_block_reads_with_osds_defaults_and_bad_values_name_their_key() {
+    use sharpdraft_draft::adaptation::{AdaptMode, LearnFrom, LoraTarget, UpdateUnit};
+    use sharpdraft_draft::training::Divergence;
+    let spec: DrafterSpec = serde_norway::from_str(
+        "method: dflash\ncheckpoint: x\nadapt: {mode: lora, rank: 16, lora_on: [attention, fc], loss: jsd}\n",
+    )
+    .unwrap();
+    let adapt = spec.adapt.clone().unwrap();
+    assert_eq!(adapt.mode, AdaptMode::Lora);
+    assert_eq!((adapt.rank, adapt.lora_scale()), (16, 2.0));
+    assert_eq!(adapt.lora_on, vec![LoraTarget::Attention, LoraTarget::Fc]);
+    assert_eq!(adapt.loss, Divergence::Jsd);
+    assert_eq!(
+        (adapt.every, adapt.unit, adapt.lr),
+        (8, UpdateUnit::Cycles, 1e-4)
+    );
+    assert_eq!(adapt.learn_from, LearnFrom::All);
+    spec.validate().unwrap();
+    let err = serde_norway::from_str::<DrafterSpec>(
+        "method: pard\ncheckpoint: x\nadapt: {mode: full, rnak: 4}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("rnak"), "{err}");
+    let zero_every: DrafterSpec =
+        serde_norway::from_str("method: pard\ncheckpoint: x\nadapt: {mode: full, every: 0}\n")
+            .unwrap();
+    let err = zero_every.validate().unwrap_err().to_string();
+    assert!(err.contains("adapt.every"), "{err}");
+}

@@ -169,15 +169,10 @@ fn run_observed(
 }
 
 /// The trained drafter in `dir`, through the one drafter specification (chains of 3).
-fn drafter(method: Method, dir: &Path, target: &CausalLm) -> Box<dyn Drafter> {
-    let method = match method {
-        Method::Eagle3 => DraftMethod::Eagle3,
-        Method::Pard => DraftMethod::Pard,
-        Method::Dflash => DraftMethod::Dflash,
-    };
+fn drafter<'t>(method: Method, dir: &Path, target: &'t CausalLm) -> Box<dyn Drafter + 't> {
     let spec = DrafterSpec {
         draft_len: 3,
-        ..DrafterSpec::new(method, dir.to_str().unwrap())
+        ..DrafterSpec::new(draft_method(method), dir.to_str().unwrap())
     };
     drafter_spec::build(&spec, target, Sampling::greedy(), 256)
         .unwrap()
@@ -503,4 +498,56 @@ fn a_warm_started_eagle_head_starts_from_the_targets_last_layer_final_norm_and_l
             .double_value(&[])
             > 0.0
     );
+}
+
+/// A drafter specification with `adapt:` builds an adapting drafter for every trained method: it updates
+/// while drafting, its greedy output stays the target's, and the report carries its costs.
+#[test]
+fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
+    use sharpdraft_draft::adaptation::{AdaptConfig, AdaptMode};
+    let target = target();
+    let prompt: Vec<i64> = stream()[..20].to_vec();
+    let want = sharpdraft_model::generate::generate(
+        &target.net,
+        &prompt,
+        24,
+        &mut sharpdraft_model::Sampler::new(Sampling::greedy()),
+        &[],
+    )
+    .unwrap()
+    .ids;
+    for method in ALL {
+        let windows = windows(&target, method, 4);
+        let dir = tempfile::tempdir().unwrap();
+        run(method, dir.path(), &target, &windows, 10);
+        for mode in [AdaptMode::Full, AdaptMode::Lora] {
+            let spec = DrafterSpec {
+                draft_len: 3,
+                adapt: Some(AdaptConfig {
+                    every: 2,
+                    ..AdaptConfig::new(mode)
+                }),
+                ..DrafterSpec::new(draft_method(method), dir.path().to_str().unwrap())
+            };
+            let (mut drafter, config) =
+                drafter_spec::prepare(&spec, &target, Sampling::greedy(), prompt.len(), 24)
+                    .unwrap();
+            let report =
+                speculative_generate(&target.net, drafter.as_mut(), &prompt, &config).unwrap();
+            assert_eq!(report.ids, want, "{method:?} {mode:?}");
+            let adaptation = report.adaptation.clone().unwrap();
+            assert!(adaptation.updates >= 1, "{method:?} {mode:?}: no update");
+            assert!(adaptation.optimizer_bytes > 0 && adaptation.buffer_bytes > 0);
+            assert_eq!(adaptation.adapter_bytes == 0, mode == AdaptMode::Full);
+            assert!(report.memory().adaptation_bytes >= adaptation.optimizer_bytes);
+        }
+    }
+}
+
+fn draft_method(method: Method) -> DraftMethod {
+    match method {
+        Method::Eagle3 => DraftMethod::Eagle3,
+        Method::Pard => DraftMethod::Pard,
+        Method::Dflash => DraftMethod::Dflash,
+    }
 }

@@ -1,10 +1,12 @@
 //! `sharpdraft generate` and `sharpdraft logits`: a target model on its own.
 
+use super::adapt::AdaptArgs;
 use super::scaling::{ScalingArgs, ScalingKind};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::{speculative_generate, CycleRecord};
+use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
+use sharpdraft_draft::adaptation::AdaptationReport;
 use sharpdraft_draft::TreeShape;
 use sharpdraft_lab::drafter_spec::{self, DraftMethod, DrafterSpec};
 use sharpdraft_model::generate::generate;
@@ -91,6 +93,8 @@ pub struct DrafterArgs {
     pub tree_tokens: Option<usize>,
     #[command(flatten)]
     pub scaling: ScalingArgs,
+    #[command(flatten)]
+    pub adapt: AdaptArgs,
 }
 
 impl DrafterArgs {
@@ -110,6 +114,7 @@ impl DrafterArgs {
             draft_len: self.draft_len,
             tree,
             scaling: self.scaling.spec(scaling),
+            adapt: self.adapt.config(),
         }
     }
 }
@@ -138,6 +143,11 @@ struct GenerateReport {
     speedup_vs_ar: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     identical_to_ar: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Option<MemoryReport>,
+    /// Online adaptation's updates, their seconds (inside the total) and bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adaptation: Option<AdaptationReport>,
 }
 
 pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
@@ -204,6 +214,8 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 ar_tokens_per_s: None,
                 speedup_vs_ar: None,
                 identical_to_ar: None,
+                memory: None,
+                adaptation: None,
             }
         }
         Some(drafter_name) => {
@@ -243,6 +255,8 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                     .as_ref()
                     .filter(|_| sampling.is_greedy())
                     .map(|a| a.ids == spec.ids),
+                memory: Some(spec.memory()),
+                adaptation: spec.adaptation.clone(),
                 prompt_ids,
                 ids: spec.ids,
                 cycles: Some(spec.cycles),
@@ -264,6 +278,19 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
             eprintln!(
                 "{method}: tau {tau:.2} over {cycles} cycles, engine overhead {:.1}%",
                 100.0 * report.engine_overhead.unwrap_or(0.0)
+            );
+        }
+        if let Some(a) = &report.adaptation {
+            let mib = |bytes: usize| bytes as f64 / (1u64 << 20) as f64;
+            eprintln!(
+                "adaptation ({}): {} updates in {:.2} s; adapters {:.2} MiB, optimizer {:.2} MiB, gradients {:.2} MiB, buffer {:.2} MiB",
+                a.mode,
+                a.updates,
+                a.update_seconds,
+                mib(a.adapter_bytes),
+                mib(a.optimizer_bytes),
+                mib(a.gradient_bytes),
+                mib(a.buffer_bytes)
             );
         }
         if let (Some(ar), Some(speedup)) = (report.ar_tokens_per_s, report.speedup_vs_ar) {

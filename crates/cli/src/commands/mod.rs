@@ -1,3 +1,4 @@
+pub mod adapt;
 pub mod bench;
 pub mod bench_scaling;
 pub mod derive;

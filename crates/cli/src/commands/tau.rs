@@ -7,7 +7,9 @@ use super::generate::{DrafterArgs, ModelArgs};
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::speculative_generate;
+use sharpdraft_decode::{speculative_generate, MemoryReport};
+use sharpdraft_draft::adaptation::{AdaptationReport, UpdateUnit};
+use sharpdraft_draft::Drafter;
 use sharpdraft_lab::datasets::jsonl_field;
 use sharpdraft_lab::drafter_spec;
 use sharpdraft_model::{ChatMessage, Sampling, TextTokenizer};
@@ -58,6 +60,11 @@ struct Row {
     cycles: usize,
     generated: usize,
     tokens_per_s: f64,
+    /// Seconds of this request spent in online updates (inside the tokens/s figure).
+    update_seconds: f64,
+    memory: MemoryReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adaptation: Option<AdaptationReport>,
 }
 
 #[derive(Serialize)]
@@ -68,6 +75,13 @@ struct Summary {
     prompts: usize,
     /// Generated tokens over target passes, pooled over the prompts.
     tau: f64,
+    /// Online updates over the prompts and their seconds (0 without `--adapt`).
+    updates: usize,
+    update_seconds: f64,
+    /// The largest adaptation footprint of any prompt (adapters, optimizer, gradients, buffer).
+    adaptation_bytes: usize,
+    drafter_weight_bytes: usize,
+    peak_rss_bytes: u64,
 }
 
 fn filler_text(path: &Path) -> Result<String> {
@@ -160,24 +174,68 @@ pub fn run(args: &TauArgs) -> Result<()> {
     {
         let mode = scaling.name().to_string();
         let (mut generated, mut passes, mut contexts) = (0usize, 0usize, 0usize);
-        for (i, question) in questions[args.skip..args.skip + args.count]
+        let (mut updates, mut update_seconds, mut adaptation_bytes) = (0usize, 0.0, 0usize);
+        let (mut drafter_weight_bytes, mut peak_rss_bytes) = (0usize, 0u64);
+        let prompts: Vec<Vec<i64>> = questions[args.skip..args.skip + args.count]
             .iter()
             .enumerate()
-        {
-            // A different excerpt for every prompt.
-            let offset = args.filler_offset.saturating_add(
-                i * 1009
-                    % filler
-                        .len()
-                        .saturating_sub(args.filler_offset.saturating_add(requested))
-                        .max(1),
-            );
-            let ids = prompt_ids(tokenizer, question, &filler, offset, requested)?;
-            let spec = args.draft.spec(drafter_name, scaling);
-            let (mut drafter, config) =
-                drafter_spec::prepare(&spec, &target, sampling, ids.len(), args.max_new_tokens)
-                    .with_context(|| format!("--contexts {requested}"))?;
-            let report = speculative_generate(&target.net, drafter.as_mut(), &ids, &config)?;
+            .map(|(i, question)| {
+                // A different excerpt for every prompt.
+                let offset = args.filler_offset.saturating_add(
+                    i * 1009
+                        % filler
+                            .len()
+                            .saturating_sub(args.filler_offset.saturating_add(requested))
+                            .max(1),
+                );
+                prompt_ids(tokenizer, question, &filler, offset, requested)
+            })
+            .collect::<Result<_>>()?;
+        let spec = args.draft.spec(drafter_name, scaling);
+        // Adapting every N requests (OSD) keeps one drafter over the prompts, with caches for the
+        // longest; otherwise every prompt starts from the checkpoint.
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let mut shared: Option<(Box<dyn Drafter + '_>, _)> =
+            match spec.adapt.as_ref().map(|a| a.unit) {
+                Some(UpdateUnit::Requests) => Some(
+                    drafter_spec::prepare(&spec, &target, sampling, longest, args.max_new_tokens)
+                        .with_context(|| format!("--contexts {requested}"))?,
+                ),
+                _ => None,
+            };
+        for (i, ids) in prompts.iter().enumerate() {
+            let mut own = None;
+            let (drafter, config) = match &mut shared {
+                Some((drafter, config)) => (drafter, &*config),
+                None => {
+                    let (drafter, config) = own.insert(
+                        drafter_spec::prepare(
+                            &spec,
+                            &target,
+                            sampling,
+                            ids.len(),
+                            args.max_new_tokens,
+                        )
+                        .with_context(|| format!("--contexts {requested}"))?,
+                    );
+                    (drafter, &*config)
+                }
+            };
+            let updates_before = drafter.adaptation().map_or(0, |a| a.updates);
+            let seconds_before = drafter.adaptation().map_or(0.0, |a| a.update_seconds);
+            let report = speculative_generate(&target.net, drafter.as_mut(), ids, config)?;
+            let adaptation = report.adaptation.clone();
+            let request_update_seconds = adaptation
+                .as_ref()
+                .map_or(0.0, |a| a.update_seconds - seconds_before);
+            updates += adaptation
+                .as_ref()
+                .map_or(0, |a| a.updates - updates_before);
+            update_seconds += request_update_seconds;
+            let memory = report.memory();
+            adaptation_bytes = adaptation_bytes.max(memory.adaptation_bytes);
+            drafter_weight_bytes = memory.drafter_weight_bytes;
+            peak_rss_bytes = peak_rss_bytes.max(memory.peak_rss_bytes);
             let row = Row {
                 scaling: mode.clone(),
                 requested_context: requested,
@@ -187,6 +245,9 @@ pub fn run(args: &TauArgs) -> Result<()> {
                 cycles: report.cycles.len(),
                 generated: report.ids.len(),
                 tokens_per_s: report.tokens_per_second(),
+                update_seconds: request_update_seconds,
+                memory,
+                adaptation,
             };
             if !args.json {
                 eprintln!("{mode:>5} context {:>6}  prompt {:>3}: tau {:.2} over {} cycles, {:.1} tokens/s", row.context, row.prompt, row.tau, row.cycles, row.tokens_per_s);
@@ -207,6 +268,11 @@ pub fn run(args: &TauArgs) -> Result<()> {
             mean_context: contexts as f64 / args.count as f64,
             prompts: args.count,
             tau: generated as f64 / passes.max(1) as f64,
+            updates,
+            update_seconds,
+            adaptation_bytes,
+            drafter_weight_bytes,
+            peak_rss_bytes,
         });
     }
     if args.json {
@@ -216,13 +282,27 @@ pub fn run(args: &TauArgs) -> Result<()> {
         );
     } else {
         println!(
-            "{:>8} {:>10} {:>12} {:>8} {:>6}",
-            "scaling", "context", "mean tokens", "prompts", "tau"
+            "{:>8} {:>10} {:>12} {:>8} {:>6} {:>8} {:>9} {:>10}",
+            "scaling",
+            "context",
+            "mean tokens",
+            "prompts",
+            "tau",
+            "updates",
+            "update s",
+            "adapt MiB"
         );
         for s in &summaries {
             println!(
-                "{:>8} {:>10} {:>12.0} {:>8} {:>6.2}",
-                s.scaling, s.requested_context, s.mean_context, s.prompts, s.tau
+                "{:>8} {:>10} {:>12.0} {:>8} {:>6.2} {:>8} {:>9.2} {:>10.2}",
+                s.scaling,
+                s.requested_context,
+                s.mean_context,
+                s.prompts,
+                s.tau,
+                s.updates,
+                s.update_seconds,
+                s.adaptation_bytes as f64 / (1u64 << 20) as f64
             );
         }
     }

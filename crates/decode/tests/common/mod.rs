@@ -120,6 +120,41 @@ pub fn dflash(dir: &Path, target: &CausalLm) -> DFlashDrafter {
     DFlashDrafter::load(dir, &target.net, 512).unwrap()
 }
 
+pub const SHORT_PROMPT: [i64; 4] = [5, 17, 42, 3];
+
+/// Exact distribution of the second generated token: sum_x1 p(x1 | prompt) p(x2 | prompt, x1).
+pub fn exact_second_token(target: &sharpdraft_model::CausalLm) -> Vec<f64> {
+    let _guard = tch::no_grad_guard();
+    let probs = |ids: &[i64]| -> Vec<f64> {
+        let ids_t = tch::Tensor::from_slice(ids);
+        let positions = tch::Tensor::arange(ids.len() as i64, (Kind::Int64, Device::Cpu));
+        let logits = target
+            .net
+            .forward(
+                sharpdraft_model::ForwardInput::causal(&ids_t, &positions),
+                &mut target.net.new_cache(16),
+            )
+            .unwrap()
+            .logits
+            .unwrap();
+        Vec::<f32>::try_from(logits.get(ids.len() as i64 - 1).softmax(-1, Kind::Float))
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect()
+    };
+    let first = probs(&SHORT_PROMPT);
+    let mut second = vec![0.0; first.len()];
+    for (x1, p1) in first.iter().enumerate() {
+        let mut ids = SHORT_PROMPT.to_vec();
+        ids.push(x1 as i64);
+        for (x2, p2) in probs(&ids).iter().enumerate() {
+            second[x2] += p1 * p2;
+        }
+    }
+    second
+}
+
 /// Pearson chi-square p-value of `counts` against probabilities `p`, merging cells expected below 5.
 pub fn chi_square_p_value(counts: &[usize], p: &[f64]) -> f64 {
     use statrs::distribution::{ChiSquared, ContinuousCDF};

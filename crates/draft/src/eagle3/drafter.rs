@@ -119,6 +119,8 @@ impl Drafter for Eagle3Drafter {
     }
 
     fn prefill(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        // A new request: nothing of an earlier one stays in the cache.
+        self.cache.truncate(0)?;
         self.pending = target_hidden.map(Tensor::shallow_clone);
         Ok(())
     }
@@ -321,5 +323,9 @@ impl Drafter for Eagle3Drafter {
 
     fn forward_seconds(&self) -> f64 {
         self.forward_seconds.get()
+    }
+
+    fn variables(&self) -> Vec<(String, Tensor)> {
+        self.head.vars.variables().into_iter().collect()
     }
 }

@@ -1,6 +1,7 @@
 //! EAGLE-3.1's training-time test loss: unrolled draft steps fed the head's own outputs.
 
 use super::*;
+use crate::training::{weighted_mean, Divergence};
 use tch::{Kind, Tensor};
 
 impl Eagle3Head {
@@ -14,7 +15,9 @@ impl Eagle3Head {
     /// draft's own step j - 1 output with e(x_{i+1+j}) at position i + j: exactly what depth j of a draft
     /// tree sees. Its query attends to step 0's keys of pairs 0..=i (causal) and to its own keys of steps
     /// 1..=j (the diagonal), as a tree node attends to the stable context and its ancestors. Step j's loss
-    /// is the soft cross-entropy against the target at row i + 1 + j, weighted `decay^j`.
+    /// is `divergence` against the target at row i + 1 + j (rows weighted by `row_weights` `[T]`, when
+    /// given), and the steps are weighted `decay^j`.
+    #[allow(clippy::too_many_arguments)]
     pub fn ttt_loss(
         &self,
         embeddings: &Tensor,
@@ -22,6 +25,8 @@ impl Eagle3Head {
         targets: (&Tensor, &Tensor),
         steps: usize,
         decay: f64,
+        divergence: Divergence,
+        row_weights: Option<&Tensor>,
     ) -> Tensor {
         let t = embeddings.size()[0];
         let device = embeddings.device();
@@ -64,9 +69,11 @@ impl Eagle3Head {
             let (next_hidden, log_q) =
                 self.finish(residual, &q, &all_keys, &all_values, Some(&mask)); // log_q [n, dv]
             let (ids, probs) = (targets.0.narrow(0, 1 + j, n), targets.1.narrow(0, 1 + j, n));
-            let step_loss = -(log_q.gather(1, &ids, false) * probs)
-                .sum_dim_intlist(&[1i64][..], false, Kind::Float)
-                .mean(Kind::Float);
+            let losses = divergence.rows(&log_q, &ids, &probs);
+            let step_loss = match row_weights {
+                Some(w) => weighted_mean(&losses, &w.narrow(0, 1 + j, n)),
+                None => losses.mean(Kind::Float),
+            };
             let w = decay.powi(j as i32);
             total = total + step_loss * w;
             weight_sum += w;

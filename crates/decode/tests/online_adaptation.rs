@@ -1,0 +1,337 @@
+//! Online adaptation on tiny random models: an update learns from its buffer, the target and the
+//! verifier's guarantee are untouched, and a run is reproducible from its seed.
+mod common;
+
+use common::*;
+use sharpdraft_draft::adaptation::{
+    AdaptConfig, AdaptMode, AdaptingDrafter, LearnFrom, OnlineObjective, UpdateUnit,
+};
+use sharpdraft_draft::{Drafter, TreeShape};
+use sharpdraft_model::{CausalLm, Sampling};
+use std::path::Path;
+use tch::Tensor;
+
+#[derive(Debug, Clone, Copy)]
+enum Method {
+    Vanilla,
+    Eagle3,
+    Pard,
+    Dflash,
+}
+
+const METHODS: [Method; 4] = [
+    Method::Vanilla,
+    Method::Eagle3,
+    Method::Pard,
+    Method::Dflash,
+];
+
+/// Writes the drafter checkpoint of `method` for `target` into `dir` (vanilla reads a fixture).
+fn write(method: Method, dir: &Path, target: &CausalLm) {
+    match method {
+        Method::Vanilla => {}
+        Method::Eagle3 => write_eagle3(dir, target, &EagleOptions::default()),
+        Method::Pard => write_pard(dir, "llama"),
+        Method::Dflash => write_dflash(dir, target, &dflash_options(4, None)),
+    }
+}
+
+/// The plain drafter of `method` from `dir`, drafting chains of 3.
+fn plain(method: Method, dir: &Path, target: &CausalLm, sampling: Sampling) -> Box<dyn Drafter> {
+    match method {
+        Method::Vanilla => Box::new(vanilla("qwen2", target, 3, sampling)),
+        Method::Eagle3 => Box::new(eagle3(dir, target, TreeShape::chain(3), sampling)),
+        Method::Pard => Box::new(pard(dir, target, 3)),
+        Method::Dflash => Box::new(dflash(dir, target)),
+    }
+}
+
+fn adapting<'t>(
+    method: Method,
+    dir: &Path,
+    target: &'t CausalLm,
+    config: AdaptConfig,
+    sampling: Sampling,
+) -> AdaptingDrafter<'t> {
+    let (objective, checkpoint) = match method {
+        Method::Vanilla => (OnlineObjective::Vanilla, fixture("qwen2")),
+        Method::Eagle3 => (OnlineObjective::Eagle3 { ttt_steps: 3 }, dir.to_path_buf()),
+        Method::Pard => (
+            OnlineObjective::Pard {
+                mask_token: 63,
+                copies: 3,
+            },
+            dir.to_path_buf(),
+        ),
+        Method::Dflash => (
+            OnlineObjective::Dflash {
+                anchors: 4,
+                gamma: 4.0,
+            },
+            dir.to_path_buf(),
+        ),
+    };
+    let objective = objective
+        .load(&checkpoint, &target.net, config.seed)
+        .unwrap();
+    AdaptingDrafter::new(plain(method, dir, target, sampling), objective, config).unwrap()
+}
+
+/// Updates every cycle at a learning rate that moves tiny random models visibly.
+fn eager(mode: AdaptMode) -> AdaptConfig {
+    AdaptConfig {
+        every: 1,
+        lr: 1e-2,
+        ..AdaptConfig::new(mode)
+    }
+}
+
+/// Never updates by itself.
+fn idle(mode: AdaptMode) -> AdaptConfig {
+    AdaptConfig {
+        every: 1_000_000,
+        lr: 1e-2,
+        ..AdaptConfig::new(mode)
+    }
+}
+
+fn snapshot(tensors: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+    let mut out: Vec<(String, Tensor)> = tensors.into_iter().map(|(n, t)| (n, t.copy())).collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn bit_identical(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((n1, t1), (n2, t2))| n1 == n2 && t1.equal(t2))
+}
+
+#[test]
+fn one_update_lowers_the_loss_on_its_own_buffer_for_every_method_full_and_lora() {
+    let target = load("llama");
+    for method in METHODS {
+        for mode in [AdaptMode::Full, AdaptMode::Lora] {
+            let dir = tempfile::tempdir().unwrap();
+            write(method, dir.path(), &target);
+            let mut drafter = adapting(method, dir.path(), &target, idle(mode), Sampling::greedy());
+            spec(&target, &mut drafter, &PROMPT, 40, Sampling::greedy());
+            assert!(
+                drafter.buffer().rows() >= 20,
+                "{method:?}: {} rows",
+                drafter.buffer().rows()
+            );
+            let before = drafter.buffer_loss(0).unwrap().unwrap();
+            drafter.update().unwrap();
+            let after = drafter.buffer_loss(0).unwrap().unwrap();
+            assert!(
+                after < before,
+                "{method:?} {mode:?}: loss {before} -> {after}"
+            );
+            let report = drafter.adaptation().unwrap();
+            assert_eq!(report.updates, 1);
+            assert_eq!(report.losses, vec![before], "{method:?} {mode:?}");
+        }
+    }
+}
+
+#[test]
+fn greedy_output_with_adaptation_on_equals_the_targets_greedy_output() {
+    let target = load("llama");
+    let want = greedy_ar(&target, &PROMPT, 32);
+    for method in METHODS {
+        for mode in [AdaptMode::Full, AdaptMode::Lora] {
+            let dir = tempfile::tempdir().unwrap();
+            write(method, dir.path(), &target);
+            let mut drafter =
+                adapting(method, dir.path(), &target, eager(mode), Sampling::greedy());
+            let got = spec(&target, &mut drafter, &PROMPT, 32, Sampling::greedy());
+            assert_eq!(got.ids, want, "{method:?} {mode:?}");
+            assert!(
+                drafter.adaptation().unwrap().updates >= 3,
+                "{method:?} {mode:?}: no updates"
+            );
+        }
+    }
+}
+
+#[test]
+fn full_adaptation_changes_the_drafter_and_leaves_every_target_tensor_bit_identical() {
+    let target = load("llama");
+    let before = snapshot(target.vars.variables().into_iter().collect());
+    for method in METHODS {
+        let dir = tempfile::tempdir().unwrap();
+        write(method, dir.path(), &target);
+        let mut drafter = adapting(
+            method,
+            dir.path(),
+            &target,
+            eager(AdaptMode::Full),
+            Sampling::greedy(),
+        );
+        let untrained = snapshot(drafter.variables());
+        spec(&target, &mut drafter, &PROMPT, 24, Sampling::greedy());
+        assert!(
+            !bit_identical(&untrained, &snapshot(drafter.variables())),
+            "{method:?} did not change"
+        );
+        let after = snapshot(target.vars.variables().into_iter().collect());
+        assert!(
+            bit_identical(&before, &after),
+            "{method:?} changed the target"
+        );
+    }
+}
+
+#[test]
+fn lora_with_b_at_zero_drafts_bit_identically_to_the_unadapted_drafter() {
+    let target = load("llama");
+    let sampling = Sampling {
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: 0,
+        seed: 7,
+    };
+    for method in METHODS {
+        let dir = tempfile::tempdir().unwrap();
+        write(method, dir.path(), &target);
+        let mut unadapted = plain(method, dir.path(), &target, sampling);
+        let mut lora = adapting(method, dir.path(), &target, idle(AdaptMode::Lora), sampling);
+        let want = spec(&target, unadapted.as_mut(), &PROMPT, 24, sampling);
+        let got = spec(&target, &mut lora, &PROMPT, 24, sampling);
+        assert_eq!(got.ids, want.ids, "{method:?}");
+        let accepted = |r: &sharpdraft_decode::SpecReport| -> Vec<usize> {
+            r.cycles.iter().map(|c| c.accepted).collect()
+        };
+        assert_eq!(accepted(&got), accepted(&want), "{method:?}");
+        assert!(bit_identical(
+            &snapshot(unadapted.variables()),
+            &snapshot(lora.variables())
+        ));
+    }
+}
+
+#[test]
+fn a_run_with_adaptation_is_reproducible_from_its_seed() {
+    let target = load("llama");
+    let sampling = Sampling {
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: 0,
+        seed: 11,
+    };
+    for method in [Method::Pard, Method::Dflash, Method::Vanilla] {
+        let run = || {
+            let dir = tempfile::tempdir().unwrap();
+            write(method, dir.path(), &target);
+            let config = AdaptConfig {
+                seed: 5,
+                ..eager(AdaptMode::Lora)
+            };
+            let mut drafter = adapting(method, dir.path(), &target, config, sampling);
+            let report = spec(&target, &mut drafter, &PROMPT, 24, sampling);
+            (
+                report.ids,
+                drafter.adaptation().unwrap().losses,
+                snapshot(drafter.variables()),
+            )
+        };
+        let (ids, losses, weights) = run();
+        let (ids2, losses2, weights2) = run();
+        assert_eq!(ids, ids2, "{method:?}");
+        assert_eq!(losses, losses2, "{method:?}");
+        assert!(!losses.is_empty());
+        assert!(bit_identical(&weights, &weights2), "{method:?}");
+    }
+}
+
+#[test]
+fn learning_only_from_rejected_rows_weighs_the_rows_where_the_draft_was_wrong() {
+    let target = load("llama");
+    let dir = tempfile::tempdir().unwrap();
+    let config = AdaptConfig {
+        learn_from: LearnFrom::Rejected,
+        ..idle(AdaptMode::Full)
+    };
+    let mut drafter = adapting(
+        Method::Vanilla,
+        dir.path(),
+        &target,
+        config,
+        Sampling::greedy(),
+    );
+    let report = spec(&target, &mut drafter, &PROMPT, 40, Sampling::greedy());
+    // Every observed cycle whose chain was cut short left one wrong row (the final cycle is not observed).
+    let cut: usize = report.cycles[..report.cycles.len() - 1]
+        .iter()
+        .filter(|c| c.accepted < c.drafted)
+        .count();
+    assert!(cut > 0);
+    assert_eq!(drafter.buffer().wrong_rows(), cut);
+}
+
+#[test]
+fn updating_every_n_requests_learns_between_requests_only() {
+    let target = load("llama");
+    let config = AdaptConfig {
+        unit: UpdateUnit::Requests,
+        every: 2,
+        ..eager(AdaptMode::Full)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut drafter = adapting(
+        Method::Vanilla,
+        dir.path(),
+        &target,
+        config,
+        Sampling::greedy(),
+    );
+    let mut updates = Vec::new();
+    for _ in 0..5 {
+        spec(&target, &mut drafter, &PROMPT, 16, Sampling::greedy());
+        updates.push(drafter.adaptation().unwrap().updates);
+    }
+    // Requests 3 and 5 start after 2 and 4 finished ones.
+    assert_eq!(updates, vec![0, 0, 1, 1, 2]);
+}
+
+/// One adapting drafter serves every run (updating as each new request starts, and every cycle within
+/// one), so each run drafts with weights no earlier run had; the second token must still follow the
+/// target's distribution exactly.
+#[test]
+fn sampled_decoding_stays_lossless_while_the_drafter_adapts() {
+    let target = load("llama");
+    let exact = exact_second_token(&target);
+    for (method, config) in [
+        (
+            Method::Vanilla,
+            AdaptConfig {
+                unit: UpdateUnit::Requests,
+                every: 1,
+                ..eager(AdaptMode::Full)
+            },
+        ),
+        (Method::Eagle3, eager(AdaptMode::Lora)),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        write(method, dir.path(), &target);
+        let sampling = |seed| Sampling {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed,
+        };
+        let mut drafter = adapting(method, dir.path(), &target, config, sampling(0));
+        let mut counts = vec![0usize; target.net.config.vocab_size as usize];
+        for seed in 0..1200 {
+            let out = spec(&target, &mut drafter, &SHORT_PROMPT, 8, sampling(seed));
+            counts[out.ids[1] as usize] += 1;
+        }
+        assert!(drafter.adaptation().unwrap().updates > 100, "{method:?}");
+        assert!(
+            chi_square_p_value(&counts, &exact) > 1e-3,
+            "{method:?}: {counts:?}"
+        );
+    }
+}

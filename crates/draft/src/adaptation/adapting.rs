@@ -1,0 +1,300 @@
+//! A drafter that learns from verification as it drafts: any [`Drafter`] with its training objective.
+
+use super::{
+    AdaptConfig, AdaptMode, AdaptationReport, LearnFrom, LoraAdapters, UpdateUnit, VerifiedBuffer,
+};
+use crate::adamw::AdamW;
+use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::proposal::Proposal;
+use crate::training::Objective;
+use sharpdraft_model::{QueryScaling, Sampler, Tap};
+use std::collections::HashMap;
+use std::time::Instant;
+use tch::{Device, Tensor};
+
+enum Learner {
+    Full(AdamW),
+    Lora(LoraAdapters),
+}
+
+pub struct AdaptingDrafter<'t> {
+    inner: Box<dyn Drafter + 't>,
+    /// The drafter's training objective, its weights sharing the drafter's storage.
+    objective: Box<dyn Objective + 't>,
+    config: AdaptConfig,
+    learner: Learner,
+    buffer: VerifiedBuffer,
+    device: Device,
+    /// Per row of the last proposal (0 = root, i + 1 = node i): whether it has children.
+    has_children: Vec<bool>,
+    /// The largest proposal seen: a segment needs two rows more to train on.
+    max_proposal: usize,
+    new_request: bool,
+    cycles_in_request: usize,
+    requests_started: usize,
+    report: AdaptationReport,
+}
+
+impl<'t> AdaptingDrafter<'t> {
+    /// Wraps `inner`. `objective` is its method's training objective loaded from the same checkpoint;
+    /// its weights are re-pointed at the drafter's (one copy in memory, and every update is what the
+    /// next proposal drafts with). Both must hold their weights in the same dtype and device.
+    pub fn new(
+        inner: Box<dyn Drafter + 't>,
+        objective: Box<dyn Objective + 't>,
+        config: AdaptConfig,
+    ) -> Result<Self> {
+        config
+            .validate()
+            .map_err(|reason| DraftError::InvalidOption {
+                option: "adapt".into(),
+                value: format!("{:?}", config.mode),
+                reason,
+            })?;
+        let live: HashMap<String, Tensor> = inner.variables().into_iter().collect();
+        let mut device = Device::Cpu;
+        for (name, mut weight) in objective.variables() {
+            let drafted = live.get(&name).ok_or_else(|| {
+                DraftError::Protocol(format!(
+                    "the {} objective trains {name}, which the drafter does not hold",
+                    inner.method()
+                ))
+            })?;
+            if drafted.size() != weight.size() || drafted.kind() != weight.kind() {
+                return Err(DraftError::InvalidOption {
+                    option: "adapt".into(),
+                    value: format!("{:?}", config.mode),
+                    reason: format!(
+                        "the drafter holds {name} as {:?} {:?}, training needs {:?} {:?} (adapt a drafter loaded in f32)",
+                        drafted.kind(),
+                        drafted.size(),
+                        weight.kind(),
+                        weight.size()
+                    ),
+                });
+            }
+            device = drafted.device();
+            tch::no_grad(|| weight.set_data(drafted));
+        }
+        let learner = match config.mode {
+            AdaptMode::Full => Learner::Full(AdamW::new(objective.parameters(), config.lr, 0.0)),
+            AdaptMode::Lora => Learner::Lora(LoraAdapters::new(
+                objective.parameters(),
+                &config.lora_on,
+                config.rank,
+                config.lora_scale(),
+                config.lr,
+                config.seed,
+            )?),
+        };
+        let report = AdaptationReport {
+            mode: match config.mode {
+                AdaptMode::Full => "full".into(),
+                AdaptMode::Lora => "lora".into(),
+            },
+            ..Default::default()
+        };
+        Ok(Self {
+            buffer: VerifiedBuffer::new(config.buffer, config.top_k),
+            inner,
+            objective,
+            config,
+            learner,
+            device,
+            has_children: Vec::new(),
+            max_proposal: 0,
+            new_request: true,
+            cycles_in_request: 0,
+            requests_started: 0,
+            report,
+        })
+    }
+
+    /// The rows held for the next update.
+    pub fn buffer(&self) -> &VerifiedBuffer {
+        &self.buffer
+    }
+
+    /// The objective's loss on the buffer as it is now, with the randomness (anchors, dropped tokens)
+    /// of optimizer step `step`; `None` while nothing is learnable.
+    pub fn buffer_loss(&self, step: usize) -> Result<Option<f64>> {
+        let _guard = tch::no_grad_guard();
+        Ok(self.loss(step)?.map(|l| l.double_value(&[])))
+    }
+
+    /// Mean objective loss over the buffer's windows, with the objective's randomness drawn for `step`.
+    fn loss(&self, step: usize) -> Result<Option<Tensor>> {
+        if self.config.learn_from == LearnFrom::Rejected && self.buffer.wrong_rows() == 0 {
+            return Ok(None);
+        }
+        let windows = self.buffer.windows(
+            self.max_proposal.max(1) + 2,
+            self.config.learn_from,
+            self.config.loss,
+            self.device,
+        );
+        let mut total: Option<Tensor> = None;
+        for window in &windows {
+            let loss = self.objective.loss(window, step)?;
+            total = Some(match total {
+                Some(t) => t + loss,
+                None => loss,
+            });
+        }
+        Ok(total.map(|t| t / windows.len() as f64))
+    }
+
+    /// `steps` optimizer steps on the buffer.
+    pub fn update(&mut self) -> Result<()> {
+        let started = Instant::now();
+        let steps = self.config.steps;
+        let first_step = self.report.updates * steps;
+        let learned = tch::with_grad(|| -> Result<bool> {
+            for step in 0..steps {
+                let Some(loss) = self.loss(first_step + step)? else {
+                    return Ok(false);
+                };
+                if step == 0 {
+                    self.report.losses.push(loss.double_value(&[]));
+                }
+                match &mut self.learner {
+                    Learner::Full(optimizer) => optimizer.backward_step(&loss, self.config.clip),
+                    Learner::Lora(adapters) => adapters.step(&loss, self.config.clip)?,
+                }
+            }
+            Ok(true)
+        })?;
+        if learned {
+            self.report.updates += 1;
+            self.report.update_seconds += started.elapsed().as_secs_f64();
+        }
+        Ok(())
+    }
+}
+
+impl Drafter for AdaptingDrafter<'_> {
+    fn method(&self) -> &'static str {
+        self.inner.method()
+    }
+
+    fn target_taps(&self) -> Vec<Tap> {
+        self.inner.target_taps()
+    }
+
+    /// A new request: OSD's update when `every` requests have finished, then the buffer's new segment.
+    fn prefill(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        match self.config.unit {
+            UpdateUnit::Requests => {
+                if self.requests_started > 0
+                    && self.requests_started.is_multiple_of(self.config.every)
+                {
+                    self.update()?;
+                    self.buffer.clear();
+                }
+            }
+            UpdateUnit::Cycles => self.buffer.clear(),
+        }
+        self.requests_started += 1;
+        self.cycles_in_request = 0;
+        self.new_request = true;
+        self.inner.prefill(ctx, target_hidden)
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
+        let proposal = self.inner.propose(ctx, sampler)?;
+        self.has_children = vec![false; proposal.len() + 1];
+        for parent in &proposal.parents {
+            self.has_children[parent.map_or(0, |p| p + 1)] = true;
+        }
+        self.max_proposal = self.max_proposal.max(proposal.len());
+        Ok(proposal)
+    }
+
+    /// Keeps the cycle's verified rows (the root and the accepted drafts, whose next tokens the target
+    /// scored), then updates every `every` cycles.
+    fn observe(&mut self, ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
+        self.inner.observe(ctx, feedback)?;
+        let accepted = feedback.accepted.len();
+        let n = ctx.committed.len();
+        if n < accepted + 2 || feedback.target_logits.size()[0] != accepted as i64 + 1 {
+            return Err(DraftError::Protocol(format!(
+                "feedback of {accepted} accepted drafts with {} target rows after {n} committed tokens",
+                feedback.target_logits.size()[0]
+            )));
+        }
+        // After the cycle: [.., root, accepted.., bonus]; the verified rows are root..last accepted.
+        let tokens = &ctx.committed[n - accepted - 2..n - 1];
+        let last_row = feedback.accepted.last().map_or(0, |&node| node + 1);
+        let wrong_at_end = self.has_children.get(last_row).copied().unwrap_or(false);
+        let wrong: Vec<bool> = (0..=accepted)
+            .map(|i| i == accepted && wrong_at_end)
+            .collect();
+        self.buffer.push(
+            self.new_request,
+            tokens,
+            feedback.target_logits,
+            feedback.target_hidden,
+            &wrong,
+        );
+        self.new_request = false;
+        self.cycles_in_request += 1;
+        if self.config.unit == UpdateUnit::Cycles
+            && self.cycles_in_request.is_multiple_of(self.config.every)
+        {
+            self.update()?;
+        }
+        Ok(())
+    }
+
+    fn query_layout(&self) -> (usize, usize) {
+        self.inner.query_layout()
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        self.inner.training_length()
+    }
+
+    /// The drafter drafts, and its objective trains, with the same scaling.
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.objective.set_query_scaling(scaling.clone());
+        self.inner.set_query_scaling(scaling);
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.inner.cache_bytes()
+    }
+
+    fn forward_seconds(&self) -> f64 {
+        self.inner.forward_seconds()
+    }
+
+    fn variables(&self) -> Vec<(String, Tensor)> {
+        self.inner.variables()
+    }
+
+    fn adaptation(&self) -> Option<AdaptationReport> {
+        let mut report = self.report.clone();
+        let bytes = |t: &Tensor| t.numel() * t.kind().elt_size_in_bytes();
+        match &self.learner {
+            Learner::Full(optimizer) => {
+                report.trained_elements =
+                    optimizer.parameters().iter().map(|(_, p)| p.numel()).sum();
+                report.optimizer_bytes = optimizer.state_bytes();
+                if report.updates > 0 {
+                    report.gradient_bytes =
+                        optimizer.parameters().iter().map(|(_, p)| bytes(p)).sum();
+                }
+            }
+            Learner::Lora(adapters) => {
+                report.trained_elements = adapters.elements();
+                report.adapter_bytes = adapters.adapter_bytes();
+                report.optimizer_bytes = adapters.optimizer_bytes();
+                if report.updates > 0 {
+                    report.gradient_bytes = adapters.gradient_bytes();
+                }
+            }
+        }
+        report.buffer_bytes = self.buffer.peak_bytes();
+        Some(report)
+    }
+}

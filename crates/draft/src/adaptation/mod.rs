@@ -1,0 +1,214 @@
+//! Online adaptation of a drafter from verification: the baselines query scaling is compared with
+//! (drafters.md §7: OSD's full-parameter update, LoRA, test-time speculation).
+//!
+//! Verification already computes the target's distribution at every verified row; [`AdaptingDrafter`]
+//! keeps those free labels in a [`VerifiedBuffer`] (token, target features, target top-k distribution,
+//! and whether the draft was wrong there) and, every `every` cycles or requests, takes `steps` AdamW
+//! steps of the drafter's own training objective ([`crate::training::Objective`]) on the buffer, either
+//! on every drafter weight (`full`) or on low-rank adapters of chosen projections (`lora`, merged into
+//! the weights after each update). The target is never touched; verification stays lossless because
+//! the drafter only changes between cycles.
+
+mod adapting;
+mod buffer;
+mod lora;
+mod objective;
+
+pub use adapting::AdaptingDrafter;
+pub use buffer::VerifiedBuffer;
+pub use lora::{LoraAdapters, LoraTarget};
+pub use objective::OnlineObjective;
+
+use crate::training::Divergence;
+use serde::{Deserialize, Serialize};
+
+/// What online adaptation trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdaptMode {
+    /// AdamW on every weight the drafter's objective trains (OSD's baseline).
+    Full,
+    /// Rank-r adapters `W + (alpha / r) B A` on chosen projections, B starting at zero.
+    Lora,
+}
+
+/// What `every` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UpdateUnit {
+    /// Verification cycles within a request (test-time speculation: long outputs are where drafters
+    /// decay). The buffer holds the current request's latest rows.
+    #[default]
+    Cycles,
+    /// Finished requests (OSD's protocol: every 8 requests). The buffer holds whole requests; the
+    /// update runs when the next request starts.
+    Requests,
+}
+
+/// Which verified rows the loss learns from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LearnFrom {
+    /// Every verified row (the root and every accepted draft): the target's distribution for the next
+    /// token.
+    #[default]
+    All,
+    /// Only the rows where the draft was wrong: the last kept row of a cycle whose proposal had a
+    /// rejected continuation there (OSD's mistake positions).
+    Rejected,
+}
+
+/// The `adapt:` block of a drafter specification.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptConfig {
+    pub mode: AdaptMode,
+    /// Updates happen every `every` units.
+    #[serde(default = "default_every")]
+    pub every: usize,
+    #[serde(default)]
+    pub unit: UpdateUnit,
+    /// AdamW learning rate (OSD: 1e-4, constant), no weight decay.
+    #[serde(default = "default_lr")]
+    pub lr: f64,
+    /// Optimizer steps per update.
+    #[serde(default = "default_steps")]
+    pub steps: usize,
+    /// Verified rows kept (the most recent).
+    #[serde(default = "default_buffer")]
+    pub buffer: usize,
+    #[serde(default)]
+    pub learn_from: LearnFrom,
+    #[serde(default)]
+    pub loss: Divergence,
+    /// Target probabilities kept per row (the top-k, renormalised).
+    #[serde(default = "default_top_k")]
+    pub top_k: i64,
+    /// Global gradient-norm clip.
+    #[serde(default = "default_clip")]
+    pub clip: f64,
+    /// LoRA rank r.
+    #[serde(default = "default_rank")]
+    pub rank: i64,
+    /// LoRA alpha (scale alpha / r); default 2 r.
+    #[serde(default)]
+    pub alpha: Option<f64>,
+    /// Which projections get adapters.
+    #[serde(default = "default_lora_on")]
+    pub lora_on: Vec<LoraTarget>,
+    /// Seeds the adapters' initialisation and the objective's sampling (anchors, dropped tokens).
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn default_every() -> usize {
+    8
+}
+fn default_lr() -> f64 {
+    1e-4
+}
+fn default_steps() -> usize {
+    1
+}
+fn default_buffer() -> usize {
+    256
+}
+fn default_top_k() -> i64 {
+    32
+}
+fn default_clip() -> f64 {
+    1.0
+}
+fn default_rank() -> i64 {
+    8
+}
+fn default_lora_on() -> Vec<LoraTarget> {
+    vec![LoraTarget::Attention]
+}
+
+impl AdaptConfig {
+    /// OSD's defaults for `mode`: updates every 8 cycles, lr 1e-4, one step, clip 1.
+    pub fn new(mode: AdaptMode) -> Self {
+        Self {
+            mode,
+            every: default_every(),
+            unit: UpdateUnit::default(),
+            lr: default_lr(),
+            steps: default_steps(),
+            buffer: default_buffer(),
+            learn_from: LearnFrom::default(),
+            loss: Divergence::default(),
+            top_k: default_top_k(),
+            clip: default_clip(),
+            rank: default_rank(),
+            alpha: None,
+            lora_on: default_lora_on(),
+            seed: 0,
+        }
+    }
+
+    /// The LoRA scale alpha / r.
+    pub fn lora_scale(&self) -> f64 {
+        self.alpha.unwrap_or(2.0 * self.rank as f64) / self.rank as f64
+    }
+
+    /// Checks every option against its range; the error names the key.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let positive = [
+            ("every", self.every),
+            ("steps", self.steps),
+            ("buffer", self.buffer),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(format!("adapt.{key} = 0: must be at least 1"));
+            }
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(format!("adapt.lr = {}: must be a positive number", self.lr));
+        }
+        if !(self.clip.is_finite() && self.clip > 0.0) {
+            return Err(format!(
+                "adapt.clip = {}: must be a positive number",
+                self.clip
+            ));
+        }
+        if self.top_k < 1 {
+            return Err(format!("adapt.top_k = {}: must be at least 1", self.top_k));
+        }
+        if self.mode == AdaptMode::Lora {
+            if self.rank < 1 {
+                return Err(format!("adapt.rank = {}: must be at least 1", self.rank));
+            }
+            if let Some(alpha) = self.alpha.filter(|a| !(a.is_finite() && *a > 0.0)) {
+                return Err(format!("adapt.alpha = {alpha}: must be a positive number"));
+            }
+            if self.lora_on.is_empty() {
+                return Err("adapt.lora_on: name at least one of attention, mlp, fc".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What adaptation cost and did, for reports next to the unmodified drafter's figures.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct AdaptationReport {
+    /// `full` or `lora`.
+    pub mode: String,
+    pub updates: usize,
+    /// Wall-clock seconds inside updates (also part of the cycles' draft time and of the total).
+    pub update_seconds: f64,
+    /// The loss on the buffer at each update, before its first step.
+    pub losses: Vec<f64>,
+    /// Elements trained (every drafter weight the objective trains, or the adapters').
+    pub trained_elements: usize,
+    /// LoRA A and B matrices (0 for full: it updates the weights in place).
+    pub adapter_bytes: usize,
+    /// AdamW's two moments per trained element.
+    pub optimizer_bytes: usize,
+    /// Gradient buffers kept between updates (full: the trained weights'; LoRA: the adapted weights').
+    pub gradient_bytes: usize,
+    /// The verification buffer at its largest.
+    pub buffer_bytes: usize,
+}

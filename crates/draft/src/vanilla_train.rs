@@ -1,0 +1,82 @@
+//! Next-token distillation of a vanilla drafter (a small causal LM of the target's tokenizer): row r of a
+//! window predicts the target's distribution for token r + 1, under the ordinary causal mask. What
+//! online adaptation trains a vanilla drafter with; offline, a vanilla drafter is any small LM.
+
+use crate::drafter::{DraftError, Result};
+use crate::random_init::save_trained;
+use crate::training::{weighted_mean, Objective, TrainWindow};
+use sharpdraft_model::{CausalLm, ForwardInput, LogitRows, QueryScaling, Tap};
+use std::path::Path;
+use tch::{Device, Kind, Tensor};
+
+pub struct NextTokenObjective {
+    drafter: CausalLm,
+}
+
+impl NextTokenObjective {
+    /// Loads the drafter in `dir` in f32 for training.
+    pub fn load(dir: &Path, device: Device) -> Result<Self> {
+        Ok(Self {
+            drafter: CausalLm::load(dir, device, Kind::Float)?,
+        })
+    }
+}
+
+impl Objective for NextTokenObjective {
+    /// A vanilla drafter reads tokens only.
+    fn target_taps(&self) -> Vec<Tap> {
+        Vec::new()
+    }
+
+    fn query_layout(&self) -> (usize, usize) {
+        let c = &self.drafter.net.config;
+        (c.num_layers, c.num_heads as usize)
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.drafter.net.set_query_scaling(scaling);
+    }
+
+    /// Every weight of the drafter: it owns its embedding and head (nothing is the target's).
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        self.drafter.vars.variables().into_iter().collect()
+    }
+
+    fn loss(&self, window: &TrainWindow, _step: usize) -> Result<Tensor> {
+        let device = self.drafter.net.device();
+        let t = window.tokens.len() as i64;
+        let ids = Tensor::from_slice(&window.tokens).to_device(device);
+        let positions = Tensor::arange(t, (Kind::Int64, device));
+        let mut cache = self.drafter.net.new_cache(t);
+        let logits = self
+            .drafter
+            .net
+            .forward(
+                ForwardInput {
+                    logits: LogitRows::All,
+                    ..ForwardInput::causal(&ids, &positions)
+                },
+                &mut cache,
+            )?
+            .logits
+            .ok_or_else(|| DraftError::Protocol("the drafter returned no logits".into()))?;
+        let losses = window.divergence.rows(
+            &logits.log_softmax(-1, Kind::Float),
+            &window.top_ids.to_device(device),
+            &window.top_probs.to_device(device),
+        );
+        Ok(weighted_mean(&losses, &window.weights_of(&positions)))
+    }
+
+    fn save(&self, dir: &Path, n0: i64) -> Result<()> {
+        let config_path = self.drafter.dir.join("config.json");
+        let checkpoint = |reason: String| DraftError::Checkpoint {
+            path: config_path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(&config_path).map_err(|e| checkpoint(e.to_string()))?;
+        let config: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| checkpoint(e.to_string()))?;
+        save_trained(dir, &config, "torch_dtype", n0, &self.drafter.vars, &[])
+    }
+}
