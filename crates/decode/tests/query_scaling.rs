@@ -153,3 +153,75 @@ fn every_drafter_reports_its_query_layout_for_schedules() {
     let c = &drafter.model().net.config;
     assert_eq!(drafter.query_layout(), (c.num_layers, c.num_heads as usize));
 }
+
+/// Every proposal of `drafter` over the test prompt.
+fn proposals_of(drafter: &mut dyn Drafter) -> Vec<Vec<i64>> {
+    let target = load("llama");
+    let mut recording = Recording {
+        inner: drafter,
+        proposals: Vec::new(),
+    };
+    spec(&target, &mut recording, &PROMPT, 24, Sampling::greedy());
+    recording.proposals
+}
+
+/// The training-free alternative beside query scaling: a sliding window of 2 keys changes what every
+/// drafter drafts, and a window wider than the context drafts exactly what no window drafts.
+#[test]
+fn a_narrow_sliding_window_changes_every_drafters_drafts_and_a_wide_one_none() {
+    let target = load("llama");
+    let dir = tempfile::tempdir().unwrap();
+    let (eagle_dir, pard_dir, dflash_dir) = (
+        dir.path().join("eagle"),
+        dir.path().join("pard"),
+        dir.path().join("dflash"),
+    );
+    write_eagle3(&eagle_dir, &target, &EagleOptions::default());
+    write_pard(&pard_dir, "qwen2");
+    write_dflash(&dflash_dir, &target, &dflash_options(4, None));
+    let windowed = |method: usize, window: Option<i64>| -> Vec<Vec<i64>> {
+        match method {
+            0 => {
+                let mut d = vanilla("qwen2", &target, 4, Sampling::greedy());
+                d.set_key_window(window);
+                proposals_of(&mut d)
+            }
+            1 => {
+                let shape = TreeShape {
+                    depth: 3,
+                    top_k: 4,
+                    total_tokens: 12,
+                };
+                let mut d = eagle3(&eagle_dir, &target, shape, Sampling::greedy());
+                d.set_key_window(window);
+                proposals_of(&mut d)
+            }
+            2 => {
+                let mut d = pard(&pard_dir, &target, 4);
+                d.set_key_window(window);
+                proposals_of(&mut d)
+            }
+            _ => {
+                let mut d = dflash(&dflash_dir, &target);
+                d.set_key_window(window);
+                proposals_of(&mut d)
+            }
+        }
+    };
+    for (method, name) in ["vanilla", "eagle3 tree", "pard", "dflash"]
+        .iter()
+        .enumerate()
+    {
+        let plain = windowed(method, None);
+        assert_eq!(
+            windowed(method, Some(1000)),
+            plain,
+            "{name}: a window over the whole context"
+        );
+        assert_ne!(
+            windowed(method, Some(2)),
+            plain,
+            "{name}: a window of 2 keys changed nothing"
+        );
+    }
+}

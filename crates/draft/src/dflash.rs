@@ -131,6 +131,8 @@ pub struct DFlashDrafter {
     pub(crate) block_size: i64,
     pub(crate) mask_token: i64,
     pub(crate) causal: bool,
+    /// Each layer's sliding window as the checkpoint declares it (what `set_key_window(None)` restores).
+    checkpoint_windows: Vec<Option<i64>>,
     taps: Vec<Tap>,
     /// SharpDraft scaling of every layer's block queries.
     query_scaling: QueryScaling,
@@ -354,6 +356,7 @@ impl DFlashDrafter {
         );
         Ok(Self {
             causal: config.dflash_config.causal,
+            checkpoint_windows: windows,
             taps: target_layer_ids.into_iter().map(Tap::LayerOutput).collect(),
             query_scaling: QueryScaling::off(),
             raw_config: raw,
@@ -376,6 +379,17 @@ impl DFlashDrafter {
 
     pub fn query_scaling(&self) -> &QueryScaling {
         &self.query_scaling
+    }
+
+    /// A sliding window of `window` keys on every layer (the narrower one where a layer has its own);
+    /// `None` restores the checkpoint's windows.
+    pub fn set_key_window(&mut self, window: Option<i64>) {
+        for (layer, own) in self.layers.iter_mut().zip(&self.checkpoint_windows) {
+            layer.window = match (window, *own) {
+                (Some(w), Some(o)) => Some(w.min(o)),
+                (w, o) => w.or(o),
+            };
+        }
     }
 
     pub fn block_size(&self) -> i64 {

@@ -65,6 +65,11 @@ impl PardDrafter {
         })
     }
 
+    /// A sliding window of `window` keys on the drafter's attention (`None`: every key).
+    pub fn set_key_window(&mut self, window: Option<i64>) {
+        self.model.net.set_key_window(window);
+    }
+
     pub fn mask_token(&self) -> i64 {
         self.mask_token
     }

@@ -59,6 +59,11 @@ impl VanillaDrafter {
         &self.model
     }
 
+    /// A sliding window of `window` keys on the drafter's attention (`None`: every key).
+    pub fn set_key_window(&mut self, window: Option<i64>) {
+        self.model.net.set_key_window(window);
+    }
+
     /// Feeds `ids` and returns the last row's logits `[vocab]`.
     fn step(&mut self, ids: &[i64]) -> Result<Tensor> {
         let (logits, seconds) = feed(&self.model, &mut self.cache, ids, LogitRows::Last)?;

@@ -10,6 +10,7 @@
 //! tree: {depth: 4, top_k: 6, total_tokens: 24}   # EAGLE-3 only; without it a chain of draft_len
 //! draft_len: 4                  # chains: vanilla, PARD, EAGLE-3 without a tree (DFlash: block_size - 1)
 //! scaling: {mode: fixed, schedule: smollm2-eagle3}
+//! window: 512                  # optional: the drafter attends to its last 512 keys only
 //! adapt: {mode: lora, every: 8, rank: 8}   # online adaptation (sharpdraft_draft::adaptation)
 //! ```
 
@@ -85,6 +86,10 @@ pub struct DrafterSpec {
     /// SharpDraft query scaling of the drafter's attention.
     #[serde(default)]
     pub scaling: ScalingSpec,
+    /// A sliding window on the drafter's attention: every drafting row sees at most its last `window`
+    /// keys (training-free, as EAGLE 3.1's and DFlash's sliding layers); every key by default.
+    #[serde(default)]
+    pub window: Option<i64>,
     /// Online adaptation from verification (full or LoRA); none by default.
     #[serde(default)]
     pub adapt: Option<AdaptConfig>,
@@ -99,6 +104,7 @@ impl DrafterSpec {
             draft_len: default_draft_len(),
             tree: None,
             scaling: ScalingSpec::default(),
+            window: None,
             adapt: None,
         }
     }
@@ -119,6 +125,12 @@ impl DrafterSpec {
             ensure!(
                 tree.depth >= 1,
                 "tree depth (--tree-depth) 0: a tree needs at least one expansion step (use a chain of draft_len 1 for a single draft)"
+            );
+        }
+        if let Some(window) = self.window {
+            ensure!(
+                window >= 1,
+                "window (--drafter-window) {window}: a window needs at least 1 key"
             );
         }
         if let Some(adapt) = &self.adapt {
@@ -152,6 +164,16 @@ impl LoadedDrafter {
             Self::Eagle3(d) => d,
             Self::Pard(d) => d,
             Self::Dflash(d) => d,
+        }
+    }
+
+    /// A sliding window of `window` keys on the drafter's attention (`None`: every key).
+    pub fn set_key_window(&mut self, window: Option<i64>) {
+        match self {
+            Self::Vanilla(d) => d.set_key_window(window),
+            Self::Eagle3(d) => d.set_key_window(window),
+            Self::Pard(d) => d.set_key_window(window),
+            Self::Dflash(d) => d.set_key_window(window),
         }
     }
 
@@ -232,6 +254,7 @@ pub fn load(
             LoadedDrafter::Dflash(DFlashDrafter::load(&dir, &target.net, capacity)?)
         }
     };
+    loaded.set_key_window(spec.window);
     let drafter = loaded.as_drafter_mut();
     let (layers, heads) = drafter.query_layout();
     let scaling = spec.scaling.build(

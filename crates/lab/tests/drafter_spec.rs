@@ -117,3 +117,17 @@ fn an_adapt_block_reads_with_osds_defaults_and_bad_values_name_their_key() {
     let err = zero_every.validate().unwrap_err().to_string();
     assert!(err.contains("adapt.every"), "{err}");
 }
+
+#[test]
+fn a_sliding_window_reads_from_yaml_and_a_window_of_no_keys_is_refused() {
+    let spec: DrafterSpec =
+        serde_norway::from_str("method: vanilla\ncheckpoint: x\nwindow: 512\n").unwrap();
+    assert_eq!(spec.window, Some(512));
+    spec.validate().unwrap();
+    let empty = DrafterSpec {
+        window: Some(0),
+        ..DrafterSpec::new(DraftMethod::Dflash, "x")
+    };
+    let err = empty.validate().unwrap_err().to_string();
+    assert!(err.contains("--drafter-window"), "{err}");
+}

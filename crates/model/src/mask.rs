@@ -71,6 +71,27 @@ impl AttentionMask {
         }
     }
 
+    /// This mask with every row restricted to its last `window` keys: row i (cache index `past + i`) sees
+    /// key j only where it saw it before and `j > past + i - window` (a sliding window on the drafter's
+    /// attention). A window that covers every key leaves the mask as it is.
+    pub fn windowed(&self, past: i64, rows: i64, window: i64, device: Device) -> Result<Self> {
+        if window < 1 {
+            return Err(ModelError::tensor(
+                "attention window",
+                format!("{window} keys: a window needs at least 1"),
+            ));
+        }
+        let keys = past + rows;
+        let visible = match self.materialize(past, rows, device)? {
+            Some(mask) => mask,
+            None => Tensor::ones([rows, keys], (Kind::Bool, device)),
+        };
+        let key_index = Tensor::arange(keys, (Kind::Int64, device)).unsqueeze(0); // [1, L]
+        let row_index = Tensor::arange(rows, (Kind::Int64, device)).unsqueeze(1) + past; // [T, 1]
+        let in_window = key_index.gt_tensor(&(row_index - window));
+        Ok(AttentionMask::Rows(visible.logical_and(&in_window)))
+    }
+
     /// Visible-key count `n_i` of every row: what SharpDraft's `s(n_i)` is computed from. Causal and full
     /// masks are counted without materialising them.
     pub fn visible_counts(&self, past: i64, rows: i64) -> Result<Vec<i64>> {

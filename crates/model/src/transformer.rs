@@ -141,6 +141,8 @@ pub struct Transformer {
     kind: Kind,
     /// SharpDraft scaling of every query row of every forward pass (drafters only; off by default).
     query_scaling: QueryScaling,
+    /// Every row attends to at most its last `key_window` keys (a drafter's sliding window); `None`: all.
+    key_window: Option<i64>,
 }
 
 impl Transformer {
@@ -193,6 +195,7 @@ impl Transformer {
             device: root.device(),
             kind: Kind::Float,
             query_scaling: QueryScaling::off(),
+            key_window: None,
             config,
         }
     }
@@ -204,6 +207,12 @@ impl Transformer {
 
     pub fn query_scaling(&self) -> &QueryScaling {
         &self.query_scaling
+    }
+
+    /// Restricts every later pass's rows to their last `window` keys (a training-free long-context
+    /// option for drafters; the cache still holds every key).
+    pub fn set_key_window(&mut self, window: Option<i64>) {
+        self.key_window = window;
     }
 
     /// Records the kind the variables were converted to after loading.
@@ -292,12 +301,20 @@ impl Transformer {
             }
         };
         let past = cache.len();
-        let visible = input.mask.materialize(past, rows, self.device)?;
+        let windowed;
+        let mask = match self.key_window {
+            Some(window) if past + rows > window => {
+                windowed = input.mask.windowed(past, rows, window, self.device)?;
+                &windowed
+            }
+            _ => input.mask,
+        };
+        let visible = mask.materialize(past, rows, self.device)?;
         // n_i of every row and the factors of every layer, once per pass, only when the queries are scaled.
         let factors = match self.query_scaling.is_off() {
             true => None,
             false => self.query_scaling.pass_factors(
-                &input.mask.visible_counts(past, rows)?,
+                &mask.visible_counts(past, rows)?,
                 self.device,
                 self.kind,
             ),

@@ -263,3 +263,55 @@ fn taps_return_layer_inputs_and_outputs() {
         .to_string();
     assert!(err.contains("LayerOutput(7)"), "{err}");
 }
+
+#[test]
+fn a_windowed_mask_lets_each_row_see_only_its_last_w_keys() {
+    let visible = AttentionMask::Causal
+        .windowed(3, 4, 2, Device::Cpu)
+        .unwrap()
+        .materialize(3, 4, Device::Cpu)
+        .unwrap()
+        .unwrap();
+    let rows: Vec<Vec<bool>> = (0..4)
+        .map(|i| Vec::<bool>::try_from(visible.get(i)).unwrap())
+        .collect();
+    for (i, row) in rows.iter().enumerate() {
+        let seen: Vec<usize> = (0..7).filter(|&j| row[j]).collect();
+        assert_eq!(seen, vec![3 + i - 1, 3 + i], "row {i}");
+    }
+    assert!(AttentionMask::Causal
+        .windowed(3, 4, 0, Device::Cpu)
+        .is_err());
+}
+
+#[test]
+fn a_window_of_one_key_makes_every_row_its_own_single_token_pass_and_a_wide_one_changes_nothing() {
+    for family in FAMILIES {
+        let mut model = load(family);
+        let ids = expected(family).ids;
+        let plain = forward(&model.net, &ids[..12], &mut model.net.new_cache(32));
+        model.net.set_key_window(Some(12));
+        let wide = forward(&model.net, &ids[..12], &mut model.net.new_cache(32));
+        assert!(wide.equal(&plain), "{family}: a window over every key");
+        model.net.set_key_window(Some(1));
+        let narrow = forward(&model.net, &ids[..12], &mut model.net.new_cache(32));
+        model.net.set_key_window(None);
+        for p in [0usize, 5, 11] {
+            let alone = forward_masked(
+                &model.net,
+                &ids[p..p + 1],
+                &mut model.net.new_cache(4),
+                &AttentionMask::Causal,
+                Some(&[p as i64]),
+            );
+            assert!(
+                max_abs_diff(&narrow.narrow(0, p as i64, 1), &alone) < 1e-4,
+                "{family}: row {p}"
+            );
+        }
+        assert!(
+            max_abs_diff(&narrow, &plain) > 1e-3,
+            "{family}: the window did nothing"
+        );
+    }
+}

@@ -93,6 +93,9 @@ pub struct DrafterArgs {
     pub tree_tokens: Option<usize>,
     #[command(flatten)]
     pub scaling: ScalingArgs,
+    /// Sliding window on the drafter's attention: each drafting row sees at most its last N keys.
+    #[arg(long, requires = "drafter")]
+    pub drafter_window: Option<i64>,
     #[command(flatten)]
     pub adapt: AdaptArgs,
 }
@@ -114,6 +117,7 @@ impl DrafterArgs {
             draft_len: self.draft_len,
             tree,
             scaling: self.scaling.spec(scaling),
+            window: self.drafter_window,
             adapt: self.adapt.config(),
         }
     }

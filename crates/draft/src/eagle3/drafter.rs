@@ -54,6 +54,11 @@ impl Eagle3Drafter {
         })
     }
 
+    /// A sliding window of `window` keys on the head's attention (`None`: every key).
+    pub fn set_key_window(&mut self, window: Option<i64>) {
+        self.head.set_key_window(window);
+    }
+
     /// Training length n0 recorded in the checkpoint, else `max_position_embeddings`.
     pub fn training_length(&self) -> i64 {
         self.head

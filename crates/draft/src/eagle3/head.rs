@@ -45,6 +45,8 @@ pub struct Eagle3Head {
     pub(crate) head_dim: i64,
     /// SharpDraft scaling of the layer's queries while drafting (training runs within n0, unscaled).
     pub(crate) query_scaling: QueryScaling,
+    /// Drafting rows attend to at most their last `key_window` keys (`None`: all).
+    pub(crate) key_window: Option<i64>,
 }
 
 pub(crate) fn checkpoint_error(path: &Path, reason: impl Into<String>) -> DraftError {
@@ -219,6 +221,7 @@ impl Eagle3Head {
             kv_heads,
             head_dim,
             query_scaling: QueryScaling::off(),
+            key_window: None,
         };
         Ok((head, ids.into_iter().map(Tap::LayerInput).collect()))
     }
@@ -311,6 +314,14 @@ impl Eagle3Head {
         let past = cache.len();
         let (residual, q, k, v) = self.project(embeddings, hidden, positions);
         let (keys, values) = cache.write(0, &k, &v)?;
+        let windowed;
+        let mask = match self.key_window {
+            Some(window) if past + rows > window => {
+                windowed = mask.windowed(past, rows, window, embeddings.device())?;
+                &windowed
+            }
+            _ => mask,
+        };
         let visible = mask.materialize(past, rows, embeddings.device())?;
         // n_i = stable context + depth + 1 in a tree: the row-sum of its mask (derivation.md §7).
         let mut q = q;
@@ -344,6 +355,11 @@ impl Eagle3Head {
 
     pub fn set_query_scaling(&mut self, scaling: QueryScaling) {
         self.query_scaling = scaling;
+    }
+
+    /// A sliding window of `window` keys on every later drafting pass (training is not windowed).
+    pub fn set_key_window(&mut self, window: Option<i64>) {
+        self.key_window = window;
     }
 
     /// Target id -> draft id (or -1 when the draft vocabulary does not hold it), `[vocab]` i64.
