@@ -10,6 +10,8 @@
 //! per_head: true                        # per-head betas in the schedule (else the pooled beta)
 //! beta_max: 2.0
 //! out: smollm2-eagle3                   # $SHARPDRAFT_HOME/calibrations/<out>, or a path with a '/'
+//! # reference: target                   # hold (iii)'s mass where the target's own dilution puts it
+//! # target_probe: ../probe/smollm2-target.yaml   # (or target_probe_dir) a probe with method: target
 //! ```
 //!
 //! Output folder: `schedule.yaml` (n0, beta, and the exact table of estimator (iii)), `betas.parquet`
@@ -23,7 +25,7 @@ use crate::table::{Column, Table};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::{
     calibrate, Beta, Calibration, CalibrationConfig, Estimator, ExactScales, HeadStats,
-    ScaleSchedule,
+    MassReference, ScaleSchedule, TargetDilution,
 };
 use sharpdraft_model::output_folder;
 use sharpdraft_model::registry;
@@ -47,6 +49,28 @@ pub struct CalibrateConfig {
     #[serde(default = "default_beta_max")]
     pub beta_max: f64,
     pub out: String,
+    /// What estimator (iii) holds each long bin's mass at.
+    #[serde(default)]
+    pub reference: ReferenceKind,
+    /// With `reference: target`: a probe config with `method: target` over the drafter's lengths (run
+    /// first when it has not finished) ...
+    #[serde(default)]
+    pub target_probe: Option<PathBuf>,
+    /// ... or the folder of a finished one.
+    #[serde(default)]
+    pub target_probe_dir: Option<PathBuf>,
+}
+
+/// The mass estimator (iii) solves for at each long bin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ReferenceKind {
+    /// The drafter head's own mass at n0.
+    #[default]
+    Drafter,
+    /// That mass moved as the target's own mass falls from n0 (pooled over its heads): a drafter that
+    /// imitates a diluting target is not sharpened past it.
+    Target,
 }
 
 fn default_k() -> i64 {
@@ -103,6 +127,28 @@ impl CalibrateConfig {
             path.display(),
             config.beta_max
         );
+        let target_probes = usize::from(config.target_probe.is_some())
+            + usize::from(config.target_probe_dir.is_some());
+        match config.reference {
+            ReferenceKind::Drafter => ensure!(
+                target_probes == 0,
+                "{}: target_probe / target_probe_dir given with reference: drafter (use reference: target)",
+                path.display()
+            ),
+            ReferenceKind::Target => {
+                ensure!(
+                    target_probes == 1,
+                    "{}: reference: target needs exactly one of target_probe (a probe config with method: target) and target_probe_dir",
+                    path.display()
+                );
+                ensure!(
+                    config.estimator == Estimator::ExactLeastSquares,
+                    "{}: reference: target applies to estimator exact_least_squares, not {:?}",
+                    path.display(),
+                    config.estimator
+                );
+            }
+        }
         Ok(config)
     }
 
@@ -130,13 +176,52 @@ pub fn run(config_path: &Path) -> Result<CalibrationOutput> {
         (None, Some(dir)) => read_probe(&base.join(dir))?,
         (None, None) => unreachable!("validated"),
     };
-    calibrate_probe(&config, &probe)
+    let target = match (&config.target_probe, &config.target_probe_dir) {
+        (Some(probe), _) => {
+            let path = base.join(probe);
+            let probe_config = ProbeConfig::load(&path)?;
+            Some(crate::probe_run::run_config(
+                &probe_config,
+                path.parent().unwrap_or(Path::new(".")),
+            )?)
+        }
+        (None, Some(dir)) => Some(read_probe(&base.join(dir))?),
+        (None, None) => None,
+    };
+    calibrate_probe(&config, &probe, target.as_ref())
 }
 
-/// Fits every estimator on a finished probe and writes the schedule, table and plots.
-pub fn calibrate_probe(config: &CalibrateConfig, probe: &ProbeOutput) -> Result<CalibrationOutput> {
+/// The target's dilution from its probe, for `reference: target`.
+fn target_dilution(
+    config: &CalibrateConfig,
+    target: Option<&ProbeOutput>,
+) -> Result<MassReference> {
+    match (config.reference, target) {
+        (ReferenceKind::Drafter, _) => Ok(MassReference::Drafter),
+        (ReferenceKind::Target, None) => {
+            bail!("reference: target needs the target's probe (target_probe or target_probe_dir)")
+        }
+        (ReferenceKind::Target, Some(probe)) => {
+            let heads = head_stats(&probe.bins, &probe.curves, config.k);
+            let dilution = TargetDilution::from_heads(&heads)
+                .with_context(|| format!("the target probe in {}", probe.dir.display()))?;
+            Ok(MassReference::Target(dilution))
+        }
+    }
+}
+
+/// Fits every estimator on a finished probe and writes the schedule, table and plots; `target` is the
+/// target's finished probe for `reference: target`.
+pub fn calibrate_probe(
+    config: &CalibrateConfig,
+    probe: &ProbeOutput,
+    target: Option<&ProbeOutput>,
+) -> Result<CalibrationOutput> {
     let dir = config.out_dir();
-    output_folder::claim(&dir, "calibrate", &[&probe.dir])?;
+    let mut inputs = vec![probe.dir.as_path()];
+    inputs.extend(target.map(|t| t.dir.as_path()));
+    output_folder::claim(&dir, "calibrate", &inputs)?;
+    let reference = target_dilution(config, target)?;
     let heads = head_stats(&probe.bins, &probe.curves, config.k);
     ensure!(
         !heads.is_empty(),
@@ -162,6 +247,12 @@ pub fn calibrate_probe(config: &CalibrateConfig, probe: &ProbeOutput) -> Result<
                 n0,
                 estimator,
                 beta_max: config.beta_max,
+                // The target reference is defined for (iii); the other estimators are shown as they are.
+                reference: if estimator == Estimator::ExactLeastSquares {
+                    reference.clone()
+                } else {
+                    MassReference::Drafter
+                },
             },
         ) {
             Ok(fit) => {

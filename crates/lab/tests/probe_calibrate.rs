@@ -2,7 +2,7 @@
 //! writes one row per (layer, head, bin, k) and is reused when finished; calibration writes a schedule
 //! that fits the model, a table of betas for every estimator, and both plots. Bad configs name the key.
 
-use sharpdraft_lab::calibrate_run::{calibrate_probe, CalibrateConfig};
+use sharpdraft_lab::calibrate_run::{calibrate_probe, CalibrateConfig, ReferenceKind};
 use sharpdraft_lab::probe_run::{read_probe, run_config, ProbeConfig};
 use sharpdraft_lab::table::Table;
 use sharpdraft_math::{Beta, Estimator, ScaleSchedule};
@@ -79,8 +79,11 @@ fn a_probe_then_a_calibration_write_statistics_a_schedule_and_plots() {
         per_head: true,
         beta_max: 2.0,
         out: dir.path().join("calibration").display().to_string(),
+        reference: ReferenceKind::Drafter,
+        target_probe: None,
+        target_probe_dir: None,
     };
-    let out = calibrate_probe(&calibration, &read_probe(&probe.dir).unwrap()).unwrap();
+    let out = calibrate_probe(&calibration, &read_probe(&probe.dir).unwrap(), None).unwrap();
     let schedule = ScaleSchedule::load(&out.schedule_path).unwrap();
     schedule.check_shape(2, 4).unwrap();
     assert!(matches!(schedule.beta, Beta::PerHead(_)));
@@ -162,4 +165,97 @@ fn a_new_probe_that_fails_leaves_the_finished_probe_in_its_folder_whole() {
         names.iter().all(|n| !n.contains("staging")),
         "no staging folder is left: {names:?}"
     );
+}
+
+/// The fixture probed as the target and calibrated against its own pooled dilution: at every bin, a head
+/// is sharpened no more than against its own n0 wherever the target's pooled mass falls, and no less
+/// wherever it rises.
+#[test]
+fn a_calibration_against_the_target_follows_the_targets_own_dilution() {
+    use sharpdraft_math::{calibrate, CalibrationConfig, MassReference, TargetDilution};
+    let dir = tempfile::tempdir().unwrap();
+    write_text(dir.path());
+    let target: ProbeConfig = serde_norway::from_str(&probe_yaml(dir.path(), "")).unwrap();
+    let target_probe = run_config(&target, dir.path()).unwrap();
+    let calibrate_yaml = |extra: &str| {
+        format!(
+            "probe_dir: {}\nk: 4\nout: {}\n{extra}",
+            target_probe.dir.display(),
+            dir.path().join("calibration").display()
+        )
+    };
+    let path = dir.path().join("calibrate.yaml");
+    std::fs::write(
+        &path,
+        calibrate_yaml(&format!(
+            "reference: target\ntarget_probe_dir: {}\n",
+            target_probe.dir.display()
+        )),
+    )
+    .unwrap();
+    let config = CalibrateConfig::load(&path).unwrap();
+    let out = calibrate_probe(
+        &config,
+        &read_probe(&target_probe.dir).unwrap(),
+        Some(&target_probe),
+    )
+    .unwrap();
+    ScaleSchedule::load(&out.schedule_path)
+        .unwrap()
+        .check_shape(2, 4)
+        .unwrap();
+    // Against the drafter's own n0, on the same statistics, head by head.
+    let heads = sharpdraft_probe::head_stats(&target_probe.bins, &target_probe.curves, 4);
+    let dilution = TargetDilution::from_heads(&heads).unwrap();
+    let own = calibrate(
+        &heads,
+        &CalibrationConfig {
+            n0: 16.0,
+            estimator: Estimator::ExactLeastSquares,
+            beta_max: 2.0,
+            reference: MassReference::Drafter,
+        },
+    )
+    .unwrap();
+    let against_target = out
+        .fits
+        .iter()
+        .find(|f| f.estimator == Estimator::ExactLeastSquares)
+        .unwrap();
+    let mut compared = 0;
+    for (own_head, target_head) in own.heads.iter().zip(&against_target.heads) {
+        for ((n, s_own), (_, s_target)) in own_head.bin_scales.iter().zip(&target_head.bin_scales) {
+            let (Some(s_own), Some(s_target)) = (s_own, s_target) else {
+                continue;
+            };
+            let shift = dilution.shift(16.0, *n).unwrap();
+            if shift < 0.0 {
+                assert!(
+                    s_target <= s_own,
+                    "n {n}: the target dilutes, yet {s_target} > {s_own}"
+                );
+            } else {
+                assert!(
+                    s_target >= s_own,
+                    "n {n}: the target sharpens, yet {s_target} < {s_own}"
+                );
+            }
+            compared += 1;
+        }
+    }
+    assert!(compared > 0);
+    // A target reference without the target's probe, or on another estimator, is refused by name.
+    std::fs::write(&path, calibrate_yaml("reference: target\n")).unwrap();
+    let err = CalibrateConfig::load(&path).unwrap_err().to_string();
+    assert!(err.contains("target_probe"), "{err}");
+    std::fs::write(
+        &path,
+        calibrate_yaml(&format!(
+            "reference: target\nestimator: local_slope\ntarget_probe_dir: {}\n",
+            target_probe.dir.display()
+        )),
+    )
+    .unwrap();
+    let err = CalibrateConfig::load(&path).unwrap_err().to_string();
+    assert!(err.contains("exact_least_squares"), "{err}");
 }

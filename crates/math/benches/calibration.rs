@@ -49,6 +49,7 @@ fn bench(c: &mut Criterion) {
         n0: N0,
         estimator: Estimator::ExactLeastSquares,
         beta_max: 2.0,
+        reference: Default::default(),
     };
     let mut group = c.benchmark_group("calibrate");
     group.sample_size(20);
@@ -58,7 +59,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("local_slope_64_heads_x_16_bins", |b| {
         let config = CalibrationConfig {
             estimator: Estimator::LocalSlope,
-            ..config
+            ..config.clone()
         };
         b.iter(|| calibrate(&heads, &config).unwrap())
     });

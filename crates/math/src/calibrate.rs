@@ -9,6 +9,11 @@
 //!
 //! Guards: beta = 0 where the plug-in `D_hat <= 0` ((i), (i')) or where no dilution/gap is measured ((ii));
 //! every beta is clipped to `[0, beta_max]`.
+//!
+//! Reference of (iii): by default the head's own mass at n0 (the drafter was right at its training
+//! length). With [`MassReference::Target`] the mass it is held at falls from n0 as the target's own mass
+//! falls (pooled over the target's heads): a drafter that imitates a target which dilutes too is not
+//! sharpened past it, and where it already sits at or above that mass its bin keeps s = 1.
 
 use crate::error::{ensure, MathError, Result};
 use crate::mass::{logit, mass_of_split, split_top_k, TopKMass};
@@ -191,12 +196,113 @@ pub enum Estimator {
     ExactLeastSquares,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CalibrationConfig {
     pub n0: f64,
     pub estimator: Estimator,
     /// Upper clip of every beta.
     pub beta_max: f64,
+    /// What estimator (iii) holds each long bin's mass at.
+    pub reference: MassReference,
+}
+
+/// The mass estimator (iii) solves for at a long bin.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum MassReference {
+    /// The head's own mass at n0.
+    #[default]
+    Drafter,
+    /// The head's mass at n0, moved by the target's own fall in `logit M_k` from n0 to n.
+    Target(TargetDilution),
+}
+
+/// How the target's top-k mass falls with the number of visible keys: `(ln n, mean logit M_k)` over the
+/// target's heads, per length bin, increasing in n.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetDilution {
+    points: Vec<(f64, f64)>,
+}
+
+impl TargetDilution {
+    /// From a target's per-head statistics (its probe): each bin's `logit M_k` averaged over the heads;
+    /// bins of the same rank across heads are one length (their n averaged in log).
+    pub fn from_heads(heads: &[HeadStats]) -> Result<Self> {
+        ensure(!heads.is_empty(), "target heads", 0.0, "nothing to pool")?;
+        let bins = heads.iter().map(|h| h.bins.len()).min().unwrap_or(0);
+        ensure(
+            bins >= 2,
+            "target bins",
+            bins as f64,
+            "the target's dilution needs at least two length bins",
+        )?;
+        let mut points: Vec<(f64, f64)> = (0..bins)
+            .map(|b| {
+                let count = heads.len() as f64;
+                let ln_n = heads.iter().map(|h| h.bins[b].n.ln()).sum::<f64>() / count;
+                let mass = heads.iter().map(|h| logit(h.bins[b].mass)).sum::<f64>() / count;
+                (ln_n, mass)
+            })
+            .collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Ok(Self { points })
+    }
+
+    /// From `(n, mean M_k)` points directly (tests, other tools).
+    pub fn from_points(points: &[(f64, f64)]) -> Result<Self> {
+        ensure(
+            points.len() >= 2,
+            "target bins",
+            points.len() as f64,
+            "needs at least two",
+        )?;
+        let mut points: Vec<(f64, f64)> = points.iter().map(|&(n, m)| (n.ln(), logit(m))).collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Ok(Self { points })
+    }
+
+    /// `logit M_T` at n, linear in ln n between the target's bins; outside them, an error naming n.
+    fn logit_mass(&self, n: f64) -> Result<f64> {
+        let x = n.ln();
+        let (first, last) = (self.points[0], self.points[self.points.len() - 1]);
+        // A bin's representative n may sit a little outside the target's; within the reference
+        // tolerance the end value stands.
+        if x <= first.0 {
+            ensure(
+                first.0 - x <= REFERENCE_TOLERANCE.ln(),
+                "n",
+                n,
+                &format!(
+                    "lies below the target probe's shortest bin ({:.0})",
+                    first.0.exp()
+                ),
+            )?;
+            return Ok(first.1);
+        }
+        if x >= last.0 {
+            ensure(
+                x - last.0 <= REFERENCE_TOLERANCE.ln(),
+                "n",
+                n,
+                &format!(
+                    "lies beyond the target probe's longest bin ({:.0})",
+                    last.0.exp()
+                ),
+            )?;
+            return Ok(last.1);
+        }
+        let i = self
+            .points
+            .iter()
+            .position(|p| p.0 >= x)
+            .expect("inside the range");
+        let ((x0, y0), (x1, y1)) = (self.points[i - 1], self.points[i]);
+        Ok(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    }
+
+    /// `logit M_T(n) - logit M_T(n0)`: how far the target's own mass has fallen (negative when it dilutes).
+    pub fn shift(&self, n0: f64, n: f64) -> Result<f64> {
+        Ok(self.logit_mass(n)? - self.logit_mass(n0)?)
+    }
 }
 
 /// Why a head's beta was changed from its raw estimate.
@@ -209,6 +315,9 @@ pub enum Guard {
     NoDilution,
     /// Raw beta outside `[0, beta_max]`.
     Clipped,
+    /// Against the target reference, every long bin already sits at or above the target-referenced mass:
+    /// sharpening would move the drafter away from the target.
+    FollowsTarget,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -298,12 +407,25 @@ pub fn calibrate(heads: &[HeadStats], config: &CalibrationConfig) -> Result<Cali
             }
             Estimator::LocalSlope => local_slope(head, reference, config.n0)?,
             Estimator::ExactLeastSquares => {
-                let (num, den) = exact_least_squares(head, reference, config.n0, &mut bin_scales)?;
+                let (num, den) = exact_least_squares(
+                    head,
+                    reference,
+                    config.n0,
+                    &config.reference,
+                    &mut bin_scales,
+                )?;
                 pooled_num += num;
                 pooled_den += den;
+                let follows_target = matches!(config.reference, MassReference::Target(_))
+                    && !bin_scales.is_empty()
+                    && bin_scales.iter().all(|(_, s)| *s == Some(1.0));
                 (
                     if den > 0.0 { num / den } else { f64::NAN },
-                    (den <= 0.0).then_some(Guard::NoDilution),
+                    if follows_target {
+                        Some(Guard::FollowsTarget)
+                    } else {
+                        (den <= 0.0).then_some(Guard::NoDilution)
+                    },
                 )
             }
         };
@@ -374,13 +496,14 @@ fn exact_least_squares(
     head: &HeadStats,
     reference: &BinStats,
     n0: f64,
+    mass_reference: &MassReference,
     bin_scales: &mut Vec<(f64, Option<f64>)>,
 ) -> Result<(f64, f64)> {
-    let target = if reference.has_mass_at_scale() {
+    let at_n0 = logit(if reference.has_mass_at_scale() {
         reference.mean_mass(1.0)
     } else {
         reference.mass
-    };
+    });
     let (mut num, mut den) = (0.0, 0.0);
     for bin in head
         .bins
@@ -393,8 +516,13 @@ fn exact_least_squares(
                 head.layer, head.head, bin.n
             )));
         }
-        // Mean mass is increasing in s (Lemma 1), so the first crossing is the unique root.
-        let f = |s: f64| logit(bin.mean_mass(s)) - logit(target);
+        let wanted = match mass_reference {
+            MassReference::Drafter => at_n0,
+            MassReference::Target(dilution) => at_n0 + dilution.shift(n0, bin.n)?,
+        };
+        // Mean mass is increasing in s (Lemma 1), so the first crossing is the unique root; a bin already
+        // at or above the wanted mass keeps s = 1.
+        let f = |s: f64| logit(bin.mean_mass(s)) - wanted;
         let hi = if bin.rows.is_empty() {
             bin.curve.last().map_or(1.0, |p| p.0)
         } else {

@@ -19,7 +19,8 @@ pub mod schedule;
 pub mod slopes;
 
 pub use calibrate::{
-    calibrate, BinStats, Calibration, CalibrationConfig, Estimator, HeadStats, RowLogits,
+    calibrate, BinStats, Calibration, CalibrationConfig, Estimator, HeadStats, MassReference,
+    RowLogits, TargetDilution,
 };
 pub use error::{MathError, Result};
 pub use mass::{top_k_mass, TopKMass};

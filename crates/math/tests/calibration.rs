@@ -5,7 +5,8 @@ mod common;
 use common::{planted_row, rng, spread_advantages};
 use sharpdraft_math::calibrate::Guard;
 use sharpdraft_math::{
-    calibrate, BinStats, CalibrationConfig, Estimator, HeadStats, PlantedKeys, RowLogits,
+    calibrate, BinStats, CalibrationConfig, Estimator, HeadStats, MassReference, PlantedKeys,
+    RowLogits, TargetDilution,
 };
 
 const N0: usize = 512;
@@ -101,6 +102,7 @@ fn config(estimator: Estimator) -> CalibrationConfig {
         n0: N0 as f64,
         estimator,
         beta_max: 2.0,
+        reference: MassReference::Drafter,
     }
 }
 
@@ -301,6 +303,7 @@ fn the_exact_estimator_solves_on_a_recorded_mass_curve_when_no_rows_are_kept() {
             n0: 256.0,
             estimator: Estimator::ExactLeastSquares,
             beta_max: 4.0,
+            reference: MassReference::Drafter,
         },
     )
     .unwrap();
@@ -308,4 +311,81 @@ fn the_exact_estimator_solves_on_a_recorded_mass_curve_when_no_rows_are_kept() {
     assert_eq!(n, 1024.0);
     assert!((s.unwrap() - 1.5).abs() < 1e-9, "{s:?}");
     assert!((fit.heads[0].beta - 0.5 / 4f64.ln()).abs() < 1e-9);
+}
+
+/// A drafter head at n0 = 256 with mass 0.3, whose mass falls to 0.2 at n = 1024 unscaled and reaches 0.3
+/// again at s = 1.5 (its recorded curve), calibrated against a target that dilutes by `target_at_1024`
+/// (its pooled mass 0.3 at 256).
+fn against_target(target_at_1024: f64) -> sharpdraft_math::calibrate::HeadBeta {
+    let mut head = handmade_head(5.0, 1.0);
+    head.bins[0].n = 256.0;
+    head.bins[0].curve = vec![(1.0, 0.3), (2.0, 0.6)];
+    let long = BinStats {
+        n: 1024.0,
+        mass: 0.2,
+        curve: vec![(1.0, 0.2), (1.25, 0.25), (1.5, 0.3), (2.0, 0.4)],
+        ..head.bins[1].clone()
+    };
+    head.bins = vec![head.bins[0].clone(), long];
+    let dilution = TargetDilution::from_points(&[(256.0, 0.3), (1024.0, target_at_1024)]).unwrap();
+    let fit = calibrate(
+        &[head],
+        &CalibrationConfig {
+            n0: 256.0,
+            estimator: Estimator::ExactLeastSquares,
+            beta_max: 4.0,
+            reference: MassReference::Target(dilution),
+        },
+    )
+    .unwrap();
+    fit.heads[0].clone()
+}
+
+#[test]
+fn against_a_target_that_does_not_dilute_the_exact_estimator_holds_the_mass_at_n0_as_before() {
+    let head = against_target(0.3);
+    assert!((head.bin_scales[0].1.unwrap() - 1.5).abs() < 1e-9);
+    assert!((head.beta - 0.5 / 4f64.ln()).abs() < 1e-9);
+}
+
+#[test]
+fn against_a_target_that_dilutes_as_much_as_the_drafter_beta_is_zero_and_says_why() {
+    for target_at_1024 in [0.2, 0.1] {
+        let head = against_target(target_at_1024);
+        assert_eq!(head.bin_scales[0].1, Some(1.0), "{target_at_1024}");
+        assert_eq!(head.beta, 0.0);
+        assert_eq!(head.guard, Some(Guard::FollowsTarget));
+    }
+}
+
+#[test]
+fn against_a_target_that_dilutes_half_as_much_the_drafter_is_sharpened_less() {
+    // logit 0.25 lies about halfway between logit 0.2 and logit 0.3: the target-referenced mass at 1024.
+    let head = against_target(0.25);
+    let s = head.bin_scales[0].1.unwrap();
+    assert!(s > 1.0 && s < 1.5, "{s}");
+    assert!(head.beta > 0.0 && head.beta < 0.5 / 4f64.ln());
+    assert_eq!(head.guard, None);
+}
+
+#[test]
+fn a_target_dilution_pools_its_heads_and_refuses_lengths_it_never_saw() {
+    let head = |m256: f64, m1024: f64| {
+        let mut h = handmade_head(5.0, 1.0);
+        h.bins[0].n = 256.0;
+        h.bins[0].mass = m256;
+        h.bins[1].n = 1024.0;
+        h.bins[1].mass = m1024;
+        h
+    };
+    let dilution = TargetDilution::from_heads(&[head(0.4, 0.2), head(0.6, 0.3)]).unwrap();
+    let logit = |p: f64| (p / (1.0 - p)).ln();
+    let want = (logit(0.2) + logit(0.3)) / 2.0 - (logit(0.4) + logit(0.6)) / 2.0;
+    assert!((dilution.shift(256.0, 1024.0).unwrap() - want).abs() < 1e-12);
+    assert_eq!(dilution.shift(256.0, 256.0).unwrap(), 0.0);
+    let err = dilution.shift(256.0, 65536.0).unwrap_err().to_string();
+    assert!(
+        err.contains("beyond the target probe's longest bin"),
+        "{err}"
+    );
 }
