@@ -12,10 +12,11 @@ use rand::{Rng, SeedableRng};
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal};
 use sharpdraft_model::generate::prefill_with_taps;
 use sharpdraft_model::{
-    AttentionMask, ForwardInput, KvCache, LogitRows, Sampler, Sampling, Tap, Transformer,
+    AttentionMask, AttentionObserver, AttentionView, ForwardInput, KvCache, LogitRows, Sampler,
+    Sampling, Tap, Transformer,
 };
 use std::time::Instant;
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
 pub type Result<T> = std::result::Result<T, DecodeError>;
 
@@ -165,12 +166,19 @@ impl<'a> Session<'a> {
         let ids_t = Tensor::from_slice(&ids).to_device(device);
         let positions_t = Tensor::from_slice(&positions).to_device(device);
         let mut speculation = self.cache.speculate();
+        // Retrieval reads what the target's last layer attended to from the root.
+        let mut root_attention = drafter
+            .wants_target_attention()
+            .then(|| RootAttention::new(target.config.num_layers - 1));
         let forward_start = Instant::now();
         let out = target.forward(
             ForwardInput {
                 mask: &mask,
                 logits: LogitRows::All,
                 taps: &self.taps,
+                observer: root_attention
+                    .as_mut()
+                    .map(|o| o as &mut dyn AttentionObserver),
                 ..ForwardInput::causal(&ids_t, &positions_t)
             },
             &mut speculation,
@@ -212,6 +220,7 @@ impl<'a> Session<'a> {
                 bonus: verdict.bonus,
                 target_hidden: hidden.as_ref(),
                 target_logits: &kept_logits,
+                target_attention: root_attention.as_ref().and_then(|o| o.scores.as_ref()),
             };
             drafter.observe(
                 &DraftContext {
@@ -235,6 +244,37 @@ impl<'a> Session<'a> {
             verify_seconds,
         });
         Ok(())
+    }
+}
+
+/// The target's attention of the root row (row 0 of a verification pass) in one layer, over the
+/// committed keys and the root itself, averaged over heads: `[past + 1]`.
+struct RootAttention {
+    layer: usize,
+    scores: Option<Tensor>,
+}
+
+impl RootAttention {
+    fn new(layer: usize) -> Self {
+        Self {
+            layer,
+            scores: None,
+        }
+    }
+}
+
+impl AttentionObserver for RootAttention {
+    fn wants(&self, layer: usize) -> bool {
+        layer == self.layer
+    }
+
+    fn observe(&mut self, _layer: usize, view: &AttentionView<'_>) {
+        let logits = view.logits(0..1, 0..view.past + 1); // [H, 1, past + 1]
+        self.scores = Some(logits.softmax(-1, Kind::Float).mean_dim(
+            &[0i64, 1][..],
+            false,
+            Kind::Float,
+        ));
     }
 }
 

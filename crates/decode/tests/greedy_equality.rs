@@ -3,8 +3,8 @@
 mod common;
 
 use common::*;
-use sharpdraft_draft::TreeShape;
-use sharpdraft_model::Sampling;
+use sharpdraft_draft::{Drafter, TreeShape};
+use sharpdraft_model::{KeySelection, Sampling};
 
 #[test]
 fn a_vanilla_chain_emits_the_targets_greedy_tokens() {
@@ -136,22 +136,26 @@ fn drafters_with_a_sliding_window_emit_the_targets_greedy_tokens_and_a_wide_wind
         let report = match method {
             0 => {
                 let mut d = vanilla("qwen2", &target, 3, Sampling::greedy());
-                d.set_key_window(window);
+                d.set_key_selection(window.map(KeySelection::window))
+                    .unwrap();
                 spec(&target, &mut d, &PROMPT, 24, Sampling::greedy())
             }
             1 => {
                 let mut d = eagle3(&eagle_dir, &target, TreeShape::chain(3), Sampling::greedy());
-                d.set_key_window(window);
+                d.set_key_selection(window.map(KeySelection::window))
+                    .unwrap();
                 spec(&target, &mut d, &PROMPT, 24, Sampling::greedy())
             }
             2 => {
                 let mut d = pard(&pard_dir, &target, 3);
-                d.set_key_window(window);
+                d.set_key_selection(window.map(KeySelection::window))
+                    .unwrap();
                 spec(&target, &mut d, &PROMPT, 24, Sampling::greedy())
             }
             _ => {
                 let mut d = dflash(&dflash_dir, &target);
-                d.set_key_window(window);
+                d.set_key_selection(window.map(KeySelection::window))
+                    .unwrap();
                 spec(&target, &mut d, &PROMPT, 24, Sampling::greedy())
             }
         };

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal, TreeShape};
 use sharpdraft_math::ScaleSchedule;
-use sharpdraft_model::{QueryScaling, Sampler, Sampling, ScalingMode, Tap};
+use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Sampling, ScalingMode, Tap};
 use tch::Tensor;
 
 /// Records every proposal of the drafter it wraps.
@@ -61,6 +61,15 @@ impl Drafter for Recording<'_> {
     }
     fn variables(&self) -> Vec<(String, tch::Tensor)> {
         self.inner.variables()
+    }
+    fn set_key_selection(
+        &mut self,
+        selection: Option<KeySelection>,
+    ) -> sharpdraft_draft::drafter::Result<()> {
+        self.inner.set_key_selection(selection)
+    }
+    fn wants_target_attention(&self) -> bool {
+        self.inner.wants_target_attention()
     }
 }
 
@@ -183,7 +192,8 @@ fn a_narrow_sliding_window_changes_every_drafters_drafts_and_a_wide_one_none() {
         match method {
             0 => {
                 let mut d = vanilla("qwen2", &target, 4, Sampling::greedy());
-                d.set_key_window(window);
+                d.set_key_selection(window.map(KeySelection::window))
+                    .unwrap();
                 proposals_of(&mut d)
             }
             1 => {
@@ -193,17 +203,20 @@ fn a_narrow_sliding_window_changes_every_drafters_drafts_and_a_wide_one_none() {
                     total_tokens: 12,
                 };
                 let mut d = eagle3(&eagle_dir, &target, shape, Sampling::greedy());
-                d.set_key_window(window);
+                d.set_key_selection(window.map(KeySelection::window))
+                    .unwrap();
                 proposals_of(&mut d)
             }
             2 => {
                 let mut d = pard(&pard_dir, &target, 4);
-                d.set_key_window(window);
+                d.set_key_selection(window.map(KeySelection::window))
+                    .unwrap();
                 proposals_of(&mut d)
             }
             _ => {
                 let mut d = dflash(&dflash_dir, &target);
-                d.set_key_window(window);
+                d.set_key_selection(window.map(KeySelection::window))
+                    .unwrap();
                 proposals_of(&mut d)
             }
         }
@@ -223,5 +236,174 @@ fn a_narrow_sliding_window_changes_every_drafters_drafts_and_a_wide_one_none() {
             plain,
             "{name}: a window of 2 keys changed nothing"
         );
+    }
+}
+
+/// SpecExtend's retrieval over every drafter: retrieving every chunk with a window over the whole
+/// context drafts exactly what the plain drafter drafts; one chunk and a window of one key change the
+/// drafts; greedy output stays the target's either way.
+#[test]
+fn retrieval_of_every_chunk_drafts_as_none_and_a_narrow_retrieval_changes_the_drafts() {
+    use sharpdraft_draft::retrieval::{RetrievalConfig, RetrievingDrafter};
+    let target = load("llama");
+    let want = greedy_ar(&target, &PROMPT, 24);
+    let dir = tempfile::tempdir().unwrap();
+    let (eagle_dir, pard_dir, dflash_dir) = (
+        dir.path().join("eagle"),
+        dir.path().join("pard"),
+        dir.path().join("dflash"),
+    );
+    write_eagle3(&eagle_dir, &target, &EagleOptions::default());
+    write_pard(&pard_dir, "qwen2");
+    write_dflash(&dflash_dir, &target, &dflash_options(4, None));
+    let plain = |method: usize| -> Box<dyn Drafter + '_> {
+        match method {
+            0 => Box::new(vanilla("qwen2", &target, 4, Sampling::greedy())),
+            1 => Box::new(eagle3(
+                &eagle_dir,
+                &target,
+                TreeShape::chain(3),
+                Sampling::greedy(),
+            )),
+            2 => Box::new(pard(&pard_dir, &target, 4)),
+            _ => Box::new(dflash(&dflash_dir, &target)),
+        }
+    };
+    let run = |drafter: &mut dyn Drafter| -> (Vec<Vec<i64>>, Vec<i64>) {
+        let mut recording = Recording {
+            inner: drafter,
+            proposals: Vec::new(),
+        };
+        let report = spec(&target, &mut recording, &PROMPT, 24, Sampling::greedy());
+        (recording.proposals, report.ids)
+    };
+    for (method, name) in ["vanilla", "eagle3", "pard", "dflash"].iter().enumerate() {
+        let (unrestricted, ids) = run(plain(method).as_mut());
+        assert_eq!(ids, want, "{name}");
+        let everything = RetrievalConfig {
+            chunk: 4,
+            top_chunks: 1000,
+            recent: 1000,
+            every: 1,
+        };
+        let mut wide = RetrievingDrafter::new(plain(method), everything).unwrap();
+        let (drafts, ids) = run(&mut wide);
+        assert_eq!(
+            (drafts, ids),
+            (unrestricted.clone(), want.clone()),
+            "{name}: every chunk"
+        );
+        assert!(wide.retrievals() >= 2, "{name}");
+        let narrow = RetrievalConfig {
+            chunk: 2,
+            top_chunks: 1,
+            recent: 1,
+            every: 1,
+        };
+        let mut narrow = RetrievingDrafter::new(plain(method), narrow).unwrap();
+        let (drafts, ids) = run(&mut narrow);
+        assert_eq!(ids, want, "{name}: lossless with retrieval");
+        assert_ne!(
+            drafts, unrestricted,
+            "{name}: one chunk of 2 keys changed nothing"
+        );
+    }
+}
+
+/// What retrieval reads: after every verification, the target's last-layer attention of the root over
+/// the committed keys (a distribution), for a drafter that asks, and nothing for one that does not.
+#[test]
+fn a_drafter_that_asks_gets_the_targets_root_attention_over_the_committed_keys() {
+    struct Asking<'a> {
+        inner: &'a mut dyn Drafter,
+        seen: Vec<(usize, i64, f64)>,
+        asks: bool,
+    }
+    impl Drafter for Asking<'_> {
+        fn method(&self) -> &'static str {
+            self.inner.method()
+        }
+        fn prefill(
+            &mut self,
+            ctx: &DraftContext<'_>,
+            hidden: Option<&Tensor>,
+        ) -> sharpdraft_draft::drafter::Result<()> {
+            self.inner.prefill(ctx, hidden)
+        }
+        fn propose(
+            &mut self,
+            ctx: &DraftContext<'_>,
+            sampler: &mut Sampler,
+        ) -> sharpdraft_draft::drafter::Result<Proposal> {
+            self.inner.propose(ctx, sampler)
+        }
+        fn observe(
+            &mut self,
+            ctx: &DraftContext<'_>,
+            feedback: &Feedback<'_>,
+        ) -> sharpdraft_draft::drafter::Result<()> {
+            // Committed before this cycle's root: everything but the accepted drafts and the bonus, less the root.
+            let before_root = ctx.committed.len() - feedback.accepted.len() - 2;
+            if let Some(a) = feedback.target_attention {
+                self.seen.push((
+                    before_root,
+                    a.size()[0],
+                    a.sum(tch::Kind::Double).double_value(&[]),
+                ));
+            } else {
+                self.seen.push((before_root, -1, 0.0));
+            }
+            self.inner.observe(ctx, feedback)
+        }
+        fn wants_target_attention(&self) -> bool {
+            self.asks
+        }
+        fn query_layout(&self) -> (usize, usize) {
+            self.inner.query_layout()
+        }
+        fn training_length(&self) -> Option<i64> {
+            self.inner.training_length()
+        }
+        fn set_query_scaling(&mut self, scaling: QueryScaling) {
+            self.inner.set_query_scaling(scaling)
+        }
+        fn set_key_selection(
+            &mut self,
+            selection: Option<KeySelection>,
+        ) -> sharpdraft_draft::drafter::Result<()> {
+            self.inner.set_key_selection(selection)
+        }
+        fn cache_bytes(&self) -> usize {
+            self.inner.cache_bytes()
+        }
+        fn forward_seconds(&self) -> f64 {
+            self.inner.forward_seconds()
+        }
+        fn variables(&self) -> Vec<(String, Tensor)> {
+            self.inner.variables()
+        }
+    }
+    let target = load("llama");
+    for asks in [true, false] {
+        let mut inner = vanilla("qwen2", &target, 3, Sampling::greedy());
+        let mut asking = Asking {
+            inner: &mut inner,
+            seen: Vec::new(),
+            asks,
+        };
+        spec(&target, &mut asking, &PROMPT, 16, Sampling::greedy());
+        assert!(!asking.seen.is_empty());
+        for &(before_root, len, sum) in &asking.seen {
+            if asks {
+                assert_eq!(
+                    len,
+                    before_root as i64 + 1,
+                    "the committed keys and the root"
+                );
+                assert!((sum - 1.0).abs() < 1e-4, "a distribution: {sum}");
+            } else {
+                assert_eq!(len, -1, "no attention for a drafter that does not ask");
+            }
+        }
     }
 }

@@ -20,8 +20,8 @@ use sharpdraft_model::rope::Rope;
 use sharpdraft_model::transformer::attend;
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
 use sharpdraft_model::{
-    visible_counts, AttentionObserver, AttentionView, KvCache, QueryScaling, Sampler, Tap,
-    Transformer,
+    visible_counts, AttentionObserver, AttentionView, KeySelection, KvCache, QueryScaling, Sampler,
+    Tap, Transformer,
 };
 use std::path::Path;
 use tch::{nn, Device, Kind, Tensor};
@@ -131,8 +131,10 @@ pub struct DFlashDrafter {
     pub(crate) block_size: i64,
     pub(crate) mask_token: i64,
     pub(crate) causal: bool,
-    /// Each layer's sliding window as the checkpoint declares it (what `set_key_window(None)` restores).
+    /// Each layer's sliding window as the checkpoint declares it (what `set_key_selection(None)` restores).
     checkpoint_windows: Vec<Option<i64>>,
+    /// Context positions retrieval chose, which block rows see beyond their window (`None`: none).
+    retrieved: Option<Vec<bool>>,
     taps: Vec<Tap>,
     /// SharpDraft scaling of every layer's block queries.
     query_scaling: QueryScaling,
@@ -357,6 +359,7 @@ impl DFlashDrafter {
         Ok(Self {
             causal: config.dflash_config.causal,
             checkpoint_windows: windows,
+            retrieved: None,
             taps: target_layer_ids.into_iter().map(Tap::LayerOutput).collect(),
             query_scaling: QueryScaling::off(),
             raw_config: raw,
@@ -379,17 +382,6 @@ impl DFlashDrafter {
 
     pub fn query_scaling(&self) -> &QueryScaling {
         &self.query_scaling
-    }
-
-    /// A sliding window of `window` keys on every layer (the narrower one where a layer has its own);
-    /// `None` restores the checkpoint's windows.
-    pub fn set_key_window(&mut self, window: Option<i64>) {
-        for (layer, own) in self.layers.iter_mut().zip(&self.checkpoint_windows) {
-            layer.window = match (window, *own) {
-                (Some(w), Some(o)) => Some(w.min(o)),
-                (w, o) => w.or(o),
-            };
-        }
     }
 
     pub fn block_size(&self) -> i64 {
@@ -526,6 +518,11 @@ impl DFlashDrafter {
         if layer.window.is_none() && !self.causal {
             return None;
         }
+        let retrieved = |key: i64| {
+            self.retrieved
+                .as_ref()
+                .is_some_and(|r| r.get(key as usize).copied().unwrap_or(false))
+        };
         let mut visible = vec![true; (b * (context + b)) as usize];
         for r in 0..b {
             let row_position = start + r;
@@ -535,7 +532,8 @@ impl DFlashDrafter {
                 } else {
                     start + key - context
                 };
-                let in_window = layer.window.is_none_or(|w| key_position > row_position - w);
+                let in_window = layer.window.is_none_or(|w| key_position > row_position - w)
+                    || (key < context && retrieved(key));
                 let causal_ok = !self.causal || key < context || key_position <= row_position;
                 visible[(r * (context + b) + key) as usize] = in_window && causal_ok;
             }
@@ -608,6 +606,23 @@ impl Drafter for DFlashDrafter {
 
     fn forward_seconds(&self) -> f64 {
         self.forward_seconds
+    }
+
+    /// The selection's window on every layer (the narrower one where a layer has its own) and its
+    /// retrieved context positions; `None` restores the checkpoint's windows.
+    fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
+        let window = selection.as_ref().map(|s| s.recent);
+        for (layer, own) in self.layers.iter_mut().zip(&self.checkpoint_windows) {
+            layer.window = match (window, *own) {
+                (Some(w), Some(o)) => Some(w.min(o)),
+                (w, o) => w.or(o),
+            };
+        }
+        self.retrieved = match selection.and_then(|s| s.retrieved) {
+            Some(r) => Some(Vec::<bool>::try_from(r.to_device(Device::Cpu))?),
+            None => None,
+        };
+        Ok(())
     }
 
     fn variables(&self) -> Vec<(String, Tensor)> {

@@ -7,7 +7,7 @@
 //! The drafter owns its own cache and state; it never touches the target's cache.
 
 use crate::proposal::Proposal;
-use sharpdraft_model::{QueryScaling, Sampler, Tap, Transformer};
+use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Tap, Transformer};
 use tch::Tensor;
 
 pub type Result<T> = std::result::Result<T, DraftError>;
@@ -60,6 +60,9 @@ pub struct Feedback<'a> {
     /// The target's logits at the same rows, `[1 + accepted, vocab]`: row i is its distribution for the
     /// token after row i (the free labels online adaptation learns from).
     pub target_logits: &'a Tensor,
+    /// `[root + 1]` f32: the target's last-layer attention of the verified root over the committed keys
+    /// (cache indices `0..=root`), averaged over heads; only for drafters that want it (retrieval).
+    pub target_attention: Option<&'a Tensor>,
 }
 
 pub trait Drafter {
@@ -90,6 +93,16 @@ pub trait Drafter {
 
     /// SharpDraft query scaling for every later pass (built with [`Self::query_layout`]).
     fn set_query_scaling(&mut self, scaling: QueryScaling);
+
+    /// Restricts the drafter's attention over the context to `selection` from the next pass on (a
+    /// sliding window, retrieval's chosen keys); `None` lets it see every key its mask allows again.
+    fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()>;
+
+    /// Whether the drafter wants the target's attention over the context after every verification
+    /// ([`Feedback::target_attention`]); retrieval does.
+    fn wants_target_attention(&self) -> bool {
+        false
+    }
 
     /// Bytes held by the drafter's caches (for memory reports).
     fn cache_bytes(&self) -> usize;

@@ -14,6 +14,7 @@ pub mod pard;
 pub mod pard_train;
 pub mod proposal;
 mod random_init;
+pub mod retrieval;
 pub mod training;
 pub mod vanilla;
 pub mod vanilla_train;

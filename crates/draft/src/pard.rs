@@ -11,7 +11,7 @@ use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
 use crate::vanilla::check_same_vocabulary;
-use sharpdraft_model::{CausalLm, KvCache, LogitRows, QueryScaling, Sampler};
+use sharpdraft_model::{CausalLm, KeySelection, KvCache, LogitRows, QueryScaling, Sampler};
 use tch::{Device, Tensor};
 
 pub struct PardDrafter {
@@ -63,11 +63,6 @@ impl PardDrafter {
             mask_token,
             forward_seconds: 0.0,
         })
-    }
-
-    /// A sliding window of `window` keys on the drafter's attention (`None`: every key).
-    pub fn set_key_window(&mut self, window: Option<i64>) {
-        self.model.net.set_key_window(window);
     }
 
     pub fn mask_token(&self) -> i64 {
@@ -136,6 +131,11 @@ impl Drafter for PardDrafter {
 
     fn forward_seconds(&self) -> f64 {
         self.forward_seconds
+    }
+
+    fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
+        self.model.net.set_key_selection(selection);
+        Ok(())
     }
 
     fn variables(&self) -> Vec<(String, Tensor)> {

@@ -8,7 +8,9 @@
 use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
-use sharpdraft_model::{CausalLm, KvCache, LogitRows, QueryScaling, Sampler, Sampling};
+use sharpdraft_model::{
+    CausalLm, KeySelection, KvCache, LogitRows, QueryScaling, Sampler, Sampling,
+};
 use tch::Tensor;
 
 pub struct VanillaDrafter {
@@ -57,11 +59,6 @@ impl VanillaDrafter {
 
     pub fn model(&self) -> &CausalLm {
         &self.model
-    }
-
-    /// A sliding window of `window` keys on the drafter's attention (`None`: every key).
-    pub fn set_key_window(&mut self, window: Option<i64>) {
-        self.model.net.set_key_window(window);
     }
 
     /// Feeds `ids` and returns the last row's logits `[vocab]`.
@@ -161,6 +158,11 @@ impl Drafter for VanillaDrafter {
 
     fn forward_seconds(&self) -> f64 {
         self.forward_seconds
+    }
+
+    fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
+        self.model.net.set_key_selection(selection);
+        Ok(())
     }
 
     fn variables(&self) -> Vec<(String, Tensor)> {

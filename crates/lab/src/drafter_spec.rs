@@ -11,6 +11,7 @@
 //! draft_len: 4                  # chains: vanilla, PARD, EAGLE-3 without a tree (DFlash: block_size - 1)
 //! scaling: {mode: fixed, schedule: smollm2-eagle3}
 //! window: 512                  # optional: the drafter attends to its last 512 keys only
+//! retrieval: {chunk: 32, top_chunks: 64, recent: 256, every: 8}   # or: SpecExtend's retrieval
 //! adapt: {mode: lora, every: 8, rank: 8}   # online adaptation (sharpdraft_draft::adaptation)
 //! ```
 
@@ -21,10 +22,11 @@ use sharpdraft_decode::SpecConfig;
 use sharpdraft_draft::adaptation::{AdaptConfig, AdaptingDrafter, OnlineObjective};
 use sharpdraft_draft::checkpoint_kind::expect_kind;
 use sharpdraft_draft::eagle3::MAX_TREE_TOKENS;
+use sharpdraft_draft::retrieval::{RetrievalConfig, RetrievingDrafter};
 use sharpdraft_draft::{
     DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
 };
-use sharpdraft_model::{registry, CausalLm, Sampling};
+use sharpdraft_model::{registry, CausalLm, KeySelection, Sampling};
 
 /// The drafting methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,6 +92,10 @@ pub struct DrafterSpec {
     /// keys (training-free, as EAGLE 3.1's and DFlash's sliding layers); every key by default.
     #[serde(default)]
     pub window: Option<i64>,
+    /// Cross-model retrieval (SpecExtend): the drafter attends to the chunks of context the target's
+    /// last layer attended to most in the latest verification, plus a recent window.
+    #[serde(default)]
+    pub retrieval: Option<RetrievalConfig>,
     /// Online adaptation from verification (full or LoRA); none by default.
     #[serde(default)]
     pub adapt: Option<AdaptConfig>,
@@ -105,6 +111,7 @@ impl DrafterSpec {
             tree: None,
             scaling: ScalingSpec::default(),
             window: None,
+            retrieval: None,
             adapt: None,
         }
     }
@@ -132,6 +139,13 @@ impl DrafterSpec {
                 window >= 1,
                 "window (--drafter-window) {window}: a window needs at least 1 key"
             );
+        }
+        if let Some(retrieval) = &self.retrieval {
+            ensure!(
+                self.window.is_none(),
+                "window (--drafter-window) and retrieval (--retrieval): give one; retrieval has its own recent window"
+            );
+            retrieval.validate().map_err(LabError::Invalid)?;
         }
         if let Some(adapt) = &self.adapt {
             adapt.validate().map_err(LabError::Invalid)?;
@@ -164,16 +178,6 @@ impl LoadedDrafter {
             Self::Eagle3(d) => d,
             Self::Pard(d) => d,
             Self::Dflash(d) => d,
-        }
-    }
-
-    /// A sliding window of `window` keys on the drafter's attention (`None`: every key).
-    pub fn set_key_window(&mut self, window: Option<i64>) {
-        match self {
-            Self::Vanilla(d) => d.set_key_window(window),
-            Self::Eagle3(d) => d.set_key_window(window),
-            Self::Pard(d) => d.set_key_window(window),
-            Self::Dflash(d) => d.set_key_window(window),
         }
     }
 
@@ -254,8 +258,8 @@ pub fn load(
             LoadedDrafter::Dflash(DFlashDrafter::load(&dir, &target.net, capacity)?)
         }
     };
-    loaded.set_key_window(spec.window);
     let drafter = loaded.as_drafter_mut();
+    drafter.set_key_selection(spec.window.map(KeySelection::window))?;
     let (layers, heads) = drafter.query_layout();
     let scaling = spec.scaling.build(
         layers,
@@ -278,7 +282,10 @@ pub fn build<'t>(
     let loaded = load(spec, target, sampling, positions)?;
     let max_proposal = loaded.max_proposal(spec);
     let objective = loaded.online_objective(spec);
-    let drafter = loaded.boxed();
+    let mut drafter: Box<dyn Drafter + 't> = loaded.boxed();
+    if let Some(retrieval) = &spec.retrieval {
+        drafter = Box::new(RetrievingDrafter::new(drafter, retrieval.clone())?);
+    }
     let Some(adapt) = &spec.adapt else {
         return Ok((drafter, max_proposal));
     };

@@ -131,3 +131,36 @@ fn a_sliding_window_reads_from_yaml_and_a_window_of_no_keys_is_refused() {
     let err = empty.validate().unwrap_err().to_string();
     assert!(err.contains("--drafter-window"), "{err}");
 }
+
+#[test]
+fn retrieval_reads_with_specextends_defaults_and_excludes_a_window() {
+    let spec: DrafterSpec =
+        serde_norway::from_str("method: eagle3\ncheckpoint: x\nretrieval: {recent: 128}\n")
+            .unwrap();
+    let retrieval = spec.retrieval.clone().unwrap();
+    assert_eq!(
+        (
+            retrieval.chunk,
+            retrieval.top_chunks,
+            retrieval.recent,
+            retrieval.every
+        ),
+        (32, 64, 128, 8)
+    );
+    spec.validate().unwrap();
+    let both = DrafterSpec {
+        window: Some(64),
+        ..spec.clone()
+    };
+    assert!(both
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("give one"));
+    let err = serde_norway::from_str::<DrafterSpec>(
+        "method: eagle3\ncheckpoint: x\nretrieval: {chunks: 3}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("chunks"), "{err}");
+}

@@ -75,10 +75,22 @@ impl AttentionMask {
     /// key j only where it saw it before and `j > past + i - window` (a sliding window on the drafter's
     /// attention). A window that covers every key leaves the mask as it is.
     pub fn windowed(&self, past: i64, rows: i64, window: i64, device: Device) -> Result<Self> {
-        if window < 1 {
+        self.selected(past, rows, &KeySelection::window(window), device)
+    }
+
+    /// This mask restricted to `selection`: row i (cache index `past + i`) sees key j only where it saw it
+    /// before and either `j > past + i - selection.recent` or `selection.retrieved` marks j.
+    pub fn selected(
+        &self,
+        past: i64,
+        rows: i64,
+        selection: &KeySelection,
+        device: Device,
+    ) -> Result<Self> {
+        if selection.recent < 1 {
             return Err(ModelError::tensor(
                 "attention window",
-                format!("{window} keys: a window needs at least 1"),
+                format!("{} keys: a window needs at least 1", selection.recent),
             ));
         }
         let keys = past + rows;
@@ -88,8 +100,20 @@ impl AttentionMask {
         };
         let key_index = Tensor::arange(keys, (Kind::Int64, device)).unsqueeze(0); // [1, L]
         let row_index = Tensor::arange(rows, (Kind::Int64, device)).unsqueeze(1) + past; // [T, 1]
-        let in_window = key_index.gt_tensor(&(row_index - window));
-        Ok(AttentionMask::Rows(visible.logical_and(&in_window)))
+        let mut chosen = key_index.gt_tensor(&(row_index - selection.recent)); // [T, L]
+        if let Some(retrieved) = &selection.retrieved {
+            // Marks cover the keys known when they were chosen; later keys come only through `recent`.
+            let known = retrieved.size()[0].min(keys);
+            let marks = Tensor::cat(
+                &[
+                    retrieved.narrow(0, 0, known).to_device(device),
+                    Tensor::zeros([keys - known], (Kind::Bool, device)),
+                ],
+                0,
+            );
+            chosen = chosen.logical_or(&marks.unsqueeze(0));
+        }
+        Ok(AttentionMask::Rows(visible.logical_and(&chosen)))
     }
 
     /// Visible-key count `n_i` of every row: what SharpDraft's `s(n_i)` is computed from. Causal and full
@@ -103,6 +127,41 @@ impl AttentionMask {
                 let mask = self.materialize(past, rows, mask.device())?;
                 crate::query_scaling::visible_counts(mask.as_ref(), rows, past + rows)
             }
+        }
+    }
+}
+
+/// The keys a drafter's rows may attend to, beyond what their mask allows: the last `recent` keys of
+/// every row (a sliding window) and, for retrieval, the keys the target ranked highest.
+#[derive(Debug)]
+pub struct KeySelection {
+    /// Every row sees its last `recent` keys (itself included).
+    pub recent: i64,
+    /// `[K]` bool over cache indices `0..K`: keys every row also sees. `None`: none beyond `recent`.
+    pub retrieved: Option<Tensor>,
+}
+
+impl KeySelection {
+    /// A plain sliding window of `recent` keys.
+    pub fn window(recent: i64) -> Self {
+        Self {
+            recent,
+            retrieved: None,
+        }
+    }
+
+    /// Whether every key of a row at cache index `past + rows - 1` is already inside the window, so the
+    /// selection changes nothing.
+    pub fn covers(&self, keys: i64) -> bool {
+        self.retrieved.is_none() && keys <= self.recent
+    }
+}
+
+impl Clone for KeySelection {
+    fn clone(&self) -> Self {
+        Self {
+            recent: self.recent,
+            retrieved: self.retrieved.as_ref().map(Tensor::shallow_clone),
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::error::{ModelError, Result};
 use crate::kv_cache::KvCache;
 use crate::layers::{Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
 use crate::mask::AttentionMask;
+use crate::mask::KeySelection;
 use crate::query_scaling::{PassFactors, QueryScaling};
 use crate::rope::Rope;
 use std::ops::Range;
@@ -141,8 +142,8 @@ pub struct Transformer {
     kind: Kind,
     /// SharpDraft scaling of every query row of every forward pass (drafters only; off by default).
     query_scaling: QueryScaling,
-    /// Every row attends to at most its last `key_window` keys (a drafter's sliding window); `None`: all.
-    key_window: Option<i64>,
+    /// The keys a drafter's rows may see (sliding window, retrieval); `None`: every key their mask allows.
+    key_selection: Option<KeySelection>,
 }
 
 impl Transformer {
@@ -195,7 +196,7 @@ impl Transformer {
             device: root.device(),
             kind: Kind::Float,
             query_scaling: QueryScaling::off(),
-            key_window: None,
+            key_selection: None,
             config,
         }
     }
@@ -212,7 +213,12 @@ impl Transformer {
     /// Restricts every later pass's rows to their last `window` keys (a training-free long-context
     /// option for drafters; the cache still holds every key).
     pub fn set_key_window(&mut self, window: Option<i64>) {
-        self.key_window = window;
+        self.key_selection = window.map(KeySelection::window);
+    }
+
+    /// Restricts every later pass's rows to `selection` (a window and retrieved keys); `None`: all keys.
+    pub fn set_key_selection(&mut self, selection: Option<KeySelection>) {
+        self.key_selection = selection;
     }
 
     /// Records the kind the variables were converted to after loading.
@@ -302,9 +308,9 @@ impl Transformer {
         };
         let past = cache.len();
         let windowed;
-        let mask = match self.key_window {
-            Some(window) if past + rows > window => {
-                windowed = input.mask.windowed(past, rows, window, self.device)?;
+        let mask = match &self.key_selection {
+            Some(selection) if !selection.covers(past + rows) => {
+                windowed = input.mask.selected(past, rows, selection, self.device)?;
                 &windowed
             }
             _ => input.mask,

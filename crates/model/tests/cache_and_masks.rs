@@ -315,3 +315,23 @@ fn a_window_of_one_key_makes_every_row_its_own_single_token_pass_and_a_wide_one_
         );
     }
 }
+
+#[test]
+fn a_key_selection_shows_each_row_its_recent_keys_and_the_retrieved_ones() {
+    let selection = sharpdraft_model::KeySelection {
+        recent: 1,
+        retrieved: Some(Tensor::from_slice(&[true, false, false, true])),
+    };
+    let visible = AttentionMask::Causal
+        .selected(6, 2, &selection, Device::Cpu)
+        .unwrap()
+        .materialize(6, 2, Device::Cpu)
+        .unwrap()
+        .unwrap();
+    let seen = |row: i64| -> Vec<usize> {
+        let row = Vec::<bool>::try_from(visible.get(row)).unwrap();
+        (0..row.len()).filter(|&j| row[j]).collect()
+    };
+    assert_eq!(seen(0), vec![0, 3, 6]);
+    assert_eq!(seen(1), vec![0, 3, 7]);
+}

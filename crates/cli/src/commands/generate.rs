@@ -7,6 +7,7 @@ use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
 use sharpdraft_draft::adaptation::AdaptationReport;
+use sharpdraft_draft::retrieval::RetrievalConfig;
 use sharpdraft_draft::TreeShape;
 use sharpdraft_lab::drafter_spec::{self, DraftMethod, DrafterSpec};
 use sharpdraft_model::generate::generate;
@@ -96,6 +97,22 @@ pub struct DrafterArgs {
     /// Sliding window on the drafter's attention: each drafting row sees at most its last N keys.
     #[arg(long, requires = "drafter")]
     pub drafter_window: Option<i64>,
+    /// Cross-model retrieval (SpecExtend): the drafter sees the context chunks the target's last layer
+    /// attended to most at the latest verification, plus a recent window.
+    #[arg(long, requires = "drafter", conflicts_with = "drafter_window")]
+    pub retrieval: bool,
+    /// Retrieval: keys per chunk.
+    #[arg(long, default_value_t = 32)]
+    pub retrieval_chunk: i64,
+    /// Retrieval: chunks kept.
+    #[arg(long, default_value_t = 64)]
+    pub retrieval_top_chunks: usize,
+    /// Retrieval: the recent window every row also sees.
+    #[arg(long, default_value_t = 256)]
+    pub retrieval_recent: i64,
+    /// Retrieval: cycles between retrievals.
+    #[arg(long, default_value_t = 8)]
+    pub retrieval_every: usize,
     #[command(flatten)]
     pub adapt: AdaptArgs,
 }
@@ -118,6 +135,12 @@ impl DrafterArgs {
             tree,
             scaling: self.scaling.spec(scaling),
             window: self.drafter_window,
+            retrieval: self.retrieval.then(|| RetrievalConfig {
+                chunk: self.retrieval_chunk,
+                top_chunks: self.retrieval_top_chunks,
+                recent: self.retrieval_recent,
+                every: self.retrieval_every,
+            }),
             adapt: self.adapt.config(),
         }
     }

@@ -7,7 +7,7 @@ use crate::adamw::AdamW;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
 use crate::training::Objective;
-use sharpdraft_model::{QueryScaling, Sampler, Tap};
+use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Tap};
 use std::collections::HashMap;
 use std::time::Instant;
 use tch::{Device, Tensor};
@@ -258,6 +258,14 @@ impl Drafter for AdaptingDrafter<'_> {
     fn set_query_scaling(&mut self, scaling: QueryScaling) {
         self.objective.set_query_scaling(scaling.clone());
         self.inner.set_query_scaling(scaling);
+    }
+
+    fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
+        self.inner.set_key_selection(selection)
+    }
+
+    fn wants_target_attention(&self) -> bool {
+        self.inner.wants_target_attention()
     }
 
     fn cache_bytes(&self) -> usize {

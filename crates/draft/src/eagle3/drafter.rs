@@ -5,7 +5,8 @@ use super::*;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::proposal::Proposal;
 use sharpdraft_model::{
-    AttentionMask, AttentionObserver, KvCache, QueryScaling, Sampler, Sampling, Tap, Transformer,
+    AttentionMask, AttentionObserver, KeySelection, KvCache, QueryScaling, Sampler, Sampling, Tap,
+    Transformer,
 };
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
@@ -52,11 +53,6 @@ impl Eagle3Drafter {
             pending: None,
             forward_seconds: std::cell::Cell::new(0.0),
         })
-    }
-
-    /// A sliding window of `window` keys on the head's attention (`None`: every key).
-    pub fn set_key_window(&mut self, window: Option<i64>) {
-        self.head.set_key_window(window);
     }
 
     /// Training length n0 recorded in the checkpoint, else `max_position_embeddings`.
@@ -328,6 +324,11 @@ impl Drafter for Eagle3Drafter {
 
     fn forward_seconds(&self) -> f64 {
         self.forward_seconds.get()
+    }
+
+    fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
+        self.head.set_key_selection(selection);
+        Ok(())
     }
 
     fn variables(&self) -> Vec<(String, Tensor)> {

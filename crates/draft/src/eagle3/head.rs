@@ -9,8 +9,8 @@ use sharpdraft_model::rope::Rope;
 use sharpdraft_model::transformer::attend;
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
 use sharpdraft_model::{
-    AttentionMask, AttentionObserver, AttentionView, KvCache, QueryScaling, Sampling, Tap,
-    Transformer,
+    AttentionMask, AttentionObserver, AttentionView, KeySelection, KvCache, QueryScaling, Sampling,
+    Tap, Transformer,
 };
 use std::path::Path;
 use tch::{nn, Kind, Tensor};
@@ -45,8 +45,8 @@ pub struct Eagle3Head {
     pub(crate) head_dim: i64,
     /// SharpDraft scaling of the layer's queries while drafting (training runs within n0, unscaled).
     pub(crate) query_scaling: QueryScaling,
-    /// Drafting rows attend to at most their last `key_window` keys (`None`: all).
-    pub(crate) key_window: Option<i64>,
+    /// The keys drafting rows may see (sliding window, retrieval); `None`: all their mask allows.
+    pub(crate) key_selection: Option<KeySelection>,
 }
 
 pub(crate) fn checkpoint_error(path: &Path, reason: impl Into<String>) -> DraftError {
@@ -221,7 +221,7 @@ impl Eagle3Head {
             kv_heads,
             head_dim,
             query_scaling: QueryScaling::off(),
-            key_window: None,
+            key_selection: None,
         };
         Ok((head, ids.into_iter().map(Tap::LayerInput).collect()))
     }
@@ -315,9 +315,9 @@ impl Eagle3Head {
         let (residual, q, k, v) = self.project(embeddings, hidden, positions);
         let (keys, values) = cache.write(0, &k, &v)?;
         let windowed;
-        let mask = match self.key_window {
-            Some(window) if past + rows > window => {
-                windowed = mask.windowed(past, rows, window, embeddings.device())?;
+        let mask = match &self.key_selection {
+            Some(selection) if !selection.covers(past + rows) => {
+                windowed = mask.selected(past, rows, selection, embeddings.device())?;
                 &windowed
             }
             _ => mask,
@@ -357,9 +357,9 @@ impl Eagle3Head {
         self.query_scaling = scaling;
     }
 
-    /// A sliding window of `window` keys on every later drafting pass (training is not windowed).
-    pub fn set_key_window(&mut self, window: Option<i64>) {
-        self.key_window = window;
+    /// Restricts every later drafting pass to `selection` (training is not restricted).
+    pub fn set_key_selection(&mut self, selection: Option<KeySelection>) {
+        self.key_selection = selection;
     }
 
     /// Target id -> draft id (or -1 when the draft vocabulary does not hold it), `[vocab]` i64.

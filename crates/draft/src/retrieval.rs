@@ -1,0 +1,233 @@
+//! Cross-model retrieval (SpecExtend, Cha et al. 2025; training-free): after a verification, the target's
+//! last-layer attention of the verified root over the context ranks chunks of `chunk` consecutive keys,
+//! and the drafter then attends only to the `top_chunks` best chunks plus its last `recent` keys, until
+//! the next retrieval `every` cycles later. What the target found relevant far back stays in the
+//! drafter's view; the rest no longer dilutes the drafter's attention. Before the first verification the
+//! drafter sees its `recent` window alone. The selection is a mask: every key stays cached.
+
+use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::proposal::Proposal;
+use serde::{Deserialize, Serialize};
+use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Tap};
+use tch::{Kind, Tensor};
+
+/// The `retrieval:` block of a drafter specification (SpecExtend's defaults: chunks of 32, 64 of them,
+/// every 8 cycles).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrievalConfig {
+    /// Keys per chunk.
+    #[serde(default = "default_chunk")]
+    pub chunk: i64,
+    /// Chunks kept.
+    #[serde(default = "default_top_chunks")]
+    pub top_chunks: usize,
+    /// The recent window every row also sees.
+    #[serde(default = "default_recent")]
+    pub recent: i64,
+    /// Cycles between retrievals.
+    #[serde(default = "default_every")]
+    pub every: usize,
+}
+
+fn default_chunk() -> i64 {
+    32
+}
+fn default_top_chunks() -> usize {
+    64
+}
+fn default_recent() -> i64 {
+    256
+}
+fn default_every() -> usize {
+    8
+}
+
+impl Default for RetrievalConfig {
+    fn default() -> Self {
+        Self {
+            chunk: default_chunk(),
+            top_chunks: default_top_chunks(),
+            recent: default_recent(),
+            every: default_every(),
+        }
+    }
+}
+
+impl RetrievalConfig {
+    /// Checks every option; the error names the key.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.chunk < 1 {
+            return Err(format!(
+                "retrieval.chunk = {}: must be at least 1",
+                self.chunk
+            ));
+        }
+        if self.top_chunks == 0 {
+            return Err("retrieval.top_chunks = 0: must be at least 1".into());
+        }
+        if self.recent < 1 {
+            return Err(format!(
+                "retrieval.recent = {}: must be at least 1",
+                self.recent
+            ));
+        }
+        if self.every == 0 {
+            return Err("retrieval.every = 0: must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// The `top` chunks of `chunk` consecutive keys with the largest summed `scores` `[L]` (ties to the
+/// earlier chunk), as a key mask `[L]` (bool).
+pub fn top_chunks(scores: &Tensor, chunk: i64, top: usize) -> Tensor {
+    let keys = scores.size()[0];
+    let chunks = (keys + chunk - 1) / chunk;
+    let padded = Tensor::cat(
+        &[
+            scores.to_kind(Kind::Float),
+            Tensor::zeros([chunks * chunk - keys], (Kind::Float, scores.device())),
+        ],
+        0,
+    );
+    let per_chunk = padded
+        .view([chunks, chunk])
+        .sum_dim_intlist(&[1i64][..], false, Kind::Float);
+    let (_, best) = per_chunk.topk((top as i64).min(chunks), 0, true, true);
+    let chosen = Tensor::zeros([chunks], (Kind::Bool, scores.device())).index_fill(0, &best, 1);
+    chosen
+        .unsqueeze(1)
+        .expand([chunks, chunk], false)
+        .reshape([chunks * chunk])
+        .narrow(0, 0, keys)
+}
+
+pub struct RetrievingDrafter<'t> {
+    inner: Box<dyn Drafter + 't>,
+    config: RetrievalConfig,
+    cycles_in_request: usize,
+    retrievals: usize,
+}
+
+impl<'t> RetrievingDrafter<'t> {
+    pub fn new(inner: Box<dyn Drafter + 't>, config: RetrievalConfig) -> Result<Self> {
+        config
+            .validate()
+            .map_err(|reason| DraftError::InvalidOption {
+                option: "retrieval".into(),
+                value: format!("{config:?}"),
+                reason,
+            })?;
+        Ok(Self {
+            inner,
+            config,
+            cycles_in_request: 0,
+            retrievals: 0,
+        })
+    }
+
+    /// Retrievals so far, over every request.
+    pub fn retrievals(&self) -> usize {
+        self.retrievals
+    }
+}
+
+impl Drafter for RetrievingDrafter<'_> {
+    fn method(&self) -> &'static str {
+        self.inner.method()
+    }
+
+    fn target_taps(&self) -> Vec<Tap> {
+        self.inner.target_taps()
+    }
+
+    fn wants_target_attention(&self) -> bool {
+        true
+    }
+
+    fn prefill(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        self.cycles_in_request = 0;
+        self.inner
+            .set_key_selection(Some(KeySelection::window(self.config.recent)))?;
+        self.inner.prefill(ctx, target_hidden)
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
+        self.inner.propose(ctx, sampler)
+    }
+
+    /// Every `every` cycles, starting with the first: the keys the target attended to most.
+    fn observe(&mut self, ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
+        self.inner.observe(ctx, feedback)?;
+        if self.cycles_in_request.is_multiple_of(self.config.every) {
+            let scores = feedback.target_attention.ok_or_else(|| {
+                DraftError::Protocol(
+                    "retrieval asked for the target's attention and got none".into(),
+                )
+            })?;
+            let retrieved = top_chunks(scores, self.config.chunk, self.config.top_chunks);
+            self.inner.set_key_selection(Some(KeySelection {
+                recent: self.config.recent,
+                retrieved: Some(retrieved),
+            }))?;
+            self.retrievals += 1;
+        }
+        self.cycles_in_request += 1;
+        Ok(())
+    }
+
+    fn query_layout(&self) -> (usize, usize) {
+        self.inner.query_layout()
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        self.inner.training_length()
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.inner.set_query_scaling(scaling)
+    }
+
+    /// Retrieval owns the selection; another one is a protocol error.
+    fn set_key_selection(&mut self, _selection: Option<KeySelection>) -> Result<()> {
+        Err(DraftError::Protocol(
+            "a retrieving drafter chooses its own keys; give a window or retrieval, not both"
+                .into(),
+        ))
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.inner.cache_bytes()
+    }
+
+    fn forward_seconds(&self) -> f64 {
+        self.inner.forward_seconds()
+    }
+
+    fn variables(&self) -> Vec<(String, Tensor)> {
+        self.inner.variables()
+    }
+
+    fn adaptation(&self) -> Option<crate::adaptation::AdaptationReport> {
+        self.inner.adaptation()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chunks_with_the_most_attention_are_kept_whole_and_the_last_chunk_may_be_short() {
+        // 10 keys in chunks of 3: [0.1 0 0 | 0 0.5 0 | 0 0 0 | 0.4]
+        let scores = Tensor::from_slice(&[0.1f32, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.4]);
+        let kept = Vec::<bool>::try_from(top_chunks(&scores, 3, 2)).unwrap();
+        let want = [
+            false, false, false, true, true, true, false, false, false, true,
+        ];
+        assert_eq!(kept, want);
+        let all = Vec::<bool>::try_from(top_chunks(&scores, 3, 99)).unwrap();
+        assert!(all.iter().all(|&k| k));
+    }
+}
