@@ -3,8 +3,8 @@
 mod common;
 
 use common::*;
-use sharpdraft_draft::{Drafter, TreeShape};
-use sharpdraft_model::{KeySelection, Sampling};
+use sharpdraft_draft::TreeShape;
+use sharpdraft_model::Sampling;
 
 #[test]
 fn a_vanilla_chain_emits_the_targets_greedy_tokens() {
@@ -115,65 +115,5 @@ fn pard_and_dflash_emit_the_targets_greedy_tokens() {
         );
         assert_eq!(got.ids, want, "dflash block {block} window {window:?}");
         assert!(got.cycles.iter().all(|c| c.drafted == block as usize - 1));
-    }
-}
-
-#[test]
-fn drafters_with_a_sliding_window_emit_the_targets_greedy_tokens_and_a_wide_window_drafts_as_none()
-{
-    let target = load("llama");
-    let want = greedy_ar(&target, &PROMPT, 24);
-    let dir = tempfile::tempdir().unwrap();
-    let (eagle_dir, pard_dir, dflash_dir) = (
-        dir.path().join("eagle"),
-        dir.path().join("pard"),
-        dir.path().join("dflash"),
-    );
-    write_eagle3(&eagle_dir, &target, &EagleOptions::default());
-    write_pard(&pard_dir, "llama");
-    write_dflash(&dflash_dir, &target, &dflash_options(4, None));
-    let accepted = |window: Option<i64>, method: usize| -> (Vec<i64>, Vec<usize>) {
-        let report = match method {
-            0 => {
-                let mut d = vanilla("qwen2", &target, 3, Sampling::greedy());
-                d.set_key_selection(window.map(KeySelection::window))
-                    .unwrap();
-                spec(&target, &mut d, &PROMPT, 24, Sampling::greedy())
-            }
-            1 => {
-                let mut d = eagle3(&eagle_dir, &target, TreeShape::chain(3), Sampling::greedy());
-                d.set_key_selection(window.map(KeySelection::window))
-                    .unwrap();
-                spec(&target, &mut d, &PROMPT, 24, Sampling::greedy())
-            }
-            2 => {
-                let mut d = pard(&pard_dir, &target, 3);
-                d.set_key_selection(window.map(KeySelection::window))
-                    .unwrap();
-                spec(&target, &mut d, &PROMPT, 24, Sampling::greedy())
-            }
-            _ => {
-                let mut d = dflash(&dflash_dir, &target);
-                d.set_key_selection(window.map(KeySelection::window))
-                    .unwrap();
-                spec(&target, &mut d, &PROMPT, 24, Sampling::greedy())
-            }
-        };
-        (
-            report.ids,
-            report.cycles.iter().map(|c| c.accepted).collect(),
-        )
-    };
-    for method in 0..4 {
-        let (plain_ids, plain_accepted) = accepted(None, method);
-        let (wide_ids, wide_accepted) = accepted(Some(1000), method);
-        let (narrow_ids, _) = accepted(Some(2), method);
-        assert_eq!(plain_ids, want, "method {method}");
-        assert_eq!(narrow_ids, want, "method {method} with a window of 2");
-        assert_eq!(
-            (wide_ids, wide_accepted),
-            (want.clone(), plain_accepted),
-            "method {method}"
-        );
     }
 }

@@ -137,6 +137,28 @@ fn one_update_lowers_the_loss_on_its_own_buffer_for_every_method_full_and_lora()
 }
 
 #[test]
+fn an_adapting_eagle_tree_keeps_the_targets_greedy_output() {
+    let target = load("llama");
+    let dir = tempfile::tempdir().unwrap();
+    write(Method::Eagle3, dir.path(), &target);
+    let shape = TreeShape {
+        depth: 3,
+        top_k: 4,
+        total_tokens: 12,
+    };
+    for mode in [AdaptMode::Full, AdaptMode::Lora] {
+        let tree = Box::new(eagle3(dir.path(), &target, shape, Sampling::greedy()));
+        let objective = OnlineObjective::Eagle3 { ttt_steps: 4 }
+            .load(dir.path(), &target.net, 0)
+            .unwrap();
+        let mut drafter = AdaptingDrafter::new(tree, objective, eager(mode)).unwrap();
+        let got = spec(&target, &mut drafter, &PROMPT, 32, Sampling::greedy());
+        assert_eq!(got.ids, greedy_ar(&target, &PROMPT, 32), "{mode:?}");
+        assert!(drafter.adaptation().unwrap().updates >= 3, "{mode:?}");
+    }
+}
+
+#[test]
 fn greedy_output_with_adaptation_on_equals_the_targets_greedy_output() {
     let target = load("llama");
     let want = greedy_ar(&target, &PROMPT, 32);

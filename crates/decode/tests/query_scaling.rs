@@ -163,19 +163,25 @@ fn every_drafter_reports_its_query_layout_for_schedules() {
     assert_eq!(drafter.query_layout(), (c.num_layers, c.num_heads as usize));
 }
 
-/// Every proposal of `drafter` over the test prompt.
+/// Every proposal of `drafter` over the test prompt; the greedy output must be the target's.
 fn proposals_of(drafter: &mut dyn Drafter) -> Vec<Vec<i64>> {
     let target = load("llama");
     let mut recording = Recording {
         inner: drafter,
         proposals: Vec::new(),
     };
-    spec(&target, &mut recording, &PROMPT, 24, Sampling::greedy());
+    let report = spec(&target, &mut recording, &PROMPT, 24, Sampling::greedy());
+    assert_eq!(
+        report.ids,
+        greedy_ar(&target, &PROMPT, 24),
+        "verification stays lossless"
+    );
     recording.proposals
 }
 
 /// The training-free alternative beside query scaling: a sliding window of 2 keys changes what every
-/// drafter drafts, and a window wider than the context drafts exactly what no window drafts.
+/// drafter drafts, a window wider than the context drafts exactly what no window drafts, and greedy
+/// output stays the target's.
 #[test]
 fn a_narrow_sliding_window_changes_every_drafters_drafts_and_a_wide_one_none() {
     let target = load("llama");
