@@ -130,11 +130,13 @@ macro_rules! bail {
 
 /// Returns `LabError::Invalid` with a formatted message unless the condition holds.
 macro_rules! ensure {
-    ($condition:expr, $($message:tt)+) => {
-        if !$condition {
+    ($condition:expr, $($message:tt)+) => {{
+        // Bound first: `!(x >= y)` on floats reads as `x < y` and is not (NaN).
+        let holds: bool = $condition;
+        if !holds {
             $crate::error::bail!($($message)+);
         }
-    };
+    }};
 }
 
 pub(crate) use {bail, ensure};
