@@ -213,13 +213,11 @@ impl<'a> Session<'a> {
                 Tensor::cat(&out.hidden, -1)
                     .index_select(0, &Tensor::from_slice(&kept_rows).to_device(device))
             });
-            let kept_logits =
-                logits.index_select(0, &Tensor::from_slice(&kept_rows).to_device(device));
             let feedback = Feedback {
                 accepted: &verdict.accepted,
                 bonus: verdict.bonus,
                 target_hidden: hidden.as_ref(),
-                target_logits: &kept_logits,
+                verified_logits: &logits,
                 target_attention: root_attention.as_ref().and_then(|o| o.scores.as_ref()),
             };
             drafter.observe(

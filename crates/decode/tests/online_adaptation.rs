@@ -77,6 +77,16 @@ fn adapting<'t>(
     AdaptingDrafter::new(plain(method, dir, target, sampling), objective, config).unwrap()
 }
 
+/// Plain sampling at temperature 1 from `seed`.
+fn sampled(seed: u64) -> Sampling {
+    Sampling {
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: 0,
+        seed,
+    }
+}
+
 /// Updates every cycle at a learning rate that moves tiny random models visibly.
 fn eager(mode: AdaptMode) -> AdaptConfig {
     AdaptConfig {
@@ -209,12 +219,7 @@ fn full_adaptation_changes_the_drafter_and_leaves_every_target_tensor_bit_identi
 #[test]
 fn lora_with_b_at_zero_drafts_bit_identically_to_the_unadapted_drafter() {
     let target = load("llama");
-    let sampling = Sampling {
-        temperature: 1.0,
-        top_p: 1.0,
-        top_k: 0,
-        seed: 7,
-    };
+    let sampling = sampled(7);
     for method in METHODS {
         let dir = tempfile::tempdir().unwrap();
         write(method, dir.path(), &target);
@@ -237,12 +242,7 @@ fn lora_with_b_at_zero_drafts_bit_identically_to_the_unadapted_drafter() {
 #[test]
 fn a_run_with_adaptation_is_reproducible_from_its_seed() {
     let target = load("llama");
-    let sampling = Sampling {
-        temperature: 1.0,
-        top_p: 1.0,
-        top_k: 0,
-        seed: 11,
-    };
+    let sampling = sampled(11);
     for method in [Method::Pard, Method::Dflash, Method::Vanilla] {
         let run = || {
             let dir = tempfile::tempdir().unwrap();
@@ -338,16 +338,10 @@ fn sampled_decoding_stays_lossless_while_the_drafter_adapts() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         write(method, dir.path(), &target);
-        let sampling = |seed| Sampling {
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: 0,
-            seed,
-        };
-        let mut drafter = adapting(method, dir.path(), &target, config, sampling(0));
+        let mut drafter = adapting(method, dir.path(), &target, config, sampled(0));
         let mut counts = vec![0usize; target.net.config.vocab_size as usize];
         for seed in 0..1200 {
-            let out = spec(&target, &mut drafter, &SHORT_PROMPT, 8, sampling(seed));
+            let out = spec(&target, &mut drafter, &SHORT_PROMPT, 8, sampled(seed));
             counts[out.ids[1] as usize] += 1;
         }
         assert!(drafter.adaptation().unwrap().updates > 100, "{method:?}");

@@ -306,6 +306,29 @@ fn retrieval_of_every_chunk_drafts_as_none_and_a_narrow_retrieval_changes_the_dr
             recent: 1,
             every: 1,
         };
+        // Before the first verification only the recent window: the first proposal sees one key. (Later
+        // ones differ too: a deeper layer's cached keys were computed under that window.)
+        let once = RetrievalConfig {
+            chunk: 4,
+            top_chunks: 1000,
+            recent: 1,
+            every: 1000,
+        };
+        let mut once = RetrievingDrafter::new(plain(method), once).unwrap();
+        let (drafts, ids) = run(&mut once);
+        assert_eq!(ids, want, "{name}");
+        if *name == "vanilla" {
+            // The random EAGLE head drafts the same first chain from one key; the small LM does not.
+            assert_ne!(
+                drafts[0], unrestricted[0],
+                "{name}: the first proposal sees one key"
+            );
+        }
+        assert_eq!(
+            once.retrievals(),
+            1,
+            "{name}: one retrieval, after the first verification"
+        );
         let mut narrow = RetrievingDrafter::new(plain(method), narrow).unwrap();
         let (drafts, ids) = run(&mut narrow);
         assert_eq!(ids, want, "{name}: lossless with retrieval");

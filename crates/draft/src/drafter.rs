@@ -57,9 +57,10 @@ pub struct Feedback<'a> {
     /// Target hidden states (the drafter's taps, concatenated on features) of the verified root and the
     /// accepted nodes, `[1 + accepted, features]`; `None` when the drafter asked for no taps.
     pub target_hidden: Option<&'a Tensor>,
-    /// The target's logits at the same rows, `[1 + accepted, vocab]`: row i is its distribution for the
-    /// token after row i (the free labels online adaptation learns from).
-    pub target_logits: &'a Tensor,
+    /// The target's logits at every row of the verification pass, `[1 + proposal nodes, vocab]` (row 0 the
+    /// root, row i + 1 node i): row r is its distribution for the token after row r (the free labels
+    /// online adaptation learns from). Not copied: a drafter selects the rows it needs.
+    pub verified_logits: &'a Tensor,
     /// `[root + 1]` f32: the target's last-layer attention of the verified root over the committed keys
     /// (cache indices `0..=root`), averaged over heads; only for drafters that want it (retrieval).
     pub target_attention: Option<&'a Tensor>,

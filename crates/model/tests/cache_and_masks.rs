@@ -282,6 +282,17 @@ fn a_windowed_mask_lets_each_row_see_only_its_last_w_keys() {
     assert!(AttentionMask::Causal
         .windowed(3, 4, 0, Device::Cpu)
         .is_err());
+    // Query scaling's n_i under a window: the keys the window shows, never more than the window.
+    let counts = AttentionMask::Causal
+        .windowed(3, 4, 2, Device::Cpu)
+        .unwrap()
+        .visible_counts(3, 4)
+        .unwrap();
+    assert_eq!(counts, vec![2, 2, 2, 2]);
+    let wide = AttentionMask::Causal
+        .windowed(3, 4, 100, Device::Cpu)
+        .unwrap();
+    assert_eq!(wide.visible_counts(3, 4).unwrap(), vec![4, 5, 6, 7]);
 }
 
 #[test]

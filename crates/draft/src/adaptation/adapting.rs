@@ -29,7 +29,6 @@ pub struct AdaptingDrafter<'t> {
     has_children: Vec<bool>,
     /// The largest proposal seen: a segment needs two rows more to train on.
     max_proposal: usize,
-    new_request: bool,
     cycles_in_request: usize,
     requests_started: usize,
     report: AdaptationReport,
@@ -103,7 +102,6 @@ impl<'t> AdaptingDrafter<'t> {
             device,
             has_children: Vec::new(),
             max_proposal: 0,
-            new_request: true,
             cycles_in_request: 0,
             requests_started: 0,
             report,
@@ -196,7 +194,6 @@ impl Drafter for AdaptingDrafter<'_> {
         }
         self.requests_started += 1;
         self.cycles_in_request = 0;
-        self.new_request = true;
         self.inner.prefill(ctx, target_hidden)
     }
 
@@ -216,27 +213,37 @@ impl Drafter for AdaptingDrafter<'_> {
         self.inner.observe(ctx, feedback)?;
         let accepted = feedback.accepted.len();
         let n = ctx.committed.len();
-        if n < accepted + 2 || feedback.target_logits.size()[0] != accepted as i64 + 1 {
+        let rows = feedback.verified_logits.size()[0] as usize;
+        if n < accepted + 2 || feedback.accepted.iter().any(|&node| node + 1 >= rows) {
             return Err(DraftError::Protocol(format!(
-                "feedback of {accepted} accepted drafts with {} target rows after {n} committed tokens",
-                feedback.target_logits.size()[0]
+                "feedback of accepted nodes {:?} with {rows} target rows after {n} committed tokens",
+                feedback.accepted
             )));
         }
-        // After the cycle: [.., root, accepted.., bonus]; the verified rows are root..last accepted.
+        // After the cycle: [.., root, accepted.., bonus]; the verified rows are root..last accepted,
+        // rows 0 and node + 1 of the verification pass.
         let tokens = &ctx.committed[n - accepted - 2..n - 1];
+        let kept: Vec<i64> = std::iter::once(0)
+            .chain(feedback.accepted.iter().map(|&node| node as i64 + 1))
+            .collect();
+        let logits = feedback.verified_logits.index_select(
+            0,
+            &Tensor::from_slice(&kept).to_device(feedback.verified_logits.device()),
+        );
         let last_row = feedback.accepted.last().map_or(0, |&node| node + 1);
-        let wrong_at_end = self.has_children.get(last_row).copied().unwrap_or(false);
+        let wrong_at_end = *self.has_children.get(last_row).ok_or_else(|| {
+            DraftError::Protocol(format!("observe of row {last_row} without its proposal"))
+        })?;
         let wrong: Vec<bool> = (0..=accepted)
             .map(|i| i == accepted && wrong_at_end)
             .collect();
         self.buffer.push(
-            self.new_request,
+            self.cycles_in_request == 0,
             tokens,
-            feedback.target_logits,
+            &logits,
             feedback.target_hidden,
             &wrong,
         );
-        self.new_request = false;
         self.cycles_in_request += 1;
         if self.config.unit == UpdateUnit::Cycles
             && self.cycles_in_request.is_multiple_of(self.config.every)
