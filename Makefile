@@ -1,5 +1,6 @@
 # SharpDraft: the two entry points of the README, and the set-up they share.
-#   make run    the main job (today: the Model A derivation table; later: experiments/quickstart.yaml)
+#   make run    the main job: experiments/quickstart.yaml into runs/quickstart (trains and calibrates its
+#               drafter first when missing; resumes an unfinished run; prints the report's headline)
 #   make test   the whole test suite (what CI runs)
 # Each target installs what it needs first; the installs are cached and idempotent.
 
@@ -18,8 +19,9 @@ DEFAULT_MODEL     := smollm2-135m-instruct
 
 .PHONY: run test deps models fetch-qwen bench clean-deps
 
+# The debug profile (optimised dependencies) is the one `make test` builds, so the two share one build.
 run: deps
-	$(CARGO) run -p sharpdraft -- derive --k 4 --delta 4 --sigma 1 --n0 2048 --n 131072
+	$(CARGO) run -p sharpdraft -- run experiments/quickstart.yaml --resume
 
 # The test build's own sharpdraft binary fetches the model, so the workspace compiles once.
 test: deps

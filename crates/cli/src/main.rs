@@ -45,6 +45,13 @@ enum Command {
     /// Fit beta from probe statistics with every estimator and write a schedule YAML (see
     /// configs/calibrate/); runs the probe first when needed.
     Calibrate { config: std::path::PathBuf },
+    /// Run an experiment YAML (see experiments/) into a run folder: parquet tables and report.md;
+    /// resumable (--resume) and shardable (--shard I/N).
+    Run(commands::experiment::RunArgs),
+    /// Join the shard folders of one experiment into one run folder, with its tables and report.
+    Merge(commands::experiment::MergeArgs),
+    /// Rebuild a run folder's tables and report.md (charts included) from its finished units.
+    Report { run_dir: std::path::PathBuf },
     /// Throughput benchmarks.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
@@ -62,6 +69,9 @@ fn main() -> anyhow::Result<()> {
         Command::Tau(args) => commands::tau::run(&args),
         Command::Logits(args) => commands::generate::run_logits(&args),
         Command::Bench(command) => commands::bench::run(&command),
+        Command::Run(args) => commands::experiment::run(&args),
+        Command::Merge(args) => commands::experiment::merge_shards(&args),
+        Command::Report { run_dir } => commands::experiment::report(&run_dir),
         Command::Probe { config } => {
             let out = sharpdraft_lab::probe_run::run(&config)?;
             sharpdraft_lab::probe_run::print_summary(&out);

@@ -98,3 +98,10 @@ pub fn peak_rss_bytes() -> u64 {
         })
         .map_or(0, |kb| kb * 1024)
 }
+
+/// Lowers the process's peak resident memory (VmHWM) to its current resident size, so the next
+/// [`peak_rss_bytes`] is the peak of what ran since (Linux: `5` written to /proc/self/clear_refs).
+/// False where that is not available; the peak then covers the whole process.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}

@@ -175,7 +175,7 @@ fn read_text(path: &Path) -> Result<String> {
 }
 
 /// The file a source names: a path beside the config, or a member of a pinned PyPI package.
-fn locate(base: &Path, path: &Path, pypi: Option<&PypiPackage>) -> Result<PathBuf> {
+pub(crate) fn locate(base: &Path, path: &Path, pypi: Option<&PypiPackage>) -> Result<PathBuf> {
     match pypi {
         None => Ok(resolve(base, path)),
         Some(p) => {

@@ -5,6 +5,7 @@ pub mod calibrate_run;
 pub mod datasets;
 pub mod drafter_spec;
 pub mod error;
+pub mod experiment;
 pub mod loss_curve;
 pub mod plot;
 pub mod probe_run;

@@ -146,3 +146,61 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
+
+/// Draws one horizontal bar per `(label, value)` into a PNG at `path` (written through a temporary
+/// file); non-finite values are left out. `chart.x_label` names the values' axis.
+pub fn bar_chart(path: &Path, chart: &Chart<'_>, bars: &[(String, f64)]) -> Result<()> {
+    let bars: Vec<&(String, f64)> = bars.iter().filter(|(_, v)| v.is_finite()).collect();
+    let top = bars.iter().map(|(_, v)| *v).fold(0.0f64, f64::max).max(1e-9) * 1.1;
+    let height = (120 + 28 * bars.len()).clamp(240, 2400) as u32;
+    let tmp = path.with_extension("png.tmp.png");
+    let text = font_available();
+    {
+        let root = BitMapBackend::new(&tmp, (900, height)).into_drawing_area();
+        let plot = |e: &dyn std::fmt::Debug| LabError::Plot {
+            path: path.display().to_string(),
+            reason: format!("{e:?}"),
+        };
+        root.fill(&WHITE).map_err(|e| plot(&e))?;
+        let mut builder = ChartBuilder::on(&root);
+        builder.margin(16);
+        if text {
+            builder
+                .caption(chart.title, ("sans-serif", 22))
+                .x_label_area_size(44)
+                .y_label_area_size(260);
+        }
+        let mut ctx = builder
+            .build_cartesian_2d(0.0..top, (0..bars.len().max(1)).into_segmented())
+            .map_err(|e| plot(&e))?;
+        let mut mesh = ctx.configure_mesh();
+        let label = |v: &SegmentValue<usize>| match v {
+            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+                bars.get(*i).map(|(l, _)| l.clone()).unwrap_or_default()
+            }
+            SegmentValue::Last => String::new(),
+        };
+        if text {
+            mesh.x_desc(chart.x_label)
+                .y_labels(bars.len().max(1))
+                .y_label_formatter(&label)
+                .disable_y_mesh();
+        } else {
+            mesh.disable_x_axis().disable_y_axis();
+        }
+        mesh.draw().map_err(|e| plot(&e))?;
+        ctx.draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+            Rectangle::new(
+                [
+                    (0.0, SegmentValue::Exact(i)),
+                    (*v, SegmentValue::Exact(i + 1)),
+                ],
+                BLUE.mix(0.6).filled(),
+            )
+        }))
+        .map_err(|e| plot(&e))?;
+        root.present().map_err(|e| plot(&e))?;
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}

@@ -70,6 +70,13 @@ impl Table {
         }
     }
 
+    pub fn strs(&self, name: &str) -> Result<&[String]> {
+        match self.column(name)? {
+            Column::Str(v) => Ok(v),
+            _ => bail!("column {name:?} is not a string column"),
+        }
+    }
+
     /// Writes one row group to `path` through a temporary file and a rename.
     pub fn write_parquet(&self, path: &Path) -> Result<()> {
         let rows = self.rows();

@@ -191,20 +191,60 @@ proptest! {
     }
 
     #[test]
-    fn a_mutated_shared_data_file_loads_or_names_a_file(edits in prop::collection::vec(edit(), 1..4)) {
-        let seeds = configs("data");
-        let seed = std::fs::read_to_string(&seeds[0]).unwrap();
+    fn a_mutated_shared_data_file_loads_or_names_a_file(
+        which in any::<prop::sample::Index>(),
+        edits in prop::collection::vec(edit(), 1..4),
+    ) {
+        // A training config and the data file it includes, the data file mutated.
+        let trains = configs("train");
+        let train_path = which.get(&trains);
+        let train = std::fs::read_to_string(train_path).unwrap();
+        let included = train
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("- include: ../data/"))
+            .expect("every shipped training config includes a data file")
+            .to_string();
+        let seed = std::fs::read_to_string(train_path.parent().unwrap().join("../data").join(&included)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("data")).unwrap();
         std::fs::create_dir_all(dir.path().join("config")).unwrap();
-        let data = dir.path().join("data").join(seeds[0].file_name().unwrap());
-        std::fs::write(&data, mutated(&seed, &edits)).unwrap();
+        std::fs::write(dir.path().join("data").join(&included), mutated(&seed, &edits)).unwrap();
         let config = dir.path().join("config/train.yaml");
-        let train = std::fs::read_to_string(&configs("train")[0]).unwrap();
         std::fs::write(&config, train).unwrap();
         if let Err(e) = TrainConfig::load(&config) {
             let message = format!("{e:#}");
-            prop_assert!(message.contains("train.yaml") || message.contains("smollm2-training.yaml"), "{}", message);
+            prop_assert!(message.contains("train.yaml") || message.contains(&included), "{}", message);
+        }
+    }
+
+    #[test]
+    fn a_mutated_experiment_loads_or_names_a_file(
+        which in any::<prop::sample::Index>(),
+        edits in prop::collection::vec(edit(), 1..4),
+    ) {
+        // Laid out as in the project: experiments/ beside a copy of configs/.
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let seeds: Vec<PathBuf> = std::fs::read_dir(root.join("experiments"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        let mut seeds = seeds;
+        seeds.sort();
+        let seed = std::fs::read_to_string(which.get(&seeds)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for folder in ["drafters", "workloads"] {
+            std::fs::create_dir_all(dir.path().join("configs").join(folder)).unwrap();
+            for file in configs(folder) {
+                std::fs::copy(&file, dir.path().join("configs").join(folder).join(file.file_name().unwrap())).unwrap();
+            }
+        }
+        std::fs::create_dir_all(dir.path().join("experiments")).unwrap();
+        let path = dir.path().join("experiments/experiment.yaml");
+        std::fs::write(&path, mutated(&seed, &edits)).unwrap();
+        if let Err(e) = sharpdraft_lab::experiment::Experiment::load(&path) {
+            let message = format!("{e:#}");
+            prop_assert!(message.contains("experiment.yaml") || message.contains("configs/"), "{}", message);
         }
     }
 

@@ -2,6 +2,7 @@ pub mod adapt;
 pub mod bench;
 pub mod bench_scaling;
 pub mod derive;
+pub mod experiment;
 pub mod generate;
 pub mod models;
 pub mod scaling;

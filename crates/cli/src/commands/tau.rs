@@ -12,8 +12,9 @@ use sharpdraft_draft::adaptation::{AdaptationReport, UpdateUnit};
 use sharpdraft_draft::Drafter;
 use sharpdraft_lab::datasets::jsonl_field;
 use sharpdraft_lab::drafter_spec;
-use sharpdraft_model::{ChatMessage, Sampling, TextTokenizer};
-use std::path::{Path, PathBuf};
+use sharpdraft_lab::experiment::prompts::{excerpt_offset, filler_text, long_prompt_ids};
+use sharpdraft_model::Sampling;
+use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct TauArgs {
@@ -84,63 +85,6 @@ struct Summary {
     peak_rss_bytes: u64,
 }
 
-fn filler_text(path: &Path) -> Result<String> {
-    if path.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "txt"))
-            .collect();
-        files.sort();
-        ensure!(!files.is_empty(), "{}: no .txt files", path.display());
-        files
-            .iter()
-            .map(|f| Ok(String::from_utf8_lossy(&std::fs::read(f)?).into_owned()))
-            .collect::<Result<Vec<_>>>()
-            .map(|t| t.join("\n\n"))
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
-    }
-}
-
-/// The chat prompt whose templated length is about `context` tokens: an excerpt of `filler` (from
-/// `offset`) before `question`.
-fn prompt_ids(
-    tokenizer: &TextTokenizer,
-    question: &str,
-    filler: &[i64],
-    offset: usize,
-    context: usize,
-) -> Result<Vec<i64>> {
-    let template = |content: String| -> Result<Vec<i64>> {
-        let text = tokenizer.apply_chat_template(
-            &[ChatMessage {
-                role: "user".into(),
-                content,
-            }],
-            true,
-        )?;
-        Ok(tokenizer.encode(&text, false)?)
-    };
-    let bare = template(question.to_string())?;
-    if context <= bare.len() {
-        return Ok(bare);
-    }
-    let wrapper = template(format!(
-        "Here is a text.\n\n\n\nWith that text in mind: {question}"
-    ))?
-    .len();
-    let take = context.saturating_sub(wrapper);
-    ensure!(
-        offset.saturating_add(take) <= filler.len(),
-        "the filler has {} tokens, fewer than offset {offset} + {take}",
-        filler.len()
-    );
-    let excerpt = tokenizer.decode(&filler[offset..offset + take])?;
-    template(format!(
-        "Here is a text.\n\n{excerpt}\n\nWith that text in mind: {question}"
-    ))
-}
-
 pub fn run(args: &TauArgs) -> Result<()> {
     let drafter_name = args
         .draft
@@ -181,14 +125,8 @@ pub fn run(args: &TauArgs) -> Result<()> {
             .enumerate()
             .map(|(i, question)| {
                 // A different excerpt for every prompt.
-                let offset = args.filler_offset.saturating_add(
-                    i * 1009
-                        % filler
-                            .len()
-                            .saturating_sub(args.filler_offset.saturating_add(requested))
-                            .max(1),
-                );
-                prompt_ids(tokenizer, question, &filler, offset, requested)
+                let offset = excerpt_offset(i, args.filler_offset, filler.len(), requested);
+                Ok(long_prompt_ids(tokenizer, question, &filler, offset, requested)?)
             })
             .collect::<Result<_>>()?;
         let spec = args.draft.spec(drafter_name, scaling);

@@ -1,0 +1,81 @@
+//! `sharpdraft run`, `merge` and `report`: experiments from YAML into run folders (parquet tables and a
+//! report), and shards joined.
+
+use anyhow::Result;
+use clap::Args;
+use sharpdraft_lab::experiment::merge::merge;
+use sharpdraft_lab::experiment::report::{headline, read_summary};
+use sharpdraft_lab::experiment::{self, RunOptions, Shard};
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The experiment YAML (see experiments/).
+    pub experiment: PathBuf,
+    /// The run folder; default runs/<name> (runs/<name>.shard-I-of-N for a shard).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue this experiment's run in the folder: finished units are kept and skipped.
+    #[arg(long)]
+    pub resume: bool,
+    /// Run shard I of N (0-based): every unit whose grid position is I modulo N. Without it, SLURM's
+    /// job array variables (SLURM_ARRAY_TASK_ID, _MIN, _COUNT) choose the shard when they are set.
+    #[arg(long)]
+    pub shard: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The merged run folder (new, or an earlier merge of the same experiment).
+    pub out: PathBuf,
+    /// The shard run folders.
+    #[arg(required = true)]
+    pub shards: Vec<PathBuf>,
+}
+
+fn print_headline(dir: &Path) -> Result<()> {
+    let summary = dir.join("summary.parquet");
+    if summary.is_file() {
+        println!("{}", headline(&read_summary(&summary)?));
+    }
+    println!("report: {}", dir.join("report.md").display());
+    Ok(())
+}
+
+pub fn run(args: &RunArgs) -> Result<()> {
+    let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
+    let outcome = experiment::run(
+        &args.experiment,
+        &RunOptions {
+            out: args.out.clone(),
+            resume: args.resume,
+            shard,
+        },
+    )?;
+    eprintln!(
+        "{}: {} units run, {} already finished{}",
+        outcome.dir.display(),
+        outcome.ran,
+        outcome.skipped,
+        if outcome.finished { "" } else { " (unfinished: run again with --resume)" }
+    );
+    print_headline(&outcome.dir)
+}
+
+pub fn merge_shards(args: &MergeArgs) -> Result<()> {
+    let outcome = merge(&args.out, &args.shards)?;
+    eprintln!(
+        "{}: {} units{}",
+        outcome.dir.display(),
+        outcome.units,
+        if outcome.finished { ", the whole grid" } else { " (some units of the grid are missing)" }
+    );
+    print_headline(&outcome.dir)
+}
+
+pub fn report(dir: &Path) -> Result<()> {
+    experiment::merge::recorded_experiment(dir)?;
+    sharpdraft_lab::experiment::tables::write_tables(dir)?;
+    sharpdraft_lab::experiment::report::write(dir)?;
+    print_headline(dir)
+}

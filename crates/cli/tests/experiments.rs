@@ -1,0 +1,91 @@
+//! `sharpdraft run` as a user runs it: killed mid-grid, resumed with every finished row intact.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn fetched() -> bool {
+    let ok = sharpdraft_model::registry::resolve("smollm2-135m-instruct").is_ok();
+    if !ok {
+        eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
+    }
+    ok
+}
+
+fn finished_units(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("units"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_run_killed_mid_grid_resumes_with_every_finished_unit_intact_and_no_duplicates() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("prompts.jsonl"),
+        "{\"q\": \"Name three fruits.\"}\n{\"q\": \"What is 2 + 3?\"}\n",
+    )
+    .unwrap();
+    let experiment = dir.path().join("experiment.yaml");
+    std::fs::write(
+        &experiment,
+        "name: killed\ntarget: smollm2-135m-instruct\n\
+         drafters:\n  - {name: self, spec: {method: vanilla, checkpoint: smollm2-135m-instruct, draft_len: 3}}\n\
+         methods:\n  - {name: ar, target_only: true}\n  - {name: unmodified}\n\
+         workloads:\n  - {name: w, setting: long_prompt, prompts: {jsonl: {path: prompts.jsonl, field: q}}, count: 2, max_new_tokens: 24, contexts: [0]}\n\
+         seeds: [0, 1, 2]\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let sharpdraft = env!("CARGO_BIN_EXE_sharpdraft");
+    let mut child = Command::new(sharpdraft)
+        .args(["run", experiment.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed (SIGKILL: no clean-up) as soon as the first unit is written.
+    let started = Instant::now();
+    while finished_units(&out).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(300), "no unit finished in 5 min");
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().ok();
+    child.wait().unwrap();
+    let before = finished_units(&out);
+    assert!(!before.is_empty() && before.len() < 6, "killed mid-grid: {before:?}");
+    let kept: Vec<Vec<u8>> = before
+        .iter()
+        .map(|n| std::fs::read(out.join("units").join(n)).unwrap())
+        .collect();
+
+    let resumed = Command::new(sharpdraft)
+        .args(["run", experiment.to_str().unwrap(), "--out", out.to_str().unwrap(), "--resume"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("{} of 6 units finished", before.len())), "{stderr}");
+    let after = finished_units(&out);
+    assert_eq!(after.len(), 6, "{after:?}");
+    for (name, bytes) in before.iter().zip(&kept) {
+        assert_eq!(&std::fs::read(out.join("units").join(name)).unwrap(), bytes, "{name} kept as it was");
+    }
+    let stdout = String::from_utf8_lossy(&resumed.stdout);
+    assert!(stdout.contains("| w | 0 | self | unmodified | 6 |"), "one headline row over 3 seeds x 2 prompts: {stdout}");
+    assert!(stdout.contains("report.md"), "{stdout}");
+}

@@ -1,0 +1,475 @@
+//! The experiment YAML: a target, drafters (the drafter specification), methods, workloads, seeds. Strict:
+//! unknown keys are rejected, and every error names the file, the key path and the line. A list item may
+//! be a path to a YAML file holding that block (`configs/`), read with its own file and line numbers:
+//!
+//! ```yaml
+//! name: quickstart
+//! target: smollm2-135m-instruct
+//! drafters:
+//!   - ../configs/drafters/smollm2-dflash.yaml          # a block from configs/
+//!   - {name: eagle, spec: {method: eagle3, checkpoint: smollm2-135m-eagle3}}
+//! methods:
+//!   - {name: ar, target_only: true}                     # the speedup's denominator
+//!   - {name: unmodified}
+//!   - {name: fixed, scaling: {mode: fixed, beta: 0.3}}
+//!   - {name: lora, adapt: {mode: lora, every: 8}}
+//! workloads:
+//!   - ../configs/workloads/mtbench-long-prompt.yaml
+//! ```
+
+use super::prompts::{FillerSource, PromptSource};
+use crate::drafter_spec::DrafterSpec;
+use crate::error::{bail, ensure, Context, LabError, Result};
+use crate::scaling::ScalingSpec;
+use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use sha2::{Digest, Sha256};
+use sharpdraft_draft::adaptation::AdaptConfig;
+use sharpdraft_draft::retrieval::RetrievalConfig;
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+/// A list item written in place, or the path of a YAML file that holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Block<T> {
+    Inline(T),
+    File(PathBuf),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Block<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct BlockVisitor<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for BlockVisitor<T> {
+            type Value = Block<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a block (a mapping) or the path of a YAML file holding one")
+            }
+            fn visit_str<E: de::Error>(self, path: &str) -> std::result::Result<Block<T>, E> {
+                Ok(Block::File(PathBuf::from(path)))
+            }
+            // The mapping goes to T through the YAML reader's own map access, so T's errors keep
+            // their line numbers.
+            fn visit_map<M: MapAccess<'de>>(self, map: M) -> std::result::Result<Block<T>, M::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Block::Inline)
+            }
+        }
+        deserializer.deserialize_any(BlockVisitor(PhantomData))
+    }
+}
+
+impl<T: Serialize> Serialize for Block<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Block::Inline(t) => t.serialize(s),
+            Block::File(p) => p.serialize(s),
+        }
+    }
+}
+
+/// Reads YAML `text` (from `file`) as `T`; an error names the file, the key path and the line.
+pub fn parse_yaml<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T> {
+    let deserializer = serde_norway::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let key = e.path().to_string();
+        let key = if key == "." { "(top level)".to_string() } else { key };
+        // The YAML reader prefixes its own (shorter) path; the full one is already given.
+        let message = e.into_inner().to_string();
+        let message = match message.split_once(": ") {
+            Some((prefix, rest)) if key.starts_with(prefix) && !prefix.contains(' ') => rest.to_string(),
+            _ => message,
+        };
+        LabError::Invalid(format!("{}: key {key}: {message}", file.display()))
+    })
+}
+
+/// A path as written in `file`: relative paths resolve against the file's folder.
+pub fn beside(file: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        file.parent().unwrap_or(Path::new(".")).join(path)
+    }
+}
+
+/// One drafter of the grid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrafterEntry {
+    /// The drafter's name in results and reports.
+    pub name: String,
+    /// What it is and how it drafts; each method overlays its own options on this.
+    pub spec: DrafterSpec,
+    /// A training config (`configs/train/`) run first when the checkpoint is missing.
+    #[serde(default)]
+    pub train: Option<PathBuf>,
+    /// This drafter's calibrated schedule (a path or a calibration's name), used by methods whose
+    /// `scaling` names neither a schedule nor a beta.
+    #[serde(default)]
+    pub schedule: Option<PathBuf>,
+    /// A calibrate config (`configs/calibrate/`) run first when `schedule` is missing and needed.
+    #[serde(default)]
+    pub calibrate: Option<PathBuf>,
+}
+
+/// One method: target alone, or the drafter with options overlaid on its specification.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MethodEntry {
+    pub name: String,
+    /// Autoregressive decoding by the target alone: the baseline speedups are measured against.
+    #[serde(default)]
+    pub target_only: bool,
+    #[serde(default)]
+    pub scaling: Option<ScalingSpec>,
+    #[serde(default)]
+    pub window: Option<i64>,
+    #[serde(default)]
+    pub retrieval: Option<RetrievalConfig>,
+    #[serde(default)]
+    pub adapt: Option<AdaptConfig>,
+}
+
+/// What the target generates from, and how the context grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Setting {
+    /// A document excerpt of the requested length before the question; short answers.
+    LongPrompt,
+    /// The prompt alone; the context grows while the drafter drafts (LongGenBench, reasoning).
+    LongGeneration,
+}
+
+impl Setting {
+    pub fn name(self) -> &'static str {
+        match self {
+            Setting::LongPrompt => "long_prompt",
+            Setting::LongGeneration => "long_generation",
+        }
+    }
+}
+
+/// A set of prompts and how they are run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    pub name: String,
+    pub setting: Setting,
+    #[serde(with = "serde_norway::with::singleton_map_recursive")]
+    pub prompts: PromptSource,
+    /// Prompts to skip (those the drafters were trained on).
+    #[serde(default)]
+    pub skip: usize,
+    pub count: usize,
+    pub max_new_tokens: usize,
+    /// Long prompt: context lengths in tokens when drafting starts (0: the prompt alone).
+    #[serde(default)]
+    pub contexts: Vec<usize>,
+    /// Long prompt: the long text excerpts come from.
+    #[serde(default, with = "serde_norway::with::singleton_map_recursive")]
+    pub filler: Option<FillerSource>,
+    /// Tokens of the filler to skip (keep excerpts clear of text a drafter was trained on).
+    #[serde(default)]
+    pub filler_offset: usize,
+    /// Keep generating past end-of-sequence tokens (long generation at a fixed length, as vLLM's
+    /// `ignore_eos`); lossless verification is unaffected.
+    #[serde(default)]
+    pub ignore_eos: bool,
+}
+
+fn default_device() -> String {
+    "cpu".into()
+}
+fn default_dtype() -> String {
+    "f32".into()
+}
+fn default_seeds() -> Vec<u64> {
+    vec![0]
+}
+fn default_repeats() -> usize {
+    1
+}
+
+/// An experiment as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentFile {
+    pub name: String,
+    /// A known model name or a model folder.
+    pub target: String,
+    #[serde(default = "default_device")]
+    pub device: String,
+    #[serde(default = "default_dtype")]
+    pub dtype: String,
+    /// 0 is greedy.
+    #[serde(default)]
+    pub temperature: f64,
+    #[serde(default = "default_seeds")]
+    pub seeds: Vec<u64>,
+    /// Runs of every unit (timing noise; greedy tokens repeat exactly).
+    #[serde(default = "default_repeats")]
+    pub repeats: usize,
+    pub drafters: Vec<Block<DrafterEntry>>,
+    pub methods: Vec<Block<MethodEntry>>,
+    pub workloads: Vec<Block<Workload>>,
+    /// Edges of the context-length bins of the cycle table, in multiples of the drafter's n0
+    /// (default 0.5, 1, 2, 4, 8, 16, 32, 64).
+    #[serde(default)]
+    pub bins_n0: Option<Vec<f64>>,
+}
+
+/// An experiment with every block read and every path made absolute: what a run records and hashes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Experiment {
+    pub file: PathBuf,
+    pub name: String,
+    pub target: String,
+    pub device: String,
+    pub dtype: String,
+    pub temperature: f64,
+    pub seeds: Vec<u64>,
+    pub repeats: usize,
+    pub drafters: Vec<DrafterEntry>,
+    pub methods: Vec<MethodEntry>,
+    pub workloads: Vec<Workload>,
+    pub bins_n0: Vec<f64>,
+}
+
+fn read_block<T: DeserializeOwned>(block: &Block<T>, file: &Path, what: &str) -> Result<T>
+where
+    T: Clone,
+{
+    match block {
+        Block::Inline(t) => Ok(t.clone()),
+        Block::File(path) => {
+            let path = beside(file, path);
+            let text = std::fs::read_to_string(&path).with_context(|| {
+                format!("{}: {what} block {}", file.display(), path.display())
+            })?;
+            parse_yaml(&text, &path)
+        }
+    }
+}
+
+fn names_unique<'a>(names: impl Iterator<Item = &'a str>, what: &str, file: &Path) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for name in names {
+        ensure!(
+            !name.is_empty() && !name.contains(['/', '\\']),
+            "{}: {what} name {name:?} must be non-empty and hold no slash",
+            file.display()
+        );
+        ensure!(
+            seen.insert(name),
+            "{}: two {what}s are named {name:?}",
+            file.display()
+        );
+    }
+    Ok(())
+}
+
+impl Experiment {
+    /// Reads `path` and its blocks and checks what can be checked without models.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading experiment {}", path.display()))?;
+        let raw: ExperimentFile = parse_yaml(&text, path)?;
+        let file = std::path::absolute(path)
+            .with_context(|| format!("resolving {}", path.display()))?;
+        let mut drafters = raw
+            .drafters
+            .iter()
+            .map(|b| read_block(b, &file, "drafter"))
+            .collect::<Result<Vec<DrafterEntry>>>()?;
+        let methods = raw
+            .methods
+            .iter()
+            .map(|b| read_block(b, &file, "method"))
+            .collect::<Result<Vec<MethodEntry>>>()?;
+        let mut workloads = raw
+            .workloads
+            .iter()
+            .map(|b| read_block(b, &file, "workload"))
+            .collect::<Result<Vec<Workload>>>()?;
+        // Paths inside blocks read from files resolve against those files.
+        for (block, entry) in raw.drafters.iter().zip(&mut drafters) {
+            let origin = match block {
+                Block::File(p) => beside(&file, p),
+                Block::Inline(_) => file.clone(),
+            };
+            entry.train = entry.train.as_ref().map(|p| beside(&origin, p));
+            entry.calibrate = entry.calibrate.as_ref().map(|p| beside(&origin, p));
+            entry.schedule = entry.schedule.as_ref().map(|p| local_or_name(&origin, p));
+            let schedule = entry.spec.scaling.schedule.as_ref();
+            entry.spec.scaling.schedule = schedule.map(|p| local_or_name(&origin, p));
+        }
+        for (block, workload) in raw.workloads.iter().zip(&mut workloads) {
+            let origin = match block {
+                Block::File(p) => beside(&file, p),
+                Block::Inline(_) => file.clone(),
+            };
+            workload.prompts.resolve_paths(&origin);
+            if let Some(filler) = &mut workload.filler {
+                filler.resolve_paths(&origin);
+            }
+        }
+        let experiment = Self {
+            file,
+            name: raw.name,
+            target: raw.target,
+            device: raw.device,
+            dtype: raw.dtype,
+            temperature: raw.temperature,
+            seeds: raw.seeds,
+            repeats: raw.repeats,
+            drafters,
+            methods,
+            workloads,
+            bins_n0: raw
+                .bins_n0
+                .unwrap_or_else(|| vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+        };
+        experiment.validate()?;
+        Ok(experiment)
+    }
+
+    /// Checks that need no model: names, counts, lengths, options that fit their drafter's method.
+    pub fn validate(&self) -> Result<()> {
+        let file = &self.file;
+        let f = file.display();
+        ensure!(
+            !self.name.is_empty() && !self.name.contains(['/', '\\']),
+            "{f}: name {:?} must be non-empty and hold no slash",
+            self.name
+        );
+        ensure!(
+            self.temperature.is_finite() && self.temperature >= 0.0,
+            "{f}: temperature {} must be >= 0",
+            self.temperature
+        );
+        ensure!(!self.seeds.is_empty(), "{f}: seeds: give at least one");
+        ensure!(self.repeats >= 1, "{f}: repeats {} must be >= 1", self.repeats);
+        ensure!(!self.methods.is_empty(), "{f}: methods: give at least one");
+        ensure!(!self.workloads.is_empty(), "{f}: workloads: give at least one");
+        ensure!(
+            self.bins_n0.windows(2).all(|w| w[0] < w[1])
+                && self.bins_n0.iter().all(|b| b.is_finite() && *b > 0.0),
+            "{f}: bins_n0 {:?} must be positive and increasing",
+            self.bins_n0
+        );
+        names_unique(self.drafters.iter().map(|d| d.name.as_str()), "drafter", file)?;
+        names_unique(self.methods.iter().map(|m| m.name.as_str()), "method", file)?;
+        names_unique(self.workloads.iter().map(|w| w.name.as_str()), "workload", file)?;
+        let drafting = self.methods.iter().any(|m| !m.target_only);
+        ensure!(
+            !drafting || !self.drafters.is_empty(),
+            "{f}: methods other than target_only need at least one drafter"
+        );
+        for method in &self.methods {
+            if method.target_only {
+                ensure!(
+                    method.scaling.is_none()
+                        && method.window.is_none()
+                        && method.retrieval.is_none()
+                        && method.adapt.is_none(),
+                    "{f}: method {:?} is target_only: it takes no scaling, window, retrieval or adapt",
+                    method.name
+                );
+            }
+        }
+        for drafter in &self.drafters {
+            for method in self.methods.iter().filter(|m| !m.target_only) {
+                let spec = self.spec(drafter, method)?;
+                spec.validate().with_context(|| {
+                    format!(
+                        "{f}: drafter {:?} with method {:?}",
+                        drafter.name, method.name
+                    )
+                })?;
+            }
+        }
+        for w in &self.workloads {
+            let at = |key: &str| format!("{f}: workload {:?}: {key}", w.name);
+            ensure!(w.count >= 1, "{} {} must be >= 1", at("count"), w.count);
+            ensure!(
+                w.max_new_tokens >= 1,
+                "{} {} must be >= 1",
+                at("max_new_tokens"),
+                w.max_new_tokens
+            );
+            match w.setting {
+                Setting::LongPrompt => {
+                    ensure!(
+                        !w.contexts.is_empty(),
+                        "{}: a long_prompt workload needs at least one context length",
+                        at("contexts")
+                    );
+                    if w.contexts.iter().any(|&c| c > 0) {
+                        ensure!(
+                            w.filler.is_some(),
+                            "{}: contexts beyond the prompt need a filler text",
+                            at("filler")
+                        );
+                    }
+                }
+                Setting::LongGeneration => ensure!(
+                    w.contexts.is_empty() && w.filler.is_none(),
+                    "{}: a long_generation workload starts from the prompt alone (no contexts, no filler)",
+                    at("contexts")
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// The drafter specification `method` runs `drafter` with.
+    pub fn spec(&self, drafter: &DrafterEntry, method: &MethodEntry) -> Result<DrafterSpec> {
+        let mut spec = drafter.spec.clone();
+        if let Some(scaling) = &method.scaling {
+            let mut scaling = scaling.clone();
+            let needs_schedule = matches!(
+                scaling.mode,
+                crate::scaling::ScalingKind::Fixed | crate::scaling::ScalingKind::Exact
+            ) && scaling.schedule.is_none()
+                && scaling.beta.is_none();
+            if needs_schedule {
+                let Some(schedule) = drafter.schedule.clone() else {
+                    bail!(
+                        "{}: method {:?} scales with the drafter's schedule, and drafter {:?} names none (give it `schedule:` or the method a `beta:`)",
+                        self.file.display(),
+                        method.name,
+                        drafter.name
+                    );
+                };
+                scaling.schedule = Some(schedule);
+            }
+            spec.scaling = scaling;
+        }
+        if method.window.is_some() {
+            spec.window = method.window;
+        }
+        if method.retrieval.is_some() {
+            spec.retrieval = method.retrieval.clone();
+        }
+        if method.adapt.is_some() {
+            spec.adapt = method.adapt.clone();
+        }
+        Ok(spec)
+    }
+
+    /// sha256 of the resolved experiment: what a run folder belongs to.
+    pub fn hash(&self) -> String {
+        let text = serde_json::to_string(self).expect("an experiment serialises");
+        format!("{:x}", Sha256::digest(text.as_bytes()))
+    }
+}
+
+/// A schedule as written: a path (resolved against `file`) or a calibration's bare name, kept as is.
+fn local_or_name(file: &Path, path: &Path) -> PathBuf {
+    let text = path.to_string_lossy();
+    if text.contains('/') || text.ends_with(".yaml") || text.ends_with(".yml") {
+        beside(file, path)
+    } else {
+        path.to_path_buf()
+    }
+}

@@ -1,0 +1,560 @@
+//! `sharpdraft run`: an experiment's grid, unit by unit, into a run folder that resumes.
+//!
+//! Before any decoding: the experiment is read and checked, the run folder claimed (a new folder, or this
+//! experiment's own run with `--resume`), the target fetched, every prompt of every workload built and
+//! checked against the target's context, and every missing drafter trained (and schedule calibrated)
+//! from its named config. Then each pending unit runs and is written whole (`units/<id>.json`), and the
+//! tables and the report are rebuilt from the finished units.
+
+use super::config::{DrafterEntry, Experiment, MethodEntry, Setting, Workload};
+use super::grid::{units, Shard, Unit};
+use super::prompts::{chat_ids, excerpt_offset, long_prompt_ids};
+use super::records::{provenance, CycleRow, Provenance, RequestRow, UnitRecord};
+use super::{report, tables};
+use crate::drafter_spec;
+use crate::error::{bail, ensure, Context, Result};
+use crate::scaling::{resolve_schedule, ScalingKind};
+use indicatif::{ProgressBar, ProgressStyle};
+use sharpdraft_decode::{reset_peak_rss, speculative_generate};
+use sharpdraft_draft::adaptation::UpdateUnit;
+use sharpdraft_draft::Drafter;
+use sharpdraft_model::generate::generate;
+use sharpdraft_model::output_folder::{self, Claim, Marker};
+use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, Sampler, Sampling};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The marker kind of run folders.
+pub const RUN_KIND: &str = "run";
+/// The experiment as resolved (what the hash covers), inside every run folder.
+pub const EXPERIMENT_RECORD: &str = "experiment.json";
+pub const UNITS: &str = "units";
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The run folder; `runs/<name>` (or `runs/<name>.shard-I-of-N`) by default.
+    pub out: Option<PathBuf>,
+    /// Continue this experiment's run in `out`, skipping finished units.
+    pub resume: bool,
+    pub shard: Option<Shard>,
+}
+
+#[derive(Debug)]
+pub struct RunOutcome {
+    pub dir: PathBuf,
+    pub ran: usize,
+    pub skipped: usize,
+    /// Every unit of this shard (of the grid, unsharded) is finished.
+    pub finished: bool,
+}
+
+pub fn default_out(experiment: &Experiment, shard: Option<Shard>) -> PathBuf {
+    let name = match shard {
+        Some(s) => format!("{}.shard-{}-of-{}", experiment.name, s.index, s.count),
+        None => experiment.name.clone(),
+    };
+    PathBuf::from("runs").join(name)
+}
+
+/// The prompts of one workload at one context: (prompt index in its source, ids).
+type Requests = Vec<(usize, Vec<i64>)>;
+
+/// Builds every request of `workload` and checks it against the target's context.
+fn build_requests(
+    workload: &Workload,
+    target: &CausalLm,
+    filler_cache: &mut BTreeMap<String, Vec<i64>>,
+) -> Result<BTreeMap<usize, Requests>> {
+    let at = || format!("workload {:?}", workload.name);
+    let tokenizer = target.tokenizer()?;
+    let texts = workload
+        .prompts
+        .load(workload.skip, workload.count)
+        .with_context(at)?;
+    let mut out = BTreeMap::new();
+    match workload.setting {
+        Setting::LongGeneration => {
+            let requests = texts
+                .iter()
+                .enumerate()
+                .map(|(i, text)| Ok((workload.skip + i, chat_ids(tokenizer, text)?)))
+                .collect::<Result<Requests>>()
+                .with_context(at)?;
+            out.insert(0, requests);
+        }
+        Setting::LongPrompt => {
+            let filler = match &workload.filler {
+                Some(source) => {
+                    let key = serde_json::to_string(source)?;
+                    if !filler_cache.contains_key(&key) {
+                        let tokens = source.tokens(target).with_context(at)?;
+                        filler_cache.insert(key.clone(), tokens);
+                    }
+                    filler_cache[&key].clone()
+                }
+                None => Vec::new(),
+            };
+            for &context in &workload.contexts {
+                let requests = texts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, text)| {
+                        let offset =
+                            excerpt_offset(i, workload.filler_offset, filler.len(), context);
+                        Ok((
+                            workload.skip + i,
+                            long_prompt_ids(tokenizer, text, &filler, offset, context)?,
+                        ))
+                    })
+                    .collect::<Result<Requests>>()
+                    .with_context(|| format!("{}: context {context}", at()))?;
+                out.insert(context, requests);
+            }
+        }
+    }
+    for (context, requests) in &out {
+        for (prompt, ids) in requests {
+            target
+                .net
+                .config
+                .ensure_positions(ids.len(), workload.max_new_tokens)
+                .with_context(|| {
+                    format!(
+                        "{}: prompt {prompt} at context {context} ({} tokens) with max_new_tokens {}",
+                        at(),
+                        ids.len(),
+                        workload.max_new_tokens
+                    )
+                })?;
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `method` scales `drafter` with the drafter's own schedule.
+fn uses_drafter_schedule(method: &MethodEntry) -> bool {
+    method.scaling.as_ref().is_some_and(|s| {
+        matches!(s.mode, ScalingKind::Fixed | ScalingKind::Exact)
+            && s.schedule.is_none()
+            && s.beta.is_none()
+    })
+}
+
+/// Trains every drafter whose checkpoint is missing (or unfinished) from its `train` config, and
+/// calibrates every schedule a method needs and does not find; errors name what is missing otherwise.
+fn ensure_drafters(experiment: &Experiment) -> Result<()> {
+    let f = experiment.file.display();
+    let drafting: Vec<&MethodEntry> = experiment.methods.iter().filter(|m| !m.target_only).collect();
+    if drafting.is_empty() {
+        return Ok(());
+    }
+    for drafter in &experiment.drafters {
+        let checkpoint = &drafter.spec.checkpoint;
+        if let Err(missing) = registry::resolve(checkpoint) {
+            let Some(train) = &drafter.train else {
+                bail!("{f}: drafter {:?}: {missing} (give it `train:` a training config to make it)", drafter.name);
+            };
+            let config = crate::train::TrainConfig::load(train)?;
+            ensure!(
+                config.out_dir() == registry::model_dir(checkpoint)
+                    || config.out_dir() == Path::new(checkpoint),
+                "{f}: drafter {:?}: train config {} writes {}, not checkpoint {checkpoint}",
+                drafter.name,
+                train.display(),
+                config.out
+            );
+            eprintln!(
+                "drafter {:?}: {checkpoint} is missing; training it with {}",
+                drafter.name,
+                train.display()
+            );
+            crate::train::run(train)?;
+        }
+        if drafting.iter().any(|m| uses_drafter_schedule(m)) {
+            ensure_schedule(experiment, drafter)?;
+        }
+    }
+    Ok(())
+}
+
+fn ensure_schedule(experiment: &Experiment, drafter: &DrafterEntry) -> Result<()> {
+    let f = experiment.file.display();
+    let Some(schedule) = &drafter.schedule else {
+        bail!("{f}: drafter {:?} names no schedule", drafter.name);
+    };
+    let path = resolve_schedule(schedule);
+    if path.is_file() {
+        return Ok(());
+    }
+    let Some(calibrate) = &drafter.calibrate else {
+        bail!(
+            "{f}: drafter {:?}: schedule {} is missing (give the drafter `calibrate:` a calibrate config to make it)",
+            drafter.name,
+            path.display()
+        );
+    };
+    eprintln!(
+        "drafter {:?}: schedule {} is missing; calibrating with {}",
+        drafter.name,
+        path.display(),
+        calibrate.display()
+    );
+    let out = crate::calibrate_run::run(calibrate)?;
+    ensure!(
+        out.schedule_path == path,
+        "{f}: drafter {:?}: calibrate config {} wrote {}, not schedule {}",
+        drafter.name,
+        calibrate.display(),
+        out.schedule_path.display(),
+        path.display()
+    );
+    Ok(())
+}
+
+/// Claims `dir` for this experiment: a fresh folder is set up; this experiment's own run continues
+/// only with `--resume`; anything else is refused.
+fn claim_run_folder(
+    dir: &Path,
+    experiment: &Experiment,
+    hash: &str,
+    resume: bool,
+) -> Result<bool> {
+    match output_folder::claim(dir, RUN_KIND, &[&experiment.file])? {
+        Claim::Fresh => Ok(true),
+        Claim::Own(_) => {
+            let record = dir.join(EXPERIMENT_RECORD);
+            let previous: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(&record)
+                    .with_context(|| format!("reading {}", record.display()))?,
+            )
+            .with_context(|| format!("{}: unreadable", record.display()))?;
+            ensure!(
+                previous["config_hash"].as_str() == Some(hash),
+                "{} holds a run of another experiment (or of an earlier version of this one): give --out a new folder",
+                dir.display()
+            );
+            ensure!(
+                resume,
+                "{} holds this experiment's run already: pass --resume to continue it (finished units are kept), or --out for a new folder",
+                dir.display()
+            );
+            Ok(false)
+        }
+    }
+}
+
+fn write_experiment_record(dir: &Path, experiment: &Experiment, hash: &str) -> Result<()> {
+    let record = serde_json::json!({ "config_hash": hash, "experiment": experiment });
+    let path = dir.join(EXPERIMENT_RECORD);
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&record)?)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    let copy = dir.join("experiment.yaml");
+    std::fs::copy(&experiment.file, &copy)
+        .with_context(|| format!("copying {} to {}", experiment.file.display(), copy.display()))?;
+    Ok(())
+}
+
+/// Runs `experiment_path` as `options` say.
+pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
+    let experiment = Experiment::load(experiment_path)?;
+    let hash = experiment.hash();
+    let shard = match options.shard {
+        Some(shard) => Some(shard),
+        None => Shard::from_slurm()?,
+    };
+    let dir = options
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out(&experiment, shard));
+    let fresh = claim_run_folder(&dir, &experiment, &hash, options.resume)?;
+
+    // Everything that can fail before decoding, fails here.
+    let target_dir = match registry::known(&experiment.target) {
+        Some(model) => registry::fetch(model.name)?,
+        None => registry::resolve(&experiment.target)?,
+    };
+    let device = parse_device(&experiment.device)
+        .with_context(|| format!("{}: device", experiment.file.display()))?;
+    let kind = parse_kind(&experiment.dtype)
+        .with_context(|| format!("{}: dtype", experiment.file.display()))?;
+    let target = CausalLm::load(&target_dir, device, kind)
+        .with_context(|| format!("loading target {}", experiment.target))?;
+    let mut fillers = BTreeMap::new();
+    let mut requests = BTreeMap::new();
+    for workload in &experiment.workloads {
+        requests.insert(
+            workload.name.clone(),
+            build_requests(workload, &target, &mut fillers)?,
+        );
+    }
+    ensure_drafters(&experiment)?;
+
+    if fresh {
+        std::fs::create_dir_all(dir.join(UNITS))
+            .with_context(|| format!("creating {}", dir.display()))?;
+        write_experiment_record(&dir, &experiment, &hash)?;
+    }
+    let about = format!("{} ({hash})", experiment.name);
+    Marker::new(RUN_KIND, false, about.clone()).write(&dir)?;
+
+    let grid = units(&experiment);
+    let mine: Vec<&Unit> = grid
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| shard.is_none_or(|s| s.holds(*i)))
+        .map(|(_, u)| u)
+        .collect();
+    let units_dir = dir.join(UNITS);
+    let pending: Vec<&Unit> = mine
+        .iter()
+        .copied()
+        .filter(|u| !UnitRecord::path(&units_dir, u).is_file())
+        .collect();
+    let skipped = mine.len() - pending.len();
+    if skipped > 0 {
+        eprintln!("resuming {}: {skipped} of {} units finished", dir.display(), mine.len());
+    }
+    let base = provenance(&hash, &experiment.file, &experiment.device, &experiment.dtype);
+    let bar = ProgressBar::new(pending.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} units  {per_sec}  elapsed {elapsed}  ETA {eta}  {msg}",
+        )
+        .expect("a valid progress template"),
+    );
+    let runner = UnitRunner {
+        experiment: &experiment,
+        target: &target,
+        requests: &requests,
+        provenance: base,
+    };
+    for unit in &pending {
+        bar.set_message(unit.id());
+        let record = runner
+            .run(unit)
+            .with_context(|| format!("unit {}", unit.id()))?;
+        record.write(&units_dir)?;
+        let line = summary_line(&record);
+        bar.suspend(|| eprintln!("{line}"));
+        bar.inc(1);
+        tables::write_tables(&dir)?;
+    }
+    bar.finish_and_clear();
+    tables::write_tables(&dir)?;
+    report::write(&dir)?;
+    let finished = mine
+        .iter()
+        .all(|u| UnitRecord::path(&units_dir, u).is_file());
+    Marker::new(RUN_KIND, finished, about).write(&dir)?;
+    Ok(RunOutcome {
+        dir,
+        ran: pending.len(),
+        skipped,
+        finished,
+    })
+}
+
+fn summary_line(record: &UnitRecord) -> String {
+    let (generated, seconds): (usize, f64) = record
+        .requests
+        .iter()
+        .fold((0, 0.0), |(g, s), r| (g + r.generated, s + r.total_seconds));
+    let (emitted, cycles) = record.requests.iter().fold((0usize, 0usize), |(e, c), r| {
+        (
+            e + r.cycles.iter().map(|c| c.accepted + c.bonus).sum::<usize>(),
+            c + r.cycles.len(),
+        )
+    });
+    let tau = if cycles == 0 { 1.0 } else { emitted as f64 / cycles as f64 };
+    format!(
+        "{}: tau {tau:.2}, {:.1} tokens/s over {} prompts ({:.0} s)",
+        record.unit.id(),
+        generated as f64 / seconds.max(1e-9),
+        record.requests.len(),
+        record.seconds
+    )
+}
+
+/// What every unit of a run shares.
+struct UnitRunner<'a> {
+    experiment: &'a Experiment,
+    target: &'a CausalLm,
+    requests: &'a BTreeMap<String, BTreeMap<usize, Requests>>,
+    provenance: Provenance,
+}
+
+impl UnitRunner<'_> {
+    fn run(&self, unit: &Unit) -> Result<UnitRecord> {
+        let started = Instant::now();
+        reset_peak_rss();
+        let workload = self
+            .experiment
+            .workloads
+            .iter()
+            .find(|w| w.name == unit.workload)
+            .with_context(|| format!("no workload {:?}", unit.workload))?;
+        let method = self
+            .experiment
+            .methods
+            .iter()
+            .find(|m| m.name == unit.method)
+            .with_context(|| format!("no method {:?}", unit.method))?;
+        let requests = &self.requests[&unit.workload][&unit.context];
+        let stop = if workload.ignore_eos {
+            Vec::new()
+        } else {
+            self.target.stop_tokens()
+        };
+        let sampling = |prompt: usize| Sampling {
+            temperature: self.experiment.temperature,
+            top_p: 1.0,
+            top_k: 0,
+            seed: unit.seed.wrapping_add(prompt as u64),
+        };
+        let (rows, n0) = match &unit.drafter {
+            None => (
+                self.target_only(requests, workload.max_new_tokens, &stop, sampling)?,
+                None,
+            ),
+            Some(name) => {
+                let drafter = self
+                    .experiment
+                    .drafters
+                    .iter()
+                    .find(|d| &d.name == name)
+                    .with_context(|| format!("no drafter {name:?}"))?;
+                let spec = self.experiment.spec(drafter, method)?;
+                self.speculative(&spec, requests, workload.max_new_tokens, &stop, sampling)?
+            }
+        };
+        let mut provenance = self.provenance.clone();
+        provenance.started_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            .saturating_sub(started.elapsed().as_secs());
+        Ok(UnitRecord {
+            unit: unit.clone(),
+            setting: workload.setting,
+            target: self.experiment.target.clone(),
+            n0,
+            max_new_tokens: workload.max_new_tokens,
+            provenance,
+            requests: rows,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    fn target_only(
+        &self,
+        requests: &Requests,
+        max_new_tokens: usize,
+        stop: &[i64],
+        sampling: impl Fn(usize) -> Sampling,
+    ) -> Result<Vec<RequestRow>> {
+        requests
+            .iter()
+            .map(|(prompt, ids)| {
+                let mut sampler = Sampler::new(sampling(*prompt));
+                let out = generate(&self.target.net, ids, max_new_tokens, &mut sampler, stop)?;
+                Ok(RequestRow {
+                    prompt: *prompt,
+                    prompt_tokens: ids.len(),
+                    generated: out.ids.len(),
+                    prefill_seconds: out.prefill_seconds,
+                    total_seconds: out.prefill_seconds + out.decode_seconds,
+                    update_seconds: 0.0,
+                    updates: 0,
+                    drafter_weight_bytes: 0,
+                    drafter_cache_bytes: 0,
+                    target_cache_bytes: 0,
+                    adaptation_bytes: 0,
+                    peak_rss_bytes: sharpdraft_decode::peak_rss_bytes(),
+                    cycles: Vec::new(),
+                })
+            })
+            .collect()
+    }
+
+    fn speculative(
+        &self,
+        spec: &drafter_spec::DrafterSpec,
+        requests: &Requests,
+        max_new_tokens: usize,
+        stop: &[i64],
+        sampling: impl Fn(usize) -> Sampling,
+    ) -> Result<(Vec<RequestRow>, Option<i64>)> {
+        let target = self.target;
+        // Adapting every N requests (OSD) keeps one drafter over the prompts, with caches for the
+        // longest; otherwise every prompt starts from the checkpoint.
+        let longest = requests.iter().map(|(_, ids)| ids.len()).max().unwrap_or(0);
+        let first = requests.first().map_or(0, |(p, _)| *p);
+        let mut shared: Option<(Box<dyn Drafter + '_>, _)> =
+            match spec.adapt.as_ref().map(|a| a.unit) {
+                Some(UpdateUnit::Requests) => Some(drafter_spec::prepare(
+                    spec,
+                    target,
+                    sampling(first),
+                    longest,
+                    max_new_tokens,
+                )?),
+                _ => None,
+            };
+        let mut rows = Vec::new();
+        let mut n0 = None;
+        for (prompt, ids) in requests {
+            let mut own = None;
+            let (drafter, config) = match &mut shared {
+                Some((drafter, config)) => (drafter, &mut *config),
+                None => {
+                    let (drafter, config) = own.insert(drafter_spec::prepare(
+                        spec,
+                        target,
+                        sampling(*prompt),
+                        ids.len(),
+                        max_new_tokens,
+                    )?);
+                    (drafter, config)
+                }
+            };
+            config.stop_tokens = stop.to_vec();
+            config.sampling = sampling(*prompt);
+            n0 = drafter.training_length();
+            let updates_before = drafter.adaptation().map_or(0, |a| a.updates);
+            let seconds_before = drafter.adaptation().map_or(0.0, |a| a.update_seconds);
+            let report = speculative_generate(&target.net, drafter.as_mut(), ids, config)
+                .with_context(|| format!("prompt {prompt}"))?;
+            let memory = report.memory();
+            let adaptation = report.adaptation.as_ref();
+            rows.push(RequestRow {
+                prompt: *prompt,
+                prompt_tokens: ids.len(),
+                generated: report.ids.len(),
+                prefill_seconds: report.prefill_seconds,
+                total_seconds: report.total_seconds,
+                update_seconds: adaptation.map_or(0.0, |a| a.update_seconds - seconds_before),
+                updates: adaptation.map_or(0, |a| a.updates - updates_before),
+                drafter_weight_bytes: memory.drafter_weight_bytes,
+                drafter_cache_bytes: memory.drafter_cache_bytes,
+                target_cache_bytes: memory.target_cache_bytes,
+                adaptation_bytes: memory.adaptation_bytes,
+                peak_rss_bytes: memory.peak_rss_bytes,
+                cycles: report
+                    .cycles
+                    .iter()
+                    .map(|c| CycleRow {
+                        context: c.context,
+                        drafted: c.drafted,
+                        accepted: c.accepted,
+                        bonus: c.bonus,
+                        draft_seconds: c.draft_seconds,
+                        verify_seconds: c.verify_seconds,
+                    })
+                    .collect(),
+            });
+        }
+        Ok((rows, n0))
+    }
+}

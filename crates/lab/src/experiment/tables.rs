@@ -1,0 +1,339 @@
+//! The run's parquet tables, rebuilt from its finished units:
+//! - `results.parquet`: one row per request (prompt x unit), raw counters and provenance;
+//! - `cycles.parquet`: one row per verification cycle with the context it drafted at;
+//! - `summary.parquet`: per drafter x method x workload x context, and for long generation per
+//!   context bin along the generation: tau, the geometric-mean speedup over the target alone, update
+//!   seconds, memory.
+//!
+//! Every table is written whole through a rename; plain INT64 / DOUBLE / UTF-8 columns, so polars,
+//! pandas and duckdb open them unchanged.
+
+use super::config::Setting;
+use super::grid::TARGET_ONLY;
+use super::records::UnitRecord;
+use super::runner::{EXPERIMENT_RECORD, UNITS};
+use crate::error::{Context, Result};
+use crate::table::{Column, Table};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Column builder: appends values row by row under fixed names.
+#[derive(Default)]
+struct Rows {
+    columns: Vec<(String, Column)>,
+}
+
+impl Rows {
+    fn column(&mut self, name: &str, empty: Column) -> &mut Column {
+        if let Some(i) = self.columns.iter().position(|(n, _)| n == name) {
+            return &mut self.columns[i].1;
+        }
+        self.columns.push((name.to_string(), empty));
+        &mut self.columns.last_mut().expect("just pushed").1
+    }
+    fn s(&mut self, name: &str, v: impl Into<String>) {
+        if let Column::Str(c) = self.column(name, Column::Str(Vec::new())) {
+            c.push(v.into());
+        }
+    }
+    fn i(&mut self, name: &str, v: i64) {
+        if let Column::I64(c) = self.column(name, Column::I64(Vec::new())) {
+            c.push(v);
+        }
+    }
+    fn f(&mut self, name: &str, v: f64) {
+        if let Column::F64(c) = self.column(name, Column::F64(Vec::new())) {
+            c.push(v);
+        }
+    }
+    fn table(self) -> Table {
+        Table {
+            columns: self.columns,
+        }
+    }
+}
+
+/// Bin edges in multiples of n0, from the run's experiment record (the default without one).
+fn bins_n0(dir: &Path) -> Result<Vec<f64>> {
+    let path = dir.join(EXPERIMENT_RECORD);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let record: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: unreadable", path.display()))?;
+    Ok(record["experiment"]["bins_n0"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
+        .unwrap_or_else(|| vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]))
+}
+
+/// The bin of `context` tokens under edges `bins` (multiples of `n0`): (label, low, high) in n0.
+pub fn context_bin(context: i64, n0: i64, bins: &[f64]) -> (String, f64, f64) {
+    let x = context as f64 / n0.max(1) as f64;
+    let mut low = 0.0;
+    for &edge in bins {
+        if x < edge {
+            return (format!("{low}-{edge} n0"), low, edge);
+        }
+        low = edge;
+    }
+    (format!(">= {low} n0"), low, f64::INFINITY)
+}
+
+/// The target-only tokens/s of each (workload, context, seed, prompt), averaged over repeats: the
+/// denominators of speedups.
+fn baselines(units: &[UnitRecord]) -> BTreeMap<(String, usize, u64, usize), f64> {
+    let mut sums: BTreeMap<(String, usize, u64, usize), (f64, usize)> = BTreeMap::new();
+    // The first target-only method (in name order of units) is the baseline.
+    let baseline_method = units
+        .iter()
+        .find(|u| u.unit.drafter.is_none())
+        .map(|u| u.unit.method.clone());
+    for record in units
+        .iter()
+        .filter(|u| u.unit.drafter.is_none() && Some(&u.unit.method) == baseline_method.as_ref())
+    {
+        for r in &record.requests {
+            let key = (
+                record.unit.workload.clone(),
+                record.unit.context,
+                record.unit.seed,
+                r.prompt,
+            );
+            let entry = sums.entry(key).or_default();
+            entry.0 += r.tokens_per_second();
+            entry.1 += 1;
+        }
+    }
+    sums.into_iter()
+        .map(|(k, (sum, n))| (k, sum / n as f64))
+        .collect()
+}
+
+pub struct RunTables {
+    pub results: Table,
+    pub cycles: Table,
+    pub summary: Table,
+}
+
+/// Builds the three tables from `units` with context bins `bins` (multiples of n0).
+pub fn build(units: &[UnitRecord], bins: &[f64]) -> RunTables {
+    let base = baselines(units);
+    let mut results = Rows::default();
+    let mut cycles = Rows::default();
+    let mut summary = Rows::default();
+    // (drafter, method, workload, context) -> the units of that cell, in order.
+    let mut cells: BTreeMap<(String, String, String, usize), Vec<&UnitRecord>> = BTreeMap::new();
+    for record in units {
+        let u = &record.unit;
+        cells
+            .entry((
+                u.drafter_name().to_string(),
+                u.method.clone(),
+                u.workload.clone(),
+                u.context,
+            ))
+            .or_default()
+            .push(record);
+        let p = &record.provenance;
+        for r in &record.requests {
+            results.s("target", record.target.as_str());
+            results.s("drafter", u.drafter_name());
+            results.s("method", u.method.as_str());
+            results.s("workload", u.workload.as_str());
+            results.s("setting", record.setting.name());
+            results.i("context", u.context as i64);
+            results.i("seed", u.seed as i64);
+            results.i("repeat", u.repeat as i64);
+            results.i("prompt", r.prompt as i64);
+            results.i("prompt_tokens", r.prompt_tokens as i64);
+            results.i("generated", r.generated as i64);
+            results.i("cycles", r.cycles.len() as i64);
+            results.i("drafted", r.cycles.iter().map(|c| c.drafted).sum::<usize>() as i64);
+            results.i("accepted", r.cycles.iter().map(|c| c.accepted).sum::<usize>() as i64);
+            results.i(
+                "emitted",
+                r.cycles.iter().map(|c| c.accepted + c.bonus).sum::<usize>() as i64,
+            );
+            results.f("tau", r.tau());
+            results.f("prefill_seconds", r.prefill_seconds);
+            results.f("total_seconds", r.total_seconds);
+            results.f("tokens_per_s", r.tokens_per_second());
+            let ar = base
+                .get(&(u.workload.clone(), u.context, u.seed, r.prompt))
+                .copied();
+            results.f(
+                "speedup",
+                ar.map_or(f64::NAN, |ar| r.tokens_per_second() / ar),
+            );
+            results.f("update_seconds", r.update_seconds);
+            results.i("updates", r.updates as i64);
+            results.i("drafter_weight_bytes", r.drafter_weight_bytes as i64);
+            results.i("drafter_cache_bytes", r.drafter_cache_bytes as i64);
+            results.i("target_cache_bytes", r.target_cache_bytes as i64);
+            results.i("adaptation_bytes", r.adaptation_bytes as i64);
+            results.i("peak_rss_bytes", r.peak_rss_bytes as i64);
+            results.i("n0", record.n0.unwrap_or(0));
+            results.s("config_hash", p.config_hash.as_str());
+            results.s("git_revision", p.git_revision.as_str());
+            results.s("machine", p.machine.as_str());
+            results.s("device", p.device.as_str());
+            results.s("dtype", p.dtype.as_str());
+            results.i("started_unix", p.started_unix as i64);
+            for (i, c) in r.cycles.iter().enumerate() {
+                cycles.s("drafter", u.drafter_name());
+                cycles.s("method", u.method.as_str());
+                cycles.s("workload", u.workload.as_str());
+                cycles.s("setting", record.setting.name());
+                cycles.i("context", u.context as i64);
+                cycles.i("seed", u.seed as i64);
+                cycles.i("repeat", u.repeat as i64);
+                cycles.i("prompt", r.prompt as i64);
+                cycles.i("cycle", i as i64);
+                cycles.i("cycle_context", c.context);
+                cycles.f(
+                    "cycle_context_n0",
+                    record.n0.map_or(f64::NAN, |n0| c.context as f64 / n0 as f64),
+                );
+                cycles.i("drafted", c.drafted as i64);
+                cycles.i("accepted", c.accepted as i64);
+                cycles.i("bonus", c.bonus as i64);
+                cycles.f("draft_seconds", c.draft_seconds);
+                cycles.f("verify_seconds", c.verify_seconds);
+            }
+        }
+    }
+    for ((drafter, method, workload, context), records) in &cells {
+        let first = records[0];
+        let requests: Vec<(&UnitRecord, &super::records::RequestRow)> = records
+            .iter()
+            .flat_map(|u| u.requests.iter().map(move |r| (*u, r)))
+            .collect();
+        let all_cycles = || requests.iter().flat_map(|(_, r)| r.cycles.iter());
+        let tau_of = |emitted: usize, count: usize| {
+            if drafter == TARGET_ONLY {
+                1.0
+            } else {
+                emitted as f64 / count.max(1) as f64
+            }
+        };
+        let (generated, seconds) = requests.iter().fold((0usize, 0.0), |(g, s), (_, r)| {
+            (g + r.generated, s + r.total_seconds)
+        });
+        let ratios: Vec<f64> = requests
+            .iter()
+            .filter_map(|(u, r)| {
+                base.get(&(u.unit.workload.clone(), u.unit.context, u.unit.seed, r.prompt))
+                    .map(|ar| r.tokens_per_second() / ar)
+            })
+            .collect();
+        let speedup = if ratios.len() == requests.len() && !ratios.is_empty() {
+            (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp()
+        } else {
+            f64::NAN
+        };
+        let ar: Vec<f64> = requests
+            .iter()
+            .filter_map(|(u, r)| {
+                base.get(&(u.unit.workload.clone(), u.unit.context, u.unit.seed, r.prompt))
+                    .copied()
+            })
+            .collect();
+        let n0 = first.n0.unwrap_or(0);
+        let mut row = |bin: (String, f64, f64), cycle_count: usize, emitted: usize, whole: bool| {
+            summary.s("target", first.target.as_str());
+            summary.s("drafter", drafter.as_str());
+            summary.s("method", method.as_str());
+            summary.s("workload", workload.as_str());
+            summary.s("setting", first.setting.name());
+            summary.i("context", *context as i64);
+            summary.s("bin", bin.0);
+            summary.f("bin_lo_n0", bin.1);
+            summary.f("bin_hi_n0", bin.2);
+            summary.i("n0", n0);
+            summary.i("requests", requests.len() as i64);
+            summary.f(
+                "mean_prompt_tokens",
+                requests.iter().map(|(_, r)| r.prompt_tokens as f64).sum::<f64>()
+                    / requests.len().max(1) as f64,
+            );
+            summary.i("cycles", cycle_count as i64);
+            summary.f("tau", tau_of(emitted, cycle_count));
+            let nan_unless = |v: f64| if whole { v } else { f64::NAN };
+            summary.f("speedup", nan_unless(speedup));
+            summary.f(
+                "tokens_per_s",
+                nan_unless(generated as f64 / seconds.max(1e-9)),
+            );
+            summary.f(
+                "ar_tokens_per_s",
+                nan_unless(if ar.is_empty() {
+                    f64::NAN
+                } else {
+                    ar.iter().sum::<f64>() / ar.len() as f64
+                }),
+            );
+            let sum_f = |f: fn(&super::records::RequestRow) -> f64| {
+                requests.iter().map(|(_, r)| f(r)).sum::<f64>()
+            };
+            let max_i = |f: fn(&super::records::RequestRow) -> u64| {
+                requests.iter().map(|(_, r)| f(r)).max().unwrap_or(0) as i64
+            };
+            summary.f("update_seconds", nan_unless(sum_f(|r| r.update_seconds)));
+            summary.i(
+                "updates",
+                requests.iter().map(|(_, r)| r.updates).sum::<usize>() as i64,
+            );
+            summary.i("adaptation_bytes", max_i(|r| r.adaptation_bytes as u64));
+            summary.i("drafter_weight_bytes", max_i(|r| r.drafter_weight_bytes as u64));
+            summary.i("drafter_cache_bytes", max_i(|r| r.drafter_cache_bytes as u64));
+            summary.i("peak_rss_bytes", max_i(|r| r.peak_rss_bytes));
+        };
+        let emitted_all: usize = all_cycles().map(|c| c.accepted + c.bonus).sum();
+        row(
+            ("all".into(), 0.0, f64::INFINITY),
+            all_cycles().count(),
+            emitted_all,
+            true,
+        );
+        if first.setting == Setting::LongGeneration && drafter != TARGET_ONLY && n0 > 0 {
+            let mut by_bin: BTreeMap<u64, ((String, f64, f64), usize, usize)> = BTreeMap::new();
+            for c in all_cycles() {
+                let bin = context_bin(c.context, n0, bins);
+                let entry = by_bin
+                    .entry(bin.1.to_bits())
+                    .or_insert_with(|| (bin, 0, 0));
+                entry.1 += 1;
+                entry.2 += c.accepted + c.bonus;
+            }
+            let mut bins: Vec<_> = by_bin.into_values().collect();
+            bins.sort_by(|a, b| a.0 .1.total_cmp(&b.0 .1));
+            for (bin, count, emitted) in bins {
+                row(bin, count, emitted, false);
+            }
+        }
+    }
+    RunTables {
+        results: results.table(),
+        cycles: cycles.table(),
+        summary: summary.table(),
+    }
+}
+
+/// Rebuilds `results.parquet`, `cycles.parquet` and `summary.parquet` in run folder `dir` from its
+/// finished units.
+pub fn write_tables(dir: &Path) -> Result<RunTables> {
+    let units = UnitRecord::read_all(&dir.join(UNITS))?;
+    let tables = build(&units, &bins_n0(dir)?);
+    // A table without rows has no columns yet (a run of target-only methods has no cycles): it is
+    // not written rather than written without a schema.
+    for (name, table) in [
+        ("results.parquet", &tables.results),
+        ("cycles.parquet", &tables.cycles),
+        ("summary.parquet", &tables.summary),
+    ] {
+        if !table.columns.is_empty() {
+            table.write_parquet(&dir.join(name))?;
+        }
+    }
+    Ok(tables)
+}

@@ -1,0 +1,154 @@
+//! Experiment YAML: strict keys with file, key and line in every error, blocks from files, the grid and
+//! its shards. No model is needed.
+
+use sharpdraft_lab::experiment::grid::units;
+use sharpdraft_lab::experiment::{Experiment, Shard};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+const VALID: &str = "name: t
+target: smollm2-135m-instruct
+drafters:
+  - {name: d, spec: {method: dflash, checkpoint: some-dflash}}
+methods:
+  - {name: ar, target_only: true}
+  - {name: unmodified}
+  - {name: lora, adapt: {mode: lora, every: 4}}
+workloads:
+  - name: w
+    setting: long_prompt
+    prompts: {jsonl: {path: p.jsonl, field: q}}
+    count: 2
+    max_new_tokens: 8
+    contexts: [0, 512]
+    filler: {path: f.txt}
+";
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn error(text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "exp.yaml", text);
+    format!("{:#}", Experiment::load(&path).unwrap_err())
+}
+
+#[test]
+fn a_valid_experiment_expands_to_its_grid_with_the_target_alone_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let experiment = Experiment::load(&write(dir.path(), "exp.yaml", VALID)).unwrap();
+    let grid = units(&experiment);
+    let ids: Vec<String> = grid.iter().map(|u| u.id()).collect();
+    assert_eq!(
+        ids,
+        [
+            "w.c0.s0.r0.target.ar",
+            "w.c0.s0.r0.d.unmodified",
+            "w.c0.s0.r0.d.lora",
+            "w.c512.s0.r0.target.ar",
+            "w.c512.s0.r0.d.unmodified",
+            "w.c512.s0.r0.d.lora",
+        ]
+    );
+    // Relative paths resolve against the experiment's folder.
+    let prompts = serde_json::to_string(&experiment.workloads[0].prompts).unwrap();
+    assert!(prompts.contains(&dir.path().join("p.jsonl").display().to_string()), "{prompts}");
+}
+
+#[test]
+fn shards_cover_the_grid_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let experiment = Experiment::load(&write(dir.path(), "exp.yaml", VALID)).unwrap();
+    let grid = units(&experiment);
+    for count in 1..=4 {
+        let mut seen = Vec::new();
+        for index in 0..count {
+            let shard = Shard { index, count };
+            seen.extend((0..grid.len()).filter(|&i| shard.holds(i)));
+        }
+        seen.sort();
+        assert_eq!(seen, (0..grid.len()).collect::<Vec<_>>(), "{count} shards");
+    }
+    assert_eq!(Shard::parse("1/4").unwrap(), Shard { index: 1, count: 4 });
+    for bad in ["4/4", "1", "a/2", "0/0"] {
+        let err = format!("{:#}", Shard::parse(bad).unwrap_err());
+        assert!(err.contains(bad), "{err}");
+    }
+}
+
+#[test]
+fn an_unknown_key_is_named_with_its_file_path_and_line() {
+    let err = error(&VALID.replace("{name: unmodified}", "{name: unmodified, windw: 4}"));
+    assert!(err.contains("exp.yaml"), "{err}");
+    assert!(err.contains("methods[1]"), "{err}");
+    assert!(err.contains("windw") && err.contains("line 7"), "{err}");
+}
+
+#[test]
+fn a_wrong_value_deep_in_a_block_is_named_with_its_key_path() {
+    let err = error(&VALID.replace("mode: lora", "mode: lorra"));
+    assert!(err.contains("methods[2].adapt.mode"), "{err}");
+    assert!(err.contains("line 8"), "{err}");
+}
+
+#[test]
+fn a_block_read_from_a_file_reports_errors_in_that_file() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "configs/drafters/d.yaml",
+        "name: d\nspec: {method: dflash, checkpoint: x}\ntrian: ../train/x.yaml\n",
+    );
+    let path = write(
+        dir.path(),
+        "experiments/exp.yaml",
+        &VALID.replace(
+            "  - {name: d, spec: {method: dflash, checkpoint: some-dflash}}",
+            "  - ../configs/drafters/d.yaml",
+        ),
+    );
+    let err = format!("{:#}", Experiment::load(&path).unwrap_err());
+    assert!(err.contains("d.yaml") && err.contains("trian") && err.contains("line 3"), "{err}");
+    let missing = VALID.replace(
+        "  - {name: d, spec: {method: dflash, checkpoint: some-dflash}}",
+        "  - ../configs/drafters/missing.yaml",
+    );
+    let err = format!("{:#}", Experiment::load(&write(dir.path(), "experiments/m.yaml", &missing)).unwrap_err());
+    assert!(err.contains("m.yaml") && err.contains("missing.yaml"), "{err}");
+}
+
+#[test]
+fn grid_errors_name_the_workload_method_or_drafter() {
+    for (edit, expected) in [
+        (("count: 2", "count: 0"), "workload \"w\": count 0"),
+        (("contexts: [0, 512]\n    filler: {path: f.txt}", "contexts: [0, 512]"), "filler"),
+        (("{name: ar, target_only: true}", "{name: ar, target_only: true, window: 8}"), "method \"ar\" is target_only"),
+        (("{name: unmodified}", "{name: lora}"), "two methods are named \"lora\""),
+        (("{name: unmodified}", "{name: unmodified, window: 0}"), "drafter \"d\" with method \"unmodified\""),
+        (("{name: unmodified}", "{name: unmodified, scaling: {mode: fixed}}"), "names none"),
+        (("setting: long_prompt", "setting: long_generation"), "starts from the prompt alone"),
+    ] {
+        let err = error(&VALID.replace(edit.0, edit.1));
+        assert!(err.contains(expected), "{edit:?}: {err}");
+        assert!(err.contains("exp.yaml"), "{err}");
+    }
+}
+
+#[test]
+fn every_shipped_experiment_loads() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+    let mut names = BTreeSet::new();
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let experiment = Experiment::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
+            assert!(!units(&experiment).is_empty());
+            names.insert(experiment.name);
+        }
+    }
+    assert!(names.contains("quickstart"), "{names:?}");
+}

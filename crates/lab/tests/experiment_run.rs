@@ -1,0 +1,252 @@
+//! `sharpdraft run` through the lab API, end to end on the real SmolLM2 (when fetched): a grid into
+//! parquet, resuming, sharding and merging, training a missing drafter first, long generation per
+//! context bin, and the checks made before any compute.
+
+use sharpdraft_lab::experiment::merge::merge;
+use sharpdraft_lab::experiment::records::UnitRecord;
+use sharpdraft_lab::experiment::{run, RunOptions, Shard};
+use sharpdraft_lab::table::Table;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn fetched() -> bool {
+    let ok = sharpdraft_model::registry::resolve("smollm2-135m-instruct").is_ok();
+    if !ok {
+        eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
+    }
+    ok
+}
+
+/// Prompts and a filler text in `dir`, and an experiment over them: the target alone and SmolLM2
+/// drafting for itself (vanilla, chains of 3), on `workloads` (YAML list items).
+fn experiment(dir: &Path, methods: &str, workloads: &str) -> PathBuf {
+    std::fs::write(
+        dir.join("prompts.jsonl"),
+        "{\"q\": \"Name three fruits.\"}\n{\"q\": \"What is 2 + 3?\"}\n{\"q\": \"Say hello.\"}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("filler.txt"),
+        "It was the best of times, it was the worst of times, it was the age of wisdom. ".repeat(40),
+    )
+    .unwrap();
+    let path = dir.join("experiment.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: test\ntarget: smollm2-135m-instruct\ndrafters:\n  - {{name: self, spec: {{method: vanilla, checkpoint: smollm2-135m-instruct, draft_len: 3}}}}\n\
+             methods:\n{methods}workloads:\n{workloads}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+const TWO_METHODS: &str = "  - {name: ar, target_only: true}\n  - {name: unmodified}\n";
+const SHORT_PROMPTS: &str = "  - {name: short, setting: long_prompt, prompts: {jsonl: {path: prompts.jsonl, field: q}}, count: 2, max_new_tokens: 8, contexts: [0]}\n";
+
+fn options(out: &Path) -> RunOptions {
+    RunOptions {
+        out: Some(out.to_path_buf()),
+        ..Default::default()
+    }
+}
+
+/// (drafter, method, context, prompt, generated, cycles, accepted) of every results row, as a set.
+fn outcomes(dir: &Path) -> BTreeSet<(String, String, i64, i64, i64, i64, i64)> {
+    let t = Table::read_parquet(&dir.join("results.parquet")).unwrap();
+    (0..t.rows())
+        .map(|r| {
+            (
+                t.strs("drafter").unwrap()[r].clone(),
+                t.strs("method").unwrap()[r].clone(),
+                t.i64s("context").unwrap()[r],
+                t.i64s("prompt").unwrap()[r],
+                t.i64s("generated").unwrap()[r],
+                t.i64s("cycles").unwrap()[r],
+                t.i64s("accepted").unwrap()[r],
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_two_unit_grid_runs_end_to_end_into_parquet_and_a_report() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = experiment(dir.path(), TWO_METHODS, SHORT_PROMPTS);
+    let out = dir.path().join("run");
+    let outcome = run(&path, &options(&out)).unwrap();
+    assert_eq!((outcome.ran, outcome.skipped, outcome.finished), (2, 0, true));
+
+    let results = Table::read_parquet(&out.join("results.parquet")).unwrap();
+    assert_eq!(results.rows(), 4, "2 units x 2 prompts");
+    let methods = results.strs("method").unwrap();
+    let taus = results.f64s("tau").unwrap();
+    let speedups = results.f64s("speedup").unwrap();
+    for r in 0..results.rows() {
+        assert!(speedups[r].is_finite() && speedups[r] > 0.0, "row {r}");
+        if methods[r] == "unmodified" {
+            assert!(taus[r] > 2.0, "a model drafting for itself is accepted: {}", taus[r]);
+        } else {
+            assert_eq!(taus[r], 1.0);
+        }
+    }
+    assert!(results.strs("config_hash").unwrap().iter().all(|h| h.len() == 64));
+    assert!(results.strs("machine").unwrap().iter().all(|m| m.contains("cores")));
+
+    let cycles = Table::read_parquet(&out.join("cycles.parquet")).unwrap();
+    let drafting_cycles: i64 = (0..results.rows())
+        .map(|r| results.i64s("cycles").unwrap()[r])
+        .sum();
+    assert_eq!(cycles.rows() as i64, drafting_cycles);
+
+    let summary = Table::read_parquet(&out.join("summary.parquet")).unwrap();
+    assert_eq!(summary.rows(), 2, "one row per drafter x method x workload x context");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("| short | 0 | self | unmodified | 2 |"), "{report}");
+    assert!(out.join("speedup.png").is_file());
+}
+
+#[test]
+fn a_finished_run_is_refused_without_resume_and_resume_reruns_only_what_is_missing() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = experiment(dir.path(), TWO_METHODS, SHORT_PROMPTS);
+    let out = dir.path().join("run");
+    run(&path, &options(&out)).unwrap();
+    let units = out.join("units");
+    let kept = units.join("short.c0.s0.r0.target.ar.json");
+    let kept_bytes = std::fs::read(&kept).unwrap();
+    // As a run killed mid-unit leaves it: one unit missing and a half-written temporary file.
+    std::fs::remove_file(units.join("short.c0.s0.r0.self.unmodified.json")).unwrap();
+    std::fs::write(units.join("short.c0.s0.r0.self.unmodified.json.tmp"), "{\"unit\": {").unwrap();
+
+    let again = format!("{:#}", run(&path, &options(&out)).unwrap_err());
+    assert!(again.contains("--resume"), "{again}");
+    let outcome = run(
+        &path,
+        &RunOptions {
+            resume: true,
+            ..options(&out)
+        },
+    )
+    .unwrap();
+    assert_eq!((outcome.ran, outcome.skipped, outcome.finished), (1, 1, true));
+    assert_eq!(std::fs::read(&kept).unwrap(), kept_bytes, "a finished unit is kept as it was");
+    let results = Table::read_parquet(&out.join("results.parquet")).unwrap();
+    assert_eq!(results.rows(), 4, "no duplicates");
+    assert_eq!(outcomes(&out).len(), 4);
+}
+
+#[test]
+fn shards_merge_to_the_unsharded_result() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let workloads = "  - {name: short, setting: long_prompt, prompts: {jsonl: {path: prompts.jsonl, field: q}}, count: 1, max_new_tokens: 6, contexts: [0, 96], filler: {path: filler.txt}}\n";
+    let path = experiment(dir.path(), TWO_METHODS, workloads);
+    let whole = dir.path().join("whole");
+    run(&path, &options(&whole)).unwrap();
+    let mut shards = Vec::new();
+    for index in 0..2 {
+        let out = dir.path().join(format!("shard{index}"));
+        let outcome = run(
+            &path,
+            &RunOptions {
+                shard: Some(Shard { index, count: 2 }),
+                ..options(&out)
+            },
+        )
+        .unwrap();
+        assert_eq!(outcome.ran, 2, "4 units over 2 shards");
+        shards.push(out);
+    }
+    let merged = dir.path().join("merged");
+    let outcome = merge(&merged, &shards).unwrap();
+    assert_eq!((outcome.units, outcome.finished), (4, true));
+    assert_eq!(outcomes(&merged), outcomes(&whole));
+    let contexts: BTreeSet<i64> = outcomes(&merged).iter().map(|o| o.2).collect();
+    assert_eq!(contexts, BTreeSet::from([0, 96]));
+    // The long prompt is as long as asked.
+    let record = UnitRecord::read(&merged.join("units/short.c96.s0.r0.self.unmodified.json")).unwrap();
+    let tokens = record.requests[0].prompt_tokens;
+    assert!((90..=100).contains(&tokens), "{tokens}");
+}
+
+#[test]
+fn a_long_generation_reports_tau_per_context_bin_along_the_output() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let workloads = "  - {name: diary, setting: long_generation, prompts: {diary: {seed: 3, weeks: 4}}, count: 1, max_new_tokens: 40, ignore_eos: true}\n";
+    let path = experiment(dir.path(), "  - {name: unmodified}\n", workloads);
+    let out = dir.path().join("run");
+    run(&path, &options(&out)).unwrap();
+    let record = UnitRecord::read(&out.join("units/diary.c0.s0.r0.self.unmodified.json")).unwrap();
+    let request = &record.requests[0];
+    assert_eq!(request.generated, 40, "end-of-sequence ignored: every request reaches its length");
+    let contexts: Vec<i64> = request.cycles.iter().map(|c| c.context).collect();
+    assert!(contexts.windows(2).all(|w| w[0] < w[1]), "the context grows: {contexts:?}");
+    assert_eq!(contexts[0] as usize, request.prompt_tokens + 1, "the first cycle drafts after prefill's token");
+    let cycles = Table::read_parquet(&out.join("cycles.parquet")).unwrap();
+    assert_eq!(cycles.rows(), request.cycles.len());
+}
+
+#[test]
+fn a_missing_drafter_is_trained_from_its_config_before_the_grid_runs() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("corpus.txt"),
+        "It was the best of times, it was the worst of times, it was the age of wisdom. ".repeat(8),
+    )
+    .unwrap();
+    let drafter = dir.path().join("eagle");
+    std::fs::write(
+        dir.path().join("train.yaml"),
+        format!(
+            "target: smollm2-135m-instruct\nmethod: {{eagle3: {{draft_vocab: 512, ttt_steps: 2}}}}\nout: {}\nn0: 32\nwindows: 1\nsteps: 1\ndata:\n  - text_file: corpus.txt\n",
+            drafter.display()
+        ),
+    )
+    .unwrap();
+    let path = experiment(dir.path(), "  - {name: unmodified}\n", SHORT_PROMPTS);
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "  - {name: self, spec: {method: vanilla, checkpoint: smollm2-135m-instruct, draft_len: 3}}",
+        &format!(
+            "  - {{name: eagle, spec: {{method: eagle3, checkpoint: {}, draft_len: 2}}, train: train.yaml}}",
+            drafter.display()
+        ),
+    );
+    std::fs::write(&path, text).unwrap();
+    assert!(!drafter.exists());
+    let outcome = run(&path, &options(&dir.path().join("run"))).unwrap();
+    assert_eq!(outcome.ran, 1);
+    assert!(drafter.join("config.json").is_file(), "trained first");
+    let record = UnitRecord::read(&dir.path().join("run/units/short.c0.s0.r0.eagle.unmodified.json")).unwrap();
+    assert_eq!(record.n0, Some(32), "the trained drafter's n0 is recorded");
+    assert!(record.requests.iter().all(|r| r.generated == 8));
+}
+
+#[test]
+fn a_request_beyond_the_targets_context_is_refused_before_anything_is_written() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let workloads = "  - {name: short, setting: long_prompt, prompts: {jsonl: {path: prompts.jsonl, field: q}}, count: 1, max_new_tokens: 9000, contexts: [0]}\n";
+    let path = experiment(dir.path(), TWO_METHODS, workloads);
+    let out = dir.path().join("run");
+    let err = format!("{:#}", run(&path, &options(&out)).unwrap_err());
+    assert!(err.contains("workload \"short\"") && err.contains("max_new_tokens 9000"), "{err}");
+    assert!(!out.exists(), "nothing is written before the grid is checked");
+}
