@@ -50,7 +50,12 @@ fn a_run_killed_mid_grid_resumes_with_every_finished_unit_intact_and_no_duplicat
     let out = dir.path().join("run");
     let sharpdraft = env!("CARGO_BIN_EXE_sharpdraft");
     let mut child = Command::new(sharpdraft)
-        .args(["run", experiment.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .args([
+            "run",
+            experiment.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -58,7 +63,10 @@ fn a_run_killed_mid_grid_resumes_with_every_finished_unit_intact_and_no_duplicat
     // Killed (SIGKILL: no clean-up) as soon as the first unit is written.
     let started = Instant::now();
     while finished_units(&out).is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(300), "no unit finished in 5 min");
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no unit finished in 5 min"
+        );
         if child.try_wait().unwrap().is_some() {
             break;
         }
@@ -67,25 +75,44 @@ fn a_run_killed_mid_grid_resumes_with_every_finished_unit_intact_and_no_duplicat
     child.kill().ok();
     child.wait().unwrap();
     let before = finished_units(&out);
-    assert!(!before.is_empty() && before.len() < 6, "killed mid-grid: {before:?}");
+    assert!(
+        !before.is_empty() && before.len() < 6,
+        "killed mid-grid: {before:?}"
+    );
     let kept: Vec<Vec<u8>> = before
         .iter()
         .map(|n| std::fs::read(out.join("units").join(n)).unwrap())
         .collect();
 
     let resumed = Command::new(sharpdraft)
-        .args(["run", experiment.to_str().unwrap(), "--out", out.to_str().unwrap(), "--resume"])
+        .args([
+            "run",
+            experiment.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--resume",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&resumed.stderr);
     assert!(resumed.status.success(), "{stderr}");
-    assert!(stderr.contains(&format!("{} of 6 units finished", before.len())), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} of 6 units finished", before.len())),
+        "{stderr}"
+    );
     let after = finished_units(&out);
     assert_eq!(after.len(), 6, "{after:?}");
     for (name, bytes) in before.iter().zip(&kept) {
-        assert_eq!(&std::fs::read(out.join("units").join(name)).unwrap(), bytes, "{name} kept as it was");
+        assert_eq!(
+            &std::fs::read(out.join("units").join(name)).unwrap(),
+            bytes,
+            "{name} kept as it was"
+        );
     }
     let stdout = String::from_utf8_lossy(&resumed.stdout);
-    assert!(stdout.contains("| w | 0 | self | unmodified | 6 |"), "one headline row over 3 seeds x 2 prompts: {stdout}");
+    assert!(
+        stdout.contains("| w | 0 | self | unmodified | 6 |"),
+        "one headline row over 3 seeds x 2 prompts: {stdout}"
+    );
     assert!(stdout.contains("report.md"), "{stdout}");
 }

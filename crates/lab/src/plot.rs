@@ -151,7 +151,12 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
 /// file); non-finite values are left out. `chart.x_label` names the values' axis.
 pub fn bar_chart(path: &Path, chart: &Chart<'_>, bars: &[(String, f64)]) -> Result<()> {
     let bars: Vec<&(String, f64)> = bars.iter().filter(|(_, v)| v.is_finite()).collect();
-    let top = bars.iter().map(|(_, v)| *v).fold(0.0f64, f64::max).max(1e-9) * 1.1;
+    let top = bars
+        .iter()
+        .map(|(_, v)| *v)
+        .fold(0.0f64, f64::max)
+        .max(1e-9)
+        * 1.1;
     let height = (120 + 28 * bars.len()).clamp(240, 2400) as u32;
     let tmp = path.with_extension("png.tmp.png");
     let text = font_available();

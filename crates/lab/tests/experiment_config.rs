@@ -56,7 +56,10 @@ fn a_valid_experiment_expands_to_its_grid_with_the_target_alone_first() {
     );
     // Relative paths resolve against the experiment's folder.
     let prompts = serde_json::to_string(&experiment.workloads[0].prompts).unwrap();
-    assert!(prompts.contains(&dir.path().join("p.jsonl").display().to_string()), "{prompts}");
+    assert!(
+        prompts.contains(&dir.path().join("p.jsonl").display().to_string()),
+        "{prompts}"
+    );
 }
 
 #[test]
@@ -112,25 +115,61 @@ fn a_block_read_from_a_file_reports_errors_in_that_file() {
         ),
     );
     let err = format!("{:#}", Experiment::load(&path).unwrap_err());
-    assert!(err.contains("d.yaml") && err.contains("trian") && err.contains("line 3"), "{err}");
+    assert!(
+        err.contains("d.yaml") && err.contains("trian") && err.contains("line 3"),
+        "{err}"
+    );
     let missing = VALID.replace(
         "  - {name: d, spec: {method: dflash, checkpoint: some-dflash}}",
         "  - ../configs/drafters/missing.yaml",
     );
-    let err = format!("{:#}", Experiment::load(&write(dir.path(), "experiments/m.yaml", &missing)).unwrap_err());
-    assert!(err.contains("m.yaml") && err.contains("missing.yaml"), "{err}");
+    let err = format!(
+        "{:#}",
+        Experiment::load(&write(dir.path(), "experiments/m.yaml", &missing)).unwrap_err()
+    );
+    assert!(
+        err.contains("m.yaml") && err.contains("missing.yaml"),
+        "{err}"
+    );
 }
 
 #[test]
 fn grid_errors_name_the_workload_method_or_drafter() {
     for (edit, expected) in [
         (("count: 2", "count: 0"), "workload \"w\": count 0"),
-        (("contexts: [0, 512]\n    filler: {path: f.txt}", "contexts: [0, 512]"), "filler"),
-        (("{name: ar, target_only: true}", "{name: ar, target_only: true, window: 8}"), "method \"ar\" is target_only"),
-        (("{name: unmodified}", "{name: lora}"), "two methods are named \"lora\""),
-        (("{name: unmodified}", "{name: unmodified, window: 0}"), "drafter \"d\" with method \"unmodified\""),
-        (("{name: unmodified}", "{name: unmodified, scaling: {mode: fixed}}"), "names none"),
-        (("setting: long_prompt", "setting: long_generation"), "starts from the prompt alone"),
+        (
+            (
+                "contexts: [0, 512]\n    filler: {path: f.txt}",
+                "contexts: [0, 512]",
+            ),
+            "filler",
+        ),
+        (
+            (
+                "{name: ar, target_only: true}",
+                "{name: ar, target_only: true, window: 8}",
+            ),
+            "method \"ar\" is target_only",
+        ),
+        (
+            ("{name: unmodified}", "{name: lora}"),
+            "two methods are named \"lora\"",
+        ),
+        (
+            ("{name: unmodified}", "{name: unmodified, window: 0}"),
+            "drafter \"d\" with method \"unmodified\"",
+        ),
+        (
+            (
+                "{name: unmodified}",
+                "{name: unmodified, scaling: {mode: fixed}}",
+            ),
+            "names none",
+        ),
+        (
+            ("setting: long_prompt", "setting: long_generation"),
+            "starts from the prompt alone",
+        ),
     ] {
         let err = error(&VALID.replace(edit.0, edit.1));
         assert!(err.contains(expected), "{edit:?}: {err}");
@@ -151,4 +190,34 @@ fn every_shipped_experiment_loads() {
         }
     }
     assert!(names.contains("quickstart"), "{names:?}");
+}
+
+#[test]
+fn the_config_hash_follows_the_content_not_the_checkout_path() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let block = "name: d\nspec: {method: dflash, checkpoint: x}\n";
+    let text = VALID.replace(
+        "  - {name: d, spec: {method: dflash, checkpoint: some-dflash}}",
+        "  - ../configs/drafters/d.yaml",
+    );
+    for dir in [a.path(), b.path()] {
+        write(dir, "configs/drafters/d.yaml", block);
+        write(dir, "experiments/exp.yaml", &text);
+    }
+    let load = |dir: &Path| {
+        Experiment::load(&dir.join("experiments/exp.yaml"))
+            .unwrap()
+            .hash()
+    };
+    assert_eq!(
+        load(a.path()),
+        load(b.path()),
+        "the same experiment in another folder"
+    );
+    write(
+        b.path(),
+        "configs/drafters/d.yaml",
+        &block.replace("x}", "y}"),
+    );
+    assert_ne!(load(a.path()), load(b.path()), "a block file edited");
 }

@@ -27,7 +27,8 @@ fn experiment(dir: &Path, methods: &str, workloads: &str) -> PathBuf {
     .unwrap();
     std::fs::write(
         dir.join("filler.txt"),
-        "It was the best of times, it was the worst of times, it was the age of wisdom. ".repeat(40),
+        "It was the best of times, it was the worst of times, it was the age of wisdom. "
+            .repeat(40),
     )
     .unwrap();
     let path = dir.join("experiment.yaml");
@@ -79,7 +80,10 @@ fn a_two_unit_grid_runs_end_to_end_into_parquet_and_a_report() {
     let path = experiment(dir.path(), TWO_METHODS, SHORT_PROMPTS);
     let out = dir.path().join("run");
     let outcome = run(&path, &options(&out)).unwrap();
-    assert_eq!((outcome.ran, outcome.skipped, outcome.finished), (2, 0, true));
+    assert_eq!(
+        (outcome.ran, outcome.skipped, outcome.finished),
+        (2, 0, true)
+    );
 
     let results = Table::read_parquet(&out.join("results.parquet")).unwrap();
     assert_eq!(results.rows(), 4, "2 units x 2 prompts");
@@ -89,13 +93,30 @@ fn a_two_unit_grid_runs_end_to_end_into_parquet_and_a_report() {
     for r in 0..results.rows() {
         assert!(speedups[r].is_finite() && speedups[r] > 0.0, "row {r}");
         if methods[r] == "unmodified" {
-            assert!(taus[r] > 2.0, "a model drafting for itself is accepted: {}", taus[r]);
+            assert!(
+                taus[r] > 2.0,
+                "a model drafting for itself is accepted: {}",
+                taus[r]
+            );
         } else {
             assert_eq!(taus[r], 1.0);
         }
     }
-    assert!(results.strs("config_hash").unwrap().iter().all(|h| h.len() == 64));
-    assert!(results.strs("machine").unwrap().iter().all(|m| m.contains("cores")));
+    let matches = results.i64s("matches_target").unwrap();
+    assert!(
+        matches.iter().all(|&m| m == 1),
+        "greedy speculation reproduces the target's output: {matches:?}"
+    );
+    assert!(results
+        .strs("config_hash")
+        .unwrap()
+        .iter()
+        .all(|h| h.len() == 64));
+    assert!(results
+        .strs("machine")
+        .unwrap()
+        .iter()
+        .all(|m| m.contains("cores")));
 
     let cycles = Table::read_parquet(&out.join("cycles.parquet")).unwrap();
     let drafting_cycles: i64 = (0..results.rows())
@@ -104,9 +125,17 @@ fn a_two_unit_grid_runs_end_to_end_into_parquet_and_a_report() {
     assert_eq!(cycles.rows() as i64, drafting_cycles);
 
     let summary = Table::read_parquet(&out.join("summary.parquet")).unwrap();
-    assert_eq!(summary.rows(), 2, "one row per drafter x method x workload x context");
+    assert_eq!(
+        summary.rows(),
+        2,
+        "one row per drafter x method x workload x context"
+    );
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(report.contains("| short | 0 | self | unmodified | 2 |"), "{report}");
+    assert!(
+        report.contains("| short | 0 | self | unmodified | 2 |"),
+        "{report}"
+    );
+    assert!(report.contains("| yes |"), "{report}");
     assert!(out.join("speedup.png").is_file());
 }
 
@@ -124,7 +153,11 @@ fn a_finished_run_is_refused_without_resume_and_resume_reruns_only_what_is_missi
     let kept_bytes = std::fs::read(&kept).unwrap();
     // As a run killed mid-unit leaves it: one unit missing and a half-written temporary file.
     std::fs::remove_file(units.join("short.c0.s0.r0.self.unmodified.json")).unwrap();
-    std::fs::write(units.join("short.c0.s0.r0.self.unmodified.json.tmp"), "{\"unit\": {").unwrap();
+    std::fs::write(
+        units.join("short.c0.s0.r0.self.unmodified.json.tmp"),
+        "{\"unit\": {",
+    )
+    .unwrap();
 
     let again = format!("{:#}", run(&path, &options(&out)).unwrap_err());
     assert!(again.contains("--resume"), "{again}");
@@ -136,8 +169,15 @@ fn a_finished_run_is_refused_without_resume_and_resume_reruns_only_what_is_missi
         },
     )
     .unwrap();
-    assert_eq!((outcome.ran, outcome.skipped, outcome.finished), (1, 1, true));
-    assert_eq!(std::fs::read(&kept).unwrap(), kept_bytes, "a finished unit is kept as it was");
+    assert_eq!(
+        (outcome.ran, outcome.skipped, outcome.finished),
+        (1, 1, true)
+    );
+    assert_eq!(
+        std::fs::read(&kept).unwrap(),
+        kept_bytes,
+        "a finished unit is kept as it was"
+    );
     let results = Table::read_parquet(&out.join("results.parquet")).unwrap();
     assert_eq!(results.rows(), 4, "no duplicates");
     assert_eq!(outcomes(&out).len(), 4);
@@ -174,7 +214,8 @@ fn shards_merge_to_the_unsharded_result() {
     let contexts: BTreeSet<i64> = outcomes(&merged).iter().map(|o| o.2).collect();
     assert_eq!(contexts, BTreeSet::from([0, 96]));
     // The long prompt is as long as asked.
-    let record = UnitRecord::read(&merged.join("units/short.c96.s0.r0.self.unmodified.json")).unwrap();
+    let record =
+        UnitRecord::read(&merged.join("units/short.c96.s0.r0.self.unmodified.json")).unwrap();
     let tokens = record.requests[0].prompt_tokens;
     assert!((90..=100).contains(&tokens), "{tokens}");
 }
@@ -191,10 +232,20 @@ fn a_long_generation_reports_tau_per_context_bin_along_the_output() {
     run(&path, &options(&out)).unwrap();
     let record = UnitRecord::read(&out.join("units/diary.c0.s0.r0.self.unmodified.json")).unwrap();
     let request = &record.requests[0];
-    assert_eq!(request.generated, 40, "end-of-sequence ignored: every request reaches its length");
+    assert_eq!(
+        request.generated, 40,
+        "end-of-sequence ignored: every request reaches its length"
+    );
     let contexts: Vec<i64> = request.cycles.iter().map(|c| c.context).collect();
-    assert!(contexts.windows(2).all(|w| w[0] < w[1]), "the context grows: {contexts:?}");
-    assert_eq!(contexts[0] as usize, request.prompt_tokens + 1, "the first cycle drafts after prefill's token");
+    assert!(
+        contexts.windows(2).all(|w| w[0] < w[1]),
+        "the context grows: {contexts:?}"
+    );
+    assert_eq!(
+        contexts[0] as usize,
+        request.prompt_tokens + 1,
+        "the first cycle drafts after prefill's token"
+    );
     let cycles = Table::read_parquet(&out.join("cycles.parquet")).unwrap();
     assert_eq!(cycles.rows(), request.cycles.len());
 }
@@ -232,7 +283,11 @@ fn a_missing_drafter_is_trained_from_its_config_before_the_grid_runs() {
     let outcome = run(&path, &options(&dir.path().join("run"))).unwrap();
     assert_eq!(outcome.ran, 1);
     assert!(drafter.join("config.json").is_file(), "trained first");
-    let record = UnitRecord::read(&dir.path().join("run/units/short.c0.s0.r0.eagle.unmodified.json")).unwrap();
+    let record = UnitRecord::read(
+        &dir.path()
+            .join("run/units/short.c0.s0.r0.eagle.unmodified.json"),
+    )
+    .unwrap();
     assert_eq!(record.n0, Some(32), "the trained drafter's n0 is recorded");
     assert!(record.requests.iter().all(|r| r.generated == 8));
 }
@@ -247,6 +302,12 @@ fn a_request_beyond_the_targets_context_is_refused_before_anything_is_written() 
     let path = experiment(dir.path(), TWO_METHODS, workloads);
     let out = dir.path().join("run");
     let err = format!("{:#}", run(&path, &options(&out)).unwrap_err());
-    assert!(err.contains("workload \"short\"") && err.contains("max_new_tokens 9000"), "{err}");
-    assert!(!out.exists(), "nothing is written before the grid is checked");
+    assert!(
+        err.contains("workload \"short\"") && err.contains("max_new_tokens 9000"),
+        "{err}"
+    );
+    assert!(
+        !out.exists(),
+        "nothing is written before the grid is checked"
+    );
 }

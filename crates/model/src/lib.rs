@@ -14,6 +14,7 @@ pub mod kv_cache;
 pub mod layers;
 pub mod mask;
 pub mod output_folder;
+pub mod packed_generate;
 pub mod query_scaling;
 pub mod registry;
 pub mod rope;

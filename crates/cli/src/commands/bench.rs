@@ -16,6 +16,8 @@ pub enum BenchCommand {
     Decode(DecodeArgs),
     /// A drafter's forward time per cycle with and without query scaling, side by side.
     Scaling(super::bench_scaling::ScalingBenchArgs),
+    /// The target's greedy answers to chat prompts one at a time and in packed batches, side by side.
+    Continuations(super::bench_continuations::ContinuationsBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -108,6 +110,7 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
     let args = match command {
         BenchCommand::Decode(args) => args,
         BenchCommand::Scaling(args) => return super::bench_scaling::run(args),
+        BenchCommand::Continuations(args) => return super::bench_continuations::run(args),
     };
     let threads = args.threads.unwrap_or_else(tch::get_num_threads);
     tch::set_num_threads(threads);

@@ -57,7 +57,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
         outcome.dir.display(),
         outcome.ran,
         outcome.skipped,
-        if outcome.finished { "" } else { " (unfinished: run again with --resume)" }
+        if outcome.finished {
+            ""
+        } else {
+            " (unfinished: run again with --resume)"
+        }
     );
     print_headline(&outcome.dir)
 }
@@ -68,7 +72,11 @@ pub fn merge_shards(args: &MergeArgs) -> Result<()> {
         "{}: {} units{}",
         outcome.dir.display(),
         outcome.units,
-        if outcome.finished { ", the whole grid" } else { " (some units of the grid are missing)" }
+        if outcome.finished {
+            ", the whole grid"
+        } else {
+            " (some units of the grid are missing)"
+        }
     );
     print_headline(&outcome.dir)
 }

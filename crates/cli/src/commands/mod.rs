@@ -1,5 +1,6 @@
 pub mod adapt;
 pub mod bench;
+pub mod bench_continuations;
 pub mod bench_scaling;
 pub mod derive;
 pub mod experiment;

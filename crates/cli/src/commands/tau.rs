@@ -126,7 +126,9 @@ pub fn run(args: &TauArgs) -> Result<()> {
             .map(|(i, question)| {
                 // A different excerpt for every prompt.
                 let offset = excerpt_offset(i, args.filler_offset, filler.len(), requested);
-                Ok(long_prompt_ids(tokenizer, question, &filler, offset, requested)?)
+                Ok(long_prompt_ids(
+                    tokenizer, question, &filler, offset, requested,
+                )?)
             })
             .collect::<Result<_>>()?;
         let spec = args.draft.spec(drafter_name, scaling);

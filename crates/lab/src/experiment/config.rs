@@ -50,7 +50,10 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Block<T> {
             }
             // The mapping goes to T through the YAML reader's own map access, so T's errors keep
             // their line numbers.
-            fn visit_map<M: MapAccess<'de>>(self, map: M) -> std::result::Result<Block<T>, M::Error> {
+            fn visit_map<M: MapAccess<'de>>(
+                self,
+                map: M,
+            ) -> std::result::Result<Block<T>, M::Error> {
                 T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Block::Inline)
             }
         }
@@ -72,11 +75,17 @@ pub fn parse_yaml<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T> {
     let deserializer = serde_norway::Deserializer::from_str(text);
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let key = e.path().to_string();
-        let key = if key == "." { "(top level)".to_string() } else { key };
+        let key = if key == "." {
+            "(top level)".to_string()
+        } else {
+            key
+        };
         // The YAML reader prefixes its own (shorter) path; the full one is already given.
         let message = e.into_inner().to_string();
         let message = match message.split_once(": ") {
-            Some((prefix, rest)) if key.starts_with(prefix) && !prefix.contains(' ') => rest.to_string(),
+            Some((prefix, rest)) if key.starts_with(prefix) && !prefix.contains(' ') => {
+                rest.to_string()
+            }
             _ => message,
         };
         LabError::Invalid(format!("{}: key {key}: {message}", file.display()))
@@ -233,19 +242,25 @@ pub struct Experiment {
     pub methods: Vec<MethodEntry>,
     pub workloads: Vec<Workload>,
     pub bins_n0: Vec<f64>,
+    /// sha256 over the text of the experiment file and of every block file it reads, in order: the
+    /// same experiment has the same hash wherever its checkout lies (shards on other machines merge).
+    #[serde(skip)]
+    pub content_hash: String,
 }
 
-fn read_block<T: DeserializeOwned>(block: &Block<T>, file: &Path, what: &str) -> Result<T>
-where
-    T: Clone,
-{
+fn read_block<T: DeserializeOwned + Clone>(
+    block: &Block<T>,
+    file: &Path,
+    what: &str,
+    hasher: &mut Sha256,
+) -> Result<T> {
     match block {
         Block::Inline(t) => Ok(t.clone()),
         Block::File(path) => {
             let path = beside(file, path);
-            let text = std::fs::read_to_string(&path).with_context(|| {
-                format!("{}: {what} block {}", file.display(), path.display())
-            })?;
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("{}: {what} block {}", file.display(), path.display()))?;
+            hasher.update(text.as_bytes());
             parse_yaml(&text, &path)
         }
     }
@@ -274,22 +289,24 @@ impl Experiment {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading experiment {}", path.display()))?;
         let raw: ExperimentFile = parse_yaml(&text, path)?;
-        let file = std::path::absolute(path)
-            .with_context(|| format!("resolving {}", path.display()))?;
+        let file =
+            std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))?;
+        let mut hasher = Sha256::new();
+        hasher.update(text.as_bytes());
         let mut drafters = raw
             .drafters
             .iter()
-            .map(|b| read_block(b, &file, "drafter"))
+            .map(|b| read_block(b, &file, "drafter", &mut hasher))
             .collect::<Result<Vec<DrafterEntry>>>()?;
         let methods = raw
             .methods
             .iter()
-            .map(|b| read_block(b, &file, "method"))
+            .map(|b| read_block(b, &file, "method", &mut hasher))
             .collect::<Result<Vec<MethodEntry>>>()?;
         let mut workloads = raw
             .workloads
             .iter()
-            .map(|b| read_block(b, &file, "workload"))
+            .map(|b| read_block(b, &file, "workload", &mut hasher))
             .collect::<Result<Vec<Workload>>>()?;
         // Paths inside blocks read from files resolve against those files.
         for (block, entry) in raw.drafters.iter().zip(&mut drafters) {
@@ -328,6 +345,7 @@ impl Experiment {
             bins_n0: raw
                 .bins_n0
                 .unwrap_or_else(|| vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+            content_hash: format!("{:x}", hasher.finalize()),
         };
         experiment.validate()?;
         Ok(experiment)
@@ -348,18 +366,33 @@ impl Experiment {
             self.temperature
         );
         ensure!(!self.seeds.is_empty(), "{f}: seeds: give at least one");
-        ensure!(self.repeats >= 1, "{f}: repeats {} must be >= 1", self.repeats);
+        ensure!(
+            self.repeats >= 1,
+            "{f}: repeats {} must be >= 1",
+            self.repeats
+        );
         ensure!(!self.methods.is_empty(), "{f}: methods: give at least one");
-        ensure!(!self.workloads.is_empty(), "{f}: workloads: give at least one");
+        ensure!(
+            !self.workloads.is_empty(),
+            "{f}: workloads: give at least one"
+        );
         ensure!(
             self.bins_n0.windows(2).all(|w| w[0] < w[1])
                 && self.bins_n0.iter().all(|b| b.is_finite() && *b > 0.0),
             "{f}: bins_n0 {:?} must be positive and increasing",
             self.bins_n0
         );
-        names_unique(self.drafters.iter().map(|d| d.name.as_str()), "drafter", file)?;
+        names_unique(
+            self.drafters.iter().map(|d| d.name.as_str()),
+            "drafter",
+            file,
+        )?;
         names_unique(self.methods.iter().map(|m| m.name.as_str()), "method", file)?;
-        names_unique(self.workloads.iter().map(|w| w.name.as_str()), "workload", file)?;
+        names_unique(
+            self.workloads.iter().map(|w| w.name.as_str()),
+            "workload",
+            file,
+        )?;
         let drafting = self.methods.iter().any(|m| !m.target_only);
         ensure!(
             !drafting || !self.drafters.is_empty(),
@@ -457,10 +490,9 @@ impl Experiment {
         Ok(spec)
     }
 
-    /// sha256 of the resolved experiment: what a run folder belongs to.
+    /// What a run folder belongs to: [`Self::content_hash`].
     pub fn hash(&self) -> String {
-        let text = serde_json::to_string(self).expect("an experiment serialises");
-        format!("{:x}", Sha256::digest(text.as_bytes()))
+        self.content_hash.clone()
     }
 }
 

@@ -108,7 +108,9 @@ impl PromptSource {
                 None => path.display().to_string(),
             },
             PromptSource::Longgenbench { path } => path.display().to_string(),
-            PromptSource::Diary { seed, weeks } => format!("diary prompts (seed {seed}, {weeks} weeks)"),
+            PromptSource::Diary { seed, weeks } => {
+                format!("diary prompts (seed {seed}, {weeks} weeks)")
+            }
         }
     }
 }
@@ -239,13 +241,37 @@ const NAMES: [&str; 12] = [
     "Kenji",
 ];
 const JOBS: [&str; 10] = [
-    "biologist", "engineer", "teacher", "nurse", "architect", "chef", "librarian", "pilot",
-    "journalist", "carpenter",
+    "biologist",
+    "engineer",
+    "teacher",
+    "nurse",
+    "architect",
+    "chef",
+    "librarian",
+    "pilot",
+    "journalist",
+    "carpenter",
 ];
-const RELATIVES: [&str; 5] = ["my wife", "my child_1", "my father", "my mother", "my brother"];
+const RELATIVES: [&str; 5] = [
+    "my wife",
+    "my child_1",
+    "my father",
+    "my mother",
+    "my brother",
+];
 const MONTHS: [&str; 12] = [
-    "January", "February", "March", "April", "May", "June", "July", "August", "September",
-    "October", "November", "December",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 ];
 const EVENTS: [&str; 6] = [
     "Attending a fashion week in Paris",

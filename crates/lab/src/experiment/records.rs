@@ -60,6 +60,9 @@ pub struct RequestRow {
     pub peak_rss_bytes: u64,
     /// Empty for target-only decoding.
     pub cycles: Vec<CycleRow>,
+    /// The generated ids: under greedy decoding every method must give the target's own output.
+    #[serde(default)]
+    pub output_ids: Vec<i64>,
 }
 
 impl RequestRow {
@@ -74,6 +77,17 @@ impl RequestRow {
 
     pub fn tokens_per_second(&self) -> f64 {
         self.generated as f64 / self.total_seconds.max(1e-9)
+    }
+
+    /// Share of the output's 4-grams that are distinct: near 1 for prose, far below for an output that
+    /// loops (small models under greedy decoding), where tau measures the loop; NaN below 4 tokens.
+    pub fn distinct_4grams(&self) -> f64 {
+        let grams: Vec<&[i64]> = self.output_ids.windows(4).collect();
+        if grams.is_empty() {
+            return f64::NAN;
+        }
+        let distinct: std::collections::BTreeSet<&[i64]> = grams.iter().copied().collect();
+        distinct.len() as f64 / grams.len() as f64
     }
 }
 
@@ -109,8 +123,12 @@ impl UnitRecord {
     pub fn read(path: &Path) -> Result<Self> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        serde_json::from_str(&text)
-            .with_context(|| format!("{}: not a finished unit of a sharpdraft run", path.display()))
+        serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{}: not a finished unit of a sharpdraft run",
+                path.display()
+            )
+        })
     }
 
     /// Every finished unit under `units_dir`, in name order (temporary files are ignored).

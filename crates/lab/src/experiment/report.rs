@@ -27,6 +27,8 @@ pub struct SummaryRow {
     pub mean_prompt_tokens: f64,
     pub cycles: i64,
     pub tau: f64,
+    /// Mean share of distinct 4-grams in the outputs (low: the outputs loop).
+    pub distinct_4grams: f64,
     pub speedup: f64,
     pub tokens_per_s: f64,
     pub update_seconds: f64,
@@ -34,6 +36,8 @@ pub struct SummaryRow {
     pub adaptation_bytes: i64,
     pub drafter_weight_bytes: i64,
     pub peak_rss_bytes: i64,
+    /// 1: every request reproduced the target's greedy output; 0: one did not; -1: not comparable.
+    pub matches_target: i64,
 }
 
 /// The rows of a `summary.parquet`.
@@ -57,11 +61,13 @@ pub fn read_summary(path: &Path) -> Result<Vec<SummaryRow>> {
         i("cycles")?,
         i("updates")?,
     );
-    let (adaptation, weights, peak) = (
+    let (adaptation, weights, peak, matches) = (
         i("adaptation_bytes")?,
         i("drafter_weight_bytes")?,
         i("peak_rss_bytes")?,
+        i("matches_target")?,
     );
+    let distinct = f("distinct_4grams")?;
     let (lo, hi, prompt_tokens, tau, speedup, tps, update_s) = (
         f("bin_lo_n0")?,
         f("bin_hi_n0")?,
@@ -86,6 +92,7 @@ pub fn read_summary(path: &Path) -> Result<Vec<SummaryRow>> {
             mean_prompt_tokens: prompt_tokens[r],
             cycles: cycles[r],
             tau: tau[r],
+            distinct_4grams: distinct[r],
             speedup: speedup[r],
             tokens_per_s: tps[r],
             update_seconds: update_s[r],
@@ -93,8 +100,53 @@ pub fn read_summary(path: &Path) -> Result<Vec<SummaryRow>> {
             adaptation_bytes: adaptation[r],
             drafter_weight_bytes: weights[r],
             peak_rss_bytes: peak[r],
+            matches_target: matches[r],
         })
-        .collect())
+        .collect::<Vec<_>>())
+    .map(|mut rows| {
+        sort_as_experiment(&mut rows, path.parent().unwrap_or(Path::new(".")));
+        rows
+    })
+}
+
+/// Orders rows as the run's experiment lists workloads, drafters (the target alone first) and methods,
+/// contexts ascending, bins along the generation.
+fn sort_as_experiment(rows: &mut [SummaryRow], dir: &Path) {
+    let record: serde_json::Value =
+        std::fs::read_to_string(dir.join(super::runner::EXPERIMENT_RECORD))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+    let order = |list: &str| -> Vec<String> {
+        record["experiment"][list]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (workloads, drafters, methods) = (order("workloads"), order("drafters"), order("methods"));
+    let rank =
+        |names: &[String], name: &str| names.iter().position(|n| n == name).unwrap_or(usize::MAX);
+    rows.sort_by(|a, b| {
+        let key = |r: &SummaryRow| {
+            (
+                rank(&workloads, &r.workload),
+                r.context,
+                if r.drafter == TARGET_ONLY {
+                    0
+                } else {
+                    1 + rank(&drafters, &r.drafter).min(usize::MAX - 1)
+                },
+                rank(&methods, &r.method),
+            )
+        };
+        key(a)
+            .cmp(&key(b))
+            .then(a.bin_lo_n0.total_cmp(&b.bin_lo_n0))
+    });
 }
 
 fn mib(bytes: i64) -> f64 {
@@ -112,7 +164,7 @@ fn number(v: f64, digits: usize) -> String {
 /// The headline table (one line per drafter x method x workload x context) as markdown.
 pub fn headline(rows: &[SummaryRow]) -> String {
     let mut out = String::from(
-        "| workload | context | drafter | method | requests | tau | speedup vs target alone | tokens/s | updates (s) | adaptation MiB | drafter weights MiB | peak MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| workload | context | drafter | method | requests | tau | speedup vs target alone | tokens/s | = target's output | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows.iter().filter(|r| r.bin == "all") {
         let context = if r.setting == "long_generation" {
@@ -128,7 +180,7 @@ pub fn headline(rows: &[SummaryRow]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} |",
             r.workload,
             context,
             r.drafter,
@@ -137,6 +189,13 @@ pub fn headline(rows: &[SummaryRow]) -> String {
             number(r.tau, 2),
             number(r.speedup, 2),
             number(r.tokens_per_s, 1),
+            match (r.drafter == TARGET_ONLY, r.matches_target) {
+                (true, _) => "-",
+                (false, 1) => "yes",
+                (false, 0) => "**no**",
+                _ => "n/a",
+            },
+            number(r.distinct_4grams, 2),
             r.updates,
             number(r.update_seconds, 1),
             number(mib(r.adaptation_bytes), 1),
@@ -156,17 +215,25 @@ fn generation_bins(rows: &[SummaryRow]) -> Option<String> {
     if binned.is_empty() {
         return None;
     }
-    let mut edges: Vec<(f64, String)> = binned.iter().map(|r| (r.bin_lo_n0, r.bin.clone())).collect();
+    let mut edges: Vec<(f64, String)> = binned
+        .iter()
+        .map(|r| (r.bin_lo_n0, r.bin.clone()))
+        .collect();
     edges.sort_by(|a, b| a.0.total_cmp(&b.0));
     edges.dedup_by(|a, b| a.1 == b.1);
-    let mut out = String::from("| workload | drafter | method |");
+    let mut out = String::from(
+        "Outputs that loop make these figures measure the loop: the headline's distinct 4-grams \
+         column says (near 1 for prose).\n\n| workload | drafter | method |",
+    );
     for (_, label) in &edges {
         let _ = write!(out, " {label} |");
     }
     out.push_str("\n|---|---|---|");
     out.push_str(&"---|".repeat(edges.len()));
     out.push('\n');
-    let mut lines: BTreeMap<(String, String, String), BTreeMap<String, (f64, i64)>> = BTreeMap::new();
+    // (workload, drafter, method) -> bin label -> (tau, cycles)
+    type Cells = BTreeMap<String, (f64, i64)>;
+    let mut lines: BTreeMap<(String, String, String), Cells> = BTreeMap::new();
     for r in binned {
         lines
             .entry((r.workload.clone(), r.drafter.clone(), r.method.clone()))
@@ -197,10 +264,11 @@ pub fn write(dir: &Path) -> Result<PathBuf> {
     } else {
         Vec::new()
     };
-    let record: serde_json::Value = std::fs::read_to_string(dir.join(super::runner::EXPERIMENT_RECORD))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
+    let record: serde_json::Value =
+        std::fs::read_to_string(dir.join(super::runner::EXPERIMENT_RECORD))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
     let experiment = &record["experiment"];
     let mut md = String::new();
     let _ = writeln!(
@@ -217,13 +285,17 @@ pub fn write(dir: &Path) -> Result<PathBuf> {
     md.push_str(
         "tau: tokens per target pass (bonus included), pooled over requests. Speedup: geometric mean over \
          requests of tokens/s against the target alone on the same request (update time included). \
+         `= target's output`: under greedy decoding, whether every request reproduced the target's own \
+         output token for token (lossless verification says it must). \
          Memory: adaptation bytes exactly (adapters, optimizer state, gradients, buffer), the drafter's \
          weights, and the process's peak resident memory during the unit. Raw rows: `results.parquet`, \
          `cycles.parquet`; this table: `summary.parquet`.\n\n## Headline\n\n",
     );
     md.push_str(&headline(&rows));
     if let Some(bins) = generation_bins(&rows) {
-        md.push_str("\n## tau along long generations, by context bin (multiples of the drafter's n0)\n\n");
+        md.push_str(
+            "\n## tau along long generations, by context bin (multiples of the drafter's n0)\n\n",
+        );
         md.push_str(&bins);
     }
     let charts = charts(dir, &rows)?;
@@ -281,7 +353,8 @@ fn charts(dir: &Path, rows: &[SummaryRow]) -> Result<Vec<String>> {
         written.push("tau_vs_context.png".to_string());
     }
     let whole: Vec<&SummaryRow> = rows.iter().filter(|r| r.bin == "all").collect();
-    let label = |r: &SummaryRow| format!("{} {} / {} @{}", r.workload, r.drafter, r.method, r.context);
+    let label =
+        |r: &SummaryRow| format!("{} {} / {} @{}", r.workload, r.drafter, r.method, r.context);
     let speedups: Vec<(String, f64)> = whole
         .iter()
         .filter(|r| r.drafter != TARGET_ONLY && r.speedup.is_finite())

@@ -145,7 +145,11 @@ fn uses_drafter_schedule(method: &MethodEntry) -> bool {
 /// calibrates every schedule a method needs and does not find; errors name what is missing otherwise.
 fn ensure_drafters(experiment: &Experiment) -> Result<()> {
     let f = experiment.file.display();
-    let drafting: Vec<&MethodEntry> = experiment.methods.iter().filter(|m| !m.target_only).collect();
+    let drafting: Vec<&MethodEntry> = experiment
+        .methods
+        .iter()
+        .filter(|m| !m.target_only)
+        .collect();
     if drafting.is_empty() {
         return Ok(());
     }
@@ -153,7 +157,10 @@ fn ensure_drafters(experiment: &Experiment) -> Result<()> {
         let checkpoint = &drafter.spec.checkpoint;
         if let Err(missing) = registry::resolve(checkpoint) {
             let Some(train) = &drafter.train else {
-                bail!("{f}: drafter {:?}: {missing} (give it `train:` a training config to make it)", drafter.name);
+                bail!(
+                    "{f}: drafter {:?}: {missing} (give it `train:` a training config to make it)",
+                    drafter.name
+                );
             };
             let config = crate::train::TrainConfig::load(train)?;
             ensure!(
@@ -214,16 +221,15 @@ fn ensure_schedule(experiment: &Experiment, drafter: &DrafterEntry) -> Result<()
 
 /// Claims `dir` for this experiment: a fresh folder is set up; this experiment's own run continues
 /// only with `--resume`; anything else is refused.
-fn claim_run_folder(
-    dir: &Path,
-    experiment: &Experiment,
-    hash: &str,
-    resume: bool,
-) -> Result<bool> {
+fn claim_run_folder(dir: &Path, experiment: &Experiment, hash: &str, resume: bool) -> Result<bool> {
     match output_folder::claim(dir, RUN_KIND, &[&experiment.file])? {
         Claim::Fresh => Ok(true),
         Claim::Own(_) => {
             let record = dir.join(EXPERIMENT_RECORD);
+            if !record.exists() && UnitRecord::read_all(&dir.join(UNITS))?.is_empty() {
+                // Killed while being set up: nothing of value is there yet.
+                return Ok(true);
+            }
             let previous: serde_json::Value = serde_json::from_str(
                 &std::fs::read_to_string(&record)
                     .with_context(|| format!("reading {}", record.display()))?,
@@ -252,8 +258,13 @@ fn write_experiment_record(dir: &Path, experiment: &Experiment, hash: &str) -> R
         .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
     let copy = dir.join("experiment.yaml");
-    std::fs::copy(&experiment.file, &copy)
-        .with_context(|| format!("copying {} to {}", experiment.file.display(), copy.display()))?;
+    std::fs::copy(&experiment.file, &copy).with_context(|| {
+        format!(
+            "copying {} to {}",
+            experiment.file.display(),
+            copy.display()
+        )
+    })?;
     Ok(())
 }
 
@@ -292,12 +303,14 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     }
     ensure_drafters(&experiment)?;
 
+    let about = format!("{} ({hash})", experiment.name);
     if fresh {
         std::fs::create_dir_all(dir.join(UNITS))
             .with_context(|| format!("creating {}", dir.display()))?;
+        // The marker first: a run killed during set-up leaves a folder this command can claim again.
+        Marker::new(RUN_KIND, false, about.clone()).write(&dir)?;
         write_experiment_record(&dir, &experiment, &hash)?;
     }
-    let about = format!("{} ({hash})", experiment.name);
     Marker::new(RUN_KIND, false, about.clone()).write(&dir)?;
 
     let grid = units(&experiment);
@@ -315,9 +328,18 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         .collect();
     let skipped = mine.len() - pending.len();
     if skipped > 0 {
-        eprintln!("resuming {}: {skipped} of {} units finished", dir.display(), mine.len());
+        eprintln!(
+            "resuming {}: {skipped} of {} units finished",
+            dir.display(),
+            mine.len()
+        );
     }
-    let base = provenance(&hash, &experiment.file, &experiment.device, &experiment.dtype);
+    let base = provenance(
+        &hash,
+        &experiment.file,
+        &experiment.device,
+        &experiment.dtype,
+    );
     let bar = ProgressBar::new(pending.len() as u64);
     bar.set_style(
         ProgressStyle::with_template(
@@ -368,7 +390,11 @@ fn summary_line(record: &UnitRecord) -> String {
             c + r.cycles.len(),
         )
     });
-    let tau = if cycles == 0 { 1.0 } else { emitted as f64 / cycles as f64 };
+    let tau = if cycles == 0 {
+        1.0
+    } else {
+        emitted as f64 / cycles as f64
+    };
     format!(
         "{}: tau {tau:.2}, {:.1} tokens/s over {} prompts ({:.0} s)",
         record.unit.id(),
@@ -473,6 +499,7 @@ impl UnitRunner<'_> {
                     adaptation_bytes: 0,
                     peak_rss_bytes: sharpdraft_decode::peak_rss_bytes(),
                     cycles: Vec::new(),
+                    output_ids: out.ids,
                 })
             })
             .collect()
@@ -553,6 +580,7 @@ impl UnitRunner<'_> {
                         verify_seconds: c.verify_seconds,
                     })
                     .collect(),
+                output_ids: report.ids.clone(),
             });
         }
         Ok((rows, n0))

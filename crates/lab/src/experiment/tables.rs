@@ -53,21 +53,28 @@ impl Rows {
     }
 }
 
-/// Bin edges in multiples of n0, from the run's experiment record (the default without one).
-fn bins_n0(dir: &Path) -> Result<Vec<f64>> {
+/// Bin edges in multiples of n0 and whether decoding is greedy, from the run's experiment record.
+fn bins_and_greedy(dir: &Path) -> Result<(Vec<f64>, bool)> {
     let path = dir.join(EXPERIMENT_RECORD);
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let record: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: unreadable", path.display()))?;
-    Ok(record["experiment"]["bins_n0"]
+    let bins = record["experiment"]["bins_n0"]
         .as_array()
         .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
-        .unwrap_or_else(|| vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]))
+        .unwrap_or_else(|| vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]);
+    let greedy = record["experiment"]["temperature"].as_f64() == Some(0.0);
+    Ok((bins, greedy))
 }
 
+/// A context bin: its label and its edges in multiples of n0.
+type Bin = (String, f64, f64);
+/// One request of a grid cell: (workload, context, seed, prompt).
+type RequestKey = (String, usize, u64, usize);
+
 /// The bin of `context` tokens under edges `bins` (multiples of `n0`): (label, low, high) in n0.
-pub fn context_bin(context: i64, n0: i64, bins: &[f64]) -> (String, f64, f64) {
+pub fn context_bin(context: i64, n0: i64, bins: &[f64]) -> Bin {
     let x = context as f64 / n0.max(1) as f64;
     let mut low = 0.0;
     for &edge in bins {
@@ -81,8 +88,8 @@ pub fn context_bin(context: i64, n0: i64, bins: &[f64]) -> (String, f64, f64) {
 
 /// The target-only tokens/s of each (workload, context, seed, prompt), averaged over repeats: the
 /// denominators of speedups.
-fn baselines(units: &[UnitRecord]) -> BTreeMap<(String, usize, u64, usize), f64> {
-    let mut sums: BTreeMap<(String, usize, u64, usize), (f64, usize)> = BTreeMap::new();
+fn baselines(units: &[UnitRecord]) -> BTreeMap<RequestKey, f64> {
+    let mut sums: BTreeMap<RequestKey, (f64, usize)> = BTreeMap::new();
     // The first target-only method (in name order of units) is the baseline.
     let baseline_method = units
         .iter()
@@ -109,6 +116,38 @@ fn baselines(units: &[UnitRecord]) -> BTreeMap<(String, usize, u64, usize), f64>
         .collect()
 }
 
+/// The target-only outputs of each (workload, context, seed, prompt): under greedy decoding every
+/// method must reproduce them exactly.
+fn target_outputs(units: &[UnitRecord]) -> BTreeMap<RequestKey, &[i64]> {
+    let mut out = BTreeMap::new();
+    for record in units.iter().filter(|u| u.unit.drafter.is_none()) {
+        for r in &record.requests {
+            let key = (
+                record.unit.workload.clone(),
+                record.unit.context,
+                record.unit.seed,
+                r.prompt,
+            );
+            out.entry(key).or_insert(r.output_ids.as_slice());
+        }
+    }
+    out
+}
+
+/// 1 when `output` equals the target's own greedy output, 0 when it differs, -1 when not comparable
+/// (sampling, or no target-only run of that request).
+fn matches_target(
+    greedy: bool,
+    target: &BTreeMap<RequestKey, &[i64]>,
+    key: RequestKey,
+    output: &[i64],
+) -> i64 {
+    match target.get(&key) {
+        Some(expected) if greedy && !expected.is_empty() => i64::from(*expected == output),
+        _ => -1,
+    }
+}
+
 pub struct RunTables {
     pub results: Table,
     pub cycles: Table,
@@ -116,8 +155,9 @@ pub struct RunTables {
 }
 
 /// Builds the three tables from `units` with context bins `bins` (multiples of n0).
-pub fn build(units: &[UnitRecord], bins: &[f64]) -> RunTables {
+pub fn build(units: &[UnitRecord], bins: &[f64], greedy: bool) -> RunTables {
     let base = baselines(units);
+    let target = target_outputs(units);
     let mut results = Rows::default();
     let mut cycles = Rows::default();
     let mut summary = Rows::default();
@@ -148,13 +188,20 @@ pub fn build(units: &[UnitRecord], bins: &[f64]) -> RunTables {
             results.i("prompt_tokens", r.prompt_tokens as i64);
             results.i("generated", r.generated as i64);
             results.i("cycles", r.cycles.len() as i64);
-            results.i("drafted", r.cycles.iter().map(|c| c.drafted).sum::<usize>() as i64);
-            results.i("accepted", r.cycles.iter().map(|c| c.accepted).sum::<usize>() as i64);
+            results.i(
+                "drafted",
+                r.cycles.iter().map(|c| c.drafted).sum::<usize>() as i64,
+            );
+            results.i(
+                "accepted",
+                r.cycles.iter().map(|c| c.accepted).sum::<usize>() as i64,
+            );
             results.i(
                 "emitted",
                 r.cycles.iter().map(|c| c.accepted + c.bonus).sum::<usize>() as i64,
             );
             results.f("tau", r.tau());
+            results.f("distinct_4grams", r.distinct_4grams());
             results.f("prefill_seconds", r.prefill_seconds);
             results.f("total_seconds", r.total_seconds);
             results.f("tokens_per_s", r.tokens_per_second());
@@ -164,6 +211,15 @@ pub fn build(units: &[UnitRecord], bins: &[f64]) -> RunTables {
             results.f(
                 "speedup",
                 ar.map_or(f64::NAN, |ar| r.tokens_per_second() / ar),
+            );
+            results.i(
+                "matches_target",
+                matches_target(
+                    greedy,
+                    &target,
+                    (u.workload.clone(), u.context, u.seed, r.prompt),
+                    &r.output_ids,
+                ),
             );
             results.f("update_seconds", r.update_seconds);
             results.i("updates", r.updates as i64);
@@ -192,7 +248,9 @@ pub fn build(units: &[UnitRecord], bins: &[f64]) -> RunTables {
                 cycles.i("cycle_context", c.context);
                 cycles.f(
                     "cycle_context_n0",
-                    record.n0.map_or(f64::NAN, |n0| c.context as f64 / n0 as f64),
+                    record
+                        .n0
+                        .map_or(f64::NAN, |n0| c.context as f64 / n0 as f64),
                 );
                 cycles.i("drafted", c.drafted as i64);
                 cycles.i("accepted", c.accepted as i64);
@@ -222,8 +280,13 @@ pub fn build(units: &[UnitRecord], bins: &[f64]) -> RunTables {
         let ratios: Vec<f64> = requests
             .iter()
             .filter_map(|(u, r)| {
-                base.get(&(u.unit.workload.clone(), u.unit.context, u.unit.seed, r.prompt))
-                    .map(|ar| r.tokens_per_second() / ar)
+                base.get(&(
+                    u.unit.workload.clone(),
+                    u.unit.context,
+                    u.unit.seed,
+                    r.prompt,
+                ))
+                .map(|ar| r.tokens_per_second() / ar)
             })
             .collect();
         let speedup = if ratios.len() == requests.len() && !ratios.is_empty() {
@@ -234,12 +297,17 @@ pub fn build(units: &[UnitRecord], bins: &[f64]) -> RunTables {
         let ar: Vec<f64> = requests
             .iter()
             .filter_map(|(u, r)| {
-                base.get(&(u.unit.workload.clone(), u.unit.context, u.unit.seed, r.prompt))
-                    .copied()
+                base.get(&(
+                    u.unit.workload.clone(),
+                    u.unit.context,
+                    u.unit.seed,
+                    r.prompt,
+                ))
+                .copied()
             })
             .collect();
         let n0 = first.n0.unwrap_or(0);
-        let mut row = |bin: (String, f64, f64), cycle_count: usize, emitted: usize, whole: bool| {
+        let mut row = |bin: Bin, cycle_count: usize, emitted: usize, whole: bool| {
             summary.s("target", first.target.as_str());
             summary.s("drafter", drafter.as_str());
             summary.s("method", method.as_str());
@@ -253,11 +321,27 @@ pub fn build(units: &[UnitRecord], bins: &[f64]) -> RunTables {
             summary.i("requests", requests.len() as i64);
             summary.f(
                 "mean_prompt_tokens",
-                requests.iter().map(|(_, r)| r.prompt_tokens as f64).sum::<f64>()
+                requests
+                    .iter()
+                    .map(|(_, r)| r.prompt_tokens as f64)
+                    .sum::<f64>()
                     / requests.len().max(1) as f64,
             );
             summary.i("cycles", cycle_count as i64);
             summary.f("tau", tau_of(emitted, cycle_count));
+            let distinct: Vec<f64> = requests
+                .iter()
+                .map(|(_, r)| r.distinct_4grams())
+                .filter(|d| d.is_finite())
+                .collect();
+            summary.f(
+                "distinct_4grams",
+                if distinct.is_empty() {
+                    f64::NAN
+                } else {
+                    distinct.iter().sum::<f64>() / distinct.len() as f64
+                },
+            );
             let nan_unless = |v: f64| if whole { v } else { f64::NAN };
             summary.f("speedup", nan_unless(speedup));
             summary.f(
@@ -278,14 +362,48 @@ pub fn build(units: &[UnitRecord], bins: &[f64]) -> RunTables {
             let max_i = |f: fn(&super::records::RequestRow) -> u64| {
                 requests.iter().map(|(_, r)| f(r)).max().unwrap_or(0) as i64
             };
+            // 1 when every request reproduced the target's greedy output, 0 when any did not, -1 when
+            // not comparable.
+            let matches: Vec<i64> = requests
+                .iter()
+                .map(|(u, r)| {
+                    matches_target(
+                        greedy,
+                        &target,
+                        (
+                            u.unit.workload.clone(),
+                            u.unit.context,
+                            u.unit.seed,
+                            r.prompt,
+                        ),
+                        &r.output_ids,
+                    )
+                })
+                .collect();
+            summary.i(
+                "matches_target",
+                if matches.contains(&0) {
+                    0
+                } else if !matches.is_empty() && matches.iter().all(|&m| m == 1) {
+                    1
+                } else {
+                    -1
+                },
+            );
             summary.f("update_seconds", nan_unless(sum_f(|r| r.update_seconds)));
             summary.i(
                 "updates",
                 requests.iter().map(|(_, r)| r.updates).sum::<usize>() as i64,
             );
             summary.i("adaptation_bytes", max_i(|r| r.adaptation_bytes as u64));
-            summary.i("drafter_weight_bytes", max_i(|r| r.drafter_weight_bytes as u64));
-            summary.i("drafter_cache_bytes", max_i(|r| r.drafter_cache_bytes as u64));
+            summary.i(
+                "drafter_weight_bytes",
+                max_i(|r| r.drafter_weight_bytes as u64),
+            );
+            summary.i(
+                "drafter_cache_bytes",
+                max_i(|r| r.drafter_cache_bytes as u64),
+            );
             summary.i("peak_rss_bytes", max_i(|r| r.peak_rss_bytes));
         };
         let emitted_all: usize = all_cycles().map(|c| c.accepted + c.bonus).sum();
@@ -296,12 +414,10 @@ pub fn build(units: &[UnitRecord], bins: &[f64]) -> RunTables {
             true,
         );
         if first.setting == Setting::LongGeneration && drafter != TARGET_ONLY && n0 > 0 {
-            let mut by_bin: BTreeMap<u64, ((String, f64, f64), usize, usize)> = BTreeMap::new();
+            let mut by_bin: BTreeMap<u64, (Bin, usize, usize)> = BTreeMap::new();
             for c in all_cycles() {
                 let bin = context_bin(c.context, n0, bins);
-                let entry = by_bin
-                    .entry(bin.1.to_bits())
-                    .or_insert_with(|| (bin, 0, 0));
+                let entry = by_bin.entry(bin.1.to_bits()).or_insert_with(|| (bin, 0, 0));
                 entry.1 += 1;
                 entry.2 += c.accepted + c.bonus;
             }
@@ -323,7 +439,8 @@ pub fn build(units: &[UnitRecord], bins: &[f64]) -> RunTables {
 /// finished units.
 pub fn write_tables(dir: &Path) -> Result<RunTables> {
     let units = UnitRecord::read_all(&dir.join(UNITS))?;
-    let tables = build(&units, &bins_n0(dir)?);
+    let (bins, greedy) = bins_and_greedy(dir)?;
+    let tables = build(&units, &bins, greedy);
     // A table without rows has no columns yet (a run of target-only methods has no cycles): it is
     // not written rather than written without a schema.
     for (name, table) in [
