@@ -161,7 +161,8 @@ pub fn bar_chart(path: &Path, chart: &Chart<'_>, bars: &[(String, f64)]) -> Resu
     let tmp = path.with_extension("png.tmp.png");
     let text = font_available();
     {
-        let root = BitMapBackend::new(&tmp, (900, height)).into_drawing_area();
+        // Wide enough for labels of the form "workload drafter / method @context".
+        let root = BitMapBackend::new(&tmp, (1200, height)).into_drawing_area();
         let plot = |e: &dyn std::fmt::Debug| LabError::Plot {
             path: path.display().to_string(),
             reason: format!("{e:?}"),
@@ -173,7 +174,7 @@ pub fn bar_chart(path: &Path, chart: &Chart<'_>, bars: &[(String, f64)]) -> Resu
             builder
                 .caption(chart.title, ("sans-serif", 22))
                 .x_label_area_size(44)
-                .y_label_area_size(260);
+                .y_label_area_size(480);
         }
         let mut ctx = builder
             .build_cartesian_2d(0.0..top, (0..bars.len().max(1)).into_segmented())
