@@ -51,6 +51,31 @@ fn font_available() -> bool {
     })
 }
 
+/// Draws on a white `size` PNG and writes it to `path` through a temporary file; `draw` gets the
+/// canvas and the error for a failed drawing call.
+fn png(
+    path: &Path,
+    size: (u32, u32),
+    draw: impl FnOnce(
+        &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+        &dyn Fn(&dyn std::fmt::Debug) -> LabError,
+    ) -> Result<()>,
+) -> Result<()> {
+    let tmp = path.with_extension("png.tmp.png");
+    {
+        let root = BitMapBackend::new(&tmp, size).into_drawing_area();
+        let plot = |e: &dyn std::fmt::Debug| LabError::Plot {
+            path: path.display().to_string(),
+            reason: format!("{e:?}"),
+        };
+        root.fill(&WHITE).map_err(|e| plot(&e))?;
+        draw(&root, &plot)?;
+        root.present().map_err(|e| plot(&e))?;
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
 /// Draws `series` as lines into a 900 x 560 PNG at `path` (written through a temporary file).
 pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
     let points = series
@@ -74,16 +99,9 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
     }
     let pad = ((y1 - y0) * 0.05).max(1e-9);
     let (y0, y1) = (y0 - pad, y1 + pad);
-    let tmp = path.with_extension("png.tmp.png");
     let text = font_available();
-    {
-        let root = BitMapBackend::new(&tmp, (900, 560)).into_drawing_area();
-        let plot = |e: &dyn std::fmt::Debug| LabError::Plot {
-            path: path.display().to_string(),
-            reason: format!("{e:?}"),
-        };
-        root.fill(&WHITE).map_err(|e| plot(&e))?;
-        let mut builder = ChartBuilder::on(&root);
+    png(path, (900, 560), |root, plot| {
+        let mut builder = ChartBuilder::on(root);
         builder.margin(16);
         if text {
             builder
@@ -141,10 +159,8 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
                 .build_cartesian_2d(x0..x1, y0..y1)
                 .map_err(|e| plot(&e))?);
         }
-        root.present().map_err(|e| plot(&e))?;
-    }
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Draws one horizontal bar per `(label, value)` into a PNG at `path` (written through a temporary
@@ -158,17 +174,10 @@ pub fn bar_chart(path: &Path, chart: &Chart<'_>, bars: &[(String, f64)]) -> Resu
         .max(1e-9)
         * 1.1;
     let height = (120 + 28 * bars.len()).clamp(240, 2400) as u32;
-    let tmp = path.with_extension("png.tmp.png");
     let text = font_available();
-    {
-        // Wide enough for labels of the form "workload drafter / method @context".
-        let root = BitMapBackend::new(&tmp, (1200, height)).into_drawing_area();
-        let plot = |e: &dyn std::fmt::Debug| LabError::Plot {
-            path: path.display().to_string(),
-            reason: format!("{e:?}"),
-        };
-        root.fill(&WHITE).map_err(|e| plot(&e))?;
-        let mut builder = ChartBuilder::on(&root);
+    // Wide enough for labels of the form "workload drafter / method @context".
+    png(path, (1200, height), |root, plot| {
+        let mut builder = ChartBuilder::on(root);
         builder.margin(16);
         if text {
             builder
@@ -205,8 +214,6 @@ pub fn bar_chart(path: &Path, chart: &Chart<'_>, bars: &[(String, f64)]) -> Resu
             )
         }))
         .map_err(|e| plot(&e))?;
-        root.present().map_err(|e| plot(&e))?;
-    }
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+        Ok(())
+    })
 }

@@ -46,6 +46,20 @@ impl Rows {
             c.push(v);
         }
     }
+    /// The columns that name a request: drafter, method, workload, setting, context, seed, repeat,
+    /// prompt.
+    fn request_key(&mut self, record: &UnitRecord, prompt: usize) {
+        let u = &record.unit;
+        self.s("drafter", u.drafter_name());
+        self.s("method", u.method.as_str());
+        self.s("workload", u.workload.as_str());
+        self.s("setting", record.setting.name());
+        self.i("context", u.context as i64);
+        self.i("seed", u.seed as i64);
+        self.i("repeat", u.repeat as i64);
+        self.i("prompt", prompt as i64);
+    }
+
     fn table(self) -> Table {
         Table {
             columns: self.columns,
@@ -177,14 +191,7 @@ pub fn build(units: &[UnitRecord], bins: &[f64], greedy: bool) -> RunTables {
         let p = &record.provenance;
         for r in &record.requests {
             results.s("target", record.target.as_str());
-            results.s("drafter", u.drafter_name());
-            results.s("method", u.method.as_str());
-            results.s("workload", u.workload.as_str());
-            results.s("setting", record.setting.name());
-            results.i("context", u.context as i64);
-            results.i("seed", u.seed as i64);
-            results.i("repeat", u.repeat as i64);
-            results.i("prompt", r.prompt as i64);
+            results.request_key(record, r.prompt);
             results.i("prompt_tokens", r.prompt_tokens as i64);
             results.i("generated", r.generated as i64);
             results.i("cycles", r.cycles.len() as i64);
@@ -236,14 +243,7 @@ pub fn build(units: &[UnitRecord], bins: &[f64], greedy: bool) -> RunTables {
             results.s("dtype", p.dtype.as_str());
             results.i("started_unix", p.started_unix as i64);
             for (i, c) in r.cycles.iter().enumerate() {
-                cycles.s("drafter", u.drafter_name());
-                cycles.s("method", u.method.as_str());
-                cycles.s("workload", u.workload.as_str());
-                cycles.s("setting", record.setting.name());
-                cycles.i("context", u.context as i64);
-                cycles.i("seed", u.seed as i64);
-                cycles.i("repeat", u.repeat as i64);
-                cycles.i("prompt", r.prompt as i64);
+                cycles.request_key(record, r.prompt);
                 cycles.i("cycle", i as i64);
                 cycles.i("cycle_context", c.context);
                 cycles.f(
