@@ -1,9 +1,9 @@
 //! Raw counters of a speculative run; rates are derived from them, never stored instead of them.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One draft -> verify -> commit cycle.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CycleRecord {
     /// Committed tokens when the cycle started (the context the drafter saw, root included).
     pub context: i64,

@@ -112,10 +112,15 @@ impl ScalingSpec {
     }
 }
 
+/// Whether a schedule is named by its calibration (a bare name without `/` or `.yaml`), not by path.
+pub fn is_calibration_name(path: &std::path::Path) -> bool {
+    let text = path.to_string_lossy();
+    !(text.contains('/') || text.ends_with(".yaml") || text.ends_with(".yml"))
+}
+
 /// A schedule path as given, or a calibration's schedule when it is a bare name without `/` or `.yaml`.
 pub fn resolve_schedule(path: &std::path::Path) -> PathBuf {
-    let text = path.to_string_lossy();
-    if text.contains('/') || text.ends_with(".yaml") || text.ends_with(".yml") {
+    if !is_calibration_name(path) {
         path.to_path_buf()
     } else {
         sharpdraft_model::registry::home()

@@ -208,6 +208,7 @@ fn the_config_hash_follows_the_content_not_the_checkout_path() {
         Experiment::load(&dir.join("experiments/exp.yaml"))
             .unwrap()
             .hash()
+            .to_string()
     };
     assert_eq!(
         load(a.path()),

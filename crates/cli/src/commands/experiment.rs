@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::Args;
 use sharpdraft_lab::experiment::merge::merge;
-use sharpdraft_lab::experiment::report::{headline, read_summary};
+use sharpdraft_lab::experiment::report::{headline, SummaryRow};
 use sharpdraft_lab::experiment::{self, RunOptions, Shard};
 use std::path::{Path, PathBuf};
 
@@ -33,11 +33,8 @@ pub struct MergeArgs {
     pub shards: Vec<PathBuf>,
 }
 
-fn print_headline(dir: &Path) -> Result<()> {
-    let summary = dir.join("summary.parquet");
-    if summary.is_file() {
-        println!("{}", headline(&read_summary(&summary)?));
-    }
+fn print_headline(dir: &Path, summary: &[SummaryRow]) -> Result<()> {
+    println!("{}", headline(summary));
     println!("report: {}", dir.join("report.md").display());
     Ok(())
 }
@@ -60,10 +57,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
         if outcome.finished {
             ""
         } else {
-            " (unfinished: run again with --resume)"
+            " (the grid's other shards are not in this folder: `sharpdraft merge` joins them)"
         }
     );
-    print_headline(&outcome.dir)
+    print_headline(&outcome.dir, &outcome.summary)
 }
 
 pub fn merge_shards(args: &MergeArgs) -> Result<()> {
@@ -78,12 +75,10 @@ pub fn merge_shards(args: &MergeArgs) -> Result<()> {
             " (some units of the grid are missing)"
         }
     );
-    print_headline(&outcome.dir)
+    print_headline(&outcome.dir, &outcome.summary)
 }
 
 pub fn report(dir: &Path) -> Result<()> {
-    experiment::merge::recorded_experiment(dir)?;
-    sharpdraft_lab::experiment::tables::write_tables(dir)?;
-    sharpdraft_lab::experiment::report::write(dir)?;
-    print_headline(dir)
+    let summary = experiment::runner::republish(dir)?;
+    print_headline(dir, &summary)
 }

@@ -20,7 +20,7 @@
 use super::prompts::{FillerSource, PromptSource};
 use crate::drafter_spec::DrafterSpec;
 use crate::error::{bail, ensure, Context, LabError, Result};
-use crate::scaling::ScalingSpec;
+use crate::scaling::{is_calibration_name, ScalingKind, ScalingSpec};
 use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
@@ -58,6 +58,16 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Block<T> {
             }
         }
         deserializer.deserialize_any(BlockVisitor(PhantomData))
+    }
+}
+
+impl<T> Block<T> {
+    /// The file this block was written in: its own file, or `experiment` for an inline block.
+    fn origin(&self, experiment: &Path) -> PathBuf {
+        match self {
+            Block::File(p) => beside(experiment, p),
+            Block::Inline(_) => experiment.to_path_buf(),
+        }
     }
 }
 
@@ -139,6 +149,18 @@ pub struct MethodEntry {
     pub adapt: Option<AdaptConfig>,
 }
 
+impl MethodEntry {
+    /// Whether this method scales with each drafter's own calibrated schedule: fixed or exact scaling
+    /// that names neither a schedule nor a beta.
+    pub fn scales_with_drafter_schedule(&self) -> bool {
+        self.scaling.as_ref().is_some_and(|s| {
+            matches!(s.mode, ScalingKind::Fixed | ScalingKind::Exact)
+                && s.schedule.is_none()
+                && s.beta.is_none()
+        })
+    }
+}
+
 /// What the target generates from, and how the context grows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -197,6 +219,9 @@ fn default_seeds() -> Vec<u64> {
 }
 fn default_repeats() -> usize {
     1
+}
+fn default_bins_n0() -> Vec<f64> {
+    vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
 }
 
 /// An experiment as written.
@@ -310,10 +335,7 @@ impl Experiment {
             .collect::<Result<Vec<Workload>>>()?;
         // Paths inside blocks read from files resolve against those files.
         for (block, entry) in raw.drafters.iter().zip(&mut drafters) {
-            let origin = match block {
-                Block::File(p) => beside(&file, p),
-                Block::Inline(_) => file.clone(),
-            };
+            let origin = block.origin(&file);
             entry.train = entry.train.as_ref().map(|p| beside(&origin, p));
             entry.calibrate = entry.calibrate.as_ref().map(|p| beside(&origin, p));
             entry.schedule = entry.schedule.as_ref().map(|p| local_or_name(&origin, p));
@@ -321,10 +343,7 @@ impl Experiment {
             entry.spec.scaling.schedule = schedule.map(|p| local_or_name(&origin, p));
         }
         for (block, workload) in raw.workloads.iter().zip(&mut workloads) {
-            let origin = match block {
-                Block::File(p) => beside(&file, p),
-                Block::Inline(_) => file.clone(),
-            };
+            let origin = block.origin(&file);
             workload.prompts.resolve_paths(&origin);
             if let Some(filler) = &mut workload.filler {
                 filler.resolve_paths(&origin);
@@ -342,9 +361,7 @@ impl Experiment {
             drafters,
             methods,
             workloads,
-            bins_n0: raw
-                .bins_n0
-                .unwrap_or_else(|| vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+            bins_n0: raw.bins_n0.unwrap_or_else(default_bins_n0),
             content_hash: format!("{:x}", hasher.finalize()),
         };
         experiment.validate()?;
@@ -460,12 +477,7 @@ impl Experiment {
         let mut spec = drafter.spec.clone();
         if let Some(scaling) = &method.scaling {
             let mut scaling = scaling.clone();
-            let needs_schedule = matches!(
-                scaling.mode,
-                crate::scaling::ScalingKind::Fixed | crate::scaling::ScalingKind::Exact
-            ) && scaling.schedule.is_none()
-                && scaling.beta.is_none();
-            if needs_schedule {
+            if method.scales_with_drafter_schedule() {
                 let Some(schedule) = drafter.schedule.clone() else {
                     bail!(
                         "{}: method {:?} scales with the drafter's schedule, and drafter {:?} names none (give it `schedule:` or the method a `beta:`)",
@@ -491,17 +503,16 @@ impl Experiment {
     }
 
     /// What a run folder belongs to: [`Self::content_hash`].
-    pub fn hash(&self) -> String {
-        self.content_hash.clone()
+    pub fn hash(&self) -> &str {
+        &self.content_hash
     }
 }
 
 /// A schedule as written: a path (resolved against `file`) or a calibration's bare name, kept as is.
 fn local_or_name(file: &Path, path: &Path) -> PathBuf {
-    let text = path.to_string_lossy();
-    if text.contains('/') || text.ends_with(".yaml") || text.ends_with(".yml") {
-        beside(file, path)
-    } else {
+    if is_calibration_name(path) {
         path.to_path_buf()
+    } else {
+        beside(file, path)
     }
 }

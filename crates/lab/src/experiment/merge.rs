@@ -1,12 +1,12 @@
 //! `sharpdraft merge OUT SHARD_DIR...`: the shards of one experiment (`run --shard I/N`) joined into one
 //! run folder, with the tables and report of the whole grid.
 
-use super::config::Experiment;
 use super::grid::units;
 use super::records::UnitRecord;
-use super::runner::{EXPERIMENT_RECORD, RUN_KIND, UNITS};
-use super::{report, tables};
-use crate::error::{bail, ensure, Context, Result};
+use super::report::SummaryRow;
+use super::run_folder::{recorded_experiment, EXPERIMENT_RECORD, RUN_KIND, UNITS};
+use super::runner::{grid_finished, publish};
+use crate::error::{ensure, Context, Result};
 use sharpdraft_model::output_folder::{self, Claim, Marker};
 use std::path::{Path, PathBuf};
 
@@ -16,33 +16,17 @@ pub struct MergeOutcome {
     pub units: usize,
     /// Every unit of the grid is present.
     pub finished: bool,
-}
-
-/// The resolved experiment and its hash recorded in run folder `dir`.
-pub fn recorded_experiment(dir: &Path) -> Result<(Experiment, String)> {
-    match Marker::read(dir)? {
-        Some(marker) if marker.kind == RUN_KIND => {}
-        _ => bail!("{}: not a sharpdraft run folder", dir.display()),
-    }
-    let path = dir.join(EXPERIMENT_RECORD);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut record: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{}: unreadable", path.display()))?;
-    let hash = record["config_hash"]
-        .as_str()
-        .with_context(|| format!("{}: no config_hash", path.display()))?
-        .to_string();
-    let experiment: Experiment = serde_json::from_value(record["experiment"].take())
-        .with_context(|| format!("{}: not an experiment record", path.display()))?;
-    Ok((experiment, hash))
+    /// The summary of every unit, in the experiment's order.
+    pub summary: Vec<SummaryRow>,
 }
 
 pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
     ensure!(!shards.is_empty(), "merge: name at least one shard folder");
-    let (experiment, hash) = recorded_experiment(&shards[0])?;
+    let experiment = recorded_experiment(&shards[0])?;
+    let hash = experiment.hash();
     for shard in &shards[1..] {
-        let (_, other) = recorded_experiment(shard)?;
+        let other = recorded_experiment(shard)?;
+        let other = other.hash();
         ensure!(
             other == hash,
             "{} is a run of another experiment than {} (config hash {other} against {hash})",
@@ -54,9 +38,8 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
     match output_folder::claim(out, RUN_KIND, &inputs)? {
         Claim::Fresh => {}
         Claim::Own(_) => {
-            let (_, own) = recorded_experiment(out)?;
             ensure!(
-                own == hash,
+                recorded_experiment(out)?.hash() == hash,
                 "{} holds a run of another experiment: name a new folder",
                 out.display()
             );
@@ -74,30 +57,27 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
     }
     let about = format!("{} ({hash})", experiment.name);
     Marker::new(RUN_KIND, false, about.clone()).write(out)?;
+    let mut records = UnitRecord::read_all(&units_dir)?;
     for shard in shards {
         for record in UnitRecord::read_all(&shard.join(UNITS))? {
-            let path = UnitRecord::path(&units_dir, &record.unit);
-            if path.is_file() {
+            if records.iter().any(|r| r.unit == record.unit) {
                 eprintln!(
-                    "unit {} is in more than one shard: keeping the first ({})",
-                    record.unit.id(),
-                    path.display()
+                    "unit {} is in more than one shard (or merged already): keeping the first",
+                    record.unit.id()
                 );
                 continue;
             }
             record.write(&units_dir)?;
+            records.push(record);
         }
     }
-    let grid = units(&experiment);
-    let finished = grid
-        .iter()
-        .all(|u| UnitRecord::path(&units_dir, u).is_file());
-    tables::write_tables(out)?;
-    report::write(out)?;
+    let finished = grid_finished(&units(&experiment), &records);
+    let summary = publish(out, &experiment, &records)?;
     Marker::new(RUN_KIND, finished, about).write(out)?;
     Ok(MergeOutcome {
         dir: out.to_path_buf(),
-        units: UnitRecord::read_all(&units_dir)?.len(),
+        units: records.len(),
         finished,
+        summary,
     })
 }

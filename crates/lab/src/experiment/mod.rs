@@ -8,6 +8,7 @@ pub mod merge;
 pub mod prompts;
 pub mod records;
 pub mod report;
+pub mod run_folder;
 pub mod runner;
 pub mod tables;
 

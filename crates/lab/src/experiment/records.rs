@@ -2,16 +2,17 @@
 //! provenance of the run. One JSON file per unit under `units/`, written whole through a rename: a run
 //! killed at any moment leaves finished units intact and nothing half-written.
 
-use super::config::Setting;
+use super::config::{Experiment, Setting};
 use super::grid::Unit;
 use crate::error::{Context, Result};
 use serde::{Deserialize, Serialize};
+use sharpdraft_decode::CycleRecord;
 use std::path::{Path, PathBuf};
 
 /// Where a row came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
-    /// sha256 of the resolved experiment.
+    /// The experiment's content hash ([`super::config::Experiment::content_hash`]).
     pub config_hash: String,
     /// `git rev-parse HEAD` of the experiment's checkout (`+dirty` with uncommitted changes), or
     /// "unknown" outside a git checkout.
@@ -23,18 +24,6 @@ pub struct Provenance {
     pub sharpdraft_version: String,
     /// Seconds since the Unix epoch when the unit started.
     pub started_unix: u64,
-}
-
-/// One verification cycle.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CycleRow {
-    /// Committed tokens when the cycle started: the context the drafter drafted at.
-    pub context: i64,
-    pub drafted: usize,
-    pub accepted: usize,
-    pub bonus: usize,
-    pub draft_seconds: f64,
-    pub verify_seconds: f64,
 }
 
 /// One request (prompt) of a unit.
@@ -59,7 +48,7 @@ pub struct RequestRow {
     /// The process's peak resident memory since the unit started (VmHWM), bytes.
     pub peak_rss_bytes: u64,
     /// Empty for target-only decoding.
-    pub cycles: Vec<CycleRow>,
+    pub cycles: Vec<CycleRecord>,
     /// The generated ids: under greedy decoding every method must give the target's own output.
     #[serde(default)]
     pub output_ids: Vec<i64>,
@@ -105,7 +94,20 @@ pub struct UnitRecord {
     pub seconds: f64,
 }
 
+/// One request of a grid cell: (workload, context, seed, prompt).
+pub type RequestKey = (String, usize, u64, usize);
+
 impl UnitRecord {
+    /// The key of this unit's request for `prompt`: the same for every method of the grid cell.
+    pub fn request_key(&self, prompt: usize) -> RequestKey {
+        (
+            self.unit.workload.clone(),
+            self.unit.context,
+            self.unit.seed,
+            prompt,
+        )
+    }
+
     pub fn path(units_dir: &Path, unit: &Unit) -> PathBuf {
         units_dir.join(format!("{}.json", unit.id()))
     }
@@ -113,10 +115,7 @@ impl UnitRecord {
     /// Writes the record through a temporary file and a rename.
     pub fn write(&self, units_dir: &Path) -> Result<PathBuf> {
         let path = Self::path(units_dir, &self.unit);
-        let tmp = path.with_extension("json.tmp");
-        let text = serde_json::to_string(self)?;
-        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+        crate::atomic_write::write_whole(&path, serde_json::to_string(self)?)?;
         Ok(path)
     }
 
@@ -146,14 +145,14 @@ impl UnitRecord {
     }
 }
 
-/// The provenance fields that do not change during a run.
-pub fn provenance(config_hash: &str, experiment: &Path, device: &str, dtype: &str) -> Provenance {
+/// The provenance fields that do not change during a run of `experiment`.
+pub fn provenance(experiment: &Experiment) -> Provenance {
     Provenance {
-        config_hash: config_hash.to_string(),
-        git_revision: git_revision(experiment.parent().unwrap_or(Path::new("."))),
+        config_hash: experiment.hash().to_string(),
+        git_revision: git_revision(experiment.file.parent().unwrap_or(Path::new("."))),
         machine: machine(),
-        device: device.to_string(),
-        dtype: dtype.to_string(),
+        device: experiment.device.clone(),
+        dtype: experiment.dtype.clone(),
         sharpdraft_version: env!("CARGO_PKG_VERSION").to_string(),
         started_unix: 0,
     }

@@ -1,10 +1,11 @@
 //! `sharpdraft report RUN_DIR`: `report.md` with the headline table (tau, speedup over the target
 //! alone, update seconds, memory per drafter x method x workload x context), tau per context bin along
 //! long generations, and PNG charts: tau against context per drafter and method, speedup bars and
-//! memory bars. Built from `summary.parquet` only, so it can be rebuilt at any time.
+//! memory bars. Built from the summary table alone, so `sharpdraft report` rebuilds it at any time.
 
+use super::config::Experiment;
 use super::grid::TARGET_ONLY;
-use crate::error::{Context, Result};
+use crate::error::Result;
 use crate::plot::{bar_chart, line_chart, Chart, Series};
 use crate::table::Table;
 use std::collections::BTreeMap;
@@ -40,13 +41,15 @@ pub struct SummaryRow {
     pub matches_target: i64,
 }
 
-/// The rows of a `summary.parquet`.
-pub fn read_summary(path: &Path) -> Result<Vec<SummaryRow>> {
-    let t = Table::read_parquet(path)?;
-    let at = || format!("{}", path.display());
-    let s = |n: &str| t.strs(n).with_context(at).map(|v| v.to_vec());
-    let i = |n: &str| t.i64s(n).with_context(at).map(|v| v.to_vec());
-    let f = |n: &str| t.f64s(n).with_context(at).map(|v| v.to_vec());
+/// The rows of a summary table ([`super::tables::build`]), in the order `experiment` lists its
+/// workloads, drafters and methods.
+pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow>> {
+    if t.columns.is_empty() {
+        return Ok(Vec::new());
+    }
+    let s = |n: &str| t.strs(n).map(|v| v.to_vec());
+    let i = |n: &str| t.i64s(n).map(|v| v.to_vec());
+    let f = |n: &str| t.f64s(n).map(|v| v.to_vec());
     let (drafter, method, workload, setting, bin) = (
         s("drafter")?,
         s("method")?,
@@ -104,32 +107,27 @@ pub fn read_summary(path: &Path) -> Result<Vec<SummaryRow>> {
         })
         .collect::<Vec<_>>())
     .map(|mut rows| {
-        sort_as_experiment(&mut rows, path.parent().unwrap_or(Path::new(".")));
+        sort_as_experiment(&mut rows, experiment);
         rows
     })
 }
 
 /// Orders rows as the run's experiment lists workloads, drafters (the target alone first) and methods,
 /// contexts ascending, bins along the generation.
-fn sort_as_experiment(rows: &mut [SummaryRow], dir: &Path) {
-    let record: serde_json::Value =
-        std::fs::read_to_string(dir.join(super::runner::EXPERIMENT_RECORD))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
-    let order = |list: &str| -> Vec<String> {
-        record["experiment"][list]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v["name"].as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let (workloads, drafters, methods) = (order("workloads"), order("drafters"), order("methods"));
+fn sort_as_experiment(rows: &mut [SummaryRow], experiment: &Experiment) {
+    let workloads: Vec<&str> = experiment
+        .workloads
+        .iter()
+        .map(|w| w.name.as_str())
+        .collect();
+    let drafters: Vec<&str> = experiment
+        .drafters
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    let methods: Vec<&str> = experiment.methods.iter().map(|m| m.name.as_str()).collect();
     let rank =
-        |names: &[String], name: &str| names.iter().position(|n| n == name).unwrap_or(usize::MAX);
+        |names: &[&str], name: &str| names.iter().position(|n| *n == name).unwrap_or(usize::MAX);
     rows.sort_by(|a, b| {
         let key = |r: &SummaryRow| {
             (
@@ -255,32 +253,20 @@ fn generation_bins(rows: &[SummaryRow]) -> Option<String> {
     Some(out)
 }
 
-/// Writes `report.md` and its charts into run folder `dir` from its `summary.parquet`; returns the
-/// report's path.
-pub fn write(dir: &Path) -> Result<PathBuf> {
-    let summary = dir.join("summary.parquet");
-    let rows = if summary.is_file() {
-        read_summary(&summary)?
-    } else {
-        Vec::new()
-    };
-    let record: serde_json::Value =
-        std::fs::read_to_string(dir.join(super::runner::EXPERIMENT_RECORD))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
-    let experiment = &record["experiment"];
+/// Writes `report.md` and its charts into run folder `dir` from the summary `rows` of `experiment`;
+/// returns the report's path.
+pub fn write(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<PathBuf> {
     let mut md = String::new();
     let _ = writeln!(
         md,
         "# Run {}\n\nExperiment `{}` (config hash `{}`), target `{}`, device {}, dtype {}, temperature {}.\n",
-        experiment["name"].as_str().unwrap_or("?"),
-        experiment["file"].as_str().unwrap_or("?"),
-        record["config_hash"].as_str().unwrap_or("?"),
-        experiment["target"].as_str().unwrap_or("?"),
-        experiment["device"].as_str().unwrap_or("?"),
-        experiment["dtype"].as_str().unwrap_or("?"),
-        experiment["temperature"],
+        experiment.name,
+        experiment.file.display(),
+        experiment.hash(),
+        experiment.target,
+        experiment.device,
+        experiment.dtype,
+        experiment.temperature,
     );
     md.push_str(
         "tau: tokens per target pass (bonus included), pooled over requests. Speedup: geometric mean over \
@@ -291,14 +277,14 @@ pub fn write(dir: &Path) -> Result<PathBuf> {
          weights, and the process's peak resident memory during the unit. Raw rows: `results.parquet`, \
          `cycles.parquet`; this table: `summary.parquet`.\n\n## Headline\n\n",
     );
-    md.push_str(&headline(&rows));
-    if let Some(bins) = generation_bins(&rows) {
+    md.push_str(&headline(rows));
+    if let Some(bins) = generation_bins(rows) {
         md.push_str(
             "\n## tau along long generations, by context bin (multiples of the drafter's n0)\n\n",
         );
         md.push_str(&bins);
     }
-    let charts = charts(dir, &rows)?;
+    let charts = charts(dir, rows)?;
     if !charts.is_empty() {
         md.push_str("\n## Charts\n\n");
         for chart in charts {
@@ -306,9 +292,7 @@ pub fn write(dir: &Path) -> Result<PathBuf> {
         }
     }
     let path = dir.join("report.md");
-    let tmp = dir.join("report.md.tmp");
-    std::fs::write(&tmp, md).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    crate::atomic_write::write_whole(&path, md)?;
     Ok(path)
 }
 

@@ -9,11 +9,13 @@
 use super::config::{DrafterEntry, Experiment, MethodEntry, Setting, Workload};
 use super::grid::{units, Shard, Unit};
 use super::prompts::{chat_ids, excerpt_offset, long_prompt_ids};
-use super::records::{provenance, CycleRow, Provenance, RequestRow, UnitRecord};
+use super::records::{provenance, Provenance, RequestRow, UnitRecord};
+use super::report::SummaryRow;
+use super::run_folder::{recorded_experiment, write_record, EXPERIMENT_RECORD, RUN_KIND, UNITS};
 use super::{report, tables};
 use crate::drafter_spec;
 use crate::error::{bail, ensure, Context, Result};
-use crate::scaling::{resolve_schedule, ScalingKind};
+use crate::scaling::resolve_schedule;
 use indicatif::{ProgressBar, ProgressStyle};
 use sharpdraft_decode::{reset_peak_rss, speculative_generate};
 use sharpdraft_draft::adaptation::UpdateUnit;
@@ -21,15 +23,9 @@ use sharpdraft_draft::Drafter;
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::output_folder::{self, Claim, Marker};
 use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, Sampler, Sampling};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// The marker kind of run folders.
-pub const RUN_KIND: &str = "run";
-/// The experiment as resolved (what the hash covers), inside every run folder.
-pub const EXPERIMENT_RECORD: &str = "experiment.json";
-pub const UNITS: &str = "units";
 
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -45,8 +41,35 @@ pub struct RunOutcome {
     pub dir: PathBuf,
     pub ran: usize,
     pub skipped: usize,
-    /// Every unit of this shard (of the grid, unsharded) is finished.
+    /// Every unit of the whole grid (all shards) is in the folder.
     pub finished: bool,
+    /// The summary of every finished unit in the folder, in the experiment's order.
+    pub summary: Vec<SummaryRow>,
+}
+
+/// Writes the tables and the report of `experiment` into run folder `dir` from its finished `units`;
+/// returns the summary rows in the experiment's order.
+pub fn publish(
+    dir: &Path,
+    experiment: &Experiment,
+    units: &[UnitRecord],
+) -> Result<Vec<SummaryRow>> {
+    let tables = tables::write_tables(dir, experiment, units)?;
+    let rows = report::summary_rows(&tables.summary, experiment)?;
+    report::write(dir, experiment, &rows)?;
+    Ok(rows)
+}
+
+/// Whether every unit of `grid` is among `records`.
+pub fn grid_finished(grid: &[Unit], records: &[UnitRecord]) -> bool {
+    let done: BTreeSet<&Unit> = records.iter().map(|r| &r.unit).collect();
+    grid.iter().all(|u| done.contains(u))
+}
+
+/// `sharpdraft report`: the tables and report of run folder `dir` rebuilt from its finished units.
+pub fn republish(dir: &Path) -> Result<Vec<SummaryRow>> {
+    let experiment = recorded_experiment(dir)?;
+    publish(dir, &experiment, &UnitRecord::read_all(&dir.join(UNITS))?)
 }
 
 pub fn default_out(experiment: &Experiment, shard: Option<Shard>) -> PathBuf {
@@ -132,15 +155,6 @@ fn build_requests(
     Ok(out)
 }
 
-/// Whether `method` scales `drafter` with the drafter's own schedule.
-fn uses_drafter_schedule(method: &MethodEntry) -> bool {
-    method.scaling.as_ref().is_some_and(|s| {
-        matches!(s.mode, ScalingKind::Fixed | ScalingKind::Exact)
-            && s.schedule.is_none()
-            && s.beta.is_none()
-    })
-}
-
 /// Trains every drafter whose checkpoint is missing (or unfinished) from its `train` config, and
 /// calibrates every schedule a method needs and does not find; errors name what is missing otherwise.
 fn ensure_drafters(experiment: &Experiment) -> Result<()> {
@@ -178,7 +192,7 @@ fn ensure_drafters(experiment: &Experiment) -> Result<()> {
             );
             crate::train::run(train)?;
         }
-        if drafting.iter().any(|m| uses_drafter_schedule(m)) {
+        if drafting.iter().any(|m| m.scales_with_drafter_schedule()) {
             ensure_schedule(experiment, drafter)?;
         }
     }
@@ -221,22 +235,18 @@ fn ensure_schedule(experiment: &Experiment, drafter: &DrafterEntry) -> Result<()
 
 /// Claims `dir` for this experiment: a fresh folder is set up; this experiment's own run continues
 /// only with `--resume`; anything else is refused.
-fn claim_run_folder(dir: &Path, experiment: &Experiment, hash: &str, resume: bool) -> Result<bool> {
+fn claim_run_folder(dir: &Path, experiment: &Experiment, resume: bool) -> Result<bool> {
     match output_folder::claim(dir, RUN_KIND, &[&experiment.file])? {
         Claim::Fresh => Ok(true),
         Claim::Own(_) => {
-            let record = dir.join(EXPERIMENT_RECORD);
-            if !record.exists() && UnitRecord::read_all(&dir.join(UNITS))?.is_empty() {
+            if !dir.join(EXPERIMENT_RECORD).exists()
+                && UnitRecord::read_all(&dir.join(UNITS))?.is_empty()
+            {
                 // Killed while being set up: nothing of value is there yet.
                 return Ok(true);
             }
-            let previous: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(&record)
-                    .with_context(|| format!("reading {}", record.display()))?,
-            )
-            .with_context(|| format!("{}: unreadable", record.display()))?;
             ensure!(
-                previous["config_hash"].as_str() == Some(hash),
+                recorded_experiment(dir)?.hash() == experiment.hash(),
                 "{} holds a run of another experiment (or of an earlier version of this one): give --out a new folder",
                 dir.display()
             );
@@ -250,28 +260,9 @@ fn claim_run_folder(dir: &Path, experiment: &Experiment, hash: &str, resume: boo
     }
 }
 
-fn write_experiment_record(dir: &Path, experiment: &Experiment, hash: &str) -> Result<()> {
-    let record = serde_json::json!({ "config_hash": hash, "experiment": experiment });
-    let path = dir.join(EXPERIMENT_RECORD);
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(&record)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
-    let copy = dir.join("experiment.yaml");
-    std::fs::copy(&experiment.file, &copy).with_context(|| {
-        format!(
-            "copying {} to {}",
-            experiment.file.display(),
-            copy.display()
-        )
-    })?;
-    Ok(())
-}
-
 /// Runs `experiment_path` as `options` say.
 pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     let experiment = Experiment::load(experiment_path)?;
-    let hash = experiment.hash();
     let shard = match options.shard {
         Some(shard) => Some(shard),
         None => Shard::from_slurm()?,
@@ -280,7 +271,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         .out
         .clone()
         .unwrap_or_else(|| default_out(&experiment, shard));
-    let fresh = claim_run_folder(&dir, &experiment, &hash, options.resume)?;
+    let fresh = claim_run_folder(&dir, &experiment, options.resume)?;
 
     // Everything that can fail before decoding, fails here.
     let target_dir = match registry::known(&experiment.target) {
@@ -303,15 +294,18 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     }
     ensure_drafters(&experiment)?;
 
-    let about = format!("{} ({hash})", experiment.name);
+    let about = format!("{} ({})", experiment.name, experiment.hash());
+    let units_dir = dir.join(UNITS);
     if fresh {
-        std::fs::create_dir_all(dir.join(UNITS))
+        std::fs::create_dir_all(&units_dir)
             .with_context(|| format!("creating {}", dir.display()))?;
-        // The marker first: a run killed during set-up leaves a folder this command can claim again.
-        Marker::new(RUN_KIND, false, about.clone()).write(&dir)?;
-        write_experiment_record(&dir, &experiment, &hash)?;
     }
+    // The marker before the record: a run killed during set-up leaves a folder this command can
+    // claim again.
     Marker::new(RUN_KIND, false, about.clone()).write(&dir)?;
+    if fresh {
+        write_record(&dir, &experiment)?;
+    }
 
     let grid = units(&experiment);
     let mine: Vec<&Unit> = grid
@@ -320,12 +314,10 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         .filter(|(i, _)| shard.is_none_or(|s| s.holds(*i)))
         .map(|(_, u)| u)
         .collect();
-    let units_dir = dir.join(UNITS);
-    let pending: Vec<&Unit> = mine
-        .iter()
-        .copied()
-        .filter(|u| !UnitRecord::path(&units_dir, u).is_file())
-        .collect();
+    // Every finished unit in the folder (other shards' too, where they share it), read once.
+    let mut records = UnitRecord::read_all(&units_dir)?;
+    let done: BTreeSet<&Unit> = records.iter().map(|r| &r.unit).collect();
+    let pending: Vec<&Unit> = mine.iter().copied().filter(|u| !done.contains(u)).collect();
     let skipped = mine.len() - pending.len();
     if skipped > 0 {
         eprintln!(
@@ -334,12 +326,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
             mine.len()
         );
     }
-    let base = provenance(
-        &hash,
-        &experiment.file,
-        &experiment.device,
-        &experiment.dtype,
-    );
+    let base = provenance(&experiment);
     let bar = ProgressBar::new(pending.len() as u64);
     bar.set_style(
         ProgressStyle::with_template(
@@ -362,20 +349,20 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         let line = summary_line(&record);
         bar.suspend(|| eprintln!("{line}"));
         bar.inc(1);
-        tables::write_tables(&dir)?;
+        records.push(record);
+        // Tables current after every unit, for a look at a long run; the report comes at the end.
+        tables::write_tables(&dir, &experiment, &records)?;
     }
     bar.finish_and_clear();
-    tables::write_tables(&dir)?;
-    report::write(&dir)?;
-    let finished = mine
-        .iter()
-        .all(|u| UnitRecord::path(&units_dir, u).is_file());
+    let summary = publish(&dir, &experiment, &records)?;
+    let finished = grid_finished(&grid, &records);
     Marker::new(RUN_KIND, finished, about).write(&dir)?;
     Ok(RunOutcome {
         dir,
         ran: pending.len(),
         skipped,
         finished,
+        summary,
     })
 }
 
@@ -568,19 +555,8 @@ impl UnitRunner<'_> {
                 target_cache_bytes: memory.target_cache_bytes,
                 adaptation_bytes: memory.adaptation_bytes,
                 peak_rss_bytes: memory.peak_rss_bytes,
-                cycles: report
-                    .cycles
-                    .iter()
-                    .map(|c| CycleRow {
-                        context: c.context,
-                        drafted: c.drafted,
-                        accepted: c.accepted,
-                        bonus: c.bonus,
-                        draft_seconds: c.draft_seconds,
-                        verify_seconds: c.verify_seconds,
-                    })
-                    .collect(),
-                output_ids: report.ids.clone(),
+                cycles: report.cycles,
+                output_ids: report.ids,
             });
         }
         Ok((rows, n0))

@@ -8,11 +8,10 @@
 //! Every table is written whole through a rename; plain INT64 / DOUBLE / UTF-8 columns, so polars,
 //! pandas and duckdb open them unchanged.
 
-use super::config::Setting;
+use super::config::{Experiment, Setting};
 use super::grid::TARGET_ONLY;
-use super::records::UnitRecord;
-use super::runner::{EXPERIMENT_RECORD, UNITS};
-use crate::error::{Context, Result};
+use super::records::{RequestKey, UnitRecord};
+use crate::error::Result;
 use crate::table::{Column, Table};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -67,25 +66,8 @@ impl Rows {
     }
 }
 
-/// Bin edges in multiples of n0 and whether decoding is greedy, from the run's experiment record.
-fn bins_and_greedy(dir: &Path) -> Result<(Vec<f64>, bool)> {
-    let path = dir.join(EXPERIMENT_RECORD);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let record: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{}: unreadable", path.display()))?;
-    let bins = record["experiment"]["bins_n0"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
-        .unwrap_or_else(|| vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]);
-    let greedy = record["experiment"]["temperature"].as_f64() == Some(0.0);
-    Ok((bins, greedy))
-}
-
 /// A context bin: its label and its edges in multiples of n0.
 type Bin = (String, f64, f64);
-/// One request of a grid cell: (workload, context, seed, prompt).
-type RequestKey = (String, usize, u64, usize);
 
 /// The bin of `context` tokens under edges `bins` (multiples of `n0`): (label, low, high) in n0.
 pub fn context_bin(context: i64, n0: i64, bins: &[f64]) -> Bin {
@@ -100,27 +82,16 @@ pub fn context_bin(context: i64, n0: i64, bins: &[f64]) -> Bin {
     (format!(">= {low} n0"), low, f64::INFINITY)
 }
 
-/// The target-only tokens/s of each (workload, context, seed, prompt), averaged over repeats: the
-/// denominators of speedups.
-fn baselines(units: &[UnitRecord]) -> BTreeMap<RequestKey, f64> {
+/// The target-only tokens/s of each request, averaged over repeats: the denominators of speedups.
+/// The experiment's first target-only method is the baseline.
+fn baselines(experiment: &Experiment, units: &[UnitRecord]) -> BTreeMap<RequestKey, f64> {
     let mut sums: BTreeMap<RequestKey, (f64, usize)> = BTreeMap::new();
-    // The first target-only method (in name order of units) is the baseline.
-    let baseline_method = units
-        .iter()
-        .find(|u| u.unit.drafter.is_none())
-        .map(|u| u.unit.method.clone());
-    for record in units
-        .iter()
-        .filter(|u| u.unit.drafter.is_none() && Some(&u.unit.method) == baseline_method.as_ref())
-    {
+    let baseline_method = experiment.methods.iter().find(|m| m.target_only);
+    for record in units.iter().filter(|u| {
+        u.unit.drafter.is_none() && baseline_method.is_some_and(|m| m.name == u.unit.method)
+    }) {
         for r in &record.requests {
-            let key = (
-                record.unit.workload.clone(),
-                record.unit.context,
-                record.unit.seed,
-                r.prompt,
-            );
-            let entry = sums.entry(key).or_default();
+            let entry = sums.entry(record.request_key(r.prompt)).or_default();
             entry.0 += r.tokens_per_second();
             entry.1 += 1;
         }
@@ -136,13 +107,8 @@ fn target_outputs(units: &[UnitRecord]) -> BTreeMap<RequestKey, &[i64]> {
     let mut out = BTreeMap::new();
     for record in units.iter().filter(|u| u.unit.drafter.is_none()) {
         for r in &record.requests {
-            let key = (
-                record.unit.workload.clone(),
-                record.unit.context,
-                record.unit.seed,
-                r.prompt,
-            );
-            out.entry(key).or_insert(r.output_ids.as_slice());
+            out.entry(record.request_key(r.prompt))
+                .or_insert(r.output_ids.as_slice());
         }
     }
     out
@@ -153,10 +119,10 @@ fn target_outputs(units: &[UnitRecord]) -> BTreeMap<RequestKey, &[i64]> {
 fn matches_target(
     greedy: bool,
     target: &BTreeMap<RequestKey, &[i64]>,
-    key: RequestKey,
+    key: &RequestKey,
     output: &[i64],
 ) -> i64 {
-    match target.get(&key) {
+    match target.get(key) {
         Some(expected) if greedy && !expected.is_empty() => i64::from(*expected == output),
         _ => -1,
     }
@@ -168,9 +134,10 @@ pub struct RunTables {
     pub summary: Table,
 }
 
-/// Builds the three tables from `units` with context bins `bins` (multiples of n0).
-pub fn build(units: &[UnitRecord], bins: &[f64], greedy: bool) -> RunTables {
-    let base = baselines(units);
+/// Builds the three tables of `experiment` from its finished `units`.
+pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
+    let (bins, greedy) = (&experiment.bins_n0, experiment.temperature == 0.0);
+    let base = baselines(experiment, units);
     let target = target_outputs(units);
     let mut results = Rows::default();
     let mut cycles = Rows::default();
@@ -212,21 +179,15 @@ pub fn build(units: &[UnitRecord], bins: &[f64], greedy: bool) -> RunTables {
             results.f("prefill_seconds", r.prefill_seconds);
             results.f("total_seconds", r.total_seconds);
             results.f("tokens_per_s", r.tokens_per_second());
-            let ar = base
-                .get(&(u.workload.clone(), u.context, u.seed, r.prompt))
-                .copied();
+            let key = record.request_key(r.prompt);
+            let ar = base.get(&key).copied();
             results.f(
                 "speedup",
                 ar.map_or(f64::NAN, |ar| r.tokens_per_second() / ar),
             );
             results.i(
                 "matches_target",
-                matches_target(
-                    greedy,
-                    &target,
-                    (u.workload.clone(), u.context, u.seed, r.prompt),
-                    &r.output_ids,
-                ),
+                matches_target(greedy, &target, &key, &r.output_ids),
             );
             results.f("update_seconds", r.update_seconds);
             results.i("updates", r.updates as i64);
@@ -280,13 +241,8 @@ pub fn build(units: &[UnitRecord], bins: &[f64], greedy: bool) -> RunTables {
         let ratios: Vec<f64> = requests
             .iter()
             .filter_map(|(u, r)| {
-                base.get(&(
-                    u.unit.workload.clone(),
-                    u.unit.context,
-                    u.unit.seed,
-                    r.prompt,
-                ))
-                .map(|ar| r.tokens_per_second() / ar)
+                base.get(&u.request_key(r.prompt))
+                    .map(|ar| r.tokens_per_second() / ar)
             })
             .collect();
         let speedup = if ratios.len() == requests.len() && !ratios.is_empty() {
@@ -296,15 +252,7 @@ pub fn build(units: &[UnitRecord], bins: &[f64], greedy: bool) -> RunTables {
         };
         let ar: Vec<f64> = requests
             .iter()
-            .filter_map(|(u, r)| {
-                base.get(&(
-                    u.unit.workload.clone(),
-                    u.unit.context,
-                    u.unit.seed,
-                    r.prompt,
-                ))
-                .copied()
-            })
+            .filter_map(|(u, r)| base.get(&u.request_key(r.prompt)).copied())
             .collect();
         let n0 = first.n0.unwrap_or(0);
         let mut row = |bin: Bin, cycle_count: usize, emitted: usize, whole: bool| {
@@ -367,17 +315,7 @@ pub fn build(units: &[UnitRecord], bins: &[f64], greedy: bool) -> RunTables {
             let matches: Vec<i64> = requests
                 .iter()
                 .map(|(u, r)| {
-                    matches_target(
-                        greedy,
-                        &target,
-                        (
-                            u.unit.workload.clone(),
-                            u.unit.context,
-                            u.unit.seed,
-                            r.prompt,
-                        ),
-                        &r.output_ids,
-                    )
+                    matches_target(greedy, &target, &u.request_key(r.prompt), &r.output_ids)
                 })
                 .collect();
             summary.i(
@@ -421,9 +359,8 @@ pub fn build(units: &[UnitRecord], bins: &[f64], greedy: bool) -> RunTables {
                 entry.1 += 1;
                 entry.2 += c.accepted + c.bonus;
             }
-            let mut bins: Vec<_> = by_bin.into_values().collect();
-            bins.sort_by(|a, b| a.0 .1.total_cmp(&b.0 .1));
-            for (bin, count, emitted) in bins {
+            // Keyed by the low edge's bits, which order as the (non-negative) edges do.
+            for (bin, count, emitted) in by_bin.into_values() {
                 row(bin, count, emitted, false);
             }
         }
@@ -435,12 +372,14 @@ pub fn build(units: &[UnitRecord], bins: &[f64], greedy: bool) -> RunTables {
     }
 }
 
-/// Rebuilds `results.parquet`, `cycles.parquet` and `summary.parquet` in run folder `dir` from its
-/// finished units.
-pub fn write_tables(dir: &Path) -> Result<RunTables> {
-    let units = UnitRecord::read_all(&dir.join(UNITS))?;
-    let (bins, greedy) = bins_and_greedy(dir)?;
-    let tables = build(&units, &bins, greedy);
+/// Writes `results.parquet`, `cycles.parquet` and `summary.parquet` of `experiment` into run folder
+/// `dir` from its finished `units`.
+pub fn write_tables(
+    dir: &Path,
+    experiment: &Experiment,
+    units: &[UnitRecord],
+) -> Result<RunTables> {
+    let tables = build(experiment, units);
     // A table without rows has no columns yet (a run of target-only methods has no cycles): it is
     // not written rather than written without a schema.
     for (name, table) in [

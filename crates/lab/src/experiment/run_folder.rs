@@ -1,0 +1,54 @@
+//! A run folder's layout and its record of the experiment: the workbench's marker (kind `run`),
+//! `experiment.json` (the resolved experiment and its content hash), `experiment.yaml` (as written),
+//! `units/` (one file per finished unit), the tables and the report.
+
+use super::config::Experiment;
+use crate::atomic_write::write_whole;
+use crate::error::{bail, Context, Result};
+use sharpdraft_model::output_folder::Marker;
+use std::path::Path;
+
+/// The marker kind of run folders.
+pub const RUN_KIND: &str = "run";
+/// The experiment as resolved, with the hash the folder belongs to.
+pub const EXPERIMENT_RECORD: &str = "experiment.json";
+pub const UNITS: &str = "units";
+
+/// Writes `experiment.json` and a copy of the experiment file into `dir`.
+pub fn write_record(dir: &Path, experiment: &Experiment) -> Result<()> {
+    let record = serde_json::json!({ "config_hash": experiment.hash(), "experiment": experiment });
+    write_whole(
+        &dir.join(EXPERIMENT_RECORD),
+        serde_json::to_string_pretty(&record)?,
+    )?;
+    let copy = dir.join("experiment.yaml");
+    std::fs::copy(&experiment.file, &copy).with_context(|| {
+        format!(
+            "copying {} to {}",
+            experiment.file.display(),
+            copy.display()
+        )
+    })?;
+    Ok(())
+}
+
+/// The experiment recorded in run folder `dir`, its content hash restored.
+pub fn recorded_experiment(dir: &Path) -> Result<Experiment> {
+    match Marker::read(dir)? {
+        Some(marker) if marker.kind == RUN_KIND => {}
+        _ => bail!("{}: not a sharpdraft run folder", dir.display()),
+    }
+    let path = dir.join(EXPERIMENT_RECORD);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut record: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: unreadable", path.display()))?;
+    let hash = record["config_hash"]
+        .as_str()
+        .with_context(|| format!("{}: no config_hash", path.display()))?
+        .to_string();
+    let mut experiment: Experiment = serde_json::from_value(record["experiment"].take())
+        .with_context(|| format!("{}: not an experiment record", path.display()))?;
+    experiment.content_hash = hash;
+    Ok(experiment)
+}
