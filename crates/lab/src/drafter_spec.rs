@@ -18,8 +18,8 @@
 use crate::error::{ensure, Context, LabError, Result};
 use crate::scaling::ScalingSpec;
 use serde::{Deserialize, Serialize};
-use sharpdraft_decode::SpecConfig;
-use sharpdraft_draft::adaptation::{AdaptConfig, AdaptingDrafter, OnlineObjective};
+use sharpdraft_decode::{speculative_generate, SpecConfig, SpecReport};
+use sharpdraft_draft::adaptation::{AdaptConfig, AdaptingDrafter, OnlineObjective, UpdateUnit};
 use sharpdraft_draft::checkpoint_kind::expect_kind;
 use sharpdraft_draft::eagle3::MAX_TREE_TOKENS;
 use sharpdraft_draft::retrieval::{RetrievalConfig, RetrievingDrafter};
@@ -336,4 +336,72 @@ pub fn prepare<'t>(
         max_proposal,
     };
     Ok((drafter, config))
+}
+
+/// One request decoded by [`decode_requests`], with the online updates made during it.
+pub struct DecodedRequest {
+    pub report: SpecReport,
+    /// Updates, and their seconds, made while this request was decoded (or, adapting every N
+    /// requests, when it started).
+    pub updates: usize,
+    pub update_seconds: f64,
+    /// The drafter's recorded training length n0.
+    pub training_length: Option<i64>,
+}
+
+/// Decodes `requests` (prompt ids) in order with the drafter of `spec`: one drafter for all of them when
+/// it adapts every N requests (OSD's protocol; caches sized for the longest), else a fresh drafter from
+/// the checkpoint for each. `sampling(i)` is request i's sampling; `stop` replaces the target's stop
+/// tokens when given (an empty list ignores end-of-sequence).
+pub fn decode_requests(
+    spec: &DrafterSpec,
+    target: &CausalLm,
+    requests: &[&[i64]],
+    max_new_tokens: usize,
+    stop: Option<&[i64]>,
+    sampling: impl Fn(usize) -> Sampling,
+) -> Result<Vec<DecodedRequest>> {
+    let longest = requests.iter().map(|ids| ids.len()).max().unwrap_or(0);
+    let mut shared = match spec.adapt.as_ref().map(|a| a.unit) {
+        Some(UpdateUnit::Requests) => {
+            Some(prepare(spec, target, sampling(0), longest, max_new_tokens)?)
+        }
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(requests.len());
+    for (i, ids) in requests.iter().enumerate() {
+        let mut own = None;
+        let (drafter, config) = match &mut shared {
+            Some((drafter, config)) => (drafter, config),
+            None => {
+                let (drafter, config) = own.insert(prepare(
+                    spec,
+                    target,
+                    sampling(i),
+                    ids.len(),
+                    max_new_tokens,
+                )?);
+                (drafter, config)
+            }
+        };
+        if let Some(stop) = stop {
+            config.stop_tokens = stop.to_vec();
+        }
+        config.sampling = sampling(i);
+        let before = drafter
+            .adaptation()
+            .map_or((0, 0.0), |a| (a.updates, a.update_seconds));
+        let report = speculative_generate(&target.net, drafter.as_mut(), ids, config)
+            .with_context(|| format!("request {i}"))?;
+        let (updates, update_seconds) = report.adaptation.as_ref().map_or((0, 0.0), |a| {
+            (a.updates - before.0, a.update_seconds - before.1)
+        });
+        out.push(DecodedRequest {
+            report,
+            updates,
+            update_seconds,
+            training_length: drafter.training_length(),
+        });
+    }
+    Ok(out)
 }

@@ -7,9 +7,8 @@ use super::generate::{DrafterArgs, ModelArgs};
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::{speculative_generate, MemoryReport};
-use sharpdraft_draft::adaptation::{AdaptationReport, UpdateUnit};
-use sharpdraft_draft::Drafter;
+use sharpdraft_decode::MemoryReport;
+use sharpdraft_draft::adaptation::AdaptationReport;
 use sharpdraft_lab::datasets::jsonl_field;
 use sharpdraft_lab::drafter_spec;
 use sharpdraft_lab::experiment::prompts::{excerpt_offset, filler_text, long_prompt_ids};
@@ -132,45 +131,17 @@ pub fn run(args: &TauArgs) -> Result<()> {
             })
             .collect::<Result<_>>()?;
         let spec = args.draft.spec(drafter_name, scaling);
-        // Adapting every N requests (OSD) keeps one drafter over the prompts, with caches for the
-        // longest; otherwise every prompt starts from the checkpoint.
-        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-        let mut shared: Option<(Box<dyn Drafter + '_>, _)> =
-            match spec.adapt.as_ref().map(|a| a.unit) {
-                Some(UpdateUnit::Requests) => Some(
-                    drafter_spec::prepare(&spec, &target, sampling, longest, args.max_new_tokens)
-                        .with_context(|| format!("--contexts {requested}"))?,
-                ),
-                _ => None,
-            };
-        for (i, ids) in prompts.iter().enumerate() {
-            let mut own = None;
-            let (drafter, config) = match &mut shared {
-                Some((drafter, config)) => (drafter, &*config),
-                None => {
-                    let (drafter, config) = own.insert(
-                        drafter_spec::prepare(
-                            &spec,
-                            &target,
-                            sampling,
-                            ids.len(),
-                            args.max_new_tokens,
-                        )
-                        .with_context(|| format!("--contexts {requested}"))?,
-                    );
-                    (drafter, &*config)
-                }
-            };
-            let updates_before = drafter.adaptation().map_or(0, |a| a.updates);
-            let seconds_before = drafter.adaptation().map_or(0.0, |a| a.update_seconds);
-            let report = speculative_generate(&target.net, drafter.as_mut(), ids, config)?;
+        let ids: Vec<&[i64]> = prompts.iter().map(Vec::as_slice).collect();
+        let decoded =
+            drafter_spec::decode_requests(&spec, &target, &ids, args.max_new_tokens, None, |_| {
+                sampling
+            })
+            .with_context(|| format!("--contexts {requested}"))?;
+        for (i, (ids, decoded)) in prompts.iter().zip(decoded).enumerate() {
+            let report = decoded.report;
             let adaptation = report.adaptation.clone();
-            let request_update_seconds = adaptation
-                .as_ref()
-                .map_or(0.0, |a| a.update_seconds - seconds_before);
-            updates += adaptation
-                .as_ref()
-                .map_or(0, |a| a.updates - updates_before);
+            let request_update_seconds = decoded.update_seconds;
+            updates += decoded.updates;
             update_seconds += request_update_seconds;
             let memory = report.memory();
             adaptation_bytes = adaptation_bytes.max(memory.adaptation_bytes);

@@ -17,9 +17,7 @@ use crate::drafter_spec;
 use crate::error::{bail, ensure, Context, Result};
 use crate::scaling::resolve_schedule;
 use indicatif::{ProgressBar, ProgressStyle};
-use sharpdraft_decode::{reset_peak_rss, speculative_generate};
-use sharpdraft_draft::adaptation::UpdateUnit;
-use sharpdraft_draft::Drafter;
+use sharpdraft_decode::reset_peak_rss;
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::output_folder::{self, Claim, Marker};
 use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, Sampler, Sampling};
@@ -500,65 +498,39 @@ impl UnitRunner<'_> {
         stop: &[i64],
         sampling: impl Fn(usize) -> Sampling,
     ) -> Result<(Vec<RequestRow>, Option<i64>)> {
-        let target = self.target;
-        // Adapting every N requests (OSD) keeps one drafter over the prompts, with caches for the
-        // longest; otherwise every prompt starts from the checkpoint.
-        let longest = requests.iter().map(|(_, ids)| ids.len()).max().unwrap_or(0);
-        let first = requests.first().map_or(0, |(p, _)| *p);
-        let mut shared: Option<(Box<dyn Drafter + '_>, _)> =
-            match spec.adapt.as_ref().map(|a| a.unit) {
-                Some(UpdateUnit::Requests) => Some(drafter_spec::prepare(
-                    spec,
-                    target,
-                    sampling(first),
-                    longest,
-                    max_new_tokens,
-                )?),
-                _ => None,
-            };
-        let mut rows = Vec::new();
-        let mut n0 = None;
-        for (prompt, ids) in requests {
-            let mut own = None;
-            let (drafter, config) = match &mut shared {
-                Some((drafter, config)) => (drafter, &mut *config),
-                None => {
-                    let (drafter, config) = own.insert(drafter_spec::prepare(
-                        spec,
-                        target,
-                        sampling(*prompt),
-                        ids.len(),
-                        max_new_tokens,
-                    )?);
-                    (drafter, config)
+        let ids: Vec<&[i64]> = requests.iter().map(|(_, ids)| ids.as_slice()).collect();
+        let decoded = drafter_spec::decode_requests(
+            spec,
+            self.target,
+            &ids,
+            max_new_tokens,
+            Some(stop),
+            |i| sampling(requests[i].0),
+        )?;
+        let n0 = decoded.first().and_then(|d| d.training_length);
+        let rows = requests
+            .iter()
+            .zip(decoded)
+            .map(|((prompt, ids), d)| {
+                let memory = d.report.memory();
+                RequestRow {
+                    prompt: *prompt,
+                    prompt_tokens: ids.len(),
+                    generated: d.report.ids.len(),
+                    prefill_seconds: d.report.prefill_seconds,
+                    total_seconds: d.report.total_seconds,
+                    update_seconds: d.update_seconds,
+                    updates: d.updates,
+                    drafter_weight_bytes: memory.drafter_weight_bytes,
+                    drafter_cache_bytes: memory.drafter_cache_bytes,
+                    target_cache_bytes: memory.target_cache_bytes,
+                    adaptation_bytes: memory.adaptation_bytes,
+                    peak_rss_bytes: memory.peak_rss_bytes,
+                    cycles: d.report.cycles,
+                    output_ids: d.report.ids,
                 }
-            };
-            config.stop_tokens = stop.to_vec();
-            config.sampling = sampling(*prompt);
-            n0 = drafter.training_length();
-            let updates_before = drafter.adaptation().map_or(0, |a| a.updates);
-            let seconds_before = drafter.adaptation().map_or(0.0, |a| a.update_seconds);
-            let report = speculative_generate(&target.net, drafter.as_mut(), ids, config)
-                .with_context(|| format!("prompt {prompt}"))?;
-            let memory = report.memory();
-            let adaptation = report.adaptation.as_ref();
-            rows.push(RequestRow {
-                prompt: *prompt,
-                prompt_tokens: ids.len(),
-                generated: report.ids.len(),
-                prefill_seconds: report.prefill_seconds,
-                total_seconds: report.total_seconds,
-                update_seconds: adaptation.map_or(0.0, |a| a.update_seconds - seconds_before),
-                updates: adaptation.map_or(0, |a| a.updates - updates_before),
-                drafter_weight_bytes: memory.drafter_weight_bytes,
-                drafter_cache_bytes: memory.drafter_cache_bytes,
-                target_cache_bytes: memory.target_cache_bytes,
-                adaptation_bytes: memory.adaptation_bytes,
-                peak_rss_bytes: memory.peak_rss_bytes,
-                cycles: report.cycles,
-                output_ids: report.ids,
-            });
-        }
+            })
+            .collect();
         Ok((rows, n0))
     }
 }
