@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use sharpdraft_draft::adaptation::{
-    AdaptConfig, AdaptMode, AdaptingDrafter, LearnFrom, OnlineObjective, UpdateUnit,
+    AdaptConfig, AdaptMode, AdaptingDrafter, LearnFrom, LoraForm, OnlineObjective, UpdateUnit,
 };
 use sharpdraft_draft::{Drafter, TreeShape};
 use sharpdraft_model::{CausalLm, Sampling};
@@ -102,6 +102,14 @@ fn idle(mode: AdaptMode) -> AdaptConfig {
         every: 1_000_000,
         lr: 1e-2,
         ..AdaptConfig::new(mode)
+    }
+}
+
+/// `config` with unmerged LoRA adapters.
+fn unmerged(config: AdaptConfig) -> AdaptConfig {
+    AdaptConfig {
+        lora_form: LoraForm::Unmerged,
+        ..config
     }
 }
 
@@ -224,18 +232,69 @@ fn lora_with_b_at_zero_drafts_bit_identically_to_the_unadapted_drafter() {
         let dir = tempfile::tempdir().unwrap();
         write(method, dir.path(), &target);
         let mut unadapted = plain(method, dir.path(), &target, sampling);
-        let mut lora = adapting(method, dir.path(), &target, idle(AdaptMode::Lora), sampling);
         let want = spec(&target, unadapted.as_mut(), &PROMPT, 24, sampling);
-        let got = spec(&target, &mut lora, &PROMPT, 24, sampling);
-        assert_eq!(got.ids, want.ids, "{method:?}");
-        let accepted = |r: &sharpdraft_decode::SpecReport| -> Vec<usize> {
-            r.cycles.iter().map(|c| c.accepted).collect()
+        for config in [idle(AdaptMode::Lora), unmerged(idle(AdaptMode::Lora))] {
+            let form = config.lora_form;
+            let mut lora = adapting(method, dir.path(), &target, config, sampling);
+            let got = spec(&target, &mut lora, &PROMPT, 24, sampling);
+            assert_eq!(got.ids, want.ids, "{method:?} {form:?}");
+            let accepted = |r: &sharpdraft_decode::SpecReport| -> Vec<usize> {
+                r.cycles.iter().map(|c| c.accepted).collect()
+            };
+            assert_eq!(accepted(&got), accepted(&want), "{method:?} {form:?}");
+            assert!(bit_identical(
+                &snapshot(unadapted.variables()),
+                &snapshot(lora.variables())
+            ));
+        }
+    }
+}
+
+/// The two forms compute `W0 x + s B A x` in a different order, so they agree to rounding: the same
+/// loss at every update, the same drafts; the unmerged one never writes the checkpoint's weights and
+/// keeps gradients the size of its adapters only.
+#[test]
+fn unmerged_lora_takes_the_updates_of_merged_lora_and_leaves_the_weights_untouched() {
+    let target = load("llama");
+    for method in METHODS {
+        let dir = tempfile::tempdir().unwrap();
+        write(method, dir.path(), &target);
+        let run = |config: AdaptConfig| {
+            let mut drafter = adapting(method, dir.path(), &target, config, Sampling::greedy());
+            let checkpoint = snapshot(drafter.variables());
+            let report = spec(&target, &mut drafter, &PROMPT, 32, Sampling::greedy());
+            let accepted: Vec<usize> = report.cycles.iter().map(|c| c.accepted).collect();
+            let unchanged = bit_identical(&checkpoint, &snapshot(drafter.variables()));
+            (
+                report.ids,
+                accepted,
+                drafter.adaptation().unwrap(),
+                unchanged,
+            )
         };
-        assert_eq!(accepted(&got), accepted(&want), "{method:?}");
-        assert!(bit_identical(
-            &snapshot(unadapted.variables()),
-            &snapshot(lora.variables())
-        ));
+        let (merged_ids, merged_accepted, merged, merged_unchanged) = run(eager(AdaptMode::Lora));
+        let (ids, accepted, report, unchanged) = run(unmerged(eager(AdaptMode::Lora)));
+        assert_eq!(ids, merged_ids, "{method:?}");
+        assert_eq!(accepted, merged_accepted, "{method:?}");
+        assert!(
+            merged.updates >= 3,
+            "{method:?}: {} updates",
+            merged.updates
+        );
+        assert_eq!(report.updates, merged.updates, "{method:?}");
+        for (u, m) in report.losses.iter().zip(&merged.losses) {
+            assert!(
+                (u - m).abs() <= 1e-4 * m.abs().max(1.0),
+                "{method:?}: losses {:?} vs merged {:?}",
+                report.losses,
+                merged.losses
+            );
+        }
+        assert!(!merged_unchanged, "{method:?}: merged LoRA wrote nothing");
+        assert!(unchanged, "{method:?}: unmerged LoRA changed a weight");
+        assert_eq!(report.mode, "lora_unmerged");
+        assert_eq!(report.gradient_bytes, report.adapter_bytes, "{method:?}");
+        assert!(report.gradient_bytes < merged.gradient_bytes, "{method:?}");
     }
 }
 

@@ -5,7 +5,9 @@ mod common;
 use common::*;
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal, TreeShape};
 use sharpdraft_math::ScaleSchedule;
+use sharpdraft_model::CausalLm;
 use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Sampling, ScalingMode, Tap};
+use std::path::Path;
 use tch::Tensor;
 
 /// Records every proposal of the drafter it wraps.
@@ -179,6 +181,46 @@ fn proposals_of(drafter: &mut dyn Drafter) -> Vec<Vec<i64>> {
     recording.proposals
 }
 
+/// Writes one drafter of each method into `dir`.
+fn write_drafters(dir: &Path, target: &CausalLm) {
+    write_eagle3(&dir.join("eagle"), target, &EagleOptions::default());
+    write_pard(&dir.join("pard"), "qwen2");
+    write_dflash(&dir.join("dflash"), target, &dflash_options(4, None));
+}
+
+/// The proposals of drafter `method` (vanilla, EAGLE-3 tree, PARD, DFlash) from `dir` under
+/// `selection`, and the bytes its cache holds at the end.
+fn drafts_under(
+    dir: &Path,
+    target: &CausalLm,
+    method: usize,
+    selection: Option<KeySelection>,
+) -> (Vec<Vec<i64>>, usize) {
+    let mut drafter: Box<dyn Drafter> = match method {
+        0 => Box::new(vanilla("qwen2", target, 4, Sampling::greedy())),
+        1 => {
+            let shape = TreeShape {
+                depth: 3,
+                top_k: 4,
+                total_tokens: 12,
+            };
+            Box::new(eagle3(
+                &dir.join("eagle"),
+                target,
+                shape,
+                Sampling::greedy(),
+            ))
+        }
+        2 => Box::new(pard(&dir.join("pard"), target, 4)),
+        _ => Box::new(dflash(&dir.join("dflash"), target)),
+    };
+    drafter.set_key_selection(selection).unwrap();
+    let proposals = proposals_of(drafter.as_mut());
+    (proposals, drafter.cache_bytes())
+}
+
+const METHOD_NAMES: [&str; 4] = ["vanilla", "eagle3 tree", "pard", "dflash"];
+
 /// The training-free alternative beside query scaling: a sliding window of 2 keys changes what every
 /// drafter drafts, a window wider than the context drafts exactly what no window drafts, and greedy
 /// output stays the target's.
@@ -186,61 +228,52 @@ fn proposals_of(drafter: &mut dyn Drafter) -> Vec<Vec<i64>> {
 fn a_narrow_sliding_window_changes_every_drafters_drafts_and_a_wide_one_none() {
     let target = load("llama");
     let dir = tempfile::tempdir().unwrap();
-    let (eagle_dir, pard_dir, dflash_dir) = (
-        dir.path().join("eagle"),
-        dir.path().join("pard"),
-        dir.path().join("dflash"),
-    );
-    write_eagle3(&eagle_dir, &target, &EagleOptions::default());
-    write_pard(&pard_dir, "qwen2");
-    write_dflash(&dflash_dir, &target, &dflash_options(4, None));
-    let windowed = |method: usize, window: Option<i64>| -> Vec<Vec<i64>> {
-        match method {
-            0 => {
-                let mut d = vanilla("qwen2", &target, 4, Sampling::greedy());
-                d.set_key_selection(window.map(KeySelection::window))
-                    .unwrap();
-                proposals_of(&mut d)
-            }
-            1 => {
-                let shape = TreeShape {
-                    depth: 3,
-                    top_k: 4,
-                    total_tokens: 12,
-                };
-                let mut d = eagle3(&eagle_dir, &target, shape, Sampling::greedy());
-                d.set_key_selection(window.map(KeySelection::window))
-                    .unwrap();
-                proposals_of(&mut d)
-            }
-            2 => {
-                let mut d = pard(&pard_dir, &target, 4);
-                d.set_key_selection(window.map(KeySelection::window))
-                    .unwrap();
-                proposals_of(&mut d)
-            }
-            _ => {
-                let mut d = dflash(&dflash_dir, &target);
-                d.set_key_selection(window.map(KeySelection::window))
-                    .unwrap();
-                proposals_of(&mut d)
-            }
-        }
+    write_drafters(dir.path(), &target);
+    let drafts = |method, window: Option<i64>| {
+        drafts_under(
+            dir.path(),
+            &target,
+            method,
+            window.map(KeySelection::window),
+        )
+        .0
     };
-    for (method, name) in ["vanilla", "eagle3 tree", "pard", "dflash"]
-        .iter()
-        .enumerate()
-    {
-        let plain = windowed(method, None);
+    for (method, name) in METHOD_NAMES.iter().enumerate() {
+        let plain = drafts(method, None);
         assert_eq!(
-            windowed(method, Some(1000)),
+            drafts(method, Some(1000)),
             plain,
             "{name}: a window over the whole context"
         );
         assert_ne!(
-            windowed(method, Some(2)),
+            drafts(method, Some(2)),
             plain,
             "{name}: a window of 2 keys changed nothing"
+        );
+    }
+}
+
+/// A sliding window bounds the drafter's cache: the keys it hides are dropped (33 positions, a window
+/// of 3), and every drafter drafts exactly what the same window drafts as a mask over a cache that
+/// keeps every key.
+#[test]
+fn a_sliding_window_bounds_every_drafters_cache_and_drafts_as_the_mask_alone() {
+    let target = load("llama");
+    let dir = tempfile::tempdir().unwrap();
+    write_drafters(dir.path(), &target);
+    for (method, name) in METHOD_NAMES.iter().enumerate() {
+        let (bounded, bounded_bytes) =
+            drafts_under(dir.path(), &target, method, Some(KeySelection::window(3)));
+        let (masked, full_bytes) = drafts_under(
+            dir.path(),
+            &target,
+            method,
+            Some(KeySelection::recent_only(3)),
+        );
+        assert_eq!(bounded, masked, "{name}");
+        assert!(
+            bounded_bytes < full_bytes,
+            "{name}: {bounded_bytes} bytes bounded, {full_bytes} kept whole"
         );
     }
 }

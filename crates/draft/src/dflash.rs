@@ -298,6 +298,17 @@ impl Layer {
 }
 
 impl DFlashDrafter {
+    /// `fc` and every layer's projections and MLP.
+    pub fn linears(&self) -> Vec<&Linear> {
+        let mut out = vec![&self.fc];
+        for layer in &self.layers {
+            out.extend(layer.qkv.linears());
+            out.push(&layer.o_proj);
+            out.extend(layer.mlp.linears());
+        }
+        out
+    }
+
     /// Loads a drafter in the published layout (config.json with `dflash_config` + model.safetensors).
     pub fn load(dir: &Path, target: &Transformer, capacity: i64) -> Result<Self> {
         let CheckedConfig {
@@ -445,9 +456,11 @@ impl DFlashDrafter {
         let positions = Tensor::arange_start(start, start + b, (Kind::Int64, device));
         let (cos, sin) = self.rope.tables(&positions, kind);
         let softmax_scale = 1.0 / (self.head_dim as f64).sqrt();
+        // Over every position; cut to the context keys the cache still holds (a bounded window).
         let masks: Vec<Option<Tensor>> = (self.layers.iter())
             .map(|l| {
-                self.block_mask(l, context, start)
+                self.cache
+                    .held_columns(self.block_mask(l, context, start))
                     .map(|m| m.to_device(device))
             })
             .collect();
@@ -543,6 +556,10 @@ impl DFlashDrafter {
 }
 
 impl Drafter for DFlashDrafter {
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        DFlashDrafter::linears(self)
+    }
+
     fn method(&self) -> &'static str {
         "dflash"
     }
@@ -569,6 +586,8 @@ impl Drafter for DFlashDrafter {
             let start = self.cache.len();
             self.write_context(&c, start)?;
         }
+        // Every cached position is committed context: the moment a bounded cache may drop old keys.
+        self.cache.slide();
         let root = *ctx.committed.last().expect("a root");
         let x = self.block_pass(ctx.target, root, ctx.committed.len() as i64 - 1, None)?;
         let b = self.block_size;
@@ -618,6 +637,19 @@ impl Drafter for DFlashDrafter {
                 (w, o) => w.or(o),
             };
         }
+        // Bounded only where every layer slides and no key outside the windows is ever seen again.
+        let widest = self
+            .layers
+            .iter()
+            .map(|l| l.window)
+            .collect::<Option<Vec<_>>>();
+        let bound = match (&selection, widest) {
+            (Some(s), Some(windows)) if KeySelection::cache_bound(Some(s)).is_some() => {
+                windows.into_iter().max()
+            }
+            _ => None,
+        };
+        self.cache.bound_to_window(bound)?;
         self.retrieved = match selection.and_then(|s| s.retrieved) {
             Some(r) => Some(Vec::<bool>::try_from(r.to_device(Device::Cpu))?),
             None => None,

@@ -189,6 +189,10 @@ pub fn block_visibility(
 }
 
 impl Objective for DFlashObjective<'_> {
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        self.drafter.linears()
+    }
+
     fn query_layout(&self) -> (usize, usize) {
         self.drafter.query_layout()
     }

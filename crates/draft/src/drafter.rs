@@ -115,6 +115,12 @@ pub trait Drafter {
     /// borrows from the target (embedding, LM head) are not among them.
     fn variables(&self) -> Vec<(String, Tensor)>;
 
+    /// The drafter's linear maps, each named by its checkpoint weight (online adaptation attaches
+    /// unmerged LoRA branches to them). Empty for drafters that hold none of their own.
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        Vec::new()
+    }
+
     /// Bytes of [`Self::variables`] (for memory reports).
     fn weight_bytes(&self) -> usize {
         self.variables()

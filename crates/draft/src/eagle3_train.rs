@@ -223,6 +223,10 @@ impl<'t> Eagle3Objective<'t> {
 }
 
 impl Objective for Eagle3Objective<'_> {
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        self.head.linears()
+    }
+
     fn query_layout(&self) -> (usize, usize) {
         (1, self.head.query_heads())
     }

@@ -80,6 +80,10 @@ impl PardDrafter {
 }
 
 impl Drafter for PardDrafter {
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        self.model.net.linears()
+    }
+
     fn method(&self) -> &'static str {
         "pard"
     }
@@ -90,6 +94,8 @@ impl Drafter for PardDrafter {
 
     fn propose(&mut self, ctx: &DraftContext<'_>, _sampler: &mut Sampler) -> Result<Proposal> {
         let _guard = tch::no_grad_guard();
+        // Every cached row is committed here: the moment a bounded cache may drop old keys.
+        self.cache.slide();
         let committed_len = ctx.committed.len() as i64;
         let mut ids = ctx.committed[self.cache.len() as usize..].to_vec();
         let real = ids.len() as i64;
@@ -134,6 +140,8 @@ impl Drafter for PardDrafter {
     }
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
+        self.cache
+            .bound_to_window(KeySelection::cache_bound(selection.as_ref()))?;
         self.model.net.set_key_selection(selection);
         Ok(())
     }

@@ -205,6 +205,10 @@ impl PardObjective {
 }
 
 impl Objective for PardObjective {
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        self.drafter.net.linears()
+    }
+
     /// A PARD drafter reads tokens only.
     fn target_taps(&self) -> Vec<sharpdraft_model::Tap> {
         Vec::new()

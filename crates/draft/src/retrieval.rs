@@ -134,6 +134,10 @@ impl<'t> RetrievingDrafter<'t> {
 }
 
 impl Drafter for RetrievingDrafter<'_> {
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        self.inner.linears()
+    }
+
     fn method(&self) -> &'static str {
         self.inner.method()
     }
@@ -149,7 +153,7 @@ impl Drafter for RetrievingDrafter<'_> {
     fn prefill(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
         self.cycles_in_request = 0;
         self.inner
-            .set_key_selection(Some(KeySelection::window(self.config.recent)))?;
+            .set_key_selection(Some(KeySelection::recent_only(self.config.recent)))?;
         self.inner.prefill(ctx, target_hidden)
     }
 
@@ -170,6 +174,7 @@ impl Drafter for RetrievingDrafter<'_> {
             self.inner.set_key_selection(Some(KeySelection {
                 recent: self.config.recent,
                 retrieved: Some(retrieved),
+                bounds_cache: false,
             }))?;
             self.retrievals += 1;
         }

@@ -201,6 +201,9 @@ pub trait Objective {
     fn variables(&self) -> Vec<(String, Tensor)> {
         self.parameters()
     }
+    /// The drafter's linear maps in the objective's forward pass, named by checkpoint weight (unmerged
+    /// LoRA attaches the same branches here and to the drafter).
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear>;
     /// The differentiable loss of one window at `step` (any randomness is seeded from `step`, so that a
     /// resumed run draws what an uninterrupted one would).
     fn loss(&self, window: &TrainWindow, step: usize) -> Result<Tensor>;

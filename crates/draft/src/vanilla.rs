@@ -99,6 +99,10 @@ pub(crate) fn check_same_vocabulary(drafter: &CausalLm, target: &CausalLm) -> Re
 }
 
 impl Drafter for VanillaDrafter {
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        self.model.net.linears()
+    }
+
     fn method(&self) -> &'static str {
         "vanilla"
     }
@@ -109,6 +113,8 @@ impl Drafter for VanillaDrafter {
 
     fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
         let _guard = tch::no_grad_guard();
+        // Every cached row is committed here: the moment a bounded cache may drop old keys.
+        self.cache.slide();
         self.committed_at_proposal = ctx.committed.len();
         let missing = ctx.committed[self.cache.len() as usize..].to_vec();
         let mut logits = self.step(&missing)?;
@@ -161,6 +167,8 @@ impl Drafter for VanillaDrafter {
     }
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
+        self.cache
+            .bound_to_window(KeySelection::cache_bound(selection.as_ref()))?;
         self.model.net.set_key_selection(selection);
         Ok(())
     }

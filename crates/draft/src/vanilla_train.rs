@@ -23,6 +23,10 @@ impl NextTokenObjective {
 }
 
 impl Objective for NextTokenObjective {
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        self.drafter.net.linears()
+    }
+
     /// A vanilla drafter reads tokens only.
     fn target_taps(&self) -> Vec<Tap> {
         Vec::new()

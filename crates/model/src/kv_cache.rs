@@ -4,15 +4,28 @@
 //! pass writes its `T` new rows at `len..len + T` and then advances `len`. Speculation never copies the
 //! cache: rejected rows are dropped by moving `len` back (`truncate`), and an accepted tree path is packed
 //! in place (`compact`).
+//!
+//! A drafter with a sliding window of `W` keys bounds its cache ([`KvCache::bound_to_window`]): between
+//! cycles ([`KvCache::slide`]) it keeps only the last W positions once it holds 2 W, so buffer row `j`
+//! holds position `first_position() + j`, and its memory stays about 3 W rows however long the context
+//! (a long prefill grows it for that pass, the next slide shrinks it back). Positions, `len` and every
+//! argument here stay logical; masks built over all `len + T` positions are cut to the held keys with
+//! [`KvCache::held_columns`].
 
 use crate::error::{ModelError, Result};
 use tch::{Device, Kind, Tensor};
 
 pub struct KvCache {
+    /// `[kv_heads, buffer rows, head_dim]` per layer; row j holds position `evicted + j`.
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
     len: i64,
+    /// The most positions this cache may reach (the context it was sized for).
     capacity: i64,
+    /// Positions `0..evicted` are no longer held (dropped by a window bound).
+    evicted: i64,
+    /// The window of the drafter's attention, when the cache is bounded to it.
+    window: Option<i64>,
 }
 
 impl KvCache {
@@ -30,6 +43,8 @@ impl KvCache {
             values: (0..layers).map(|_| buffer()).collect(),
             len: 0,
             capacity,
+            evicted: 0,
+            window: None,
         }
     }
 
@@ -49,7 +64,89 @@ impl KvCache {
         self.keys.len()
     }
 
-    /// Bytes held by the buffers (allocated once, whatever `len` is).
+    /// The first position still held (0 unless a window bound dropped older ones).
+    pub fn first_position(&self) -> i64 {
+        self.evicted
+    }
+
+    /// Positions held in the buffers.
+    fn held(&self) -> i64 {
+        self.len - self.evicted
+    }
+
+    fn buffer_rows(&self) -> i64 {
+        self.keys.first().map_or(0, |k| k.size()[1])
+    }
+
+    /// Bounds the cache to a sliding window of `window` keys (`None`: every position is kept). Only for a
+    /// drafter whose every attention row sees at most its last `window` keys: [`Self::slide`] drops the
+    /// rest. Slides at once.
+    pub fn bound_to_window(&mut self, window: Option<i64>) -> Result<()> {
+        if let Some(w) = window.filter(|&w| w < 1) {
+            return Err(ModelError::Cache(format!(
+                "a window of {w} keys: a bounded cache needs at least 1"
+            )));
+        }
+        if window.is_none() && self.evicted > 0 {
+            return Err(ModelError::Cache(format!(
+                "positions 0..{} were dropped by a window: the cache cannot be unbounded before it is emptied",
+                self.evicted
+            )));
+        }
+        self.window = window;
+        self.slide();
+        Ok(())
+    }
+
+    /// Between cycles (every held position committed): under a window bound of W, once the cache holds
+    /// 2 W positions it keeps the last W (moved to the front: amortised, one row per token), and a
+    /// buffer grown past 4 W (a long prefill) is given back down to 3 W rows. Rows written after this
+    /// sit at `len` or later and see keys after `len - W` only.
+    pub fn slide(&mut self) {
+        let Some(w) = self.window else {
+            return;
+        };
+        let held = self.held();
+        if held > 2 * w {
+            for buffer in self.keys.iter_mut().chain(self.values.iter_mut()) {
+                // Source and destination do not overlap: held - w > w.
+                let kept = buffer.narrow(1, held - w, w).copy();
+                buffer.narrow(1, 0, w).copy_(&kept);
+            }
+            self.evicted = self.len - w;
+        }
+        if self.buffer_rows() > 4 * w {
+            self.resize_buffers(3 * w);
+        }
+    }
+
+    /// Reallocates every buffer to `rows` rows (at least the held ones), keeping the held rows.
+    fn resize_buffers(&mut self, rows: i64) {
+        let held = self.held();
+        let rows = rows.max(held);
+        for buffer in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            let (heads, _, dim) = buffer
+                .size3()
+                .expect("cache buffers are [kv_heads, rows, head_dim]");
+            let grown = Tensor::zeros([heads, rows, dim], (buffer.kind(), buffer.device()));
+            grown.narrow(1, 0, held).copy_(&buffer.narrow(1, 0, held));
+            *buffer = grown;
+        }
+    }
+
+    /// Cuts a `[T, len + T]` visibility mask over every position to the keys held, `[T, len - first +
+    /// T]` (the dropped keys are outside every row's window). `None` (every key visible) stays `None`.
+    pub fn held_columns(&self, visible: Option<Tensor>) -> Option<Tensor> {
+        match visible {
+            Some(mask) if self.evicted > 0 => {
+                let keys = mask.size()[1];
+                Some(mask.narrow(1, self.evicted, keys - self.evicted))
+            }
+            other => other,
+        }
+    }
+
+    /// Bytes held by the buffers (allocated once, whatever `len` is; a bounded cache's change size).
     pub fn bytes_allocated(&self) -> usize {
         self.keys
             .iter()
@@ -70,16 +167,25 @@ impl KvCache {
     }
 
     /// Writes `k`, `v` `[kv_heads, T, head_dim]` of one layer at `len..len + T` and returns the views of all
-    /// visible keys and values, `[kv_heads, len + T, head_dim]`. `len` itself moves in [`Self::advance`].
-    /// Fails, writing nothing, when the rows do not fit the capacity.
+    /// held keys and values, `[kv_heads, len - first_position() + T, head_dim]`. `len` itself moves in
+    /// [`Self::advance`]. Fails, writing nothing, when the rows do not fit the capacity.
     pub fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let rows = k.size()[1];
         self.reserve(rows)?;
-        self.keys[layer].narrow(1, self.len, rows).f_copy_(k)?;
-        self.values[layer].narrow(1, self.len, rows).f_copy_(v)?;
+        let (held, needed) = (self.held(), self.held() + rows);
+        if needed > self.buffer_rows() {
+            // Only a bounded cache starts smaller than its capacity: grow it for this pass.
+            self.resize_buffers(
+                needed
+                    .max(2 * self.buffer_rows())
+                    .min(self.capacity - self.evicted),
+            );
+        }
+        self.keys[layer].narrow(1, held, rows).f_copy_(k)?;
+        self.values[layer].narrow(1, held, rows).f_copy_(v)?;
         Ok((
-            self.keys[layer].narrow(1, 0, self.len + rows),
-            self.values[layer].narrow(1, 0, self.len + rows),
+            self.keys[layer].narrow(1, 0, needed),
+            self.values[layer].narrow(1, 0, needed),
         ))
     }
 
@@ -88,12 +194,20 @@ impl KvCache {
         self.len += rows;
     }
 
-    /// Keeps the first `keep_len` positions.
+    /// Keeps the first `keep_len` positions (0 empties the cache, whatever it dropped).
     pub fn truncate(&mut self, keep_len: i64) -> Result<()> {
         if keep_len < 0 || keep_len > self.len {
             return Err(ModelError::Cache(format!(
                 "truncate to {keep_len} outside 0..={}",
                 self.len
+            )));
+        }
+        if keep_len == 0 {
+            self.evicted = 0;
+        } else if keep_len < self.evicted {
+            return Err(ModelError::Cache(format!(
+                "truncate to {keep_len}: positions before {} were dropped by the window bound",
+                self.evicted
             )));
         }
         self.len = keep_len;
@@ -104,7 +218,10 @@ impl KvCache {
     /// (the accepted path of a verified tree). Indices must be increasing, which makes the in-place copy
     /// safe: each destination is at or before its source.
     pub fn compact(&mut self, indices: &[i64], base_len: i64) -> Result<()> {
-        if base_len > self.len || indices.windows(2).any(|w| w[0] >= w[1]) {
+        if base_len > self.len
+            || base_len < self.evicted
+            || indices.windows(2).any(|w| w[0] >= w[1])
+        {
             return Err(ModelError::Cache(format!(
                 "compact({indices:?}, base {base_len}) with len {}: indices must increase",
                 self.len
@@ -119,21 +236,23 @@ impl KvCache {
             }
         }
         let device = self.keys.first().map_or(Device::Cpu, Tensor::device);
-        let source = Tensor::from_slice(indices).to_device(device) + base_len;
+        let base_row = base_len - self.evicted;
+        let source = Tensor::from_slice(indices).to_device(device) + base_row;
         let count = indices.len() as i64;
         for buffer in self.keys.iter_mut().chain(self.values.iter_mut()) {
             let gathered = buffer.index_select(1, &source);
-            buffer.narrow(1, base_len, count).copy_(&gathered);
+            buffer.narrow(1, base_row, count).copy_(&gathered);
         }
         self.len = base_len + count;
         Ok(())
     }
 
-    /// Keys and values of one layer up to `len`, `[kv_heads, len, head_dim]` (for tests and probes).
+    /// Keys and values of one layer at the held positions `first_position()..len`, `[kv_heads, len -
+    /// first_position(), head_dim]` (for tests and probes).
     pub fn layer(&self, layer: usize) -> (Tensor, Tensor) {
         (
-            self.keys[layer].narrow(1, 0, self.len),
-            self.values[layer].narrow(1, 0, self.len),
+            self.keys[layer].narrow(1, 0, self.held()),
+            self.values[layer].narrow(1, 0, self.held()),
         )
     }
 

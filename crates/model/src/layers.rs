@@ -1,14 +1,31 @@
 //! The building blocks every decoder here shares (the target, EAGLE-3 heads, DFlash drafters): a linear
-//! map, RMSNorm, the per-head Q/K/V projection with RoPE, and the SwiGLU MLP. Variables are created
-//! zero-filled (they are overwritten by the checkpoint) at the checkpoint's own tensor names.
+//! map (with an optional low-rank branch, for unmerged LoRA), RMSNorm, the per-head Q/K/V projection
+//! with RoPE, and the SwiGLU MLP. Variables are created zero-filled (they are overwritten by the
+//! checkpoint) at the checkpoint's own tensor names.
 
 use crate::rope;
+use std::sync::OnceLock;
 use tch::{nn, Kind, Tensor};
 
+/// A low-rank branch added to a linear map's output, `y += scale * (x A^T) B^T`: LoRA kept apart from
+/// the weight ("unmerged"). The tensors are shared with whoever trains them (updated in place).
+pub struct LowRank {
+    /// `[r, in]`.
+    pub a: Tensor,
+    /// `[out, r]`.
+    pub b: Tensor,
+    /// alpha / r.
+    pub scale: f64,
+}
+
 pub struct Linear {
+    /// The checkpoint name of the weight (`model.layers.0.self_attn.q_proj.weight`).
+    name: String,
     /// `[out, in]`, as in HF checkpoints.
     pub weight: Tensor,
     pub bias: Option<Tensor>,
+    /// Set at most once, by online adaptation with unmerged LoRA.
+    low_rank: OnceLock<LowRank>,
 }
 
 impl Linear {
@@ -27,12 +44,49 @@ impl Linear {
         };
         let weight = var("weight", &[outputs, inputs]);
         let bias = bias.then(|| var("bias", &[outputs]));
-        Self { weight, bias }
+        Self {
+            name: p.path("weight"),
+            weight,
+            bias,
+            low_rank: OnceLock::new(),
+        }
+    }
+
+    /// The checkpoint name of the weight.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Adds `branch` to every later forward pass. Fails (naming the weight) on a wrong shape or when a
+    /// branch is already there.
+    pub fn attach_low_rank(&self, branch: LowRank) -> std::result::Result<(), String> {
+        let (out, inputs) = (self.weight.size()[0], self.weight.size()[1]);
+        let (a, b) = (branch.a.size(), branch.b.size());
+        if a.len() != 2 || b.len() != 2 || a[1] != inputs || b[0] != out || a[0] != b[1] {
+            return Err(format!(
+                "{}: a low-rank branch A {a:?}, B {b:?} does not fit the weight [{out}, {inputs}]",
+                self.name
+            ));
+        }
+        self.low_rank
+            .set(branch)
+            .map_err(|_| format!("{} already carries a low-rank branch", self.name))
     }
 
     /// `[.., in] -> [.., out]`.
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.weight, self.bias.as_ref())
+        let y = x.linear(&self.weight, self.bias.as_ref());
+        match self.low_rank.get() {
+            None => y,
+            Some(branch) => {
+                // A and B stay f32 (their optimizer's kind); the rows' kind is what the layer computes in.
+                let kind = x.kind();
+                let low = x
+                    .linear::<Tensor>(&branch.a.to_kind(kind), None)
+                    .linear::<Tensor>(&branch.b.to_kind(kind), None);
+                y + low * branch.scale
+            }
+        }
     }
 }
 
@@ -142,6 +196,11 @@ impl QkvProjection {
         rope::apply(&q, cos, sin)
     }
 
+    /// `q_proj`, `k_proj`, `v_proj`.
+    pub fn linears(&self) -> Vec<&Linear> {
+        vec![&self.q_proj, &self.k_proj, &self.v_proj]
+    }
+
     /// Keys (normed when the layer has k_norm, with RoPE) and values of rows `x` `[R, input]`: two
     /// `[R, kv_heads, head_dim]`.
     pub fn keys_values(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> (Tensor, Tensor) {
@@ -173,6 +232,11 @@ impl SwiGlu {
             up_proj: Linear::with_grad(p / "up_proj", hidden, intermediate, false, t),
             down_proj: Linear::with_grad(p / "down_proj", intermediate, hidden, false, t),
         }
+    }
+
+    /// `gate_proj`, `up_proj`, `down_proj`.
+    pub fn linears(&self) -> Vec<&Linear> {
+        vec![&self.gate_proj, &self.up_proj, &self.down_proj]
     }
 
     /// `[.., hidden] -> [.., hidden]`.

@@ -139,15 +139,34 @@ pub struct KeySelection {
     pub recent: i64,
     /// `[K]` bool over cache indices `0..K`: keys every row also sees. `None`: none beyond `recent`.
     pub retrieved: Option<Tensor>,
+    /// Whether the keys this hides stay hidden for good, so a drafter may drop them from its cache (a
+    /// user's sliding window). Retrieval's windows do not: the keys it retrieves later lie anywhere.
+    pub bounds_cache: bool,
 }
 
 impl KeySelection {
-    /// A plain sliding window of `recent` keys.
+    /// A plain sliding window of `recent` keys; the drafter's cache keeps only what it shows.
     pub fn window(recent: i64) -> Self {
         Self {
             recent,
             retrieved: None,
+            bounds_cache: true,
         }
+    }
+
+    /// The last `recent` keys for now, over a cache that keeps every key (retrieval widens it later).
+    pub fn recent_only(recent: i64) -> Self {
+        Self {
+            bounds_cache: false,
+            ..Self::window(recent)
+        }
+    }
+
+    /// The window a drafter's cache may be bounded to under `selection` (`None`: keep every key).
+    pub fn cache_bound(selection: Option<&Self>) -> Option<i64> {
+        selection
+            .filter(|s| s.bounds_cache && s.retrieved.is_none())
+            .map(|s| s.recent)
     }
 
     /// Whether every key of a row at cache index `past + rows - 1` is already inside the window, so the
@@ -162,6 +181,7 @@ impl Clone for KeySelection {
         Self {
             recent: self.recent,
             retrieved: self.retrieved.as_ref().map(Tensor::shallow_clone),
+            bounds_cache: self.bounds_cache,
         }
     }
 }

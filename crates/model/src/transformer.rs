@@ -247,6 +247,18 @@ impl Transformer {
         )
     }
 
+    /// Every linear map of the layers (attention projections and MLP) and the untied LM head, in order.
+    pub fn linears(&self) -> Vec<&Linear> {
+        let mut out = Vec::new();
+        for layer in &self.layers {
+            out.extend(layer.self_attn.qkv.linears());
+            out.push(&layer.self_attn.o_proj);
+            out.extend(layer.mlp.linears());
+        }
+        out.extend(self.lm_head.as_ref());
+        out
+    }
+
     /// Token embeddings `[T, hidden]` (drafters that share the target's embedding call this).
     pub fn embed(&self, ids: &Tensor) -> Tensor {
         self.embed_tokens.index_select(0, ids)
@@ -315,7 +327,8 @@ impl Transformer {
             }
             _ => input.mask,
         };
-        let visible = mask.materialize(past, rows, self.device)?;
+        // Over every position; cut to the keys the cache still holds (a drafter's bounded window).
+        let visible = cache.held_columns(mask.materialize(past, rows, self.device)?);
         // n_i of every row and the factors of every layer, once per pass, only when the queries are scaled.
         let factors = match self.query_scaling.is_off() {
             true => None,

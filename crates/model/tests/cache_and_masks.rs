@@ -3,7 +3,7 @@ mod common;
 
 use common::{expected, forward, forward_masked, load, max_abs_diff, FAMILIES};
 use sharpdraft_model::{
-    AttentionMask, AttentionObserver, AttentionView, ForwardInput, LogitRows, Tap,
+    AttentionMask, AttentionObserver, AttentionView, ForwardInput, KvCache, LogitRows, Tap,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -332,6 +332,7 @@ fn a_key_selection_shows_each_row_its_recent_keys_and_the_retrieved_ones() {
     let selection = sharpdraft_model::KeySelection {
         recent: 1,
         retrieved: Some(Tensor::from_slice(&[true, false, false, true])),
+        bounds_cache: false,
     };
     let visible = AttentionMask::Causal
         .selected(6, 2, &selection, Device::Cpu)
@@ -345,4 +346,72 @@ fn a_key_selection_shows_each_row_its_recent_keys_and_the_retrieved_ones() {
     };
     assert_eq!(seen(0), vec![0, 3, 6]);
     assert_eq!(seen(1), vec![0, 3, 7]);
+}
+
+/// Writes position p as keys and values all equal to p, one committed row at a time, sliding between
+/// rows as a drafter does between cycles.
+fn fill_one_row_at_a_time(cache: &mut KvCache, positions: i64) {
+    for p in cache.len()..positions {
+        cache.slide();
+        let row = Tensor::full([2, 1, 4], p as f64, (Kind::Float, Device::Cpu));
+        let _ = cache.write(0, &row, &row).unwrap();
+        cache.advance(1);
+    }
+}
+
+#[test]
+fn a_cache_bounded_to_a_window_holds_the_last_positions_in_a_few_windows_of_memory() {
+    let window = 8;
+    let mut cache = KvCache::new(1, 2, 4, 10_000, Kind::Float, Device::Cpu);
+    let whole = cache.bytes_allocated();
+    cache.bound_to_window(Some(window)).unwrap();
+    fill_one_row_at_a_time(&mut cache, 1000);
+    assert_eq!(cache.len(), 1000);
+    let first = cache.first_position();
+    assert!(
+        (1000 - 2 * window..=1000 - window).contains(&first),
+        "first held position {first}"
+    );
+    let (keys, values) = cache.layer(0);
+    let held: Vec<f32> = Vec::try_from(keys.select(0, 0).select(1, 0)).unwrap();
+    let want: Vec<f32> = (first..1000).map(|p| p as f32).collect();
+    assert_eq!(held, want, "row j holds position first + j");
+    assert!(values.equal(&keys));
+    let row_bytes = 2 * 2 * 4 * 4; // keys and values, 2 heads x 4 dims of f32
+    assert!(cache.bytes_allocated() <= 4 * window as usize * row_bytes);
+    assert!(cache.bytes_allocated() * 100 < whole);
+}
+
+#[test]
+fn a_bounded_cache_cuts_masks_to_its_held_keys_and_refuses_to_roll_back_past_them() {
+    let mut cache = KvCache::new(1, 2, 4, 100, Kind::Float, Device::Cpu);
+    cache.bound_to_window(Some(2)).unwrap();
+    fill_one_row_at_a_time(&mut cache, 10);
+    let first = cache.first_position();
+    assert!(first > 0);
+    // A [1, 11] mask over every position, as a pass of one new row builds it.
+    let mask = AttentionMask::Causal
+        .windowed(10, 1, 2, Device::Cpu)
+        .unwrap()
+        .materialize(10, 1, Device::Cpu)
+        .unwrap();
+    let held = cache.held_columns(mask).unwrap();
+    assert_eq!(held.size(), [1, 11 - first]);
+    assert_eq!(
+        held.sum(Kind::Int64).int64_value(&[]),
+        2,
+        "the window's two keys"
+    );
+    assert!(cache
+        .truncate(first - 1)
+        .unwrap_err()
+        .to_string()
+        .contains("dropped"));
+    assert!(
+        cache.bound_to_window(None).is_err(),
+        "dropped keys cannot come back"
+    );
+    cache.truncate(0).unwrap();
+    assert_eq!(cache.first_position(), 0, "emptied for a new request");
+    cache.bound_to_window(None).unwrap();
 }

@@ -3,7 +3,9 @@
 
 use clap::Args;
 use serde::de::DeserializeOwned;
-use sharpdraft_draft::adaptation::{AdaptConfig, AdaptMode, LearnFrom, LoraTarget, UpdateUnit};
+use sharpdraft_draft::adaptation::{
+    AdaptConfig, AdaptMode, LearnFrom, LoraForm, LoraTarget, UpdateUnit,
+};
 use sharpdraft_draft::training::Divergence;
 
 /// Parses a flag value with the YAML spelling of the same option (`forward_kl`, `lora`, ...).
@@ -48,6 +50,10 @@ pub struct AdaptArgs {
     /// Projections with adapters, comma-separated: attention, mlp, fc.
     #[arg(long, value_parser = yaml_value::<LoraTarget>, value_delimiter = ',', default_value = "attention")]
     pub lora_on: Vec<LoraTarget>,
+    /// merged (adapters folded into the weights after each update) or unmerged (kept as branches of
+    /// the drafter's linear maps).
+    #[arg(long, value_parser = yaml_value::<LoraForm>, default_value = "merged")]
+    pub lora_form: LoraForm,
 }
 
 impl AdaptArgs {
@@ -65,6 +71,7 @@ impl AdaptArgs {
             rank: self.lora_rank,
             alpha: self.lora_alpha,
             lora_on: self.lora_on.clone(),
+            lora_form: self.lora_form,
             seed: self.adapt_seed,
             ..AdaptConfig::new(mode)
         })

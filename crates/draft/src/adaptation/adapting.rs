@@ -1,7 +1,8 @@
 //! A drafter that learns from verification as it drafts: any [`Drafter`] with its training objective.
 
 use super::{
-    AdaptConfig, AdaptMode, AdaptationReport, LearnFrom, LoraAdapters, UpdateUnit, VerifiedBuffer,
+    AdaptConfig, AdaptMode, AdaptationReport, LearnFrom, LoraAdapters, LoraForm, UpdateUnit,
+    VerifiedBuffer,
 };
 use crate::adamw::AdamW;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
@@ -77,19 +78,28 @@ impl<'t> AdaptingDrafter<'t> {
         }
         let learner = match config.mode {
             AdaptMode::Full => Learner::Full(AdamW::new(objective.parameters(), config.lr, 0.0)),
-            AdaptMode::Lora => Learner::Lora(LoraAdapters::new(
-                objective.parameters(),
-                &config.lora_on,
-                config.rank,
-                config.lora_scale(),
-                config.lr,
-                config.seed,
-            )?),
+            AdaptMode::Lora => {
+                let mut adapters = LoraAdapters::new(
+                    objective.parameters(),
+                    &config.lora_on,
+                    config.rank,
+                    config.lora_scale(),
+                    config.lr,
+                    config.seed,
+                )?;
+                if config.lora_form == LoraForm::Unmerged {
+                    adapters.unmerge(&inner.linears(), &objective.linears())?;
+                }
+                Learner::Lora(adapters)
+            }
         };
         let report = AdaptationReport {
             mode: match config.mode {
                 AdaptMode::Full => "full".into(),
-                AdaptMode::Lora => "lora".into(),
+                AdaptMode::Lora => match config.lora_form {
+                    LoraForm::Merged => "lora".into(),
+                    LoraForm::Unmerged => "lora_unmerged".into(),
+                },
             },
             ..Default::default()
         };
@@ -171,6 +181,10 @@ impl<'t> AdaptingDrafter<'t> {
 }
 
 impl Drafter for AdaptingDrafter<'_> {
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        self.inner.linears()
+    }
+
     fn method(&self) -> &'static str {
         self.inner.method()
     }

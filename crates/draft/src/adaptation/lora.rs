@@ -1,18 +1,33 @@
-//! LoRA on a drafter's projections, merged: each adapted weight `W [out, in]` is kept equal to
-//! `W0 + s B A` with `A [r, in]`, `B [out, r]`, `s = alpha / r`, B starting at zero (the adapted
-//! drafter starts exactly at the checkpoint, bit for bit).
+//! LoRA on a drafter's projections: each adapted weight `W0 [out, in]` gets `A [r, in]` and
+//! `B [out, r]` with scale `s = alpha / r`, B starting at zero (the adapted drafter starts exactly at the
+//! checkpoint, bit for bit). Two forms, the same updates:
 //!
-//! The drafter's forward passes are the plain ones: the gradient of the loss with respect to the merged
-//! weight, G = dL/dW, gives the adapters' by the chain rule (dL/dB = s G A^T, dL/dA = s B^T G), and
-//! after each AdamW step on A and B the change `s (B' A' - B A)` is added to W. This costs one
-//! gradient buffer the size of the adapted weights (reported); an unmerged forward (x A^T B^T) would
-//! avoid it but needs a LoRA path in every layer.
+//! - **Merged** (default): the weight is kept equal to `W0 + s B A` and the drafter's forward passes
+//!   are the plain ones. The gradient with respect to the merged weight, G = dL/dW, gives the adapters'
+//!   by the chain rule (dL/dB = s G A^T, dL/dA = s B^T G); after each AdamW step on A and B the change
+//!   `s (B' A' - B A)` is added to W. Costs one gradient buffer the size of the adapted weights.
+//! - **Unmerged**: W stays the checkpoint's, and every adapted linear map (in the drafter and in its
+//!   training objective, which share A and B) adds `s (x A^T) B^T` to its output. Autograd reaches A
+//!   and B directly: gradient buffers the size of the adapters only, two thin matmuls per adapted map
+//!   per forward pass.
 
 use crate::adamw::AdamW;
 use crate::drafter::{DraftError, Result};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
+use sharpdraft_model::layers::{Linear, LowRank};
 use tch::{Kind, Tensor};
+
+/// Whether the adapters are folded into the weights after each update or kept beside them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LoraForm {
+    /// `W = W0 + s B A`, updated after each step; plain forward passes.
+    #[default]
+    Merged,
+    /// `W0` untouched; each adapted map adds `s (x A^T) B^T`.
+    Unmerged,
+}
 
 /// Groups of projections that can carry adapters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +73,7 @@ struct Adapted {
 pub struct LoraAdapters {
     adapted: Vec<Adapted>,
     scale: f64,
+    form: LoraForm,
     optimizer: AdamW,
 }
 
@@ -114,12 +130,83 @@ impl LoraAdapters {
         Ok(Self {
             adapted,
             scale,
+            form: LoraForm::Merged,
             optimizer: AdamW::new(params, learning_rate, 0.0),
         })
     }
 
-    /// Backward pass of `loss`, one AdamW step on the adapters, and the change merged into the weights.
+    /// Switches to the unmerged form: the weights stop taking gradients and stay as they are, and A
+    /// and B are attached as low-rank branches to the linear map of each adapted weight, both in the
+    /// drafter (`drafter`, what drafts) and in its training objective (`objective`, what the loss runs
+    /// through). Fails, naming the weight, where either side has no such map.
+    pub fn unmerge(&mut self, drafter: &[&Linear], objective: &[&Linear]) -> Result<()> {
+        let find = |side: &[&Linear], name: &str, which: &str| -> Result<()> {
+            side.iter()
+                .any(|l| l.name() == name)
+                .then_some(())
+                .ok_or_else(|| DraftError::InvalidOption {
+                    option: "adapt.lora_form".into(),
+                    value: "unmerged".into(),
+                    reason: format!("{which} has no linear map for {name} to carry the adapter"),
+                })
+        };
+        for x in &self.adapted {
+            find(drafter, &x.name, "the drafter")?;
+            find(objective, &x.name, "the drafter's training objective")?;
+        }
+        for x in &mut self.adapted {
+            let _ = x.weight.requires_grad_(false);
+            let _ = x.a.requires_grad_(true);
+            let _ = x.b.requires_grad_(true);
+            for linear in drafter
+                .iter()
+                .chain(objective)
+                .filter(|l| l.name() == x.name)
+            {
+                linear
+                    .attach_low_rank(LowRank {
+                        a: x.a.shallow_clone(),
+                        b: x.b.shallow_clone(),
+                        scale: self.scale,
+                    })
+                    .map_err(DraftError::Protocol)?;
+            }
+        }
+        self.form = LoraForm::Unmerged;
+        Ok(())
+    }
+
+    pub fn form(&self) -> LoraForm {
+        self.form
+    }
+
+    /// Backward pass of `loss` and one AdamW step on the adapters (merged: then the change is merged into
+    /// the weights).
     pub fn step(&mut self, loss: &Tensor, max_norm: f64) -> Result<()> {
+        if self.form == LoraForm::Unmerged {
+            for x in &mut self.adapted {
+                x.a.zero_grad();
+                x.b.zero_grad();
+            }
+            loss.backward();
+            let mut by_name = std::collections::HashMap::new();
+            for x in &self.adapted {
+                for (suffix, tensor) in [("lora_A", &x.a), ("lora_B", &x.b)] {
+                    let g = tensor.grad();
+                    if g.defined() {
+                        by_name.insert(format!("{}.{suffix}", x.name), g);
+                    }
+                }
+            }
+            let grads = self
+                .optimizer
+                .parameters()
+                .iter()
+                .map(|(name, _)| by_name.remove(name))
+                .collect();
+            self.optimizer.apply(grads, max_norm);
+            return Ok(());
+        }
         for x in &mut self.adapted {
             x.weight.zero_grad();
         }
@@ -177,12 +264,17 @@ impl LoraAdapters {
         self.optimizer.state_bytes()
     }
 
-    /// The gradient buffers of the adapted weights (the price of the merged form).
+    /// The gradient buffers kept between updates: the adapted weights' (merged) or A's and B's
+    /// (unmerged).
     pub fn gradient_bytes(&self) -> usize {
-        self.adapted
-            .iter()
-            .map(|x| x.weight.numel() * x.weight.kind().elt_size_in_bytes())
-            .sum()
+        match self.form {
+            LoraForm::Merged => self
+                .adapted
+                .iter()
+                .map(|x| x.weight.numel() * x.weight.kind().elt_size_in_bytes())
+                .sum(),
+            LoraForm::Unmerged => self.adapter_bytes(),
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! and whether the draft was wrong there) and, every `every` cycles or requests, takes `steps` AdamW
 //! steps of the drafter's own training objective ([`crate::training::Objective`]) on the buffer, either
 //! on every drafter weight (`full`) or on low-rank adapters of chosen projections (`lora`, merged into
-//! the weights after each update). The target is never touched; verification stays lossless because
+//! the weights after each update, or kept beside them as branches of the drafter's linear maps). The target is never touched; verification stays lossless because
 //! the drafter only changes between cycles.
 
 mod adapting;
@@ -16,7 +16,7 @@ mod objective;
 
 pub use adapting::AdaptingDrafter;
 pub use buffer::VerifiedBuffer;
-pub use lora::{LoraAdapters, LoraTarget};
+pub use lora::{LoraAdapters, LoraForm, LoraTarget};
 pub use objective::OnlineObjective;
 
 use crate::training::Divergence;
@@ -96,6 +96,9 @@ pub struct AdaptConfig {
     /// Which projections get adapters.
     #[serde(default = "default_lora_on")]
     pub lora_on: Vec<LoraTarget>,
+    /// Adapters merged into the weights after each update (default) or kept as branches.
+    #[serde(default)]
+    pub lora_form: LoraForm,
     /// Seeds the adapters' initialisation and the objective's sampling (anchors, dropped tokens).
     #[serde(default)]
     pub seed: u64,
@@ -143,6 +146,7 @@ impl AdaptConfig {
             rank: default_rank(),
             alpha: None,
             lora_on: default_lora_on(),
+            lora_form: LoraForm::default(),
             seed: 0,
         }
     }
@@ -176,6 +180,9 @@ impl AdaptConfig {
         if self.top_k < 1 {
             return Err(format!("adapt.top_k = {}: must be at least 1", self.top_k));
         }
+        if self.mode == AdaptMode::Full && self.lora_form == LoraForm::Unmerged {
+            return Err("adapt.lora_form = unmerged: applies to mode lora only".into());
+        }
         if self.mode == AdaptMode::Lora {
             if self.rank < 1 {
                 return Err(format!("adapt.rank = {}: must be at least 1", self.rank));
@@ -194,7 +201,7 @@ impl AdaptConfig {
 /// What adaptation cost and did, for reports next to the unmodified drafter's figures.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct AdaptationReport {
-    /// `full` or `lora`.
+    /// `full`, `lora` (merged) or `lora_unmerged`.
     pub mode: String,
     pub updates: usize,
     /// Wall-clock seconds inside updates (also part of the cycles' draft time and of the total).
@@ -207,7 +214,8 @@ pub struct AdaptationReport {
     pub adapter_bytes: usize,
     /// AdamW's two moments per trained element.
     pub optimizer_bytes: usize,
-    /// Gradient buffers kept between updates (full: the trained weights'; LoRA: the adapted weights').
+    /// Gradient buffers kept between updates (full: the trained weights'; merged LoRA: the adapted
+    /// weights'; unmerged LoRA: the adapters').
     pub gradient_bytes: usize,
     /// The verification buffer at its largest.
     pub buffer_bytes: usize,

@@ -111,6 +111,10 @@ impl Eagle3Drafter {
 }
 
 impl Drafter for Eagle3Drafter {
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        self.head.linears()
+    }
+
     fn method(&self) -> &'static str {
         "eagle3"
     }
@@ -129,6 +133,8 @@ impl Drafter for Eagle3Drafter {
     fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
         let _guard = tch::no_grad_guard();
         let device = ctx.target.device();
+        // Every cached row is committed here: the moment a bounded cache may drop old keys.
+        self.cache.slide();
         // 1. Catch up: feed the pairs of newly committed tokens into the stable cache.
         let features = self.pending.take().ok_or_else(|| {
             DraftError::Protocol(
@@ -327,6 +333,8 @@ impl Drafter for Eagle3Drafter {
     }
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
+        self.cache
+            .bound_to_window(KeySelection::cache_bound(selection.as_ref()))?;
         self.head.set_key_selection(selection);
         Ok(())
     }

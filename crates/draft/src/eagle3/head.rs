@@ -57,6 +57,17 @@ pub(crate) fn checkpoint_error(path: &Path, reason: impl Into<String>) -> DraftE
 }
 
 impl Eagle3Head {
+    /// `fc`, the layer's projections and MLP, and the LM head.
+    pub fn linears(&self) -> Vec<&Linear> {
+        let layer = &self.layer;
+        let mut out = vec![&self.fc];
+        out.extend(layer.qkv.linears());
+        out.push(&layer.o_proj);
+        out.extend(layer.mlp.linears());
+        out.push(&self.lm_head);
+        out
+    }
+
     /// Loads the head's weights; `trainable` makes every weight take gradients (training). Returns the
     /// target taps the head reads.
     pub fn load(dir: &Path, target: &Transformer, trainable: bool) -> Result<(Self, Vec<Tap>)> {
@@ -322,7 +333,8 @@ impl Eagle3Head {
             }
             _ => mask,
         };
-        let visible = mask.materialize(past, rows, embeddings.device())?;
+        // Over every position; cut to the keys the cache still holds (a bounded window).
+        let visible = cache.held_columns(mask.materialize(past, rows, embeddings.device())?);
         // n_i = stable context + depth + 1 in a tree: the row-sum of its mask (derivation.md §7).
         let mut q = q;
         if !self.query_scaling.is_off() {
