@@ -54,7 +54,11 @@ pub(crate) fn write_f32_safetensors(
                 .map_err(|e| format!("{name}: {e}"))
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    safetensors::serialize_to_file(views, None, path).map_err(|e| e.to_string())
+    // Written beside and renamed over: a reader never sees half a file, and a process that maps the
+    // old file (a CPU model loads in place) keeps reading the old bytes.
+    let partial = path.with_extension("safetensors.partial");
+    safetensors::serialize_to_file(views, None, &partial).map_err(|e| e.to_string())?;
+    std::fs::rename(&partial, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Writes a trained drafter in its published layout: `config` with `training_length` recorded and the

@@ -4,7 +4,7 @@ use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::tokenizer::TextTokenizer;
 use crate::transformer::Transformer;
-use crate::weights::{checkpoint_files, hf_route, load_strict};
+use crate::weights::{checkpoint_files, hf_route, load_mapped, load_strict, MappedCheckpoint};
 use std::path::{Path, PathBuf};
 use tch::{nn::VarStore, Device, Kind};
 
@@ -14,6 +14,9 @@ pub struct CausalLm {
     pub net: Transformer,
     pub tokenizer: Option<TextTokenizer>,
     pub dir: PathBuf,
+    /// The checkpoint file, when variables use it in place (a CPU model in the file's dtype); declared
+    /// after `vars` and `net` so that it is dropped after them.
+    mapped: MappedCheckpoint,
 }
 
 /// `f32`, `bf16` or `f16`.
@@ -29,9 +32,25 @@ pub fn parse_kind(name: &str) -> Result<Kind> {
     }
 }
 
+/// How the weights get from the checkpoint file into the model's variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightLoading {
+    /// Each variable is allocated and filled with a converted copy (any dtype, any device).
+    Copy,
+    /// CPU variables in the file's own dtype use the mapped file as their storage (no copy; the rest
+    /// are copied).
+    InPlace,
+}
+
 impl CausalLm {
-    /// Loads `dir` (config.json, model.safetensors or shards, optional tokenizer files) in `kind` on `device`.
+    /// Loads `dir` (config.json, model.safetensors or shards, optional tokenizer files) in `kind` on `device`,
+    /// in place where it can ([`WeightLoading::InPlace`]).
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
+        Self::load_as(dir, device, kind, WeightLoading::InPlace)
+    }
+
+    /// [`Self::load`] with the weights loaded as `loading` says (the load benchmark compares both).
+    pub fn load_as(dir: &Path, device: Device, kind: Kind, loading: WeightLoading) -> Result<Self> {
         if !dir.is_dir() {
             return Err(ModelError::io(dir, "not a model folder"));
         }
@@ -42,7 +61,14 @@ impl CausalLm {
         // Convert before filling, so that copies cast straight into the final kind.
         vars.set_kind(kind);
         net.set_kind(kind);
-        load_strict(&mut vars, &checkpoint_files(dir)?, hf_route(tied))?;
+        let files = checkpoint_files(dir)?;
+        let mapped = match loading {
+            WeightLoading::InPlace => load_mapped(&mut vars, &files, hf_route(tied))?.1,
+            WeightLoading::Copy => {
+                load_strict(&mut vars, &files, hf_route(tied))?;
+                MappedCheckpoint::none()
+            }
+        };
         let tokenizer = if dir.join("tokenizer.json").exists() {
             Some(TextTokenizer::load(dir)?)
         } else {
@@ -65,7 +91,13 @@ impl CausalLm {
             net,
             tokenizer,
             dir: dir.to_path_buf(),
+            mapped,
         })
+    }
+
+    /// Bytes of weights that are the mapped checkpoint file itself (no copy was made).
+    pub fn mapped_weight_bytes(&self) -> usize {
+        self.mapped.in_place_bytes()
     }
 
     pub fn tokenizer(&self) -> Result<&TextTokenizer> {

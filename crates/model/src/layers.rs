@@ -7,6 +7,13 @@ use crate::rope;
 use std::sync::OnceLock;
 use tch::{nn, Kind, Tensor};
 
+/// A frozen variable a checkpoint fills: allocated, not initialised, so that its memory is committed
+/// only when the load writes it, or never, when the load maps the file in place (loading never holds a
+/// zero-filled model beside the real one). Strict loading fails on any variable the file lacks.
+pub fn declare_frozen(p: &nn::Path, name: &str, dims: &[i64]) -> Tensor {
+    p.add(name, Tensor::empty(dims, (Kind::Float, p.device())), false)
+}
+
 /// A low-rank branch added to a linear map's output, `y += scale * (x A^T) B^T`: LoRA kept apart from
 /// the weight ("unmerged"). The tensors are shared with whoever trains them (updated in place).
 pub struct LowRank {
@@ -39,7 +46,7 @@ impl Linear {
             if trainable {
                 p.zeros(name, dims)
             } else {
-                p.zeros_no_train(name, dims)
+                declare_frozen(&p, name, dims)
             }
         };
         let weight = var("weight", &[outputs, inputs]);
@@ -104,7 +111,7 @@ impl RmsNorm {
         let weight = if trainable {
             p.ones("weight", &[size])
         } else {
-            p.zeros_no_train("weight", &[size])
+            declare_frozen(&p, "weight", &[size])
         };
         Self { weight, eps }
     }

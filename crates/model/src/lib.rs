@@ -24,7 +24,7 @@ pub mod transformer;
 pub mod weights;
 
 pub use attention_mass::{top_k_mass_batch, TopKMassBatch};
-pub use causal_lm::{parse_kind, CausalLm};
+pub use causal_lm::{parse_kind, CausalLm, WeightLoading};
 pub use config::{HfConfig, ModelConfig};
 pub use device::{cuda_available, parse_device};
 pub use error::{ModelError, Result};

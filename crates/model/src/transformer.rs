@@ -9,7 +9,7 @@
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::kv_cache::KvCache;
-use crate::layers::{Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
+use crate::layers::{declare_frozen, Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
 use crate::mask::AttentionMask;
 use crate::mask::KeySelection;
 use crate::query_scaling::{PassFactors, QueryScaling};
@@ -186,8 +186,11 @@ impl Transformer {
             })
             .collect();
         Self {
-            embed_tokens: (&model / "embed_tokens")
-                .zeros_no_train("weight", &[c.vocab_size, hidden]),
+            embed_tokens: declare_frozen(
+                &(&model / "embed_tokens"),
+                "weight",
+                &[c.vocab_size, hidden],
+            ),
             norm: RmsNorm::new(&model / "norm", hidden, c.rms_norm_eps),
             lm_head: (!c.tie_word_embeddings)
                 .then(|| Linear::new(root / "lm_head", hidden, c.vocab_size, false)),

@@ -1,11 +1,20 @@
 //! Strict checkpoint loading: every variable the architecture declares must be in the safetensors file(s)
 //! with its exact shape, and every tensor in the files must be used. All problems are reported at once.
+//!
+//! Two ways to fill a variable. Copying (any dtype or device): the file is mapped and each tensor is
+//! converted into the variable, after which its pages are released, so memory never holds the model
+//! twice. In place ([`load_mapped`], a CPU target whose file already holds its dtype): the variable's
+//! storage becomes the mapped file itself (copy-on-write, so a write never reaches the file), which
+//! costs no copy and no second set of pages; the mapping must then outlive the variables.
 
 use crate::error::{ModelError, Result};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use tch::{nn::VarStore, Kind, Tensor};
+use tch::{nn::VarStore, Device, Kind, Tensor};
+
+/// The page size the released ranges are aligned to (4 KiB; a larger page only releases less).
+const PAGE: usize = 4096;
 
 /// Tensors that some exports carry but no forward pass reads.
 const IGNORED_SUFFIXES: [&str; 1] = ["rotary_emb.inv_freq"];
@@ -69,6 +78,31 @@ fn kind_of(dtype: Dtype) -> Option<Kind> {
     })
 }
 
+/// Checkpoint files mapped copy-on-write whose bytes variables use as their storage (see
+/// [`load_mapped`]). Dropping it while those variables live would leave them pointing at nothing: keep
+/// it beside the VarStore, declared after it (fields drop in order).
+pub struct MappedCheckpoint {
+    /// Held, never read: the variables' storage lives in these mappings.
+    _maps: Vec<memmap2::MmapMut>,
+    /// Bytes of the variables that use the mapping in place.
+    in_place_bytes: usize,
+}
+
+impl MappedCheckpoint {
+    /// Nothing mapped (every variable holds its own copy).
+    pub fn none() -> Self {
+        Self {
+            _maps: Vec::new(),
+            in_place_bytes: 0,
+        }
+    }
+
+    /// Bytes of variables whose storage is the mapped file.
+    pub fn in_place_bytes(&self) -> usize {
+        self.in_place_bytes
+    }
+}
+
 /// Fills every variable of `vs` from `files`, converting dtypes; `route` maps each file tensor to a
 /// variable, a side tensor (returned) or nothing. Anything missing, mis-shaped or unroutable is reported.
 pub fn load_strict(
@@ -76,19 +110,52 @@ pub fn load_strict(
     files: &[PathBuf],
     route: impl Fn(&str) -> Route,
 ) -> Result<BTreeMap<String, Tensor>> {
+    fill(vs, files, route, false).map(|(side, _)| side)
+}
+
+/// [`load_strict`], with every CPU variable whose dtype the file already holds (and whose bytes are
+/// aligned for it) using the mapped file as its storage instead of a copy. The returned mapping must
+/// outlive `vs`.
+pub fn load_mapped(
+    vs: &mut VarStore,
+    files: &[PathBuf],
+    route: impl Fn(&str) -> Route,
+) -> Result<(BTreeMap<String, Tensor>, MappedCheckpoint)> {
+    fill(vs, files, route, true)
+}
+
+/// Row-major strides of `shape`.
+fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1i64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1].max(1);
+    }
+    strides
+}
+
+fn fill(
+    vs: &mut VarStore,
+    files: &[PathBuf],
+    route: impl Fn(&str) -> Route,
+    in_place: bool,
+) -> Result<(BTreeMap<String, Tensor>, MappedCheckpoint)> {
     let mut side = BTreeMap::new();
     let mut variables: BTreeMap<String, Tensor> = vs.variables().into_iter().collect();
     let mut problems = Vec::new();
     let mut unexpected = Vec::new();
     let mut maps = Vec::new();
+    let mut in_place_bytes = 0;
     for file in files {
         let handle = std::fs::File::open(file).map_err(|e| ModelError::io(file, e))?;
-        // SAFETY: the file is only read, and not expected to change while it is mapped.
-        let map = unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| ModelError::io(file, e))?;
+        // SAFETY: the file is not expected to change while it is mapped; the mapping is private
+        // (copy-on-write), so writes through a variable stay in this process.
+        let map = unsafe { memmap2::MmapOptions::new().map_copy(&handle) }
+            .map_err(|e| ModelError::io(file, e))?;
         maps.push((file.clone(), map));
     }
     tch::no_grad(|| -> Result<()> {
         for (file, map) in &maps {
+            let base = map.as_ptr() as usize;
             let tensors = SafeTensors::deserialize(map)
                 .map_err(|e| ModelError::io(file, format!("not a safetensors file: {e}")))?;
             for (name, view) in tensors.tensors() {
@@ -134,9 +201,49 @@ pub fn load_strict(
                     ));
                     continue;
                 }
-                let source = Tensor::f_from_data_size(view.data(), &shape, kind)?;
                 let mut target = var;
-                target.f_copy_(&source)?;
+                let data = view.data();
+                let aligned = (data.as_ptr() as usize).is_multiple_of(kind.elt_size_in_bytes());
+                // SAFETY: `data` lies inside `map`, alive for this whole function; the shape matches
+                // its length. A view, not a copy: the bytes are read once, by whatever uses it.
+                let file_view = || unsafe {
+                    Tensor::f_from_blob(
+                        data.as_ptr(),
+                        &shape,
+                        &contiguous_strides(&shape),
+                        kind,
+                        Device::Cpu,
+                    )
+                };
+                if in_place && aligned && target.kind() == kind && target.device() == Device::Cpu {
+                    // The returned MappedCheckpoint keeps `map` alive as long as the caller keeps
+                    // the variables.
+                    target.set_data(&file_view()?);
+                    in_place_bytes += data.len();
+                } else {
+                    // Converted straight from the mapped bytes (an unaligned tensor via one copy).
+                    let source = match aligned {
+                        true => file_view()?,
+                        false => Tensor::f_from_data_size(data, &shape, kind)?,
+                    };
+                    target.f_copy_(&source)?;
+                    drop(source);
+                    // The pages read for this tensor are in the variable now: give them back, so
+                    // that the model is never resident twice. Page-aligned inside the tensor's bytes.
+                    let start = (data.as_ptr() as usize - base).next_multiple_of(PAGE);
+                    let end = (data.as_ptr() as usize - base + data.len()) / PAGE * PAGE;
+                    if end > start {
+                        // SAFETY: a private file mapping; DONTNEED drops this process's clean copies
+                        // (nothing was written), and the bytes are re-read from the file if touched.
+                        let _ = unsafe {
+                            map.unchecked_advise_range(
+                                memmap2::UncheckedAdvice::DontNeed,
+                                start,
+                                end - start,
+                            )
+                        };
+                    }
+                }
             }
         }
         Ok(())
@@ -148,7 +255,18 @@ pub fn load_strict(
     );
     problems.extend(unexpected);
     if problems.is_empty() {
-        Ok(side)
+        let maps = if in_place_bytes > 0 {
+            maps.into_iter().map(|(_, map)| map).collect()
+        } else {
+            Vec::new()
+        };
+        Ok((
+            side,
+            MappedCheckpoint {
+                _maps: maps,
+                in_place_bytes,
+            },
+        ))
     } else {
         let path = files
             .iter()

@@ -3,7 +3,7 @@ mod common;
 
 use common::{expected, fixture, forward, load, max_abs_diff};
 use safetensors::SafeTensors;
-use sharpdraft_model::{CausalLm, HfConfig};
+use sharpdraft_model::{CausalLm, HfConfig, WeightLoading};
 use std::collections::HashMap;
 use std::path::Path;
 use tch::{Device, Kind};
@@ -239,4 +239,61 @@ mod fuzz {
             }
         }
     }
+}
+
+/// Logits of the first 4 prompt ids from a fresh cache.
+fn logits_of(model: &CausalLm) -> tch::Tensor {
+    let mut cache = model.net.new_cache(8);
+    forward(&model.net, &[5, 17, 42, 3], &mut cache)
+}
+
+#[test]
+fn an_in_place_load_maps_the_file_computes_what_a_copy_computes_and_never_writes_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = fixture("qwen2");
+    for name in ["config.json", "model.safetensors"] {
+        std::fs::copy(source.join(name), dir.path().join(name)).unwrap();
+    }
+    let file_before = std::fs::read(dir.path().join("model.safetensors")).unwrap();
+    let copied =
+        CausalLm::load_as(dir.path(), Device::Cpu, Kind::Float, WeightLoading::Copy).unwrap();
+    let mapped = CausalLm::load(dir.path(), Device::Cpu, Kind::Float).unwrap();
+    assert_eq!(copied.mapped_weight_bytes(), 0);
+    let weight_bytes: usize = mapped
+        .vars
+        .variables()
+        .values()
+        .map(|t| t.numel() * 4)
+        .sum();
+    assert_eq!(
+        mapped.mapped_weight_bytes(),
+        weight_bytes,
+        "every f32 weight in place"
+    );
+    assert!(logits_of(&mapped).equal(&logits_of(&copied)));
+    // A write through a variable (training, merged LoRA) stays in this process.
+    for (_, mut t) in mapped.vars.variables() {
+        tch::no_grad(|| {
+            let _ = t.g_add_scalar_(1.0);
+        });
+    }
+    assert!(!logits_of(&mapped).equal(&logits_of(&copied)));
+    assert_eq!(
+        std::fs::read(dir.path().join("model.safetensors")).unwrap(),
+        file_before
+    );
+    drop(mapped);
+    let again = CausalLm::load(dir.path(), Device::Cpu, Kind::Float).unwrap();
+    assert!(logits_of(&again).equal(&logits_of(&copied)));
+}
+
+#[test]
+fn a_load_in_another_dtype_copies_every_weight() {
+    let model = CausalLm::load(&fixture("qwen2"), Device::Cpu, Kind::BFloat16).unwrap();
+    assert_eq!(model.mapped_weight_bytes(), 0);
+    assert!(model
+        .vars
+        .variables()
+        .values()
+        .all(|t| t.kind() == Kind::BFloat16));
 }

@@ -18,6 +18,10 @@ pub enum BenchCommand {
     Scaling(super::bench_scaling::ScalingBenchArgs),
     /// The target's greedy answers to chat prompts one at a time and in packed batches, side by side.
     Continuations(super::bench_continuations::ContinuationsBenchArgs),
+    /// Load time and memory of a target, weights copied against mapped in place.
+    Load(super::bench_load::LoadBenchArgs),
+    /// The cost of one target pass against its row count (decode step, verification), next to bounds.
+    Rows(super::bench_rows::RowsBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -111,6 +115,8 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Decode(args) => args,
         BenchCommand::Scaling(args) => return super::bench_scaling::run(args),
         BenchCommand::Continuations(args) => return super::bench_continuations::run(args),
+        BenchCommand::Load(args) => return super::bench_load::run(args),
+        BenchCommand::Rows(args) => return super::bench_rows::run(args),
     };
     let threads = args.threads.unwrap_or_else(tch::get_num_threads);
     tch::set_num_threads(threads);

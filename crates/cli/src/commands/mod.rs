@@ -1,6 +1,8 @@
 pub mod adapt;
 pub mod bench;
 pub mod bench_continuations;
+pub mod bench_load;
+pub mod bench_rows;
 pub mod bench_scaling;
 pub mod derive;
 pub mod experiment;

@@ -1,0 +1,201 @@
+//! `sharpdraft bench rows`: what one forward pass of the target costs against how many rows it carries
+//! (1 is a decode step, K + 1 a verification of K drafts), after a prompt of `--context` tokens, next to
+//! the memory bound (every weight read once) and the compute bound (2 flops per weight per row at the
+//! machine's measured matmul rate). Two of its linear maps (an MLP projection and the LM head, random
+//! weights of their shapes) are timed alone, as `linear` computes them and against weights kept
+//! transposed, to show where the time of small row counts goes.
+
+use anyhow::Result;
+use clap::Args;
+use serde::Serialize;
+use sharpdraft_model::generate::prefill;
+use sharpdraft_model::{parse_kind, registry, CausalLm, ForwardInput, LogitRows};
+use std::time::Instant;
+use tch::{Device, Kind, Tensor};
+
+#[derive(Args, Debug)]
+pub struct RowsBenchArgs {
+    #[arg(long, default_value = "smollm2-135m-instruct")]
+    pub target: String,
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Row counts of the passes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,3,4,5,6,8,12,16,32,64"
+    )]
+    pub rows: Vec<i64>,
+    /// Prompt tokens in the cache before each pass.
+    #[arg(long, default_value_t = 256)]
+    pub context: i64,
+    /// Timed passes per row count (after one untimed).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    /// Store every linear map's weight column-major (`[out, in]` viewed over `[in, out]` memory) before
+    /// timing.
+    #[arg(long)]
+    pub column_major: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Row {
+    rows: i64,
+    pass_ms: f64,
+    /// pass_ms / the one-row pass.
+    relative_to_one_row: f64,
+    memory_bound_ms: f64,
+    compute_bound_ms: f64,
+    /// `up_proj` alone, through `linear` (weights `[out, in]`).
+    mlp_linear_ms: f64,
+    /// The same product against the weights stored transposed (`[in, out]`, `x.mm(w_t)`).
+    mlp_transposed_ms: f64,
+    /// The LM head `[vocab, hidden]` alone, through `linear`.
+    head_linear_ms: f64,
+    head_transposed_ms: f64,
+    /// The LM head as `W x^T` (the weight as the left operand), transposed back.
+    head_weight_first_ms: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    threads: i32,
+    weight_bytes: usize,
+    bandwidth_gb_s: f64,
+    matmul_gflops: f64,
+    rows: Vec<Row>,
+}
+
+fn median_ms(mut run: impl FnMut(), repeats: usize) -> f64 {
+    run();
+    let mut times: Vec<f64> = (0..repeats.max(1))
+        .map(|_| {
+            let started = Instant::now();
+            run();
+            started.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// Read bandwidth in bytes/s: summing a buffer far larger than the caches.
+fn read_bandwidth() -> f64 {
+    let elements = 128 * 1024 * 1024; // 512 MB of f32
+    let x = Tensor::ones([elements], (Kind::Float, Device::Cpu));
+    let ms = median_ms(
+        || {
+            let _ = x.sum(Kind::Float).double_value(&[]);
+        },
+        5,
+    );
+    (elements * 4) as f64 / (ms / 1e3)
+}
+
+/// Flops/s of a large square f32 matmul.
+fn matmul_rate() -> f64 {
+    let n = 1024;
+    let a = Tensor::rand([n, n], (Kind::Float, Device::Cpu));
+    let ms = median_ms(
+        || {
+            let _ = a.mm(&a);
+        },
+        5,
+    );
+    (2 * n * n * n) as f64 / (ms / 1e3)
+}
+
+pub fn run(args: &RowsBenchArgs) -> Result<()> {
+    let _guard = tch::no_grad_guard();
+    let dir = registry::resolve(&args.target)?;
+    let model = CausalLm::load(&dir, Device::Cpu, parse_kind(&args.dtype)?)?;
+    if args.column_major {
+        for linear in model.net.linears() {
+            let mut w = linear.weight.shallow_clone();
+            let column_major = w.tr().contiguous().tr();
+            w.set_data(&column_major);
+        }
+    }
+    let net = &model.net;
+    let (weight_bytes, weight_elements): (usize, usize) = (model.vars.variables().values())
+        .map(|t| (t.numel() * t.kind().elt_size_in_bytes(), t.numel()))
+        .fold((0, 0), |(b, e), (tb, te)| (b + tb, e + te));
+    let (bandwidth, flops) = (read_bandwidth(), matmul_rate());
+    let vocab = net.config.vocab_size;
+    let prompt: Vec<i64> = (0..args.context).map(|i| (i * 7919 + 13) % vocab).collect();
+    let max_rows = args.rows.iter().copied().max().unwrap_or(1);
+    let mut cache = net.new_cache(args.context + max_rows);
+    let _ = prefill(net, &prompt, &mut cache)?;
+    let (hidden, intermediate) = (net.config.hidden_size, net.config.intermediate_size);
+    let up = Tensor::randn([intermediate, hidden], (net.kind(), Device::Cpu));
+    let up_t = up.transpose(0, 1).contiguous();
+    let head = Tensor::randn([vocab, hidden], (net.kind(), Device::Cpu));
+    let head_t = head.transpose(0, 1).contiguous();
+    let mut rows = Vec::new();
+    let mut one_row_ms = None;
+    for &r in &args.rows {
+        let ids = Tensor::from_slice(&prompt[..r as usize]);
+        let positions =
+            Tensor::arange_start(args.context, args.context + r, (Kind::Int64, Device::Cpu));
+        let pass_ms = median_ms(
+            || {
+                let input = ForwardInput {
+                    logits: LogitRows::All,
+                    ..ForwardInput::causal(&ids, &positions)
+                };
+                let mut speculation = cache.speculate();
+                let _ = net
+                    .forward(input, &mut *speculation)
+                    .expect("a pass that fits the cache");
+            },
+            args.repeats,
+        );
+        let x = Tensor::randn([r, hidden], (net.kind(), Device::Cpu));
+        let linear_ms = |w: &Tensor| median_ms(|| drop(x.linear::<Tensor>(w, None)), args.repeats);
+        let transposed_ms = |w_t: &Tensor| median_ms(|| drop(x.mm(w_t)), args.repeats);
+        let one = *one_row_ms.get_or_insert(pass_ms);
+        let row = Row {
+            rows: r,
+            pass_ms,
+            relative_to_one_row: pass_ms / one,
+            memory_bound_ms: weight_bytes as f64 / bandwidth * 1e3,
+            compute_bound_ms: 2.0 * weight_elements as f64 * r as f64 / flops * 1e3,
+            mlp_linear_ms: linear_ms(&up),
+            mlp_transposed_ms: transposed_ms(&up_t),
+            head_linear_ms: linear_ms(&head),
+            head_transposed_ms: transposed_ms(&head_t),
+            head_weight_first_ms: median_ms(
+                || drop(head.mm(&x.tr()).tr().contiguous()),
+                args.repeats,
+            ),
+        };
+        if !args.json {
+            println!(
+                "{:>3} rows: pass {:>8.1} ms ({:>5.2}x one row) | bounds: memory {:>7.1} ms, compute {:>7.1} ms | up_proj {hidden}->{intermediate}: linear {:>6.2} ms, transposed {:>6.2} ms | head {hidden}->{vocab}: linear {:>6.2} ms, transposed {:>6.2} ms, weight first {:>6.2} ms",
+                row.rows, row.pass_ms, row.relative_to_one_row, row.memory_bound_ms, row.compute_bound_ms, row.mlp_linear_ms, row.mlp_transposed_ms, row.head_linear_ms, row.head_transposed_ms, row.head_weight_first_ms
+            );
+        }
+        rows.push(row);
+    }
+    let report = Report {
+        threads: tch::get_num_threads(),
+        weight_bytes,
+        bandwidth_gb_s: bandwidth / 1e9,
+        matmul_gflops: flops / 1e9,
+        rows,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "threads {}, weights {:.2} GB, read bandwidth {:.1} GB/s, matmul {:.1} GFLOP/s",
+            report.threads,
+            weight_bytes as f64 / 1e9,
+            report.bandwidth_gb_s,
+            report.matmul_gflops
+        );
+    }
+    Ok(())
+}
