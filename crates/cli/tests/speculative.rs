@@ -417,3 +417,67 @@ fn tau_adapting_every_request_keeps_one_drafter_over_the_prompts() {
     assert_eq!(rows[0]["update_seconds"], 0.0);
     assert!(rows[1]["update_seconds"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn bench_load_maps_the_weights_in_place_and_holds_no_more_than_a_copy() {
+    if !fetched() {
+        return;
+    }
+    let rows = run(&[
+        "bench",
+        "load",
+        "--target",
+        "smollm2-135m-instruct",
+        "--repeats",
+        "1",
+        "--json",
+    ]);
+    let (copy, in_place) = (&rows[0], &rows[1]);
+    assert_eq!(
+        (copy["loading"].as_str(), in_place["loading"].as_str()),
+        (Some("copy"), Some("in-place"))
+    );
+    assert_eq!(copy["mapped_bytes"], 0);
+    assert_eq!(
+        in_place["mapped_bytes"], in_place["weight_bytes"],
+        "{in_place}"
+    );
+    let bytes = |row: &Value, key: &str| row[key].as_u64().unwrap();
+    assert!(bytes(in_place, "load_peak_bytes") < bytes(copy, "load_peak_bytes"));
+    assert!(bytes(in_place, "peak_bytes") <= bytes(copy, "peak_bytes"));
+}
+
+#[test]
+fn bench_rows_times_a_pass_per_row_count_next_to_its_bounds() {
+    if !fetched() {
+        return;
+    }
+    let report = run(&[
+        "bench",
+        "rows",
+        "--target",
+        "smollm2-135m-instruct",
+        "--rows",
+        "1,5",
+        "--context",
+        "32",
+        "--repeats",
+        "1",
+        "--json",
+    ]);
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["relative_to_one_row"], 1.0);
+    for row in rows {
+        for key in [
+            "pass_ms",
+            "memory_bound_ms",
+            "compute_bound_ms",
+            "head_linear_ms",
+        ] {
+            let ms = row[key].as_f64().unwrap();
+            assert!(ms.is_finite() && ms > 0.0, "{key}: {row}");
+        }
+    }
+    assert!(report["bandwidth_gb_s"].as_f64().unwrap() > 0.0);
+}
