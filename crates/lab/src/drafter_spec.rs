@@ -26,7 +26,7 @@ use sharpdraft_draft::retrieval::{RetrievalConfig, RetrievingDrafter};
 use sharpdraft_draft::{
     DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
 };
-use sharpdraft_model::{registry, CausalLm, KeySelection, Sampling};
+use sharpdraft_model::{parse_kind, registry, CausalLm, KeySelection, Sampling};
 
 /// The drafting methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +99,11 @@ pub struct DrafterSpec {
     /// Online adaptation from verification (full or LoRA); none by default.
     #[serde(default)]
     pub adapt: Option<AdaptConfig>,
+    /// The dtype of a drafter that holds its own weights (vanilla, PARD): `f32`, `bf16` or `f16`; the
+    /// target's by default. On a CPU a bf16 drafter reads half the bytes per draft while the target
+    /// verifies in f32, so the output stays the f32 target's own.
+    #[serde(default)]
+    pub dtype: Option<String>,
 }
 
 impl DrafterSpec {
@@ -113,6 +118,7 @@ impl DrafterSpec {
             window: None,
             retrieval: None,
             adapt: None,
+            dtype: None,
         }
     }
 
@@ -149,6 +155,15 @@ impl DrafterSpec {
         }
         if let Some(adapt) = &self.adapt {
             adapt.validate().map_err(LabError::Invalid)?;
+        }
+        if let Some(dtype) = &self.dtype {
+            ensure!(
+                matches!(self.method, DraftMethod::Vanilla | DraftMethod::Pard),
+                "dtype (--drafter-dtype) {dtype}: only vanilla and PARD drafters hold all their own weights; {} shares the target's and runs in its dtype",
+                self.method.name()
+            );
+            parse_kind(dtype)
+                .map_err(|e| LabError::Invalid(format!("dtype (--drafter-dtype): {e}")))?;
         }
         Ok(())
     }
@@ -212,7 +227,8 @@ impl LoadedDrafter {
 
 /// Loads the drafter of `spec` for `target`, with its query scaling set. `positions` counts the
 /// committed positions its caches must hold (prompt and new tokens); each drafter adds room for its own
-/// drafts. Vanilla and PARD drafters load on the target's device and dtype.
+/// drafts. Vanilla and PARD drafters load on the target's device, in the target's dtype unless the
+/// specification names their own.
 pub fn load(
     spec: &DrafterSpec,
     target: &CausalLm,
@@ -224,8 +240,12 @@ pub fn load(
     let dir = registry::resolve(name)?;
     expect_kind(&dir, spec.method.name()).with_context(|| format!("drafter {name}"))?;
     let capacity = positions + spec.draft_len as i64 + 1;
+    let kind = match &spec.dtype {
+        Some(dtype) => parse_kind(dtype)?,
+        None => target.net.kind(),
+    };
     let small_lm = || -> Result<CausalLm> {
-        CausalLm::load(&dir, target.net.device(), target.net.kind())
+        CausalLm::load(&dir, target.net.device(), kind)
             .with_context(|| format!("loading drafter {name}"))
     };
     let mut loaded = match spec.method {

@@ -82,7 +82,16 @@ impl Linear {
 
     /// `[.., in] -> [.., out]`.
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        let y = x.linear(&self.weight, self.bias.as_ref());
+        // A few rows on a CPU (a verification pass): a kernel that reads the weight once (few_rows.rs).
+        let few_rows = crate::few_rows::kernel_threads()
+            .and_then(|threads| crate::few_rows::linear(x, &self.weight, threads));
+        let y = match few_rows {
+            Some(y) => match &self.bias {
+                Some(bias) => y + bias,
+                None => y,
+            },
+            None => x.linear(&self.weight, self.bias.as_ref()),
+        };
         match self.low_rank.get() {
             None => y,
             Some(branch) => {

@@ -7,6 +7,7 @@ pub mod causal_lm;
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod few_rows;
 pub mod generate;
 pub mod gguf;
 pub mod gguf_check;

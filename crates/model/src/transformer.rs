@@ -289,6 +289,18 @@ impl Transformer {
         cache: &mut KvCache,
     ) -> Result<ForwardOutput> {
         let rows = input.ids.size().first().copied().unwrap_or(0);
+        // A few rows of a frozen f32 CPU model (a verification pass): the whole pass with the kernel
+        // that reads each weight once (few_rows.rs).
+        let frozen = self
+            .layers
+            .first()
+            .is_none_or(|l| !l.mlp.up_proj.weight.requires_grad());
+        if frozen
+            && crate::few_rows::automatic()
+            && crate::few_rows::takes(rows, self.device, self.kind)
+        {
+            return crate::few_rows::with_kernel(|| self.forward(input, cache));
+        }
         if input.ids.dim() != 1 || rows == 0 || input.positions.size() != [rows] {
             return Err(ModelError::tensor(
                 "ids",

@@ -1,15 +1,16 @@
 //! `sharpdraft bench rows`: what one forward pass of the target costs against how many rows it carries
 //! (1 is a decode step, K + 1 a verification of K drafts), after a prompt of `--context` tokens, next to
 //! the memory bound (every weight read once) and the compute bound (2 flops per weight per row at the
-//! machine's measured matmul rate). Two of its linear maps (an MLP projection and the LM head, random
-//! weights of their shapes) are timed alone, as `linear` computes them and against weights kept
-//! transposed, to show where the time of small row counts goes.
+//! machine's measured matmul rate), as the workbench runs it (the few-row kernel for 4..=8 rows, see
+//! crates/model/src/few_rows.rs) and with libtorch's matrix products alone. The LM head (random weights
+//! of its shape) is timed alone too: through `linear`, against weights kept transposed, and through the
+//! kernel.
 
 use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_model::generate::prefill;
-use sharpdraft_model::{parse_kind, registry, CausalLm, ForwardInput, LogitRows};
+use sharpdraft_model::{few_rows, parse_kind, registry, CausalLm, ForwardInput, LogitRows};
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
@@ -43,20 +44,20 @@ pub struct RowsBenchArgs {
 #[derive(Serialize)]
 struct Row {
     rows: i64,
+    /// The pass as the workbench runs it (the few-row kernel for 4..=8 rows of an f32 CPU model).
     pass_ms: f64,
-    /// pass_ms / the one-row pass.
+    /// The same pass with libtorch's matrix products alone.
+    libtorch_pass_ms: f64,
+    /// pass_ms / the first row count's pass (one row).
     relative_to_one_row: f64,
     memory_bound_ms: f64,
     compute_bound_ms: f64,
-    /// `up_proj` alone, through `linear` (weights `[out, in]`).
-    mlp_linear_ms: f64,
-    /// The same product against the weights stored transposed (`[in, out]`, `x.mm(w_t)`).
-    mlp_transposed_ms: f64,
-    /// The LM head `[vocab, hidden]` alone, through `linear`.
+    /// The LM head `[vocab, hidden]` alone, through `linear` (weights `[out, in]`).
     head_linear_ms: f64,
+    /// The same product against the weights stored transposed (`[in, out]`, `x.mm(w_t)`).
     head_transposed_ms: f64,
-    /// The LM head as `W x^T` (the weight as the left operand), transposed back.
-    head_weight_first_ms: f64,
+    /// The LM head through the few-row kernel, where it applies.
+    head_kernel_ms: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -128,53 +129,54 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
     let max_rows = args.rows.iter().copied().max().unwrap_or(1);
     let mut cache = net.new_cache(args.context + max_rows);
     let _ = prefill(net, &prompt, &mut cache)?;
-    let (hidden, intermediate) = (net.config.hidden_size, net.config.intermediate_size);
-    let up = Tensor::randn([intermediate, hidden], (net.kind(), Device::Cpu));
-    let up_t = up.transpose(0, 1).contiguous();
+    let hidden = net.config.hidden_size;
     let head = Tensor::randn([vocab, hidden], (net.kind(), Device::Cpu));
     let head_t = head.transpose(0, 1).contiguous();
+    let threads = tch::get_num_threads().max(1) as usize;
     let mut rows = Vec::new();
     let mut one_row_ms = None;
     for &r in &args.rows {
         let ids = Tensor::from_slice(&prompt[..r as usize]);
         let positions =
             Tensor::arange_start(args.context, args.context + r, (Kind::Int64, Device::Cpu));
-        let pass_ms = median_ms(
-            || {
-                let input = ForwardInput {
-                    logits: LogitRows::All,
-                    ..ForwardInput::causal(&ids, &positions)
-                };
-                let mut speculation = cache.speculate();
-                let _ = net
-                    .forward(input, &mut *speculation)
-                    .expect("a pass that fits the cache");
-            },
-            args.repeats,
-        );
+        let mut pass = || {
+            let input = ForwardInput {
+                logits: LogitRows::All,
+                ..ForwardInput::causal(&ids, &positions)
+            };
+            let mut speculation = cache.speculate();
+            let _ = net
+                .forward(input, &mut *speculation)
+                .expect("a pass that fits the cache");
+        };
+        let pass_ms = median_ms(&mut pass, args.repeats);
+        let libtorch_pass_ms = median_ms(|| few_rows::without_kernel(&mut pass), args.repeats);
         let x = Tensor::randn([r, hidden], (net.kind(), Device::Cpu));
-        let linear_ms = |w: &Tensor| median_ms(|| drop(x.linear::<Tensor>(w, None)), args.repeats);
-        let transposed_ms = |w_t: &Tensor| median_ms(|| drop(x.mm(w_t)), args.repeats);
         let one = *one_row_ms.get_or_insert(pass_ms);
         let row = Row {
             rows: r,
             pass_ms,
+            libtorch_pass_ms,
             relative_to_one_row: pass_ms / one,
             memory_bound_ms: weight_bytes as f64 / bandwidth * 1e3,
             compute_bound_ms: 2.0 * weight_elements as f64 * r as f64 / flops * 1e3,
-            mlp_linear_ms: linear_ms(&up),
-            mlp_transposed_ms: transposed_ms(&up_t),
-            head_linear_ms: linear_ms(&head),
-            head_transposed_ms: transposed_ms(&head_t),
-            head_weight_first_ms: median_ms(
-                || drop(head.mm(&x.tr()).tr().contiguous()),
-                args.repeats,
-            ),
+            head_linear_ms: median_ms(|| drop(x.linear::<Tensor>(&head, None)), args.repeats),
+            head_transposed_ms: median_ms(|| drop(x.mm(&head_t)), args.repeats),
+            head_kernel_ms: few_rows::takes(r, Device::Cpu, net.kind())
+                .then(|| median_ms(|| drop(few_rows::linear(&x, &head, threads)), args.repeats)),
         };
         if !args.json {
             println!(
-                "{:>3} rows: pass {:>8.1} ms ({:>5.2}x one row) | bounds: memory {:>7.1} ms, compute {:>7.1} ms | up_proj {hidden}->{intermediate}: linear {:>6.2} ms, transposed {:>6.2} ms | head {hidden}->{vocab}: linear {:>6.2} ms, transposed {:>6.2} ms, weight first {:>6.2} ms",
-                row.rows, row.pass_ms, row.relative_to_one_row, row.memory_bound_ms, row.compute_bound_ms, row.mlp_linear_ms, row.mlp_transposed_ms, row.head_linear_ms, row.head_transposed_ms, row.head_weight_first_ms
+                "{:>3} rows: pass {:>7.1} ms ({:>4.2}x one row; libtorch alone {:>7.1} ms) | bounds: memory {:>6.1} ms, compute {:>6.1} ms | head {hidden}->{vocab}: linear {:>6.2} ms, transposed {:>6.2} ms, kernel {}",
+                row.rows,
+                row.pass_ms,
+                row.relative_to_one_row,
+                row.libtorch_pass_ms,
+                row.memory_bound_ms,
+                row.compute_bound_ms,
+                row.head_linear_ms,
+                row.head_transposed_ms,
+                row.head_kernel_ms.map_or("-".to_string(), |ms| format!("{ms:.2} ms")),
             );
         }
         rows.push(row);

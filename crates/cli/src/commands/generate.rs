@@ -115,6 +115,9 @@ pub struct DrafterArgs {
     pub retrieval_every: usize,
     #[command(flatten)]
     pub adapt: AdaptArgs,
+    /// The drafter's own dtype (vanilla, PARD): f32, bf16 or f16; the target's (--dtype) by default.
+    #[arg(long, requires = "drafter")]
+    pub drafter_dtype: Option<String>,
 }
 
 impl DrafterArgs {
@@ -142,6 +145,7 @@ impl DrafterArgs {
                 every: self.retrieval_every,
             }),
             adapt: self.adapt.config(),
+            dtype: self.drafter_dtype.clone(),
         }
     }
 }

@@ -1,0 +1,311 @@
+//! A linear map over a few rows (4..=8: a verification pass of a few drafts) that reads each weight
+//! once. libtorch's CPU GEMM switches at 4 rows to a kernel that first packs the whole weight matrix,
+//! which doubles the bytes a pass moves (`sharpdraft bench rows`: 4 rows of Qwen2.5-Coder-1.5B in f32
+//! cost 2.0x one row). Decoding on a CPU is bound by reading the weights, so here each weight row is
+//! streamed once and multiplied into every input row while it is in a register.
+//!
+//! Shapes: `x [M, in]`, `weight [out, in]` (row-major, as checkpoints store it), result `[M, out]`. Used
+//! only for contiguous f32 CPU tensors outside autograd on a CPU with AVX2 and FMA (AVX-512 where
+//! present); anything else returns `None` and goes through libtorch.
+
+use std::cell::Cell;
+use tch::{Device, Kind, Tensor};
+
+/// Row counts this kernel takes. Up to 3 rows libtorch's own kernel is bandwidth-bound already;
+/// from 9 rows a second read of the weights costs what libtorch's packing does.
+pub const ROWS: std::ops::RangeInclusive<i64> = 4..=8;
+
+/// Whether this thread's passes may use the kernel.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Passes of a few rows switch it on (the default).
+    Automatic,
+    /// Inside a pass that uses it, on this many threads.
+    Inside(usize),
+    /// Inside [`without_kernel`]: libtorch only.
+    Bypassed,
+}
+
+thread_local! {
+    static MODE: Cell<Mode> = const { Cell::new(Mode::Automatic) };
+}
+
+fn with_mode<T>(mode: Mode, pass: impl FnOnce() -> T) -> T {
+    /// Puts the thread's mode back, also when the pass unwinds.
+    struct Restore(Mode);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            MODE.with(|m| m.set(self.0));
+        }
+    }
+    let _restore = Restore(MODE.with(|m| m.replace(mode)));
+    pass()
+}
+
+/// Passes inside [`with_kernel`] now, over all threads, and libtorch's thread count before the first.
+static ACTIVE: std::sync::Mutex<(usize, i32)> = std::sync::Mutex::new((0, 0));
+
+/// libtorch single-threaded while any pass on any thread uses the kernel: the first pass in saves the
+/// thread count, the last one out restores it (also when a pass unwinds).
+struct LibtorchStepsAside;
+
+impl LibtorchStepsAside {
+    /// The kernel's threads: libtorch's count before it stepped aside.
+    fn enter() -> (Self, usize) {
+        let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+        if active.0 == 0 {
+            active.1 = tch::get_num_threads().max(1);
+            tch::set_num_threads(1);
+        }
+        active.0 += 1;
+        (Self, active.1 as usize)
+    }
+}
+
+impl Drop for LibtorchStepsAside {
+    fn drop(&mut self) {
+        let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+        active.0 -= 1;
+        if active.0 == 0 {
+            tch::set_num_threads(active.1);
+        }
+    }
+}
+
+/// Runs `pass` with this kernel on for the linear maps it calls ([`kernel_threads`]), on libtorch's
+/// thread count, while libtorch itself runs single-threaded: its idle OpenMP workers spin on the cores
+/// this kernel's threads need (measured: the kernel alone beat libtorch, inside a pass it lost until
+/// libtorch stepped aside).
+pub fn with_kernel<T>(pass: impl FnOnce() -> T) -> T {
+    let (_aside, threads) = LibtorchStepsAside::enter();
+    with_mode(Mode::Inside(threads), pass)
+}
+
+/// Runs `pass` with libtorch's own matrix products only (the benchmark's side-by-side baseline).
+pub fn without_kernel<T>(pass: impl FnOnce() -> T) -> T {
+    with_mode(Mode::Bypassed, pass)
+}
+
+/// The kernel's threads inside [`with_kernel`], `None` elsewhere.
+pub fn kernel_threads() -> Option<usize> {
+    match MODE.with(Cell::get) {
+        Mode::Inside(threads) => Some(threads),
+        _ => None,
+    }
+}
+
+/// Whether a pass starting now may switch the kernel on (not inside another, not bypassed).
+pub fn automatic() -> bool {
+    MODE.with(Cell::get) == Mode::Automatic
+}
+
+/// Whether a pass of `rows` rows in `kind` on `device` runs with this kernel on this CPU.
+pub fn takes(rows: i64, device: Device, kind: Kind) -> bool {
+    ROWS.contains(&rows) && device == Device::Cpu && kind == Kind::Float && cpu_has_kernel()
+}
+
+fn cpu_has_kernel() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `x W^T` for `x [M, in]` with M in [`ROWS`] on `threads` threads, or `None` where this kernel does
+/// not apply.
+pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !cpu_has_kernel() {
+            return None;
+        }
+        let (rows, inputs) = x.size2().ok()?;
+        let (outputs, weight_inputs) = weight.size2().ok()?;
+        let applies = ROWS.contains(&rows)
+            && inputs == weight_inputs
+            && [x, weight].iter().all(|t| {
+                t.device() == Device::Cpu
+                    && t.kind() == Kind::Float
+                    && t.is_contiguous()
+                    && !t.requires_grad()
+            });
+        if !applies {
+            return None;
+        }
+        let out = Tensor::empty([rows, outputs], (Kind::Float, Device::Cpu));
+        let shape = Shape {
+            rows: rows as usize,
+            inputs: inputs as usize,
+            outputs: outputs as usize,
+        };
+        let pointers = Pointers {
+            x: x.data_ptr() as *const f32,
+            weight: weight.data_ptr() as *const f32,
+            out: out.data_ptr() as *mut f32,
+        };
+        let threads = threads.clamp(1, shape.outputs.div_ceil(256));
+        let per_thread = shape.outputs.div_ceil(threads);
+        std::thread::scope(|scope| {
+            for t in 1..threads {
+                let columns =
+                    (t * per_thread).min(shape.outputs)..((t + 1) * per_thread).min(shape.outputs);
+                // SAFETY: the tensors are contiguous f32 of `shape`, alive until the scope ends; each
+                // thread writes only its own columns of the fresh `out`.
+                scope.spawn(move || unsafe { multiply(pointers, shape, columns) });
+            }
+            // SAFETY: as above, for the first columns.
+            unsafe { multiply(pointers, shape, 0..per_thread.min(shape.outputs)) };
+        });
+        Some(out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, weight, threads);
+        None
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Shape {
+    rows: usize,
+    inputs: usize,
+    outputs: usize,
+}
+
+/// `x [rows, inputs]`, `weight [outputs, inputs]`, `out [rows, outputs]`.
+#[derive(Clone, Copy)]
+struct Pointers {
+    x: *const f32,
+    weight: *const f32,
+    out: *mut f32,
+}
+// SAFETY: the threads only read `x` and `weight` and write disjoint columns of `out`.
+unsafe impl Send for Pointers {}
+
+#[cfg(target_arch = "x86_64")]
+unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
+    let wide = std::arch::is_x86_feature_detected!("avx512f");
+    match (wide, shape.rows <= 4) {
+        (true, true) => paired_512::<4>(p, shape, columns),
+        (true, false) => paired_512::<8>(p, shape, columns),
+        (false, true) => rows_256_4(p, shape, columns),
+        (false, false) => rows_256_8(p, shape, columns),
+    }
+}
+
+/// Row `r` of `x`, or row 0 for the padding rows past `rows` (their results are not stored).
+#[cfg(target_arch = "x86_64")]
+fn x_row(p: Pointers, shape: Shape, r: usize) -> *const f32 {
+    p.x.wrapping_add(if r < shape.rows { r * shape.inputs } else { 0 })
+}
+
+/// Sum of 8 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn lane_sum_256(a: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let quad = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+    _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)))
+}
+
+/// One kernel per vector width and accumulator count, written out so that every accumulator stays in
+/// a register: for each weight row in `columns`, `$lanes` floats of it at a time are multiplied into one
+/// accumulator per input row (the rows stay in L1), then summed across lanes; rows past `shape.rows`
+/// are padding. The row two ahead is prefetched (the hardware prefetcher alone falls behind). Pointers
+/// move with `wrapping_add`: `add` carries a precondition check in debug builds that costs more than
+/// the arithmetic.
+macro_rules! rows_kernel {
+    ($name:ident, $feature:literal, $lanes:literal, $zero:ident, $load:ident, $fma:ident, $sum:ident,
+     $($acc:ident $row:ident $r:literal),+) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feature)]
+        unsafe fn $name(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
+            use std::arch::x86_64::*;
+            let k = shape.inputs;
+            let full = k / $lanes * $lanes;
+            $(let $row = x_row(p, shape, $r);)+
+            for column in columns {
+                let weight_row = p.weight.wrapping_add(column * k);
+                $(let mut $acc = $zero();)+
+                let mut i = 0usize;
+                while i < full {
+                    _mm_prefetch::<_MM_HINT_T0>(weight_row.wrapping_add(2 * k + i) as *const i8);
+                    let wv = $load(weight_row.wrapping_add(i));
+                    $($acc = $fma(wv, $load($row.wrapping_add(i)), $acc);)+
+                    i = i.wrapping_add($lanes);
+                }
+                $(
+                    if $r < shape.rows {
+                        let mut sum = $sum($acc);
+                        for j in full..k {
+                            sum += *weight_row.wrapping_add(j) * *$row.wrapping_add(j);
+                        }
+                        *p.out.wrapping_add($r * shape.outputs + column) = sum;
+                    }
+                )+
+            }
+        }
+    };
+}
+
+rows_kernel!(rows_256_4, "avx2,fma", 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps,
+    lane_sum_256, a0 x0 0, a1 x1 1, a2 x2 2, a3 x3 3);
+rows_kernel!(rows_256_8, "avx2,fma", 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps,
+    lane_sum_256, a0 x0 0, a1 x1 1, a2 x2 2, a3 x3 3, a4 x4 4, a5 x5 5, a6 x6 6, a7 x7 7);
+
+/// AVX-512, two weight rows at a time (two streams per thread, and each input load feeds two FMAs):
+/// 2 M accumulators, which const `M` lets the compiler keep in registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn paired_512<const M: usize>(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
+    use std::arch::x86_64::*;
+    let k = shape.inputs;
+    let full = k / 16 * 16;
+    let mut rows = [p.x; M];
+    for (r, row) in rows.iter_mut().enumerate() {
+        *row = x_row(p, shape, r);
+    }
+    let mut column = columns.start;
+    while column < columns.end {
+        let pair = column + 1 < columns.end;
+        let first = p.weight.wrapping_add(column * k);
+        // The lone last row of an odd range is paired with itself (its second result is dropped).
+        let second = if pair { first.wrapping_add(k) } else { first };
+        let mut acc_a = [_mm512_setzero_ps(); M];
+        let mut acc_b = [_mm512_setzero_ps(); M];
+        let mut i = 0usize;
+        while i < full {
+            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(2 * k + i) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(3 * k + i) as *const i8);
+            let wa = _mm512_loadu_ps(first.wrapping_add(i));
+            let wb = _mm512_loadu_ps(second.wrapping_add(i));
+            for r in 0..M {
+                let xv = _mm512_loadu_ps(rows[r].wrapping_add(i));
+                acc_a[r] = _mm512_fmadd_ps(wa, xv, acc_a[r]);
+                acc_b[r] = _mm512_fmadd_ps(wb, xv, acc_b[r]);
+            }
+            i = i.wrapping_add(16);
+        }
+        for r in 0..shape.rows.min(M) {
+            let (mut a, mut b) = (
+                _mm512_reduce_add_ps(acc_a[r]),
+                _mm512_reduce_add_ps(acc_b[r]),
+            );
+            for j in full..k {
+                let xj = *rows[r].wrapping_add(j);
+                a += *first.wrapping_add(j) * xj;
+                b += *second.wrapping_add(j) * xj;
+            }
+            *p.out.wrapping_add(r * shape.outputs + column) = a;
+            if pair {
+                *p.out.wrapping_add(r * shape.outputs + column + 1) = b;
+            }
+        }
+        column += 2;
+    }
+}

@@ -1,0 +1,77 @@
+//! The few-row kernel (verification passes of 4..=8 rows on a CPU) computes what libtorch computes.
+mod common;
+
+use common::{load, max_abs_diff};
+use sharpdraft_model::{few_rows, ForwardInput, LogitRows};
+use tch::{Device, Kind, Tensor};
+
+#[test]
+fn the_kernel_multiplies_like_libtorch_for_every_row_count_and_odd_shapes() {
+    let _guard = tch::no_grad_guard();
+    tch::manual_seed(0);
+    // Widths that are and are not multiples of the vector width; an odd number of weight rows.
+    for (outputs, inputs) in [(37, 16), (257, 50), (1001, 576)] {
+        let weight = Tensor::randn([outputs, inputs], (Kind::Float, Device::Cpu));
+        for rows in few_rows::ROWS {
+            let x = Tensor::randn([rows, inputs], (Kind::Float, Device::Cpu));
+            let Some(got) = few_rows::linear(&x, &weight, 2) else {
+                eprintln!("skipped: this CPU has no AVX2 and FMA");
+                return;
+            };
+            let want = x.linear::<Tensor>(&weight, None);
+            let diff = max_abs_diff(&got, &want);
+            assert!(diff < 1e-4, "{rows} rows of {inputs} -> {outputs}: {diff}");
+        }
+    }
+}
+
+#[test]
+fn the_kernel_declines_what_it_does_not_take() {
+    let weight = Tensor::randn([64, 32], (Kind::Float, Device::Cpu));
+    let rows = |m: i64, kind: Kind| Tensor::randn([m, 32], (kind, Device::Cpu));
+    assert!(
+        few_rows::linear(&rows(3, Kind::Float), &weight, 2).is_none(),
+        "3 rows: libtorch's"
+    );
+    assert!(
+        few_rows::linear(&rows(9, Kind::Float), &weight, 2).is_none(),
+        "9 rows: libtorch's"
+    );
+    assert!(
+        few_rows::linear(&rows(5, Kind::Double), &weight, 2).is_none(),
+        "another dtype"
+    );
+    let trained = Tensor::randn([64, 32], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+    assert!(
+        few_rows::linear(&rows(5, Kind::Float), &trained, 2).is_none(),
+        "autograd"
+    );
+    assert!(!few_rows::takes(5, Device::Cpu, Kind::BFloat16));
+    assert!(!few_rows::takes(2, Device::Cpu, Kind::Float));
+}
+
+#[test]
+fn a_verification_pass_with_the_kernel_gives_libtorchs_logits_and_leaves_its_thread_count() {
+    let _guard = tch::no_grad_guard();
+    let model = load("qwen2");
+    let threads = tch::get_num_threads();
+    let ids = Tensor::from_slice(&[5i64, 17, 42, 3, 3, 60]);
+    let positions = Tensor::arange(6, (Kind::Int64, Device::Cpu));
+    let pass = || {
+        let mut cache = model.net.new_cache(8);
+        let input = ForwardInput {
+            logits: LogitRows::All,
+            ..ForwardInput::causal(&ids, &positions)
+        };
+        model
+            .net
+            .forward(input, &mut cache)
+            .unwrap()
+            .logits
+            .unwrap()
+    };
+    let with_kernel = pass();
+    let libtorch = few_rows::without_kernel(pass);
+    assert!(max_abs_diff(&with_kernel, &libtorch) < 1e-4);
+    assert_eq!(tch::get_num_threads(), threads);
+}
