@@ -1,19 +1,25 @@
-//! A linear map over a few rows (4..=8: a verification pass of a few drafts) that reads each weight
-//! once. libtorch's CPU GEMM switches at 4 rows to a kernel that first packs the whole weight matrix,
-//! which doubles the bytes a pass moves (`sharpdraft bench rows`: 4 rows of Qwen2.5-Coder-1.5B in f32
-//! cost 2.0x one row). Decoding on a CPU is bound by reading the weights, so here each weight row is
-//! streamed once and multiplied into every input row while it is in a register.
+//! A linear map over a few rows (a verification pass of a few drafts, a drafting step) that reads each
+//! weight once. libtorch's f32 CPU GEMM switches at 4 rows to a kernel that first packs the whole
+//! weight matrix, which doubles the bytes a pass moves (`sharpdraft bench rows`: 4 rows of
+//! Qwen2.5-Coder-1.5B in f32 cost 2.0x one row), and its bf16 kernel reads a single row at about half
+//! the machine's bandwidth. Decoding on a CPU is bound by reading the weights, so here each weight row
+//! is streamed once and multiplied into every input row while it is in a register.
 //!
-//! Shapes: `x [M, in]`, `weight [out, in]` (row-major, as checkpoints store it), result `[M, out]`. Used
-//! only for contiguous f32 CPU tensors outside autograd on a CPU with AVX2 and FMA (AVX-512 where
-//! present); anything else returns `None` and goes through libtorch.
+//! Shapes: `x [M, in]`, `weight [out, in]` (row-major, as checkpoints store it), result `[M, out]`.
+//! Taken: contiguous CPU tensors outside autograd, f32 for [`ROWS`] rows on a CPU with AVX2 and FMA
+//! (AVX-512 where present), bf16 for [`BF16_ROWS`] rows with AVX-512 (f32 accumulation, rounded to bf16
+//! once). Anything else returns `None` and goes through libtorch.
 
 use std::cell::Cell;
 use tch::{Device, Kind, Tensor};
 
-/// Row counts this kernel takes. Up to 3 rows libtorch's own kernel is bandwidth-bound already;
+/// Row counts this kernel takes in f32. Up to 3 rows libtorch's own kernel is bandwidth-bound already;
 /// from 9 rows a second read of the weights costs what libtorch's packing does.
 pub const ROWS: std::ops::RangeInclusive<i64> = 4..=8;
+
+/// Row counts it takes in bf16 (AVX-512 only): from one row, where libtorch's bf16 kernel reads at
+/// about half the machine's bandwidth (`bench rows --dtype bf16`).
+pub const BF16_ROWS: std::ops::RangeInclusive<i64> = 1..=4;
 
 /// Whether this thread's passes may use the kernel.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -101,7 +107,23 @@ pub fn automatic() -> bool {
 
 /// Whether a pass of `rows` rows in `kind` on `device` runs with this kernel on this CPU.
 pub fn takes(rows: i64, device: Device, kind: Kind) -> bool {
-    ROWS.contains(&rows) && device == Device::Cpu && kind == Kind::Float && cpu_has_kernel()
+    device == Device::Cpu
+        && match kind {
+            Kind::Float => ROWS.contains(&rows) && cpu_has_kernel(),
+            Kind::BFloat16 => BF16_ROWS.contains(&rows) && cpu_has_wide_kernel(),
+            _ => false,
+        }
+}
+
+fn cpu_has_wide_kernel() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 fn cpu_has_kernel() -> bool {
@@ -125,17 +147,20 @@ pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
         }
         let (rows, inputs) = x.size2().ok()?;
         let (outputs, weight_inputs) = weight.size2().ok()?;
-        let applies = ROWS.contains(&rows)
+        let kind = weight.kind();
+        let applies = takes(rows, Device::Cpu, kind)
             && inputs == weight_inputs
             && [x, weight].iter().all(|t| {
                 t.device() == Device::Cpu
-                    && t.kind() == Kind::Float
+                    && t.kind() == kind
                     && t.is_contiguous()
                     && !t.requires_grad()
             });
         if !applies {
             return None;
         }
+        // bf16: the rows are widened to f32 once (they are small), the weights as they are read.
+        let x = x.to_kind(Kind::Float).contiguous();
         let out = Tensor::empty([rows, outputs], (Kind::Float, Device::Cpu));
         let shape = Shape {
             rows: rows as usize,
@@ -144,7 +169,8 @@ pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
         };
         let pointers = Pointers {
             x: x.data_ptr() as *const f32,
-            weight: weight.data_ptr() as *const f32,
+            weight: weight.data_ptr() as *const u8,
+            bf16: kind == Kind::BFloat16,
             out: out.data_ptr() as *mut f32,
         };
         let threads = threads.clamp(1, shape.outputs.div_ceil(256));
@@ -160,7 +186,7 @@ pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
             // SAFETY: as above, for the first columns.
             unsafe { multiply(pointers, shape, 0..per_thread.min(shape.outputs)) };
         });
-        Some(out)
+        Some(out.to_kind(kind))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -176,11 +202,13 @@ struct Shape {
     outputs: usize,
 }
 
-/// `x [rows, inputs]`, `weight [outputs, inputs]`, `out [rows, outputs]`.
+/// `x [rows, inputs]` f32, `weight [outputs, inputs]` (f32, or bf16 where `bf16`), `out [rows, outputs]`
+/// f32.
 #[derive(Clone, Copy)]
 struct Pointers {
     x: *const f32,
-    weight: *const f32,
+    weight: *const u8,
+    bf16: bool,
     out: *mut f32,
 }
 // SAFETY: the threads only read `x` and `weight` and write disjoint columns of `out`.
@@ -188,6 +216,13 @@ unsafe impl Send for Pointers {}
 
 #[cfg(target_arch = "x86_64")]
 unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
+    if p.bf16 {
+        return match shape.rows {
+            1 => paired_512_bf16::<1>(p, shape, columns),
+            2..=4 => paired_512_bf16::<4>(p, shape, columns),
+            _ => paired_512_bf16::<8>(p, shape, columns),
+        };
+    }
     let wide = std::arch::is_x86_feature_detected!("avx512f");
     match (wide, shape.rows <= 4) {
         (true, true) => paired_512::<4>(p, shape, columns),
@@ -230,7 +265,7 @@ macro_rules! rows_kernel {
             let full = k / $lanes * $lanes;
             $(let $row = x_row(p, shape, $r);)+
             for column in columns {
-                let weight_row = p.weight.wrapping_add(column * k);
+                let weight_row = (p.weight as *const f32).wrapping_add(column * k);
                 $(let mut $acc = $zero();)+
                 let mut i = 0usize;
                 while i < full {
@@ -273,7 +308,7 @@ unsafe fn paired_512<const M: usize>(p: Pointers, shape: Shape, columns: std::op
     let mut column = columns.start;
     while column < columns.end {
         let pair = column + 1 < columns.end;
-        let first = p.weight.wrapping_add(column * k);
+        let first = (p.weight as *const f32).wrapping_add(column * k);
         // The lone last row of an odd range is paired with itself (its second result is dropped).
         let second = if pair { first.wrapping_add(k) } else { first };
         let mut acc_a = [_mm512_setzero_ps(); M];
@@ -300,6 +335,67 @@ unsafe fn paired_512<const M: usize>(p: Pointers, shape: Shape, columns: std::op
                 let xj = *rows[r].wrapping_add(j);
                 a += *first.wrapping_add(j) * xj;
                 b += *second.wrapping_add(j) * xj;
+            }
+            *p.out.wrapping_add(r * shape.outputs + column) = a;
+            if pair {
+                *p.out.wrapping_add(r * shape.outputs + column + 1) = b;
+            }
+        }
+        column += 2;
+    }
+}
+
+/// [`paired_512`] over bf16 weights: 16 of them at a time are widened to f32 (a bf16 is the top half of
+/// an f32) and multiplied into f32 accumulators; half the bytes per weight.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn paired_512_bf16<const M: usize>(
+    p: Pointers,
+    shape: Shape,
+    columns: std::ops::Range<usize>,
+) {
+    use std::arch::x86_64::*;
+    let widen = |bits: *const u16| {
+        let half = _mm256_loadu_si256(bits as *const __m256i);
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(half)))
+    };
+    let scalar = |bits: *const u16| f32::from_bits((*bits as u32) << 16);
+    let k = shape.inputs;
+    let full = k / 16 * 16;
+    let mut rows = [p.x; M];
+    for (r, row) in rows.iter_mut().enumerate() {
+        *row = x_row(p, shape, r);
+    }
+    let weights = p.weight as *const u16;
+    let mut column = columns.start;
+    while column < columns.end {
+        let pair = column + 1 < columns.end;
+        let first = weights.wrapping_add(column * k);
+        let second = if pair { first.wrapping_add(k) } else { first };
+        let mut acc_a = [_mm512_setzero_ps(); M];
+        let mut acc_b = [_mm512_setzero_ps(); M];
+        let mut i = 0usize;
+        while i < full {
+            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(2 * k + i) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(3 * k + i) as *const i8);
+            let wa = widen(first.wrapping_add(i));
+            let wb = widen(second.wrapping_add(i));
+            for r in 0..M {
+                let xv = _mm512_loadu_ps(rows[r].wrapping_add(i));
+                acc_a[r] = _mm512_fmadd_ps(wa, xv, acc_a[r]);
+                acc_b[r] = _mm512_fmadd_ps(wb, xv, acc_b[r]);
+            }
+            i = i.wrapping_add(16);
+        }
+        for r in 0..shape.rows.min(M) {
+            let (mut a, mut b) = (
+                _mm512_reduce_add_ps(acc_a[r]),
+                _mm512_reduce_add_ps(acc_b[r]),
+            );
+            for j in full..k {
+                let xj = *rows[r].wrapping_add(j);
+                a += scalar(first.wrapping_add(j)) * xj;
+                b += scalar(second.wrapping_add(j)) * xj;
             }
             *p.out.wrapping_add(r * shape.outputs + column) = a;
             if pair {

@@ -26,6 +26,35 @@ fn the_kernel_multiplies_like_libtorch_for_every_row_count_and_odd_shapes() {
 }
 
 #[test]
+fn the_bf16_kernel_multiplies_like_libtorch_to_bf16_rounding() {
+    let _guard = tch::no_grad_guard();
+    tch::manual_seed(1);
+    for (outputs, inputs) in [(37, 16), (1001, 200)] {
+        let weight =
+            Tensor::randn([outputs, inputs], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
+        for rows in few_rows::BF16_ROWS {
+            let x =
+                Tensor::randn([rows, inputs], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
+            let Some(got) = few_rows::linear(&x, &weight, 2) else {
+                eprintln!("skipped: this CPU has no AVX-512");
+                return;
+            };
+            assert_eq!(got.kind(), Kind::BFloat16);
+            // The exact product of the bf16 inputs, in f64.
+            let exact = x
+                .to_kind(Kind::Double)
+                .matmul(&weight.to_kind(Kind::Double).tr());
+            let scale = exact.abs().max().double_value(&[]);
+            let diff = max_abs_diff(&got.to_kind(Kind::Double), &exact);
+            assert!(
+                diff <= scale / 128.0,
+                "{rows} rows of {inputs} -> {outputs}: {diff} of {scale}"
+            );
+        }
+    }
+}
+
+#[test]
 fn the_kernel_declines_what_it_does_not_take() {
     let weight = Tensor::randn([64, 32], (Kind::Float, Device::Cpu));
     let rows = |m: i64, kind: Kind| Tensor::randn([m, 32], (kind, Device::Cpu));
@@ -46,8 +75,12 @@ fn the_kernel_declines_what_it_does_not_take() {
         few_rows::linear(&rows(5, Kind::Float), &trained, 2).is_none(),
         "autograd"
     );
-    assert!(!few_rows::takes(5, Device::Cpu, Kind::BFloat16));
+    assert!(
+        !few_rows::takes(5, Device::Cpu, Kind::BFloat16),
+        "5 bf16 rows: libtorch's"
+    );
     assert!(!few_rows::takes(2, Device::Cpu, Kind::Float));
+    assert!(!few_rows::takes(4, Device::Cpu, Kind::Half));
 }
 
 #[test]
