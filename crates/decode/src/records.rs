@@ -87,16 +87,26 @@ impl SpecReport {
     }
 }
 
-/// Peak resident set size from /proc (Linux); 0 elsewhere.
-pub fn peak_rss_bytes() -> u64 {
+/// A `Vm...:` field of /proc/self/status in bytes (Linux); 0 elsewhere.
+fn process_status_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         })
         .map_or(0, |kb| kb * 1024)
+}
+
+/// Peak resident set size (VmHWM); 0 where not available.
+pub fn peak_rss_bytes() -> u64 {
+    process_status_bytes("VmHWM:")
+}
+
+/// Resident set size now (VmRSS); 0 where not available.
+pub fn resident_bytes() -> u64 {
+    process_status_bytes("VmRSS:")
 }
 
 /// Lowers the process's peak resident memory (VmHWM) to its current resident size, so the next

@@ -218,15 +218,15 @@ unsafe impl Send for Pointers {}
 unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
     if p.bf16 {
         return match shape.rows {
-            1 => paired_512_bf16::<1>(p, shape, columns),
-            2..=4 => paired_512_bf16::<4>(p, shape, columns),
-            _ => paired_512_bf16::<8>(p, shape, columns),
+            1 => paired_512::<true, 1>(p, shape, columns),
+            2..=4 => paired_512::<true, 4>(p, shape, columns),
+            _ => paired_512::<true, 8>(p, shape, columns),
         };
     }
     let wide = std::arch::is_x86_feature_detected!("avx512f");
     match (wide, shape.rows <= 4) {
-        (true, true) => paired_512::<4>(p, shape, columns),
-        (true, false) => paired_512::<8>(p, shape, columns),
+        (true, true) => paired_512::<false, 4>(p, shape, columns),
+        (true, false) => paired_512::<false, 8>(p, shape, columns),
         (false, true) => rows_256_4(p, shape, columns),
         (false, false) => rows_256_8(p, shape, columns),
     }
@@ -294,92 +294,64 @@ rows_kernel!(rows_256_8, "avx2,fma", 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm2
     lane_sum_256, a0 x0 0, a1 x1 1, a2 x2 2, a3 x3 3, a4 x4 4, a5 x5 5, a6 x6 6, a7 x7 7);
 
 /// AVX-512, two weight rows at a time (two streams per thread, and each input load feeds two FMAs):
-/// 2 M accumulators, which const `M` lets the compiler keep in registers.
+/// 2 M accumulators, which const `M` lets the compiler keep in registers. With `BF16` the weights are
+/// bf16, 16 of them widened to f32 per load (a bf16 is the top half of an f32): half the bytes per
+/// weight.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn paired_512<const M: usize>(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
-    use std::arch::x86_64::*;
-    let k = shape.inputs;
-    let full = k / 16 * 16;
-    let mut rows = [p.x; M];
-    for (r, row) in rows.iter_mut().enumerate() {
-        *row = x_row(p, shape, r);
-    }
-    let mut column = columns.start;
-    while column < columns.end {
-        let pair = column + 1 < columns.end;
-        let first = (p.weight as *const f32).wrapping_add(column * k);
-        // The lone last row of an odd range is paired with itself (its second result is dropped).
-        let second = if pair { first.wrapping_add(k) } else { first };
-        let mut acc_a = [_mm512_setzero_ps(); M];
-        let mut acc_b = [_mm512_setzero_ps(); M];
-        let mut i = 0usize;
-        while i < full {
-            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(2 * k + i) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(3 * k + i) as *const i8);
-            let wa = _mm512_loadu_ps(first.wrapping_add(i));
-            let wb = _mm512_loadu_ps(second.wrapping_add(i));
-            for r in 0..M {
-                let xv = _mm512_loadu_ps(rows[r].wrapping_add(i));
-                acc_a[r] = _mm512_fmadd_ps(wa, xv, acc_a[r]);
-                acc_b[r] = _mm512_fmadd_ps(wb, xv, acc_b[r]);
-            }
-            i = i.wrapping_add(16);
-        }
-        for r in 0..shape.rows.min(M) {
-            let (mut a, mut b) = (
-                _mm512_reduce_add_ps(acc_a[r]),
-                _mm512_reduce_add_ps(acc_b[r]),
-            );
-            for j in full..k {
-                let xj = *rows[r].wrapping_add(j);
-                a += *first.wrapping_add(j) * xj;
-                b += *second.wrapping_add(j) * xj;
-            }
-            *p.out.wrapping_add(r * shape.outputs + column) = a;
-            if pair {
-                *p.out.wrapping_add(r * shape.outputs + column + 1) = b;
-            }
-        }
-        column += 2;
-    }
-}
-
-/// [`paired_512`] over bf16 weights: 16 of them at a time are widened to f32 (a bf16 is the top half of
-/// an f32) and multiplied into f32 accumulators; half the bytes per weight.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn paired_512_bf16<const M: usize>(
+unsafe fn paired_512<const BF16: bool, const M: usize>(
     p: Pointers,
     shape: Shape,
     columns: std::ops::Range<usize>,
 ) {
     use std::arch::x86_64::*;
-    let widen = |bits: *const u16| {
-        let half = _mm256_loadu_si256(bits as *const __m256i);
-        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(half)))
+    let element = if BF16 { 2 } else { 4 };
+    // 16 weights from `row` at element `i`, as f32; and one, for the tail.
+    let load = |row: *const u8, i: usize| {
+        let at = row.wrapping_add(i * element);
+        if BF16 {
+            let half = _mm256_loadu_si256(at as *const __m256i);
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(half)))
+        } else {
+            _mm512_loadu_ps(at as *const f32)
+        }
     };
-    let scalar = |bits: *const u16| f32::from_bits((*bits as u32) << 16);
+    let scalar = |row: *const u8, j: usize| {
+        let at = row.wrapping_add(j * element);
+        if BF16 {
+            f32::from_bits((*(at as *const u16) as u32) << 16)
+        } else {
+            *(at as *const f32)
+        }
+    };
     let k = shape.inputs;
     let full = k / 16 * 16;
+    let row_bytes = k * element;
     let mut rows = [p.x; M];
     for (r, row) in rows.iter_mut().enumerate() {
         *row = x_row(p, shape, r);
     }
-    let weights = p.weight as *const u16;
     let mut column = columns.start;
     while column < columns.end {
         let pair = column + 1 < columns.end;
-        let first = weights.wrapping_add(column * k);
-        let second = if pair { first.wrapping_add(k) } else { first };
+        let first = p.weight.wrapping_add(column * row_bytes);
+        // The lone last row of an odd range is paired with itself (its second result is dropped).
+        let second = if pair {
+            first.wrapping_add(row_bytes)
+        } else {
+            first
+        };
         let mut acc_a = [_mm512_setzero_ps(); M];
         let mut acc_b = [_mm512_setzero_ps(); M];
         let mut i = 0usize;
         while i < full {
-            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(2 * k + i) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(3 * k + i) as *const i8);
-            let wa = widen(first.wrapping_add(i));
-            let wb = widen(second.wrapping_add(i));
+            _mm_prefetch::<_MM_HINT_T0>(
+                first.wrapping_add(2 * row_bytes + i * element) as *const i8
+            );
+            _mm_prefetch::<_MM_HINT_T0>(
+                first.wrapping_add(3 * row_bytes + i * element) as *const i8
+            );
+            let (wa, wb) = (load(first, i), load(second, i));
             for r in 0..M {
                 let xv = _mm512_loadu_ps(rows[r].wrapping_add(i));
                 acc_a[r] = _mm512_fmadd_ps(wa, xv, acc_a[r]);
@@ -394,8 +366,8 @@ unsafe fn paired_512_bf16<const M: usize>(
             );
             for j in full..k {
                 let xj = *rows[r].wrapping_add(j);
-                a += scalar(first.wrapping_add(j)) * xj;
-                b += scalar(second.wrapping_add(j)) * xj;
+                a += scalar(first, j) * xj;
+                b += scalar(second, j) * xj;
             }
             *p.out.wrapping_add(r * shape.outputs + column) = a;
             if pair {

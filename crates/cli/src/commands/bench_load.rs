@@ -9,7 +9,7 @@
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use sharpdraft_decode::records::peak_rss_bytes;
+use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{parse_kind, registry, CausalLm, Sampler, Sampling, WeightLoading};
 use std::process::Command;
@@ -49,17 +49,6 @@ struct Measurement {
     peak_bytes: u64,
     /// VmRSS after the passes: what the loaded model holds while it runs.
     steady_bytes: u64,
-}
-
-fn resident_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
 }
 
 fn loading_named(name: &str) -> anyhow::Result<WeightLoading> {

@@ -16,6 +16,7 @@ use crate::drafter::{DraftError, Result};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use sharpdraft_model::layers::{Linear, LowRank};
+use std::collections::HashMap;
 use tch::{Kind, Tensor};
 
 /// Whether the adapters are folded into the weights after each update or kept beside them.
@@ -189,7 +190,7 @@ impl LoraAdapters {
                 x.b.zero_grad();
             }
             loss.backward();
-            let mut by_name = std::collections::HashMap::new();
+            let mut by_name = HashMap::new();
             for x in &self.adapted {
                 for (suffix, tensor) in [("lora_A", &x.a), ("lora_B", &x.b)] {
                     let g = tensor.grad();
@@ -198,13 +199,7 @@ impl LoraAdapters {
                     }
                 }
             }
-            let grads = self
-                .optimizer
-                .parameters()
-                .iter()
-                .map(|(name, _)| by_name.remove(name))
-                .collect();
-            self.optimizer.apply(grads, max_norm);
+            self.apply_by_name(by_name, max_norm);
             return Ok(());
         }
         for x in &mut self.adapted {
@@ -213,8 +208,7 @@ impl LoraAdapters {
         loss.backward();
         let _guard = tch::no_grad_guard();
         let s = self.scale;
-        // Gradients by name, then in the optimizer's (sorted) order.
-        let mut by_name = std::collections::HashMap::new();
+        let mut by_name = HashMap::new();
         let mut before = Vec::with_capacity(self.adapted.len());
         for x in &self.adapted {
             let g = x.weight.grad();
@@ -231,18 +225,21 @@ impl LoraAdapters {
             }
             before.push(x.b.matmul(&x.a));
         }
-        let grads = self
-            .optimizer
-            .parameters()
-            .iter()
-            .map(|(name, _)| by_name.remove(name))
-            .collect();
-        self.optimizer.apply(grads, max_norm);
+        self.apply_by_name(by_name, max_norm);
         for (x, old) in self.adapted.iter_mut().zip(before) {
             let delta = (x.b.matmul(&x.a) - old) * s;
             let _ = x.weight.g_add_(&delta.to_kind(x.weight.kind()));
         }
         Ok(())
+    }
+
+    /// One AdamW step with the adapters' gradients keyed `<weight>.lora_A` / `.lora_B`, handed over in
+    /// the optimizer's (sorted) order.
+    fn apply_by_name(&mut self, mut by_name: HashMap<String, Tensor>, max_norm: f64) {
+        let grads = (self.optimizer.parameters().iter())
+            .map(|(name, _)| by_name.remove(name))
+            .collect();
+        self.optimizer.apply(grads, max_norm);
     }
 
     /// Names of the adapted weights.
