@@ -144,6 +144,8 @@ pub struct Transformer {
     query_scaling: QueryScaling,
     /// The keys a drafter's rows may see (sliding window, retrieval); `None`: every key their mask allows.
     key_selection: Option<KeySelection>,
+    /// [`Self::linear_weight_bytes`], counted at the first pass (after loading fixed the kind).
+    linear_weight_bytes: std::sync::OnceLock<usize>,
 }
 
 impl Transformer {
@@ -200,6 +202,7 @@ impl Transformer {
             kind: Kind::Float,
             query_scaling: QueryScaling::off(),
             key_selection: None,
+            linear_weight_bytes: std::sync::OnceLock::new(),
             config,
         }
     }
@@ -250,6 +253,15 @@ impl Transformer {
         )
     }
 
+    /// Bytes held by [`Self::linears`] (their kind as loaded).
+    pub fn linear_weight_bytes(&self) -> usize {
+        *self.linear_weight_bytes.get_or_init(|| {
+            (self.linears().iter())
+                .map(|l| l.weight.numel() * l.weight.kind().elt_size_in_bytes())
+                .sum()
+        })
+    }
+
     /// Every linear map of the layers (attention projections and MLP) and the untied LM head, in order.
     pub fn linears(&self) -> Vec<&Linear> {
         let mut out = Vec::new();
@@ -289,15 +301,15 @@ impl Transformer {
         cache: &mut KvCache,
     ) -> Result<ForwardOutput> {
         let rows = input.ids.size().first().copied().unwrap_or(0);
-        // A few rows of a frozen f32 CPU model (a verification pass): the whole pass with the kernel
-        // that reads each weight once (few_rows.rs).
+        // A few rows of a frozen CPU model too large for the cache (a verification pass, a drafting
+        // step): the whole pass with the kernel that reads each weight once (few_rows.rs).
         let frozen = self
             .layers
             .first()
             .is_none_or(|l| !l.mlp.up_proj.weight.requires_grad());
         if frozen
             && crate::few_rows::automatic()
-            && crate::few_rows::takes(rows, self.device, self.kind)
+            && crate::few_rows::takes(rows, self.device, self.kind, self.linear_weight_bytes())
         {
             return crate::few_rows::with_kernel(|| self.forward(input, cache));
         }

@@ -76,11 +76,20 @@ fn the_kernel_declines_what_it_does_not_take() {
         "autograd"
     );
     assert!(
-        !few_rows::takes(5, Device::Cpu, Kind::BFloat16),
+        !few_rows::takes_rows(5, Device::Cpu, Kind::BFloat16),
         "5 bf16 rows: libtorch's"
     );
-    assert!(!few_rows::takes(2, Device::Cpu, Kind::Float));
-    assert!(!few_rows::takes(4, Device::Cpu, Kind::Half));
+    assert!(!few_rows::takes_rows(2, Device::Cpu, Kind::Float));
+    assert!(!few_rows::takes_rows(4, Device::Cpu, Kind::Half));
+    let big = few_rows::MIN_WEIGHT_BYTES;
+    assert_eq!(
+        few_rows::takes(5, Device::Cpu, Kind::Float, big),
+        few_rows::takes_rows(5, Device::Cpu, Kind::Float)
+    );
+    assert!(
+        !few_rows::takes(5, Device::Cpu, Kind::Float, big - 1),
+        "weights that fit in a cache"
+    );
 }
 
 #[test]
@@ -103,7 +112,8 @@ fn a_verification_pass_with_the_kernel_gives_libtorchs_logits_and_leaves_its_thr
             .logits
             .unwrap()
     };
-    let with_kernel = pass();
+    // The fixture is tiny (it keeps libtorch's products by itself): the kernel is forced for the pass.
+    let with_kernel = few_rows::with_kernel(pass);
     let libtorch = few_rows::without_kernel(pass);
     assert!(max_abs_diff(&with_kernel, &libtorch) < 1e-4);
     assert_eq!(tch::get_num_threads(), threads);

@@ -162,7 +162,7 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
             compute_bound_ms: 2.0 * weight_elements as f64 * r as f64 / flops * 1e3,
             head_linear_ms: median_ms(|| drop(x.linear::<Tensor>(&head, None)), args.repeats),
             head_transposed_ms: median_ms(|| drop(x.mm(&head_t)), args.repeats),
-            head_kernel_ms: few_rows::takes(r, Device::Cpu, net.kind())
+            head_kernel_ms: few_rows::takes_rows(r, Device::Cpu, net.kind())
                 .then(|| median_ms(|| drop(few_rows::linear(&x, &head, threads)), args.repeats)),
         };
         if !args.json {
