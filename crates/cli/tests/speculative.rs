@@ -52,6 +52,17 @@ fn vanilla_speculation_reports_tau_cycles_and_the_speedup_against_ar() {
     ]);
     let v = run(&args);
     assert_eq!(v["identical_to_ar"], true);
+    let process = |key: &str| v["process"][key].as_u64().unwrap();
+    let target_bytes = 500_000_000;
+    assert!(
+        process("load_peak_rss_bytes") <= process("peak_rss_bytes"),
+        "{}",
+        v["process"]
+    );
+    assert!(
+        process("rss_bytes") > target_bytes,
+        "the model is resident while it runs"
+    );
     assert!(
         v["tau"].as_f64().unwrap() > 3.0,
         "a model drafting for itself is accepted: {}",

@@ -5,6 +5,7 @@ use super::scaling::{ScalingArgs, ScalingKind};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
+use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
 use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
 use sharpdraft_draft::adaptation::AdaptationReport;
 use sharpdraft_draft::retrieval::RetrievalConfig;
@@ -179,6 +180,26 @@ struct GenerateReport {
     /// Online adaptation's updates, their seconds (inside the total) and bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     adaptation: Option<AdaptationReport>,
+    process: ProcessMemory,
+}
+
+/// The process's resident memory, loading apart from running (0 where /proc is not available).
+#[derive(Serialize)]
+struct ProcessMemory {
+    /// Peak once the target (and drafter) were loaded.
+    load_peak_rss_bytes: u64,
+    /// Peak at the end (the whole run).
+    peak_rss_bytes: u64,
+    /// Resident at the end: what the loaded models hold while they run.
+    rss_bytes: u64,
+}
+
+fn process_memory(load_peak_rss_bytes: u64) -> ProcessMemory {
+    ProcessMemory {
+        load_peak_rss_bytes,
+        peak_rss_bytes: peak_rss_bytes(),
+        rss_bytes: resident_bytes(),
+    }
 }
 
 pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
@@ -193,6 +214,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
         args.top_p
     );
     let model = args.model.load(&args.target)?;
+    let mut load_peak_rss_bytes = peak_rss_bytes();
     let tokenizer = model.tokenizer()?;
     let text = if args.raw || !tokenizer.has_chat_template() {
         args.prompt.clone()
@@ -247,6 +269,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 identical_to_ar: None,
                 memory: None,
                 adaptation: None,
+                process: process_memory(load_peak_rss_bytes),
             }
         }
         Some(drafter_name) => {
@@ -258,6 +281,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 prompt_ids.len(),
                 args.max_new_tokens,
             )?;
+            load_peak_rss_bytes = peak_rss_bytes();
             let spec = speculative_generate(&model.net, drafter.as_mut(), &prompt_ids, &config)?;
             let ar = if args.compare_ar {
                 Some(generate(
@@ -291,6 +315,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 prompt_ids,
                 ids: spec.ids,
                 cycles: Some(spec.cycles),
+                process: process_memory(load_peak_rss_bytes),
             }
         }
     };
