@@ -1,8 +1,9 @@
 """HF transformers' assisted generation on the same folders as `sharpdraft generate --drafter ...
 --compare-ar`, for a side-by-side run (README "End to end on the real pair"): greedy AR and greedy
 assisted generation with a fixed chain of K drafts, the same chat-templated prompt, the same thread
-count, f32. Decode time excludes the prompt's prefill (a separate timed forward), as the workbench's
-tokens/s does. Prints one JSON object.
+count, f32. `*_tokens_per_s` counts the whole `generate` call, prefill included, as the workbench's
+`tokens_per_s` does; `*_decode_tokens_per_s` leaves out the prompt's prefill (a separate timed forward).
+Prints one JSON object.
 
     PYTHON crates/cli/benches/hf_assisted.py --target DIR --drafter DIR --prompt "..." [--draft-len 4]
 """
@@ -56,10 +57,10 @@ def main() -> None:
             )
             seconds = time.perf_counter() - started
             new = out[0, ids.shape[1]:].tolist()
-            return new, len(new) / max(seconds - prefill, 1e-9)
+            return new, len(new) / seconds, len(new) / max(seconds - prefill, 1e-9)
 
-        ar_ids, ar_rate = run()
-        assisted_ids, assisted_rate = run(assistant_model=drafter)
+        ar_ids, ar_rate, ar_decode_rate = run()
+        assisted_ids, assisted_rate, assisted_decode_rate = run(assistant_model=drafter)
     print(
         json.dumps(
             {
@@ -70,6 +71,8 @@ def main() -> None:
                 "target_load_seconds": load_seconds,
                 "ar_tokens_per_s": ar_rate,
                 "assisted_tokens_per_s": assisted_rate,
+                "ar_decode_tokens_per_s": ar_decode_rate,
+                "assisted_decode_tokens_per_s": assisted_decode_rate,
                 "speedup": assisted_rate / ar_rate,
                 "identical": ar_ids == assisted_ids,
                 "ids": assisted_ids,
