@@ -6,9 +6,9 @@
 //! is streamed once and multiplied into every input row while it is in a register.
 //!
 //! Shapes: `x [M, in]`, `weight [out, in]` (row-major, as checkpoints store it), result `[M, out]`.
-//! Taken: contiguous CPU tensors outside autograd, f32 for [`ROWS`] rows on a CPU with AVX2 and FMA
-//! (AVX-512 where present), bf16 for [`BF16_ROWS`] rows with AVX-512 (f32 accumulation, rounded to bf16
-//! once). Anything else returns `None` and goes through libtorch.
+//! Taken: contiguous CPU tensors outside autograd on a CPU with AVX-512, f32 for [`ROWS`] rows and bf16
+//! for [`BF16_ROWS`] rows (f32 accumulation, rounded to bf16 once). Anything else returns `None` and
+//! goes through libtorch.
 
 use std::cell::Cell;
 use tch::{Device, Kind, Tensor};
@@ -17,7 +17,7 @@ use tch::{Device, Kind, Tensor};
 /// from 9 rows a second read of the weights costs what libtorch's packing does.
 pub const ROWS: std::ops::RangeInclusive<i64> = 4..=8;
 
-/// Row counts it takes in bf16 (AVX-512 only): from one row, where libtorch's bf16 kernel reads at
+/// Row counts it takes in bf16: from one row, where libtorch's bf16 kernel reads at
 /// about half the machine's bandwidth (`bench rows --dtype bf16`).
 pub const BF16_ROWS: std::ops::RangeInclusive<i64> = 1..=4;
 
@@ -122,13 +122,16 @@ pub fn takes(rows: i64, device: Device, kind: Kind, weight_bytes: usize) -> bool
 pub fn takes_rows(rows: i64, device: Device, kind: Kind) -> bool {
     device == Device::Cpu
         && match kind {
-            Kind::Float => ROWS.contains(&rows) && cpu_has_kernel(),
-            Kind::BFloat16 => BF16_ROWS.contains(&rows) && cpu_has_wide_kernel(),
+            Kind::Float => ROWS.contains(&rows),
+            Kind::BFloat16 => BF16_ROWS.contains(&rows),
             _ => false,
         }
+        && cpu_has_kernel()
 }
 
-fn cpu_has_wide_kernel() -> bool {
+/// AVX-512 (the only width written: the machines measured have it, and an untested narrower path
+/// would be a claim without a test; elsewhere libtorch keeps every product).
+fn cpu_has_kernel() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
@@ -139,25 +142,11 @@ fn cpu_has_wide_kernel() -> bool {
     }
 }
 
-fn cpu_has_kernel() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// `x W^T` for `x [M, in]` with M in [`ROWS`] on `threads` threads, or `None` where this kernel does
+/// `x W^T` for `x [M, in]` with M in [`ROWS`] ([`BF16_ROWS`] in bf16) on `threads` threads, or `None` where this kernel does
 /// not apply.
 pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
     #[cfg(target_arch = "x86_64")]
     {
-        if !cpu_has_kernel() {
-            return None;
-        }
         let (rows, inputs) = x.size2().ok()?;
         let (outputs, weight_inputs) = weight.size2().ok()?;
         let kind = weight.kind();
@@ -236,12 +225,9 @@ unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
             _ => paired_512::<true, 8>(p, shape, columns),
         };
     }
-    let wide = std::arch::is_x86_feature_detected!("avx512f");
-    match (wide, shape.rows <= 4) {
-        (true, true) => paired_512::<false, 4>(p, shape, columns),
-        (true, false) => paired_512::<false, 8>(p, shape, columns),
-        (false, true) => rows_256_4(p, shape, columns),
-        (false, false) => rows_256_8(p, shape, columns),
+    match shape.rows {
+        ..=4 => paired_512::<false, 4>(p, shape, columns),
+        _ => paired_512::<false, 8>(p, shape, columns),
     }
 }
 
@@ -251,63 +237,10 @@ fn x_row(p: Pointers, shape: Shape, r: usize) -> *const f32 {
     p.x.wrapping_add(if r < shape.rows { r * shape.inputs } else { 0 })
 }
 
-/// Sum of 8 lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn lane_sum_256(a: std::arch::x86_64::__m256) -> f32 {
-    use std::arch::x86_64::*;
-    let quad = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-    _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)))
-}
-
-/// One kernel per vector width and accumulator count, written out so that every accumulator stays in
-/// a register: for each weight row in `columns`, `$lanes` floats of it at a time are multiplied into one
-/// accumulator per input row (the rows stay in L1), then summed across lanes; rows past `shape.rows`
-/// are padding. The row two ahead is prefetched (the hardware prefetcher alone falls behind). Pointers
-/// move with `wrapping_add`: `add` carries a precondition check in debug builds that costs more than
-/// the arithmetic.
-macro_rules! rows_kernel {
-    ($name:ident, $feature:literal, $lanes:literal, $zero:ident, $load:ident, $fma:ident, $sum:ident,
-     $($acc:ident $row:ident $r:literal),+) => {
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = $feature)]
-        unsafe fn $name(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
-            use std::arch::x86_64::*;
-            let k = shape.inputs;
-            let full = k / $lanes * $lanes;
-            $(let $row = x_row(p, shape, $r);)+
-            for column in columns {
-                let weight_row = (p.weight as *const f32).wrapping_add(column * k);
-                $(let mut $acc = $zero();)+
-                let mut i = 0usize;
-                while i < full {
-                    _mm_prefetch::<_MM_HINT_T0>(weight_row.wrapping_add(2 * k + i) as *const i8);
-                    let wv = $load(weight_row.wrapping_add(i));
-                    $($acc = $fma(wv, $load($row.wrapping_add(i)), $acc);)+
-                    i = i.wrapping_add($lanes);
-                }
-                $(
-                    if $r < shape.rows {
-                        let mut sum = $sum($acc);
-                        for j in full..k {
-                            sum += *weight_row.wrapping_add(j) * *$row.wrapping_add(j);
-                        }
-                        *p.out.wrapping_add($r * shape.outputs + column) = sum;
-                    }
-                )+
-            }
-        }
-    };
-}
-
-rows_kernel!(rows_256_4, "avx2,fma", 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps,
-    lane_sum_256, a0 x0 0, a1 x1 1, a2 x2 2, a3 x3 3);
-rows_kernel!(rows_256_8, "avx2,fma", 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps,
-    lane_sum_256, a0 x0 0, a1 x1 1, a2 x2 2, a3 x3 3, a4 x4 4, a5 x5 5, a6 x6 6, a7 x7 7);
-
 /// AVX-512, two weight rows at a time (two streams per thread, and each input load feeds two FMAs):
-/// 2 M accumulators, which const `M` lets the compiler keep in registers. With `BF16` the weights are
+/// 2 M accumulators, which const `M` lets the compiler keep in registers; rows past `shape.rows` are
+/// padding. The rows two and three ahead are prefetched (the hardware prefetcher alone falls behind).
+/// Pointers move with `wrapping_add`: `add` carries a precondition check in debug builds. With `BF16` the weights are
 /// bf16, 16 of them widened to f32 per load (a bf16 is the top half of an f32): half the bytes per
 /// weight.
 #[cfg(target_arch = "x86_64")]

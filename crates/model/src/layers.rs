@@ -1,7 +1,7 @@
 //! The building blocks every decoder here shares (the target, EAGLE-3 heads, DFlash drafters): a linear
 //! map (with an optional low-rank branch, for unmerged LoRA), RMSNorm, the per-head Q/K/V projection
-//! with RoPE, and the SwiGLU MLP. Variables are created zero-filled (they are overwritten by the
-//! checkpoint) at the checkpoint's own tensor names.
+//! with RoPE, and the SwiGLU MLP. Variables are created at the checkpoint's own tensor names: trainable
+//! ones zero-filled, frozen ones uninitialised ([`declare_frozen`]; the checkpoint fills them).
 
 use crate::rope;
 use std::sync::OnceLock;

@@ -15,7 +15,7 @@ fn the_kernel_multiplies_like_libtorch_for_every_row_count_and_odd_shapes() {
         for rows in few_rows::ROWS {
             let x = Tensor::randn([rows, inputs], (Kind::Float, Device::Cpu));
             let Some(got) = few_rows::linear(&x, &weight, 2) else {
-                eprintln!("skipped: this CPU has no AVX2 and FMA");
+                eprintln!("skipped: this CPU has no AVX-512");
                 return;
             };
             let want = x.linear::<Tensor>(&weight, None);

@@ -82,7 +82,8 @@ fn copy_bandwidth(device: Device) -> f64 {
     (2 * elements * 4 * rounds) as f64 / started.elapsed().as_secs_f64()
 }
 
-fn weight_bytes(model: &CausalLm) -> f64 {
+/// Bytes of every weight of `model`.
+pub(super) fn weight_bytes(model: &CausalLm) -> f64 {
     model
         .vars
         .variables()

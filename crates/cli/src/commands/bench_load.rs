@@ -66,9 +66,7 @@ fn measure(args: &LoadBenchArgs, loading: &str) -> anyhow::Result<Measurement> {
     let model = CausalLm::load_as(&dir, Device::Cpu, kind, loading_named(loading)?)?;
     let load_seconds = started.elapsed().as_secs_f64();
     let load_peak_bytes = peak_rss_bytes();
-    let weight_bytes: usize = (model.vars.variables().values())
-        .map(|t| t.numel() * t.kind().elt_size_in_bytes())
-        .sum();
+    let weight_bytes = super::bench::weight_bytes(&model) as u64;
     let vocab = model.net.config.vocab_size;
     let ids: Vec<i64> = (0..16).map(|i| (i * 7919 + 13) % vocab).collect();
     let started = Instant::now();
@@ -83,7 +81,7 @@ fn measure(args: &LoadBenchArgs, loading: &str) -> anyhow::Result<Measurement> {
         loading: loading.into(),
         load_seconds,
         first_pass_seconds: started.elapsed().as_secs_f64(),
-        weight_bytes: weight_bytes as u64,
+        weight_bytes,
         mapped_bytes: model.mapped_weight_bytes() as u64,
         load_peak_bytes,
         peak_bytes: peak_rss_bytes(),
