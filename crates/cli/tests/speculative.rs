@@ -492,3 +492,81 @@ fn bench_rows_times_a_pass_per_row_count_next_to_its_bounds() {
     }
     assert!(report["bandwidth_gb_s"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn bench_speculative_pools_speculation_against_ar_over_prompts_greedy_and_sampled() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("prompts.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"prompt\": \"Name three fruits.\"}\n{\"prompt\": \"Count to five.\"}\n",
+    )
+    .unwrap();
+    // The target drafting for itself: every draft is accepted, greedy and at temperature 1 alike.
+    let report = run(&[
+        "bench",
+        "speculative",
+        "--target",
+        "smollm2-135m-instruct",
+        "--drafter",
+        "smollm2-135m-instruct",
+        "--method",
+        "vanilla",
+        "--draft-len",
+        "3",
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--count",
+        "2",
+        "--max-new-tokens",
+        "12",
+        "--temperatures",
+        "0,1",
+        "--json",
+    ]);
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(
+        rows.len(),
+        2 * 2 * 2,
+        "AR and speculative per prompt and temperature"
+    );
+    let summary = report["summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 2, "{summary:?}");
+    for s in summary {
+        assert_eq!(s["prompts"], 2);
+        assert!(s["tau"].as_f64().unwrap() >= 3.0, "{s}");
+        let ratio = s["speedup_vs_ar"].as_f64().unwrap();
+        assert!(ratio.is_finite() && ratio > 0.0, "{s}");
+    }
+    assert_eq!(summary[0]["temperature"], 0.0);
+    assert_eq!(summary[0]["identical_to_ar"], 2);
+    assert!(summary[1]["identical_to_ar"].is_null());
+}
+
+#[test]
+fn bench_speculative_refuses_hf_comparison_for_drafters_hf_cannot_run() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+        .args([
+            "bench",
+            "speculative",
+            "--target",
+            "smollm2-135m-instruct",
+            "--drafter",
+            "smollm2-135m-pard",
+            "--method",
+            "pard",
+            "--prompts",
+            "prompts.jsonl",
+            "--hf-python",
+            "python3",
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--method vanilla"), "{err}");
+}

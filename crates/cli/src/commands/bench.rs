@@ -22,6 +22,8 @@ pub enum BenchCommand {
     Load(super::bench_load::LoadBenchArgs),
     /// The cost of one target pass against its row count (decode step, verification), next to bounds.
     Rows(super::bench_rows::RowsBenchArgs),
+    /// A drafter's end-to-end speed-up over AR on a prompt set (and HF's assisted generation), side by side.
+    Speculative(super::bench_speculative::SpeculativeBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -118,6 +120,7 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Continuations(args) => return super::bench_continuations::run(args),
         BenchCommand::Load(args) => return super::bench_load::run(args),
         BenchCommand::Rows(args) => return super::bench_rows::run(args),
+        BenchCommand::Speculative(args) => return super::bench_speculative::run(args),
     };
     let threads = args.threads.unwrap_or_else(tch::get_num_threads);
     tch::set_num_threads(threads);

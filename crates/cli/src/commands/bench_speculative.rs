@@ -1,0 +1,486 @@
+//! `sharpdraft bench speculative`: a drafter's end-to-end speed-up over autoregressive decoding of the
+//! same target on a prompt set, side by side in one run: for every prompt (at every context length and
+//! temperature), AR and then each `--scaling` mode, one after the other, so drift of the machine falls on
+//! both. With `--hf-python`, HF transformers' assisted generation (vanilla drafters) decodes the same
+//! prompt ids after the workbench, AR and assisted, in the same command.
+//!
+//! Tokens/s count the whole call, prefill included, and are pooled over the prompts (tokens over
+//! seconds). Greedy outputs are checked against AR token for token; sampled ones are lossless by
+//! construction (`crates/decode/tests/lossless_sampling.rs` checks the distribution), so only their speed
+//! and tau are reported.
+
+use super::generate::{DrafterArgs, ModelArgs};
+use anyhow::{ensure, Context, Result};
+use clap::Args;
+use serde::Serialize;
+use sharpdraft_lab::datasets::jsonl_field;
+use sharpdraft_lab::drafter_spec::{self, DraftMethod};
+use sharpdraft_lab::experiment::prompts::{excerpt_offset, filler_text, long_prompt_ids};
+use sharpdraft_model::generate::generate;
+use sharpdraft_model::{registry, Sampler, Sampling};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Args, Debug)]
+pub struct SpeculativeBenchArgs {
+    /// Target model: a known name or a model folder.
+    #[arg(long)]
+    pub target: String,
+    /// JSONL file (or .jsonl.gz) of chat prompts.
+    #[arg(long)]
+    pub prompts: PathBuf,
+    /// The prompt field (a string, or a list whose first string is taken).
+    #[arg(long, default_value = "prompt")]
+    pub field: String,
+    /// Prompts to skip (those a drafter was trained on).
+    #[arg(long, default_value_t = 0)]
+    pub skip: usize,
+    #[arg(long, default_value_t = 4)]
+    pub count: usize,
+    /// A line put before every prompt in its user turn (e.g. "Complete this Python function.").
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Context lengths in tokens when decoding starts, comma-separated; 0 is the prompt alone.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub contexts: Vec<usize>,
+    /// Long text placed before the question to reach a context: a text file or a folder of .txt files.
+    #[arg(long)]
+    pub filler: Option<PathBuf>,
+    /// Tokens of the filler to skip (keep excerpts clear of text a drafter was trained on).
+    #[arg(long, default_value_t = 0)]
+    pub filler_offset: usize,
+    #[arg(long, default_value_t = 96)]
+    pub max_new_tokens: usize,
+    /// Sampling temperatures, comma-separated; 0 is greedy. Sampling keeps the whole vocabulary.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub temperatures: Vec<f64>,
+    /// Seed of prompt i's sampling is seed + i (the same for AR and speculative decoding).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// A Python with torch and transformers: also runs crates/cli/benches/hf_assisted.py (AR and
+    /// assisted generation with a fixed chain of --draft-len) on the same prompt ids (vanilla only).
+    #[arg(long)]
+    pub hf_python: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub draft: DrafterArgs,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// One decode of one prompt by one engine.
+#[derive(Serialize, Clone)]
+struct Row {
+    /// `workbench` or `hf`.
+    engine: &'static str,
+    /// `ar`, a scaling mode (`off`, `fixed`, ...) of the drafter, or `assisted` (HF).
+    decoding: String,
+    requested_context: usize,
+    temperature: f64,
+    prompt: usize,
+    context: usize,
+    tokens: usize,
+    seconds: f64,
+    /// Tokens per target pass (speculative decodes of the workbench).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tau: Option<f64>,
+    /// Greedy only: the output equals the same engine's AR output.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    identical_to_ar: Option<bool>,
+}
+
+/// One engine's decoding at one context and temperature, pooled over the prompts.
+#[derive(Serialize)]
+struct Summary {
+    engine: &'static str,
+    decoding: String,
+    requested_context: usize,
+    temperature: f64,
+    prompts: usize,
+    tokens_per_s: f64,
+    /// The same engine's AR over the same prompts.
+    ar_tokens_per_s: f64,
+    speedup_vs_ar: f64,
+    /// Tokens per target pass, pooled (workbench only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tau: Option<f64>,
+    /// Greedy: prompts whose output equals AR's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    identical_to_ar: Option<usize>,
+    /// Workbench speculative tokens/s over HF assisted tokens/s on the same prompts (with --hf-python).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_hf_assisted: Option<f64>,
+}
+
+pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
+    let drafter_name = args
+        .draft
+        .drafter
+        .as_deref()
+        .context("--drafter is required")?;
+    ensure!(
+        args.temperatures.iter().all(|t| t.is_finite() && *t >= 0.0),
+        "--temperatures {:?}: every temperature must be >= 0",
+        args.temperatures
+    );
+    ensure!(
+        args.hf_python.is_none() || args.draft.method == DraftMethod::Vanilla,
+        "--hf-python compares with HF's assisted generation, which drafts with a small LM: it needs --method vanilla"
+    );
+    let target = args.model.load(&args.target)?;
+    let tokenizer = target.tokenizer()?;
+    let questions = jsonl_field(&args.prompts, &args.field)?;
+    ensure!(
+        questions.len() >= args.skip.saturating_add(args.count),
+        "{}: {} prompts, fewer than --skip {} + --count {}",
+        args.prompts.display(),
+        questions.len(),
+        args.skip,
+        args.count
+    );
+    let questions: Vec<String> = questions[args.skip..args.skip + args.count]
+        .iter()
+        .map(|q| match &args.prefix {
+            Some(prefix) => format!("{prefix}\n\n{q}"),
+            None => q.clone(),
+        })
+        .collect();
+    let filler: Vec<i64> = match (&args.filler, args.contexts.iter().any(|&c| c > 0)) {
+        (Some(path), true) => tokenizer.encode(&filler_text(path)?, false)?,
+        (None, true) => anyhow::bail!("--contexts beyond the prompt need --filler"),
+        _ => Vec::new(),
+    };
+    let mut requests = Vec::new();
+    for &requested in &args.contexts {
+        for (i, question) in questions.iter().enumerate() {
+            let offset = excerpt_offset(i, args.filler_offset, filler.len(), requested);
+            let ids = long_prompt_ids(tokenizer, question, &filler, offset, requested)?;
+            target
+                .net
+                .config
+                .ensure_positions(ids.len(), args.max_new_tokens)
+                .with_context(|| format!("--contexts {requested}, prompt {}", args.skip + i))?;
+            for &temperature in &args.temperatures {
+                requests.push(Request {
+                    requested_context: requested,
+                    prompt: args.skip + i,
+                    ids: ids.clone(),
+                    sampling: sampling(temperature, args.seed + i as u64),
+                });
+            }
+        }
+    }
+
+    let mut rows = Vec::new();
+    for request in &requests {
+        let ar = generate(
+            &target.net,
+            &request.ids,
+            args.max_new_tokens,
+            &mut Sampler::new(request.sampling),
+            &target.stop_tokens(),
+        )?;
+        let ar_row = request.row(
+            "workbench",
+            "ar",
+            ar.ids.len(),
+            ar.ids.len() as f64 / ar.tokens_per_second(),
+        );
+        report_row(args, &ar_row);
+        rows.push(ar_row);
+        for scaling in args.draft.scaling.kinds() {
+            let spec = args.draft.spec(drafter_name, scaling);
+            let decoded = drafter_spec::decode_requests(
+                &spec,
+                &target,
+                &[request.ids.as_slice()],
+                args.max_new_tokens,
+                None,
+                |_| request.sampling,
+            )
+            .with_context(|| {
+                format!(
+                    "prompt {}, --contexts {}",
+                    request.prompt, request.requested_context
+                )
+            })?
+            .remove(0)
+            .report;
+            let mut row = request.row(
+                "workbench",
+                scaling.name(),
+                decoded.ids.len(),
+                decoded.total_seconds,
+            );
+            row.tau = Some(decoded.tau());
+            row.identical_to_ar = request.sampling.is_greedy().then(|| decoded.ids == ar.ids);
+            report_row(args, &row);
+            rows.push(row);
+        }
+    }
+    if let Some(python) = &args.hf_python {
+        rows.extend(run_hf(python, args, drafter_name, &requests)?);
+    }
+    let summaries = summarise(&rows);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"rows": rows, "summary": summaries})
+        );
+    } else {
+        println!(
+            "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10} {:>10} {:>8} {:>6} {:>10} {:>8}",
+            "engine",
+            "decoding",
+            "context",
+            "temp",
+            "prompts",
+            "tokens/s",
+            "AR tok/s",
+            "speedup",
+            "tau",
+            "identical",
+            "vs HF"
+        );
+        for s in &summaries {
+            println!(
+                "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10.2} {:>10.2} {:>7.2}x {:>6} {:>10} {:>8}",
+                s.engine,
+                s.decoding,
+                s.requested_context,
+                s.temperature,
+                s.prompts,
+                s.tokens_per_s,
+                s.ar_tokens_per_s,
+                s.speedup_vs_ar,
+                s.tau.map_or("-".into(), |t| format!("{t:.2}")),
+                s.identical_to_ar
+                    .map_or("-".into(), |n| format!("{n}/{}", s.prompts)),
+                s.vs_hf_assisted.map_or("-".into(), |r| format!("{r:.2}x")),
+            );
+        }
+    }
+    Ok(())
+}
+
+struct Request {
+    requested_context: usize,
+    prompt: usize,
+    ids: Vec<i64>,
+    sampling: Sampling,
+}
+
+impl Request {
+    fn row(&self, engine: &'static str, decoding: &str, tokens: usize, seconds: f64) -> Row {
+        Row {
+            engine,
+            decoding: decoding.to_string(),
+            requested_context: self.requested_context,
+            temperature: self.sampling.temperature,
+            prompt: self.prompt,
+            context: self.ids.len(),
+            tokens,
+            seconds,
+            tau: None,
+            identical_to_ar: None,
+        }
+    }
+}
+
+/// Temperature `t` over the whole vocabulary (greedy at 0).
+fn sampling(temperature: f64, seed: u64) -> Sampling {
+    Sampling {
+        temperature,
+        top_p: 1.0,
+        top_k: 0,
+        seed,
+    }
+}
+
+fn report_row(args: &SpeculativeBenchArgs, row: &Row) {
+    if !args.json {
+        eprintln!(
+            "{:<9} {:<4} context {:>6} T {} prompt {:>3}: {:>4} tokens in {:>6.2} s ({:.2} tokens/s){}{}",
+            row.engine,
+            row.decoding,
+            row.context,
+            row.temperature,
+            row.prompt,
+            row.tokens,
+            row.seconds,
+            row.tokens as f64 / row.seconds.max(1e-9),
+            row.tau.map_or(String::new(), |t| format!(", tau {t:.2}")),
+            match row.identical_to_ar {
+                Some(true) => ", = AR",
+                Some(false) => ", DIFFERS from AR",
+                None => "",
+            }
+        );
+    }
+}
+
+/// Pools rows per (engine, decoding, context, temperature), in the order they first appear, with each
+/// speculative decoding's ratio to its engine's AR and (workbench) to HF's assisted generation.
+fn summarise(rows: &[Row]) -> Vec<Summary> {
+    let mut groups: Vec<(&'static str, &str, usize, f64)> = Vec::new();
+    for r in rows {
+        let key = (
+            r.engine,
+            r.decoding.as_str(),
+            r.requested_context,
+            r.temperature,
+        );
+        if !groups.contains(&key) {
+            groups.push(key);
+        }
+    }
+    let pooled = |engine: &str, decoding: &str, context: usize, temperature: f64| {
+        let members: Vec<&Row> = rows
+            .iter()
+            .filter(|r| {
+                r.engine == engine
+                    && r.decoding == decoding
+                    && r.requested_context == context
+                    && r.temperature == temperature
+            })
+            .collect();
+        let tokens: usize = members.iter().map(|r| r.tokens).sum();
+        let seconds: f64 = members.iter().map(|r| r.seconds).sum();
+        (members, tokens as f64 / seconds.max(1e-9))
+    };
+    groups
+        .iter()
+        .filter(|(_, decoding, ..)| *decoding != "ar")
+        .map(|&(engine, decoding, context, temperature)| {
+            let (members, rate) = pooled(engine, decoding, context, temperature);
+            let (_, ar_rate) = pooled(engine, "ar", context, temperature);
+            let taus: Vec<(f64, usize)> = members
+                .iter()
+                .filter_map(|r| r.tau.map(|t| (t, r.tokens)))
+                .collect();
+            // Pooled tau: tokens over passes, each prompt's passes being its tokens over its tau.
+            let tau = (!taus.is_empty()).then(|| {
+                let tokens: usize = taus.iter().map(|(_, n)| n).sum();
+                let passes: f64 = taus.iter().map(|(t, n)| *n as f64 / t.max(1e-9)).sum();
+                tokens as f64 / passes.max(1e-9)
+            });
+            let hf = (engine == "workbench")
+                .then(|| pooled("hf", "assisted", context, temperature))
+                .filter(|(m, _)| !m.is_empty())
+                .map(|(_, hf_rate)| rate / hf_rate);
+            Summary {
+                engine,
+                decoding: decoding.to_string(),
+                requested_context: context,
+                temperature,
+                prompts: members.len(),
+                tokens_per_s: rate,
+                ar_tokens_per_s: ar_rate,
+                speedup_vs_ar: rate / ar_rate,
+                tau,
+                identical_to_ar: (temperature == 0.0).then(|| {
+                    members
+                        .iter()
+                        .filter(|r| r.identical_to_ar == Some(true))
+                        .count()
+                }),
+                vs_hf_assisted: hf,
+            }
+        })
+        .collect()
+}
+
+/// HF's AR and assisted generation on the same prompt ids: one process, every request in order.
+fn run_hf(
+    python: &Path,
+    args: &SpeculativeBenchArgs,
+    drafter: &str,
+    requests: &[Request],
+) -> Result<Vec<Row>> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/hf_assisted.py");
+    let target_dir = registry::resolve(&args.target)?;
+    let drafter_dir = registry::resolve(drafter)?;
+    let file = tempfile::NamedTempFile::new().context("a temporary file for HF's requests")?;
+    let list: Vec<serde_json::Value> = requests
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "prompt_ids": r.ids,
+                "temperature": r.sampling.temperature,
+                "seed": r.sampling.seed,
+            })
+        })
+        .collect();
+    std::fs::write(
+        file.path(),
+        serde_json::json!({ "requests": list }).to_string(),
+    )?;
+    eprintln!(
+        "HF transformers: {} requests through {}",
+        requests.len(),
+        python.display()
+    );
+    let out = Command::new(python)
+        .arg(&script)
+        .arg("--target")
+        .arg(&target_dir)
+        .arg("--drafter")
+        .arg(&drafter_dir)
+        .arg("--requests")
+        .arg(file.path())
+        .args([
+            "--max-new-tokens",
+            &args.max_new_tokens.to_string(),
+            "--draft-len",
+            &args.draft.draft_len.to_string(),
+            "--threads",
+            &tch::get_num_threads().to_string(),
+        ])
+        .output()
+        .with_context(|| format!("running {}", python.display()))?;
+    ensure!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("{} printed no JSON object", script.display()))?;
+    eprintln!(
+        "HF transformers {} on torch {}",
+        report["transformers"], report["torch"]
+    );
+    let results = report["rows"]
+        .as_array()
+        .filter(|rows| rows.len() == requests.len())
+        .with_context(|| format!("{}: expected {} rows", script.display(), requests.len()))?;
+    let mut rows = Vec::new();
+    for (request, result) in requests.iter().zip(results) {
+        let number = |key: &str| {
+            result[key]
+                .as_f64()
+                .with_context(|| format!("{}: row without {key}", script.display()))
+        };
+        let ar = request.row(
+            "hf",
+            "ar",
+            number("ar_tokens")? as usize,
+            number("ar_seconds")?,
+        );
+        let mut assisted = request.row(
+            "hf",
+            "assisted",
+            number("assisted_tokens")? as usize,
+            number("assisted_seconds")?,
+        );
+        assisted.identical_to_ar = request
+            .sampling
+            .is_greedy()
+            .then(|| result["identical"].as_bool() == Some(true));
+        report_row(args, &ar);
+        report_row(args, &assisted);
+        rows.extend([ar, assisted]);
+    }
+    Ok(rows)
+}
