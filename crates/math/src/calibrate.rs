@@ -163,7 +163,7 @@ impl BinStats {
             Some(i) => {
                 let ((s0, m0), (s1, m1)) = (curve[i - 1], curve[i]);
                 let t = (s - s0) / (s1 - s0);
-                crate::mass::expit(logit(m0) + t * (logit(m1) - logit(m0)))
+                crate::mass::expit(bounded_logit(m0) + t * (bounded_logit(m1) - bounded_logit(m0)))
             }
         }
     }
@@ -491,6 +491,12 @@ fn local_slope(head: &HeadStats, reference: &BinStats, n0: f64) -> Result<(f64, 
     Ok((-dilution_rate / gap, None))
 }
 
+/// `logit p` kept finite for a mass that rounds to 0 or 1 in f64 (a head that attends one-hot: its top-k
+/// mass is 1 to 16 digits), so root finding never meets an infinity: about +-36 at the ends.
+fn bounded_logit(p: f64) -> f64 {
+    logit(p.clamp(f64::EPSILON, 1.0 - f64::EPSILON))
+}
+
 /// (iii): returns this head's least-squares numerator and denominator and fills `(n_b, s_b)`.
 fn exact_least_squares(
     head: &HeadStats,
@@ -499,7 +505,7 @@ fn exact_least_squares(
     mass_reference: &MassReference,
     bin_scales: &mut Vec<(f64, Option<f64>)>,
 ) -> Result<(f64, f64)> {
-    let at_n0 = logit(if reference.has_mass_at_scale() {
+    let at_n0 = bounded_logit(if reference.has_mass_at_scale() {
         reference.mean_mass(1.0)
     } else {
         reference.mass
@@ -522,7 +528,7 @@ fn exact_least_squares(
         };
         // Mean mass is increasing in s (Lemma 1), so the first crossing is the unique root; a bin already
         // at or above the wanted mass keeps s = 1.
-        let f = |s: f64| logit(bin.mean_mass(s)) - wanted;
+        let f = |s: f64| bounded_logit(bin.mean_mass(s)) - wanted;
         let hi = if bin.rows.is_empty() {
             bin.curve.last().map_or(1.0, |p| p.0)
         } else {

@@ -389,3 +389,38 @@ fn a_target_dilution_pools_its_heads_and_refuses_lengths_it_never_saw() {
         "{err}"
     );
 }
+
+#[test]
+fn the_exact_estimator_calibrates_a_head_whose_mass_saturates_at_one() {
+    // A head that attends one-hot: mass 0.999 at n0, 0.99 at 4 n0, and exactly 1 in f64 from s = 1.5 on
+    // (as a probe of the EAGLE heads records it). The root lies just above s = 1; no infinity reaches
+    // the root finder.
+    let mut head = handmade_head(5.0, 1.0);
+    head.bins[0].n = 256.0;
+    head.bins[0].mass = 0.999;
+    head.bins[0].curve = vec![(1.0, 0.999), (2.0, 1.0)];
+    let long = BinStats {
+        n: 1024.0,
+        mass: 0.99,
+        curve: vec![(1.0, 0.99), (1.5, 1.0), (2.0, 1.0)],
+        ..head.bins[1].clone()
+    };
+    head.bins = vec![head.bins[0].clone(), long];
+    let fit = calibrate(
+        &[head],
+        &CalibrationConfig {
+            n0: 256.0,
+            estimator: Estimator::ExactLeastSquares,
+            beta_max: 4.0,
+            reference: MassReference::Drafter,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let s = fit.heads[0].bin_scales[0].1.unwrap();
+    assert!(s > 1.0 && s < 1.1, "{s}");
+    assert!(
+        fit.heads[0].beta > 0.0 && fit.heads[0].beta < 0.1,
+        "{:?}",
+        fit.heads[0]
+    );
+}

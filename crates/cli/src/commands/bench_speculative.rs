@@ -88,6 +88,16 @@ struct Row {
     /// Greedy only: the output equals the same engine's AR output.
     #[serde(skip_serializing_if = "Option::is_none")]
     identical_to_ar: Option<bool>,
+    /// Draft -> verify cycles and the seconds spent drafting and verifying (workbench speculative).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cycles: Option<CycleTimes>,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct CycleTimes {
+    cycles: usize,
+    draft_seconds: f64,
+    verify_seconds: f64,
 }
 
 /// One engine's decoding at one context and temperature, pooled over the prompts.
@@ -108,6 +118,11 @@ struct Summary {
     /// Greedy: prompts whose output equals AR's.
     #[serde(skip_serializing_if = "Option::is_none")]
     identical_to_ar: Option<usize>,
+    /// Mean seconds per cycle drafting and verifying (workbench only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draft_seconds_per_cycle: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verify_seconds_per_cycle: Option<f64>,
     /// Workbench speculative tokens/s over HF assisted tokens/s on the same prompts (with --hf-python).
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_hf_assisted: Option<f64>,
@@ -187,7 +202,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
             ar.ids.len(),
             ar.ids.len() as f64 / ar.tokens_per_second(),
         );
-        report_row(args, &ar_row);
+        report_row(&ar_row);
         rows.push(ar_row);
         for scaling in args.draft.scaling.kinds() {
             let spec = args.draft.spec(drafter_name, scaling);
@@ -215,7 +230,12 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
             );
             row.tau = Some(decoded.tau());
             row.identical_to_ar = request.sampling.is_greedy().then(|| decoded.ids == ar.ids);
-            report_row(args, &row);
+            row.cycles = Some(CycleTimes {
+                cycles: decoded.cycles.len(),
+                draft_seconds: decoded.cycles.iter().map(|c| c.draft_seconds).sum(),
+                verify_seconds: decoded.cycles.iter().map(|c| c.verify_seconds).sum(),
+            });
+            report_row(&row);
             rows.push(row);
         }
     }
@@ -230,7 +250,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
         );
     } else {
         println!(
-            "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10} {:>10} {:>8} {:>6} {:>10} {:>8}",
+            "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10} {:>10} {:>8} {:>6} {:>10} {:>8} {:>14}",
             "engine",
             "decoding",
             "context",
@@ -241,11 +261,12 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
             "speedup",
             "tau",
             "identical",
-            "vs HF"
+            "vs HF",
+            "draft/verify s"
         );
         for s in &summaries {
             println!(
-                "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10.2} {:>10.2} {:>7.2}x {:>6} {:>10} {:>8}",
+                "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10.2} {:>10.2} {:>7.2}x {:>6} {:>10} {:>8} {:>14}",
                 s.engine,
                 s.decoding,
                 s.requested_context,
@@ -258,6 +279,10 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
                 s.identical_to_ar
                     .map_or("-".into(), |n| format!("{n}/{}", s.prompts)),
                 s.vs_hf_assisted.map_or("-".into(), |r| format!("{r:.2}x")),
+                match (s.draft_seconds_per_cycle, s.verify_seconds_per_cycle) {
+                    (Some(d), Some(v)) => format!("{d:.3}/{v:.3}"),
+                    _ => "-".into(),
+                },
             );
         }
     }
@@ -284,6 +309,7 @@ impl Request {
             seconds,
             tau: None,
             identical_to_ar: None,
+            cycles: None,
         }
     }
 }
@@ -298,26 +324,25 @@ fn sampling(temperature: f64, seed: u64) -> Sampling {
     }
 }
 
-fn report_row(args: &SpeculativeBenchArgs, row: &Row) {
-    if !args.json {
-        eprintln!(
-            "{:<9} {:<4} context {:>6} T {} prompt {:>3}: {:>4} tokens in {:>6.2} s ({:.2} tokens/s){}{}",
-            row.engine,
-            row.decoding,
-            row.context,
-            row.temperature,
-            row.prompt,
-            row.tokens,
-            row.seconds,
-            row.tokens as f64 / row.seconds.max(1e-9),
-            row.tau.map_or(String::new(), |t| format!(", tau {t:.2}")),
-            match row.identical_to_ar {
-                Some(true) => ", = AR",
-                Some(false) => ", DIFFERS from AR",
-                None => "",
-            }
-        );
-    }
+/// Progress on stderr, one line a decode (stdout keeps the table or the JSON).
+fn report_row(row: &Row) {
+    eprintln!(
+        "{:<9} {:<8} context {:>6} T {} prompt {:>3}: {:>4} tokens in {:>6.2} s ({:.2} tokens/s){}{}",
+        row.engine,
+        row.decoding,
+        row.context,
+        row.temperature,
+        row.prompt,
+        row.tokens,
+        row.seconds,
+        row.tokens as f64 / row.seconds.max(1e-9),
+        row.tau.map_or(String::new(), |t| format!(", tau {t:.2}")),
+        match row.identical_to_ar {
+            Some(true) => ", = AR",
+            Some(false) => ", DIFFERS from AR",
+            None => "",
+        }
+    );
 }
 
 /// Pools rows per (engine, decoding, context, temperature), in the order they first appear, with each
@@ -365,6 +390,9 @@ fn summarise(rows: &[Row]) -> Vec<Summary> {
                 let passes: f64 = taus.iter().map(|(t, n)| *n as f64 / t.max(1e-9)).sum();
                 tokens as f64 / passes.max(1e-9)
             });
+            let times: Vec<CycleTimes> = members.iter().filter_map(|r| r.cycles).collect();
+            let cycles: usize = times.iter().map(|t| t.cycles).sum();
+            let per_cycle = |seconds: f64| (cycles > 0).then(|| seconds / cycles as f64);
             let hf = (engine == "workbench")
                 .then(|| pooled("hf", "assisted", context, temperature))
                 .filter(|(m, _)| !m.is_empty())
@@ -386,6 +414,8 @@ fn summarise(rows: &[Row]) -> Vec<Summary> {
                         .count()
                 }),
                 vs_hf_assisted: hf,
+                draft_seconds_per_cycle: per_cycle(times.iter().map(|t| t.draft_seconds).sum()),
+                verify_seconds_per_cycle: per_cycle(times.iter().map(|t| t.verify_seconds).sum()),
             }
         })
         .collect()
@@ -478,8 +508,8 @@ fn run_hf(
             .sampling
             .is_greedy()
             .then(|| result["identical"].as_bool() == Some(true));
-        report_row(args, &ar);
-        report_row(args, &assisted);
+        report_row(&ar);
+        report_row(&assisted);
         rows.extend([ar, assisted]);
     }
     Ok(rows)
