@@ -16,6 +16,17 @@ fn run(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// A JSONL file of `{"prompt": ...}` records in `dir`.
+fn prompt_file(dir: &std::path::Path, prompts: &[&str]) -> std::path::PathBuf {
+    let path = dir.join("q.jsonl");
+    let lines: Vec<String> = prompts
+        .iter()
+        .map(|p| serde_json::json!({ "prompt": p }).to_string() + "\n")
+        .collect();
+    std::fs::write(&path, lines.concat()).unwrap();
+    path
+}
+
 fn fetched() -> bool {
     let ok = sharpdraft_model::registry::resolve("smollm2-135m-instruct").is_ok();
     if !ok {
@@ -231,8 +242,7 @@ fn tau_compares_scaling_modes_on_the_same_prompts_and_beta_zero_matches_off() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let prompts = dir.path().join("q.jsonl");
-    std::fs::write(&prompts, "{\"prompt\": \"Name three colours.\"}\n").unwrap();
+    let prompts = prompt_file(dir.path(), &["Name three colours."]);
     let filler = dir.path().join("filler.txt");
     std::fs::write(
         &filler,
@@ -390,12 +400,14 @@ fn tau_adapting_every_request_keeps_one_drafter_over_the_prompts() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let prompts = dir.path().join("q.jsonl");
-    std::fs::write(
-        &prompts,
-        "{\"prompt\": \"Describe the sea in three sentences.\"}\n{\"prompt\": \"Describe a forest in three sentences.\"}\n{\"prompt\": \"Describe a city in three sentences.\"}\n",
-    )
-    .unwrap();
+    let prompts = prompt_file(
+        dir.path(),
+        &[
+            "Describe the sea in three sentences.",
+            "Describe a forest in three sentences.",
+            "Describe a city in three sentences.",
+        ],
+    );
     let v = run(&[
         "tau",
         "--target",
@@ -455,7 +467,13 @@ fn bench_load_maps_the_weights_in_place_and_holds_no_more_than_a_copy() {
     );
     let bytes = |row: &Value, key: &str| row[key].as_u64().unwrap();
     assert!(bytes(in_place, "load_peak_bytes") < bytes(copy, "load_peak_bytes"));
-    assert!(bytes(in_place, "peak_bytes") <= bytes(copy, "peak_bytes"));
+    // After the passes both hold about the weights once (mapped pages against copies); which is a few
+    // MB higher varies run to run, so the bound allows 5%. Loading both ways at once would be 2x.
+    let (mapped_peak, copied_peak) = (bytes(in_place, "peak_bytes"), bytes(copy, "peak_bytes"));
+    assert!(
+        mapped_peak as f64 <= 1.05 * copied_peak as f64,
+        "peak after the passes: in place {mapped_peak} bytes, copy {copied_peak} bytes"
+    );
 }
 
 #[test]
@@ -499,12 +517,7 @@ fn bench_speculative_pools_speculation_against_ar_over_prompts_greedy_and_sample
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let prompts = dir.path().join("prompts.jsonl");
-    std::fs::write(
-        &prompts,
-        "{\"prompt\": \"Name three fruits.\"}\n{\"prompt\": \"Count to five.\"}\n",
-    )
-    .unwrap();
+    let prompts = prompt_file(dir.path(), &["Name three fruits.", "Count to five."]);
     // The target drafting for itself: every draft is accepted, greedy and at temperature 1 alike.
     let report = run(&[
         "bench",

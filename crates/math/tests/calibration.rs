@@ -284,29 +284,44 @@ fn missing_inputs_are_errors_that_name_the_head() {
     assert!(err.contains("bin n = 1024 has no recorded rows"), "{err}");
 }
 
+/// A head with no kept rows: at n0 = 256 its mass `reference.0` with the recorded curve `reference.1`
+/// of `(s, mean M_k)`, at n = 1024 mass `long.0` with the curve `long.1`.
+fn head_with_curves(reference: (f64, Vec<(f64, f64)>), long: (f64, Vec<(f64, f64)>)) -> HeadStats {
+    let mut head = handmade_head(5.0, 1.0);
+    let short = BinStats {
+        n: 256.0,
+        mass: reference.0,
+        curve: reference.1,
+        ..head.bins[0].clone()
+    };
+    let long = BinStats {
+        n: 1024.0,
+        mass: long.0,
+        curve: long.1,
+        ..head.bins[1].clone()
+    };
+    head.bins = vec![short, long];
+    head
+}
+
+/// Estimator (iii) at n0 = 256 with beta at most 4, held at the drafter's own mass or at `reference`.
+fn exact_config(reference: MassReference) -> CalibrationConfig {
+    CalibrationConfig {
+        n0: 256.0,
+        estimator: Estimator::ExactLeastSquares,
+        beta_max: 4.0,
+        reference,
+    }
+}
+
 #[test]
 fn the_exact_estimator_solves_on_a_recorded_mass_curve_when_no_rows_are_kept() {
     // Reference mass 0.3 at n0 = 256; the long bin (n = 1024) reaches 0.3 at s = 1.5 on its curve.
-    let mut head = handmade_head(5.0, 1.0);
-    head.bins[0].n = 256.0;
-    head.bins[0].curve = vec![(1.0, 0.3), (2.0, 0.6)];
-    let long = BinStats {
-        n: 1024.0,
-        mass: 0.2,
-        curve: vec![(1.0, 0.2), (1.5, 0.3), (2.0, 0.4)],
-        ..head.bins[1].clone()
-    };
-    head.bins = vec![head.bins[0].clone(), long];
-    let fit = calibrate(
-        &[head],
-        &CalibrationConfig {
-            n0: 256.0,
-            estimator: Estimator::ExactLeastSquares,
-            beta_max: 4.0,
-            reference: MassReference::Drafter,
-        },
-    )
-    .unwrap();
+    let head = head_with_curves(
+        (0.3, vec![(1.0, 0.3), (2.0, 0.6)]),
+        (0.2, vec![(1.0, 0.2), (1.5, 0.3), (2.0, 0.4)]),
+    );
+    let fit = calibrate(&[head], &exact_config(MassReference::Drafter)).unwrap();
     let (n, s) = fit.heads[0].bin_scales[0];
     assert_eq!(n, 1024.0);
     assert!((s.unwrap() - 1.5).abs() < 1e-9, "{s:?}");
@@ -317,27 +332,12 @@ fn the_exact_estimator_solves_on_a_recorded_mass_curve_when_no_rows_are_kept() {
 /// again at s = 1.5 (its recorded curve), calibrated against a target that dilutes by `target_at_1024`
 /// (its pooled mass 0.3 at 256).
 fn against_target(target_at_1024: f64) -> sharpdraft_math::calibrate::HeadBeta {
-    let mut head = handmade_head(5.0, 1.0);
-    head.bins[0].n = 256.0;
-    head.bins[0].curve = vec![(1.0, 0.3), (2.0, 0.6)];
-    let long = BinStats {
-        n: 1024.0,
-        mass: 0.2,
-        curve: vec![(1.0, 0.2), (1.25, 0.25), (1.5, 0.3), (2.0, 0.4)],
-        ..head.bins[1].clone()
-    };
-    head.bins = vec![head.bins[0].clone(), long];
+    let head = head_with_curves(
+        (0.3, vec![(1.0, 0.3), (2.0, 0.6)]),
+        (0.2, vec![(1.0, 0.2), (1.25, 0.25), (1.5, 0.3), (2.0, 0.4)]),
+    );
     let dilution = TargetDilution::from_points(&[(256.0, 0.3), (1024.0, target_at_1024)]).unwrap();
-    let fit = calibrate(
-        &[head],
-        &CalibrationConfig {
-            n0: 256.0,
-            estimator: Estimator::ExactLeastSquares,
-            beta_max: 4.0,
-            reference: MassReference::Target(dilution),
-        },
-    )
-    .unwrap();
+    let fit = calibrate(&[head], &exact_config(MassReference::Target(dilution))).unwrap();
     fit.heads[0].clone()
 }
 
@@ -395,27 +395,12 @@ fn the_exact_estimator_calibrates_a_head_whose_mass_saturates_at_one() {
     // A head that attends one-hot: mass 0.999 at n0, 0.99 at 4 n0, and exactly 1 in f64 from s = 1.5 on
     // (as a probe of the EAGLE heads records it). The root lies just above s = 1; no infinity reaches
     // the root finder.
-    let mut head = handmade_head(5.0, 1.0);
-    head.bins[0].n = 256.0;
-    head.bins[0].mass = 0.999;
-    head.bins[0].curve = vec![(1.0, 0.999), (2.0, 1.0)];
-    let long = BinStats {
-        n: 1024.0,
-        mass: 0.99,
-        curve: vec![(1.0, 0.99), (1.5, 1.0), (2.0, 1.0)],
-        ..head.bins[1].clone()
-    };
-    head.bins = vec![head.bins[0].clone(), long];
-    let fit = calibrate(
-        &[head],
-        &CalibrationConfig {
-            n0: 256.0,
-            estimator: Estimator::ExactLeastSquares,
-            beta_max: 4.0,
-            reference: MassReference::Drafter,
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let head = head_with_curves(
+        (0.999, vec![(1.0, 0.999), (2.0, 1.0)]),
+        (0.99, vec![(1.0, 0.99), (1.5, 1.0), (2.0, 1.0)]),
+    );
+    let fit =
+        calibrate(&[head], &exact_config(MassReference::Drafter)).unwrap_or_else(|e| panic!("{e}"));
     let s = fit.heads[0].bin_scales[0].1.unwrap();
     assert!(s > 1.0 && s < 1.1, "{s}");
     assert!(

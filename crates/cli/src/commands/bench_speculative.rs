@@ -10,12 +10,11 @@
 //! and tau are reported.
 
 use super::generate::{DrafterArgs, ModelArgs};
+use super::prompt_set::PromptSetArgs;
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_lab::datasets::jsonl_field;
 use sharpdraft_lab::drafter_spec::{self, DraftMethod};
-use sharpdraft_lab::experiment::prompts::{excerpt_offset, filler_text, long_prompt_ids};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{registry, Sampler, Sampling};
 use std::path::{Path, PathBuf};
@@ -26,29 +25,11 @@ pub struct SpeculativeBenchArgs {
     /// Target model: a known name or a model folder.
     #[arg(long)]
     pub target: String,
-    /// JSONL file (or .jsonl.gz) of chat prompts.
-    #[arg(long)]
-    pub prompts: PathBuf,
-    /// The prompt field (a string, or a list whose first string is taken).
-    #[arg(long, default_value = "prompt")]
-    pub field: String,
-    /// Prompts to skip (those a drafter was trained on).
-    #[arg(long, default_value_t = 0)]
-    pub skip: usize,
-    #[arg(long, default_value_t = 4)]
-    pub count: usize,
+    #[command(flatten)]
+    pub set: PromptSetArgs,
     /// A line put before every prompt in its user turn (e.g. "Complete this Python function.").
     #[arg(long)]
     pub prefix: Option<String>,
-    /// Context lengths in tokens when decoding starts, comma-separated; 0 is the prompt alone.
-    #[arg(long, value_delimiter = ',', default_value = "0")]
-    pub contexts: Vec<usize>,
-    /// Long text placed before the question to reach a context: a text file or a folder of .txt files.
-    #[arg(long)]
-    pub filler: Option<PathBuf>,
-    /// Tokens of the filler to skip (keep excerpts clear of text a drafter was trained on).
-    #[arg(long, default_value_t = 0)]
-    pub filler_offset: usize,
     #[arg(long, default_value_t = 96)]
     pub max_new_tokens: usize,
     /// Sampling temperatures, comma-separated; 0 is greedy. Sampling keeps the whole vocabulary.
@@ -145,41 +126,24 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     );
     let target = args.model.load(&args.target)?;
     let tokenizer = target.tokenizer()?;
-    let questions = jsonl_field(&args.prompts, &args.field)?;
-    ensure!(
-        questions.len() >= args.skip.saturating_add(args.count),
-        "{}: {} prompts, fewer than --skip {} + --count {}",
-        args.prompts.display(),
-        questions.len(),
-        args.skip,
-        args.count
-    );
-    let questions: Vec<String> = questions[args.skip..args.skip + args.count]
-        .iter()
-        .map(|q| match &args.prefix {
-            Some(prefix) => format!("{prefix}\n\n{q}"),
-            None => q.clone(),
-        })
-        .collect();
-    let filler: Vec<i64> = match (&args.filler, args.contexts.iter().any(|&c| c > 0)) {
-        (Some(path), true) => tokenizer.encode(&filler_text(path)?, false)?,
-        (None, true) => anyhow::bail!("--contexts beyond the prompt need --filler"),
-        _ => Vec::new(),
-    };
+    let set = args.set.load(tokenizer)?;
     let mut requests = Vec::new();
-    for &requested in &args.contexts {
-        for (i, question) in questions.iter().enumerate() {
-            let offset = excerpt_offset(i, args.filler_offset, filler.len(), requested);
-            let ids = long_prompt_ids(tokenizer, question, &filler, offset, requested)?;
+    for &requested in &args.set.contexts {
+        for (i, question) in set.questions.iter().enumerate() {
+            let question = match &args.prefix {
+                Some(prefix) => format!("{prefix}\n\n{question}"),
+                None => question.clone(),
+            };
+            let ids = set.ids(tokenizer, i, &question, requested)?;
             target
                 .net
                 .config
                 .ensure_positions(ids.len(), args.max_new_tokens)
-                .with_context(|| format!("--contexts {requested}, prompt {}", args.skip + i))?;
+                .with_context(|| format!("--contexts {requested}, prompt {}", args.set.skip + i))?;
             for &temperature in &args.temperatures {
                 requests.push(Request {
                     requested_context: requested,
-                    prompt: args.skip + i,
+                    prompt: args.set.skip + i,
                     ids: ids.clone(),
                     sampling: sampling(temperature, args.seed + i as u64),
                 });

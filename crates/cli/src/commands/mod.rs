@@ -9,5 +9,6 @@ pub mod derive;
 pub mod experiment;
 pub mod generate;
 pub mod models;
+pub mod prompt_set;
 pub mod scaling;
 pub mod tau;

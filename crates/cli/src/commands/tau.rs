@@ -4,42 +4,22 @@
 //! compared on the same prompts.
 
 use super::generate::{DrafterArgs, ModelArgs};
-use anyhow::{ensure, Context, Result};
+use super::prompt_set::PromptSetArgs;
+use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::MemoryReport;
 use sharpdraft_draft::adaptation::AdaptationReport;
-use sharpdraft_lab::datasets::jsonl_field;
 use sharpdraft_lab::drafter_spec;
-use sharpdraft_lab::experiment::prompts::{excerpt_offset, filler_text, long_prompt_ids};
 use sharpdraft_model::Sampling;
-use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct TauArgs {
     /// Target model: a known name or a model folder.
     #[arg(long)]
     pub target: String,
-    /// JSONL file of chat prompts.
-    #[arg(long)]
-    pub prompts: PathBuf,
-    /// The prompt field (a string, or a list whose first string is taken).
-    #[arg(long, default_value = "prompt")]
-    pub field: String,
-    /// Prompts to skip (those a drafter was trained on).
-    #[arg(long, default_value_t = 0)]
-    pub skip: usize,
-    #[arg(long, default_value_t = 4)]
-    pub count: usize,
-    /// Context lengths in tokens when drafting starts, comma-separated; 0 is the prompt alone.
-    #[arg(long, value_delimiter = ',', default_value = "0")]
-    pub contexts: Vec<usize>,
-    /// Long text placed before the question to reach a context: a text file or a folder of .txt files.
-    #[arg(long)]
-    pub filler: Option<PathBuf>,
-    /// Tokens of the filler to skip (keep excerpts clear of text a drafter was trained on).
-    #[arg(long, default_value_t = 0)]
-    pub filler_offset: usize,
+    #[command(flatten)]
+    pub set: PromptSetArgs,
     #[arg(long, default_value_t = 64)]
     pub max_new_tokens: usize,
     #[arg(long)]
@@ -92,25 +72,12 @@ pub fn run(args: &TauArgs) -> Result<()> {
         .context("--drafter is required")?;
     let target = args.model.load(&args.target)?;
     let tokenizer = target.tokenizer()?;
-    let questions = jsonl_field(&args.prompts, &args.field)?;
-    ensure!(
-        questions.len() >= args.skip.saturating_add(args.count),
-        "{}: {} prompts, fewer than --skip {} + --count {}",
-        args.prompts.display(),
-        questions.len(),
-        args.skip,
-        args.count
-    );
-    let needs_filler = args.contexts.iter().any(|&c| c > 0);
-    let filler: Vec<i64> = match (&args.filler, needs_filler) {
-        (Some(path), true) => tokenizer.encode(&filler_text(path)?, false)?,
-        (None, true) => anyhow::bail!("--contexts beyond the prompt need --filler"),
-        _ => Vec::new(),
-    };
+    let set = args.set.load(tokenizer)?;
     let sampling = Sampling::greedy();
     let scalings = args.draft.scaling.kinds();
     let (mut rows, mut summaries) = (Vec::new(), Vec::new());
     for (&requested, &scaling) in args
+        .set
         .contexts
         .iter()
         .flat_map(|c| scalings.iter().map(move |s| (c, s)))
@@ -119,16 +86,11 @@ pub fn run(args: &TauArgs) -> Result<()> {
         let (mut generated, mut passes, mut contexts) = (0usize, 0usize, 0usize);
         let (mut updates, mut update_seconds, mut adaptation_bytes) = (0usize, 0.0, 0usize);
         let (mut drafter_weight_bytes, mut peak_rss_bytes) = (0usize, 0u64);
-        let prompts: Vec<Vec<i64>> = questions[args.skip..args.skip + args.count]
+        let prompts: Vec<Vec<i64>> = set
+            .questions
             .iter()
             .enumerate()
-            .map(|(i, question)| {
-                // A different excerpt for every prompt.
-                let offset = excerpt_offset(i, args.filler_offset, filler.len(), requested);
-                Ok(long_prompt_ids(
-                    tokenizer, question, &filler, offset, requested,
-                )?)
-            })
+            .map(|(i, question)| set.ids(tokenizer, i, question, requested))
             .collect::<Result<_>>()?;
         let spec = args.draft.spec(drafter_name, scaling);
         let ids: Vec<&[i64]> = prompts.iter().map(Vec::as_slice).collect();
@@ -150,7 +112,7 @@ pub fn run(args: &TauArgs) -> Result<()> {
             let row = Row {
                 scaling: mode.clone(),
                 requested_context: requested,
-                prompt: args.skip + i,
+                prompt: args.set.skip + i,
                 context: ids.len(),
                 tau: report.tau(),
                 cycles: report.cycles.len(),
@@ -176,8 +138,8 @@ pub fn run(args: &TauArgs) -> Result<()> {
         summaries.push(Summary {
             scaling: mode,
             requested_context: requested,
-            mean_context: contexts as f64 / args.count as f64,
-            prompts: args.count,
+            mean_context: contexts as f64 / args.set.count as f64,
+            prompts: args.set.count,
             tau: generated as f64 / passes.max(1) as f64,
             updates,
             update_seconds,
