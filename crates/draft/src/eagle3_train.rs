@@ -85,6 +85,8 @@ pub fn init(
         aux_layers: options.capture_layers.clone(),
         used_tokens: Some(used),
         intermediate_size,
+        // A Qwen2 target's last layer brings q/k/v biases to the warm start.
+        attention_bias: options.warm_start && target.net.config.qkv_bias,
         initial,
         seed: seed as i64,
         ..Default::default()
@@ -96,8 +98,9 @@ pub fn init(
 /// that feature through (scaled back to its mean RMS over the windows when EAGLE 3.1's `fc_norm` has
 /// normalised it), the layer's norms, attention (on the feature half of its 2H input; the embedding half
 /// starts small) and MLP are the target's last layer, and `norm` / `lm_head` are the target's final norm
-/// and its LM head rows of the draft vocabulary `used` (a target with q/k/v biases keeps a random
-/// attention: the head's layout has none). With a few hundred thousand training tokens a
+/// and its LM head rows of the draft vocabulary `used` (a Qwen2 target's q/k/v biases too, in a head
+/// written with `attention_bias`), at the target's RoPE base. With a few hundred thousand training
+/// tokens a
 /// random head never learns the target's output space; this one starts in it and only has to learn to
 /// look one token further.
 pub fn warm_start(
@@ -163,19 +166,23 @@ pub fn warm_start(
             get(&format!("{last}.input_layernorm.weight"))?,
         ),
     ];
-    // A target with q/k/v biases (Qwen2) keeps a random attention: the head's layout has no biases.
-    if !c.qkv_bias {
-        for name in ["q_proj", "k_proj", "v_proj"] {
+    for name in ["q_proj", "k_proj", "v_proj"] {
+        initial.push((
+            format!("{block}.self_attn.{name}.weight"),
+            two_halves(name)?,
+        ));
+        // A Qwen2 target's q/k/v biases (the head is written with `attention_bias`; o's stays zero).
+        if c.qkv_bias {
             initial.push((
-                format!("{block}.self_attn.{name}.weight"),
-                two_halves(name)?,
+                format!("{block}.self_attn.{name}.bias"),
+                get(&format!("{last}.self_attn.{name}.bias"))?,
             ));
         }
-        initial.push((
-            format!("{block}.self_attn.o_proj.weight"),
-            get(&format!("{last}.self_attn.o_proj.weight"))?,
-        ));
     }
+    initial.push((
+        format!("{block}.self_attn.o_proj.weight"),
+        get(&format!("{last}.self_attn.o_proj.weight"))?,
+    ));
     for part in [
         "post_attention_layernorm",
         "mlp.gate_proj",

@@ -500,6 +500,53 @@ fn a_warm_started_eagle_head_starts_from_the_targets_last_layer_final_norm_and_l
     );
 }
 
+#[test]
+fn a_warm_started_eagle_head_of_a_qwen2_target_keeps_its_attention_biases_and_rope_base() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/qwen2");
+    let target = CausalLm::load(&fixture, Device::Cpu, Kind::Float).unwrap();
+    assert!(target.net.config.qkv_bias, "the fixture has q/k/v biases");
+    let windows = windows(&target, Method::Eagle3, 4);
+    let dir = tempfile::tempdir().unwrap();
+    init(Method::Eagle3, dir.path(), &target, &windows);
+    let head = safetensors_of(dir.path());
+    let vars = target.vars.variables();
+    let last = format!("model.layers.{}.self_attn", target.net.config.num_layers - 1);
+    let h = target.net.config.hidden_size;
+    for name in ["q_proj", "k_proj", "v_proj"] {
+        let target_bias = vars[&format!("{last}.{name}.bias")].to_kind(Kind::Float);
+        assert!(
+            head[&format!("midlayer.self_attn.{name}.bias")].equal(&target_bias),
+            "{name}.bias is the target's"
+        );
+        let target_weight = vars[&format!("{last}.{name}.weight")].to_kind(Kind::Float);
+        assert!(
+            head[&format!("midlayer.self_attn.{name}.weight")]
+                .narrow(1, h, h)
+                .equal(&target_weight),
+            "{name}: the feature half is the target's"
+        );
+    }
+    assert_eq!(
+        head["midlayer.self_attn.o_proj.bias"]
+            .abs()
+            .sum(Kind::Float)
+            .double_value(&[]),
+        0.0,
+        "Qwen2 has no o_proj bias: the head's starts at zero"
+    );
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["attention_bias"], true);
+    assert_eq!(config["rope_theta"], 1_000_000.0, "the target's RoPE base");
+    // The head loads with its biases and trains.
+    let loss = objective(Method::Eagle3, dir.path(), &target)
+        .loss(&windows[0], 0)
+        .unwrap()
+        .double_value(&[]);
+    assert!(loss.is_finite() && loss > 0.0, "{loss}");
+}
+
 /// A drafter specification with `adapt:` builds an adapting drafter for every trained method: it updates
 /// while drafting, its greedy output stays the target's, and the report carries its costs.
 #[test]

@@ -26,6 +26,8 @@ pub struct RandomHeadOptions {
     pub aux_layers: Option<Vec<usize>>,
     /// Width of the head's MLP; default 2H.
     pub intermediate_size: Option<i64>,
+    /// q/k/v/o biases (`attention_bias`), started at zero: for a warm start from a target with biases.
+    pub attention_bias: bool,
     /// Tensors that replace the random ones of the same name (a warm start); shapes must match.
     pub initial: Vec<(String, Tensor)>,
     pub seed: i64,
@@ -40,6 +42,7 @@ impl Default for RandomHeadOptions {
             used_tokens: None,
             aux_layers: None,
             intermediate_size: None,
+            attention_bias: false,
             initial: Vec::new(),
             seed: 0,
         }
@@ -77,6 +80,8 @@ pub fn write_random_head(
         "hidden_size": h, "intermediate_size": inter, "num_hidden_layers": 1,
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
         "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+        // The target's RoPE base: a head warm-started from the target's last layer keeps its attention.
+        "rope_theta": c.rope_theta, "attention_bias": options.attention_bias,
         "tie_word_embeddings": false, "torch_dtype": "float32",
         "vocab_size": vocab, "draft_vocab_size": draft_vocab,
         "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 0,
@@ -130,6 +135,17 @@ pub fn write_random_head(
     if options.eagle31 {
         for i in 0..3 {
             tensors.push((format!("fc_norm.{i}.weight"), norm(h)));
+        }
+    }
+    if options.attention_bias {
+        let zeros = |n: i64| Tensor::zeros([n], (Kind::Float, tch::Device::Cpu));
+        for (name, width) in [
+            ("q_proj", heads * head_dim),
+            ("k_proj", kv_heads * head_dim),
+            ("v_proj", kv_heads * head_dim),
+            ("o_proj", h),
+        ] {
+            tensors.push((format!("{block}.self_attn.{name}.bias"), zeros(width)));
         }
     }
     for (name, initial) in &options.initial {

@@ -16,6 +16,9 @@ pub struct Eagle3Config {
     #[serde(default)]
     pub head_dim: Option<i64>,
     pub rms_norm_eps: f64,
+    /// Llama's flag: biases on q/k/v/o (heads warm-started from a Qwen2 target, whose q/k/v carry them).
+    #[serde(default)]
+    pub attention_bias: bool,
     /// Absent in the published Llama-3.1 head: the draft then uses 10000, not the target's base.
     #[serde(default)]
     pub rope_theta: Option<f64>,

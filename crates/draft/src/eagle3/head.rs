@@ -19,7 +19,8 @@ pub(crate) struct Layer {
     pub(crate) hidden_norm: RmsNorm,
     pub(crate) input_layernorm: RmsNorm,
     pub(crate) post_attention_layernorm: RmsNorm,
-    /// q/k/v over the 2H input `cat(embedding, feature)`, no biases or q/k norms.
+    /// q/k/v over the 2H input `cat(embedding, feature)`, no q/k norms; biases on q/k/v/o only with
+    /// `attention_bias`.
     pub(crate) qkv: QkvProjection,
     pub(crate) o_proj: Linear,
     pub(crate) mlp: SwiGlu,
@@ -148,12 +149,18 @@ impl Eagle3Head {
                     heads,
                     kv_heads,
                     head_dim,
-                    bias: false,
+                    bias: config.attention_bias,
                     qk_norm: None,
                 },
                 trainable_layer,
             ),
-            o_proj: Linear::with_grad(&a / "o_proj", heads * head_dim, hidden, false, t),
+            o_proj: Linear::with_grad(
+                &a / "o_proj",
+                heads * head_dim,
+                hidden,
+                config.attention_bias,
+                t,
+            ),
             mlp: SwiGlu::new(&mlp, hidden, config.intermediate_size, trainable_layer),
         };
         let fc = Linear::with_grad(&root / "fc", 3 * target_hidden, hidden, false, t);
