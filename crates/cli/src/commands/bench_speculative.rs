@@ -344,19 +344,15 @@ fn summarise(rows: &[Row]) -> Vec<Summary> {
         .map(|&(engine, decoding, context, temperature)| {
             let (members, rate) = pooled(engine, decoding, context, temperature);
             let (_, ar_rate) = pooled(engine, "ar", context, temperature);
-            let taus: Vec<(f64, usize)> = members
-                .iter()
-                .filter_map(|r| r.tau.map(|t| (t, r.tokens)))
-                .collect();
-            // Pooled tau: tokens over passes, each prompt's passes being its tokens over its tau.
-            let tau = (!taus.is_empty()).then(|| {
-                let tokens: usize = taus.iter().map(|(_, n)| n).sum();
-                let passes: f64 = taus.iter().map(|(t, n)| *n as f64 / t.max(1e-9)).sum();
-                tokens as f64 / passes.max(1e-9)
-            });
             let times: Vec<CycleTimes> = members.iter().filter_map(|r| r.cycles).collect();
             let cycles: usize = times.iter().map(|t| t.cycles).sum();
             let per_cycle = |seconds: f64| (cycles > 0).then(|| seconds / cycles as f64);
+            // Pooled tau: tokens emitted over target passes, each prompt emitting its tau per cycle.
+            let emitted: f64 = members
+                .iter()
+                .filter_map(|r| Some(r.tau? * r.cycles?.cycles as f64))
+                .sum();
+            let tau = (cycles > 0).then(|| emitted / cycles as f64);
             let hf = (engine == "workbench")
                 .then(|| pooled("hf", "assisted", context, temperature))
                 .filter(|(m, _)| !m.is_empty())
