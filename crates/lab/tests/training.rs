@@ -510,7 +510,10 @@ fn a_warm_started_eagle_head_of_a_qwen2_target_keeps_its_attention_biases_and_ro
     init(Method::Eagle3, dir.path(), &target, &windows);
     let head = safetensors_of(dir.path());
     let vars = target.vars.variables();
-    let last = format!("model.layers.{}.self_attn", target.net.config.num_layers - 1);
+    let last = format!(
+        "model.layers.{}.self_attn",
+        target.net.config.num_layers - 1
+    );
     let h = target.net.config.hidden_size;
     for name in ["q_proj", "k_proj", "v_proj"] {
         let target_bias = vars[&format!("{last}.{name}.bias")].to_kind(Kind::Float);

@@ -4,12 +4,14 @@
 //! sink share, plus `M_k` on a grid of query scales for the exact estimator. Streaming: a few query rows
 //! at a time, never an n x n matrix.
 
+pub mod attention_stats_kernel;
 pub mod calibration_input;
 pub mod length_bins;
 pub mod recorder;
 pub mod row_statistics;
 pub mod subjects;
 
+pub use attention_stats_kernel::AttentionStatsKernel;
 pub use calibration_input::head_stats;
 pub use length_bins::LengthBins;
 pub use recorder::{BinRecord, CurveRecord, ProbeRecorder, ProbeSettings, RowFilter};

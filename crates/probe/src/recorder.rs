@@ -2,11 +2,13 @@
 //! rows' logits to the statistics of derivation.md §6 and accumulates them per (layer, head, length bin).
 //! Rows are taken a few at a time (`[H, rows, L]`), so memory grows with L, never with L^2.
 
+use crate::attention_stats_kernel::AttentionStatsKernel;
 use crate::length_bins::LengthBins;
-use crate::row_statistics::row_statistics;
+use crate::row_statistics::{row_statistics, RowStatistics};
 use serde::{Deserialize, Serialize};
 use sharpdraft_model::{AttentionObserver, AttentionView};
 use std::collections::{BTreeMap, BTreeSet};
+use tch::Device;
 
 /// Rows of one logits tile: bounds the probe's working set to `ROWS_PER_TILE x H x L` values.
 const ROWS_PER_TILE: i64 = 8;
@@ -81,6 +83,8 @@ pub struct ProbeRecorder {
     filter: RowFilter,
     layers: Option<BTreeSet<usize>>,
     sums: BTreeMap<(usize, usize, i32), Sums>,
+    /// The CUDA kernel, loaded on the first CUDA pass (or why it could not be).
+    kernel: Option<std::result::Result<AttentionStatsKernel, String>>,
 }
 
 impl ProbeRecorder {
@@ -95,6 +99,7 @@ impl ProbeRecorder {
             filter,
             layers,
             sums: BTreeMap::new(),
+            kernel: None,
         }
     }
 
@@ -107,12 +112,55 @@ impl ProbeRecorder {
         self.sums.values().map(|s| s.rows).sum()
     }
 
+    /// The libtorch path: one tile of consecutive rows, its logits `[H, rows, L]` held at once.
     fn record_tile(&mut self, layer: usize, view: &AttentionView<'_>, rows: std::ops::Range<i64>) {
         let keys = view.keys.size()[1];
         let logits = view.logits(rows.clone(), 0..keys);
         let stats = row_statistics(&logits, &self.settings.ks, &self.settings.scales);
-        let heads = view.queries.size()[0] as usize;
-        let count = (rows.end - rows.start) as usize;
+        self.accumulate(layer, view.queries.size()[0] as usize, &stats);
+    }
+
+    /// The CUDA kernel for every selected row at once, streamed over the keys. Falls back to libtorch
+    /// (saying why, once) where the kernel cannot be loaded.
+    fn record_with_kernel(&mut self, layer: usize, view: &AttentionView<'_>, rows: &[i64]) -> bool {
+        let Device::Cuda(ordinal) = view.queries.device() else {
+            return false;
+        };
+        let kernel = self.kernel.get_or_insert_with(|| {
+            AttentionStatsKernel::new(ordinal).map_err(|e| {
+                eprintln!("probe: the CUDA statistics kernel is unavailable ({e}); using libtorch");
+                e.to_string()
+            })
+        });
+        let Ok(kernel) = kernel else {
+            return false;
+        };
+        let stats = kernel.row_statistics(view, rows, &self.settings.ks, &self.settings.scales);
+        match stats {
+            Ok(stats) => {
+                self.accumulate(layer, view.queries.size()[0] as usize, &stats);
+                true
+            }
+            Err(e) => {
+                eprintln!("probe: the CUDA statistics kernel failed ({e}); using libtorch");
+                self.kernel = Some(Err(e.to_string()));
+                false
+            }
+        }
+    }
+
+    /// Which path computed the statistics: "cuda kernel", "libtorch", or "none yet".
+    pub fn statistics_path(&self) -> &'static str {
+        match (&self.kernel, self.sums.is_empty()) {
+            (Some(Ok(_)), _) => "cuda kernel",
+            (_, true) => "none yet",
+            _ => "libtorch",
+        }
+    }
+
+    /// Adds the rows of `stats` (heads x rows, head-major) to their (layer, head, bin) sums.
+    fn accumulate(&mut self, layer: usize, heads: usize, stats: &RowStatistics) {
+        let count = stats.n.len();
         let max_k = *self.settings.ks.iter().max().unwrap_or(&1) as f64;
         for r in 0..count {
             let n = stats.n[r];
@@ -209,6 +257,9 @@ impl AttentionObserver for ProbeRecorder {
                 .map(|p| p - view.past)
                 .collect(),
         };
+        if self.record_with_kernel(layer, view, &selected) {
+            return;
+        }
         // Consecutive selected rows share a tile.
         let mut start = 0;
         while start < selected.len() {

@@ -24,6 +24,8 @@ pub enum BenchCommand {
     Rows(super::bench_rows::RowsBenchArgs),
     /// A drafter's end-to-end speed-up over AR on a prompt set (and HF's assisted generation), side by side.
     Speculative(super::bench_speculative::SpeculativeBenchArgs),
+    /// The probe's attention statistics, libtorch against the CUDA kernel, over growing contexts.
+    AttentionStats(super::bench_attention_stats::AttentionStatsBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -121,6 +123,7 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Load(args) => return super::bench_load::run(args),
         BenchCommand::Rows(args) => return super::bench_rows::run(args),
         BenchCommand::Speculative(args) => return super::bench_speculative::run(args),
+        BenchCommand::AttentionStats(args) => return super::bench_attention_stats::run(args),
     };
     let threads = args.threads.unwrap_or_else(tch::get_num_threads);
     tch::set_num_threads(threads);

@@ -1,5 +1,6 @@
 pub mod adapt;
 pub mod bench;
+pub mod bench_attention_stats;
 pub mod bench_continuations;
 pub mod bench_load;
 pub mod bench_rows;
