@@ -11,7 +11,8 @@
 # What `run` does, each step recorded in the JSON (a failing step is recorded, and the rest still run):
 #   1. the kernel parity tests (crates/probe/tests/attention_stats_kernel.rs) and the engine's tests on
 #      CUDA (crates/model/tests/device.rs, crates/decode/tests/devices.rs);
-#   2. `sharpdraft bench attention-stats`: the probe kernel against libtorch, 1K to 64K keys;
+#   2. `sharpdraft bench attention-stats`: the probe kernel against libtorch, 1K to 64K keys; `bench
+#      scaling`: what query scaling costs a drafter's forward on CUDA (what a fused kernel would have to beat);
 #   3. `sharpdraft bench speculative` on CUDA: SmolLM2-135M with its DFlash, EAGLE-3 and PARD drafters, and
 #      the Qwen2.5-Coder pair (0.5B vanilla, the EAGLE-3 head), with and without query scaling; tau,
 #      tokens/s, speed-up over AR, and peak device memory (nvidia-smi, sampled every 100 ms). Models and
@@ -71,6 +72,8 @@ run() {
     [ -x "$BUNDLE/sharpdraft" ] || { echo "error: $BUNDLE is missing: run scripts/gpu-check.sh build first" >&2; exit 1; }
     export LD_LIBRARY_PATH="$(torch_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export SHARPDRAFT_HOME=${SHARPDRAFT_HOME:-$HOME/.cache/sharpdraft}
+    # The carried test binaries read fixtures and kernel sources from this checkout, not where they were built.
+    export SHARPDRAFT_SOURCE_ROOT=$PWD
     local work
     work=$(mktemp -d)
     local steps="$work/steps.jsonl"
@@ -147,6 +150,14 @@ EOF
             --prefix "Complete this Python function." --contexts 0,1024,4096 --filler "$plays" --filler-offset 60000 \
             --max-new-tokens 96 --json "$@"
     }
+    # What query scaling costs a drafter's forward on CUDA (the measurement a fused-scale attention
+    # kernel would have to beat: the scale is one in-place multiply of q today).
+    if [ -e "$models/smollm2-135m-instruct" ] && [ -e "$models/smollm2-135m-dflash-quick" ]; then
+        step scaling-cost 120 "$BUNDLE/sharpdraft" bench scaling --device cuda --target smollm2-135m-instruct \
+            --drafter smollm2-135m-dflash-quick --method dflash --contexts 1024,4096,16384 --json
+    else
+        skip scaling-cost "$models/smollm2-135m-instruct or $models/smollm2-135m-dflash-quick not found"
+    fi
     speculative smollm2-dflash smollm2-135m-instruct smollm2-135m-dflash-quick dflash smollm2-dflash-quick
     speculative smollm2-eagle3 smollm2-135m-instruct smollm2-135m-eagle3 eagle3 smollm2-eagle3
     speculative smollm2-pard smollm2-135m-instruct smollm2-135m-pard pard smollm2-pard

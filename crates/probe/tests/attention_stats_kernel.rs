@@ -8,7 +8,7 @@ use sharpdraft_probe::attention_stats_kernel::{self, OutputLayout};
 use sharpdraft_probe::row_statistics::{row_statistics, RowStatistics};
 use sharpdraft_probe::{AttentionStatsKernel, LengthBins, ProbeRecorder, ProbeSettings, RowFilter};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use tch::{Device, Kind, Tensor};
 
@@ -132,15 +132,33 @@ fn the_kernel_compiles_with_nvrtc_without_a_gpu() {
     );
 }
 
+/// The workspace this test was built in, or `$SHARPDRAFT_SOURCE_ROOT` for a test binary carried to another
+/// machine (scripts/gpu-check.sh).
+fn workspace_root() -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    match std::env::var_os("SHARPDRAFT_SOURCE_ROOT") {
+        Some(root) if !built.join("kernels").is_dir() => PathBuf::from(root),
+        _ => built,
+    }
+}
+
 /// Builds kernel_on_host/attention_stats_main.cpp with the kernel, or says why not.
-fn host_kernel(folder: &Path) -> Result<std::path::PathBuf, String> {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let source = here.join("../../kernels/attention_stats.cu");
+fn host_kernel(folder: &Path) -> Result<PathBuf, String> {
+    let root = workspace_root();
+    let source = root.join("kernels/attention_stats.cu");
+    let main = root.join("crates/probe/tests/kernel_on_host/attention_stats_main.cpp");
+    if !source.is_file() || !main.is_file() {
+        return Err(format!(
+            "{} or {} not found (set SHARPDRAFT_SOURCE_ROOT to the workspace)",
+            source.display(),
+            main.display()
+        ));
+    }
     let binary = folder.join("attention_stats_host");
     let output = Command::new("g++")
         .args(["-std=c++20", "-O1", "-pthread"])
         .arg(format!("-DATTENTION_STATS_SOURCE=\"{}\"", source.display()))
-        .arg(here.join("tests/kernel_on_host/attention_stats_main.cpp"))
+        .arg(main)
         .arg("-o")
         .arg(&binary)
         .output()

@@ -13,10 +13,17 @@ use sharpdraft_model::{CausalLm, Sampler, Sampling};
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind};
 
+/// The tiny model `family` (llama, qwen2, qwen3) of crates/model/tests/fixtures: in the workspace this
+/// test was built in, or under `$SHARPDRAFT_SOURCE_ROOT` for a test binary carried to another machine
+/// (scripts/gpu-check.sh).
 pub fn fixture(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../model/tests/fixtures")
-        .join(family)
+    let fixtures = "crates/model/tests/fixtures";
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = match std::env::var_os("SHARPDRAFT_SOURCE_ROOT") {
+        Some(root) if !built.join(fixtures).is_dir() => PathBuf::from(root),
+        _ => built,
+    };
+    root.join(fixtures).join(family)
 }
 
 pub fn load(family: &str) -> CausalLm {
