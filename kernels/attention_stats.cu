@@ -66,8 +66,7 @@ extern "C" __global__ void attention_stats(
 {
     __shared__ float query[STATS_MAX_DIM];
     __shared__ double scratch[STATS_THREADS];
-    // Each thread's top STATS_MAX_K logits, sorted decreasing, then the row's top after the merge.
-    __shared__ float candidates[STATS_THREADS * STATS_MAX_K];
+    // The row's top STATS_MAX_K logits, decreasing, merged from each thread's own sorted list.
     __shared__ float top[STATS_MAX_K];
     __shared__ int winner[STATS_THREADS];
     __shared__ float winner_value[STATS_THREADS];
@@ -103,6 +102,8 @@ extern "C" __global__ void attention_stats(
         float dot = 0.0f;
         for (int d = 0; d < dim; ++d) dot += query[d] * key[d];
         const float logit = dot * softmax_scale;
+        // As the reference, which counts finite logits: an overflowed or NaN logit is not a key.
+        if (!(fabsf(logit) <= 3.402823466e38f)) continue;
         const double l = (double)logit;
         if (j == 0) sink_logit = l;
         count += 1.0;
@@ -154,11 +155,9 @@ extern "C" __global__ void attention_stats(
     }
 
     // Merge the threads' sorted lists: k_max rounds, each taking the largest head of any list.
-    for (int i = 0; i < k_max; ++i) candidates[t * STATS_MAX_K + i] = local_top[i];
-    __syncthreads();
     int next = 0;
     for (int round = 0; round < k_max; ++round) {
-        winner_value[t] = next < k_max ? candidates[t * STATS_MAX_K + next] : (float)stats_neg_inf();
+        winner_value[t] = next < k_max ? local_top[next] : (float)stats_neg_inf();
         winner[t] = t;
         __syncthreads();
         for (int half = STATS_THREADS / 2; half > 0; half /= 2) {

@@ -62,15 +62,22 @@ EOF
             return
         fi
     done
-    # No Python torch: this checkout's own libtorch (make deps).
-    echo "$PWD/.deps/torch-py/torch/lib:$PWD/.deps/torch-py/nvidia/cu13/lib"
+    # No Python torch: this checkout's own libtorch (make deps), where there is one.
+    if [ -f "$PWD/.deps/torch-py/torch/lib/libtorch_cuda.so" ]; then
+        echo "$PWD/.deps/torch-py/torch/lib:$PWD/.deps/torch-py/nvidia/cu13/lib"
+        return
+    fi
+    echo "error: no torch found: set TORCH_PYTHON to a python whose torch is 2.11.0+cu130, or run make deps" >&2
+    return 1
 }
 
 run() {
     local out=${1:-${OUT:+$OUT/gpu-check.json}}
     out=${out:-target/gpu-check.json}
     [ -x "$BUNDLE/sharpdraft" ] || { echo "error: $BUNDLE is missing: run scripts/gpu-check.sh build first" >&2; exit 1; }
-    export LD_LIBRARY_PATH="$(torch_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local torch_libraries
+    torch_libraries=$(torch_library_path) || exit 1
+    export LD_LIBRARY_PATH="$torch_libraries${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export SHARPDRAFT_HOME=${SHARPDRAFT_HOME:-$HOME/.cache/sharpdraft}
     # The carried test binaries read fixtures and kernel sources from this checkout, not where they were built.
     export SHARPDRAFT_SOURCE_ROOT=$PWD

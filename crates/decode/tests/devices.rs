@@ -26,11 +26,12 @@ fn load_on(family: &str, device: Device) -> CausalLm {
     CausalLm::load(&fixture(family), device, Kind::Float).unwrap()
 }
 
-fn prompt_logits(model: &CausalLm) -> Tensor {
-    let mut cache = model.net.new_cache(64);
+/// The logits of every row of `tokens`, `[T, vocab]` on the CPU.
+fn logits_of(model: &CausalLm, tokens: &[i64]) -> Tensor {
+    let mut cache = model.net.new_cache(tokens.len() as i64 + 8);
     let device = model.net.device();
-    let ids = Tensor::from_slice(&PROMPT).to_device(device);
-    let positions = Tensor::arange(PROMPT.len() as i64, (Kind::Int64, device));
+    let ids = Tensor::from_slice(tokens).to_device(device);
+    let positions = Tensor::arange(tokens.len() as i64, (Kind::Int64, device));
     model
         .net
         .forward(ForwardInput::causal(&ids, &positions), &mut cache)
@@ -43,9 +44,9 @@ fn prompt_logits(model: &CausalLm) -> Tensor {
 #[test]
 fn every_device_gives_the_cpu_logits() {
     for family in ["llama", "qwen2", "qwen3"] {
-        let cpu = prompt_logits(&load_on(family, Device::Cpu));
+        let cpu = logits_of(&load_on(family, Device::Cpu), &PROMPT);
         for device in devices() {
-            let logits = prompt_logits(&load_on(family, device));
+            let logits = logits_of(&load_on(family, device), &PROMPT);
             let diff = (&logits - &cpu).abs().max().double_value(&[]);
             assert!(
                 diff < 1e-3,
@@ -53,6 +54,27 @@ fn every_device_gives_the_cpu_logits() {
             );
         }
     }
+}
+
+/// `got` is the target's greedy continuation `want` (both after `PROMPT`). On a CPU exactly; on CUDA up to
+/// a near tie: where they first differ, the target's two best logits lie within 1e-3 (a verification
+/// pass and one-row decode steps round differently there, so either token is the target's greedy one).
+fn assert_greedy(target: &CausalLm, got: &[i64], want: &[i64], what: &str) {
+    let Some(first) = got.iter().zip(want).position(|(a, b)| a != b) else {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        return;
+    };
+    let near_tie = target.net.device().is_cuda() && {
+        let prefix: Vec<i64> = PROMPT.iter().chain(&want[..first]).copied().collect();
+        let last = logits_of(target, &prefix).select(0, -1);
+        let (best, _) = last.topk(2, -1, true, true);
+        let best = Vec::<f32>::try_from(best).unwrap();
+        best[0] - best[1] < 1e-3
+    };
+    assert!(
+        near_tie,
+        "{what}: token {first} differs:\n got {got:?}\nwant {want:?}"
+    );
 }
 
 fn with_scaling(drafter: &mut dyn Drafter, beta: Option<f64>) {
@@ -126,7 +148,12 @@ fn greedy_speculation_emits_the_targets_greedy_tokens_on_every_device() {
             for (name, drafter) in drafters.iter_mut() {
                 with_scaling(drafter.as_mut(), beta);
                 let got = spec(&target, drafter.as_mut(), &PROMPT, 20, Sampling::greedy());
-                assert_eq!(got.ids, want, "{name} on {device:?}, beta {beta:?}");
+                assert_greedy(
+                    &target,
+                    &got.ids,
+                    &want,
+                    &format!("{name} on {device:?}, beta {beta:?}"),
+                );
             }
         }
     }

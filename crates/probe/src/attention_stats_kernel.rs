@@ -3,8 +3,10 @@
 //! the same rows, but streams over the keys: no `[H, rows, L]` logits tile is ever stored.
 //!
 //! Sharing with libtorch: the kernel runs in the device's primary context (the one libtorch uses) on the
-//! legacy default stream (libtorch's current stream unless a caller changed it), and reads and writes
-//! libtorch's device memory through `data_ptr`, so no copy and no extra synchronisation are needed.
+//! legacy default stream, and reads and writes libtorch's device memory through `data_ptr`, so no copy
+//! and no extra synchronisation are needed. The default stream is libtorch's current stream: the
+//! workbench never sets another (tch exposes no stream guard), so the kernel is ordered after the
+//! passes that wrote its inputs and before the copy that reads its output.
 //!
 //! Nothing here needs the CUDA toolkit to build: cudarc opens `libnvrtc` and `libcuda` on first use.
 
@@ -220,7 +222,10 @@ impl AttentionStatsKernel {
         if let Some(&row) = rows.iter().find(|&&r| !(0..query_rows).contains(&r)) {
             return Err(input(format!("row {row} is outside 0..{query_rows}")));
         }
-        for (name, tensor) in [("queries", queries), ("keys", keys)] {
+        for (name, tensor) in [("queries", queries), ("keys", keys)]
+            .into_iter()
+            .chain(visible.map(|mask| ("visibility", mask)))
+        {
             if tensor.device() != self.device {
                 return Err(input(format!(
                     "{name} are on {:?}, the kernel on {:?}",
@@ -332,8 +337,13 @@ impl AttentionStatsKernel {
         // allocation on this device of the size the kernel reads or writes (checked above), and the
         // tensors outlive the launch: the copy to the host below waits for it on the same stream.
         unsafe { launch.launch(config) }.map_err(cuda_error("launch"))?;
-        let host = Vec::<f64>::try_from(out.to_device(Device::Cpu))
-            .map_err(|e| input(format!("reading the output: {e}")))?;
+        // A fault in the kernel surfaces here, at the first synchronising call: an error, not a panic.
+        let host = out
+            .f_to_device(Device::Cpu)
+            .map_err(|e| input(format!("the kernel failed: {e}")))
+            .and_then(|t| {
+                Vec::<f64>::try_from(t).map_err(|e| input(format!("reading the output: {e}")))
+            })?;
         Ok(layout.unpack(&host, heads as usize, rows.len(), ks))
     }
 }

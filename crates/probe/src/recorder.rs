@@ -85,6 +85,8 @@ pub struct ProbeRecorder {
     sums: BTreeMap<(usize, usize, i32), Sums>,
     /// The CUDA kernel, loaded on the first CUDA pass (or why it could not be).
     kernel: Option<std::result::Result<AttentionStatsKernel, String>>,
+    /// Which paths have computed statistics so far: (the kernel, libtorch).
+    used: (bool, bool),
 }
 
 impl ProbeRecorder {
@@ -100,6 +102,7 @@ impl ProbeRecorder {
             layers,
             sums: BTreeMap::new(),
             kernel: None,
+            used: (false, false),
         }
     }
 
@@ -117,6 +120,7 @@ impl ProbeRecorder {
         let keys = view.keys.size()[1];
         let logits = view.logits(rows.clone(), 0..keys);
         let stats = row_statistics(&logits, &self.settings.ks, &self.settings.scales);
+        self.used.1 = true;
         self.accumulate(layer, view.queries.size()[0] as usize, &stats);
     }
 
@@ -138,6 +142,7 @@ impl ProbeRecorder {
         let stats = kernel.row_statistics(view, rows, &self.settings.ks, &self.settings.scales);
         match stats {
             Ok(stats) => {
+                self.used.0 = true;
                 self.accumulate(layer, view.queries.size()[0] as usize, &stats);
                 true
             }
@@ -149,12 +154,14 @@ impl ProbeRecorder {
         }
     }
 
-    /// Which path computed the statistics: "cuda kernel", "libtorch", or "none yet".
+    /// Which path computed the statistics: "cuda kernel", "libtorch", both (a kernel that failed part way),
+    /// or "none yet".
     pub fn statistics_path(&self) -> &'static str {
-        match (&self.kernel, self.sums.is_empty()) {
-            (Some(Ok(_)), _) => "cuda kernel",
-            (_, true) => "none yet",
-            _ => "libtorch",
+        match self.used {
+            (true, false) => "cuda kernel",
+            (false, true) => "libtorch",
+            (true, true) => "cuda kernel, then libtorch",
+            (false, false) => "none yet",
         }
     }
 

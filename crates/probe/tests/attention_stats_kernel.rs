@@ -51,6 +51,37 @@ impl Attention {
         }
     }
 
+    /// As the engine hands them over: queries a permuted `[T, H, D]` buffer, keys the first `keys` slots of
+    /// a larger cache, visibility rows of a larger mask; every key visible when `masked` is false.
+    fn strided(rows: i64, keys: i64, masked: bool, device: Device) -> Self {
+        let causal = Self::random(rows, keys, true, device);
+        let queries = causal.queries.transpose(0, 1).contiguous().transpose(0, 1); // [H, T, D] view
+        let cache = Tensor::cat(
+            &[
+                &causal.keys,
+                &Tensor::zeros([2, 100, 64], (Kind::Float, device)),
+            ],
+            1,
+        );
+        let wide_mask = Tensor::cat(
+            &[
+                causal.visible.as_ref().unwrap(),
+                &Tensor::ones([rows, 50], (Kind::Bool, device)),
+            ],
+            1,
+        );
+        assert!(
+            queries.stride()[1] != 64,
+            "the queries are not [H, T, D]-contiguous"
+        );
+        Self {
+            queries,
+            keys: cache.narrow(1, 0, keys),
+            visible: masked.then(|| wide_mask.narrow(1, 0, keys)),
+            softmax_scale: causal.softmax_scale,
+        }
+    }
+
     fn view(&self) -> AttentionView<'_> {
         AttentionView {
             queries: &self.queries,
@@ -185,7 +216,7 @@ fn run_on_host(binary: &Path, folder: &Path, attention: &Attention, rows: &[i64]
         rows.len() as i64,
         KS.len() as i64,
         scales().len() as i64,
-        1,
+        attention.visible.is_some() as i64,
     ];
     for v in header {
         input.extend_from_slice(&v.to_le_bytes());
@@ -196,13 +227,9 @@ fn run_on_host(binary: &Path, folder: &Path, attention: &Attention, rows: &[i64]
             input.extend_from_slice(&v.to_le_bytes());
         }
     }
-    let visible = attention
-        .visible
-        .as_ref()
-        .unwrap()
-        .to_kind(Kind::Uint8)
-        .flatten(0, -1);
-    input.extend(Vec::<u8>::try_from(visible).unwrap());
+    if let Some(visible) = &attention.visible {
+        input.extend(Vec::<u8>::try_from(visible.to_kind(Kind::Uint8).flatten(0, -1)).unwrap());
+    }
     for &r in rows {
         input.extend_from_slice(&(r as i32).to_le_bytes());
     }
@@ -261,6 +288,13 @@ fn the_kernel_run_on_the_host_gives_the_libtorch_statistics() {
         &run_on_host(&binary, folder.path(), &masked, &rows),
         &masked.reference(&rows),
     );
+    // Every key visible (no mask), the inputs strided as the engine hands them over.
+    let unmasked = Attention::strided(6, 400, false, Device::Cpu);
+    let rows = [1, 5];
+    assert_same_statistics(
+        &run_on_host(&binary, folder.path(), &unmasked, &rows),
+        &unmasked.reference(&rows),
+    );
 }
 
 fn cuda_or_skip() -> Option<Device> {
@@ -282,6 +316,8 @@ fn the_kernel_on_cuda_gives_the_libtorch_statistics() {
             vec![0, 1, 2, 9, 30, 31],
         ),
         (Attention::random(8, 777, false, device), (0..8).collect()),
+        (Attention::strided(16, 1500, true, device), vec![2, 3, 15]),
+        (Attention::strided(4, 300, false, device), vec![0, 3]),
     ] {
         let stats = kernel
             .row_statistics(&attention.view(), &rows, &KS, &scales())
