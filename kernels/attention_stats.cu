@@ -11,7 +11,7 @@
 //                                     h / (heads / kv_heads) (grouped-query attention)
 //   visible  [query_rows, keys] u8 (1 = visible) with row stride `visible_stride`, or null: every key
 //   row_index[rows] the query rows to reduce (indices into query_rows)
-//   ks       [nk] each in 1..STATS_MAX_K; scales [ns] the query scales of estimator (iii)
+//   ks       [nk <= STATS_MAX_KS] each in 1..STATS_MAX_K; scales [ns] the query scales of estimator (iii)
 // Output
 //   out [heads, rows, 4 + nk * (5 + ns)] f64: n, entropy, log-sum-exp, sink share, then per k: M_k,
 //   background mean, background variance, top mean, weighted background mean, then M_k at each scale.
@@ -19,6 +19,7 @@
 
 #define STATS_THREADS 128
 #define STATS_MAX_K 64
+#define STATS_MAX_KS 16
 #define STATS_MAX_SCALES 64
 #define STATS_MAX_DIM 256
 
@@ -28,6 +29,17 @@
 
 __device__ double stats_neg_inf() { return __longlong_as_double(0xfff0000000000000ULL); }
 __device__ double stats_nan() { return __longlong_as_double(0x7ff8000000000000ULL); }
+
+// The softmax input q.k * softmax_scale of one key, f32 as the reference's matrix product gives it. Both
+// passes over the keys call this, so they see the same bits.
+__device__ float key_logit(const float* query, const float* key, int dim, float softmax_scale) {
+    float dot = 0.0f;
+    for (int d = 0; d < dim; ++d) dot += query[d] * key[d];
+    return dot * softmax_scale;
+}
+
+// Whether a logit counts as a key: the reference counts finite logits (an overflowed or NaN one does not).
+__device__ bool is_key(float logit) { return fabsf(logit) <= 3.402823466e38f; }
 
 // Sum of one value per thread, returned to every thread. `scratch` holds STATS_THREADS doubles.
 __device__ double block_sum(double value, double* scratch) {
@@ -98,12 +110,8 @@ extern "C" __global__ void attention_stats(
     const unsigned char* visible_row = visible ? visible + query_row * visible_stride : 0;
     for (int j = t; j < key_count; j += STATS_THREADS) {
         if (visible_row && !visible_row[j]) continue;
-        const float* key = key_base + j * key_row_stride;
-        float dot = 0.0f;
-        for (int d = 0; d < dim; ++d) dot += query[d] * key[d];
-        const float logit = dot * softmax_scale;
-        // As the reference, which counts finite logits: an overflowed or NaN logit is not a key.
-        if (!(fabsf(logit) <= 3.402823466e38f)) continue;
+        const float logit = key_logit(query, key_base + j * key_row_stride, dim, softmax_scale);
+        if (!is_key(logit)) continue;
         const double l = (double)logit;
         if (j == 0) sink_logit = l;
         count += 1.0;
@@ -172,6 +180,38 @@ extern "C" __global__ void attention_stats(
         __syncthreads();
     }
 
+    // <l>_B per k from the background's own softmax: a second pass over the keys, now that each k's
+    // threshold top[k - 1] is known. (E_p[l] - M <l>_R) / (1 - M) would be 0 / 0 for a head that puts
+    // all its mass on k keys.) Keys equal to a threshold beyond those in the top k are background too.
+    double background_exp[STATS_MAX_KS], background_exp_logit[STATS_MAX_KS], at_threshold[STATS_MAX_KS];
+    for (int c = 0; c < nk; ++c) background_exp[c] = background_exp_logit[c] = at_threshold[c] = 0.0;
+    for (int j = t; j < key_count; j += STATS_THREADS) {
+        if (visible_row && !visible_row[j]) continue;
+        const float logit = key_logit(query, key_base + j * key_row_stride, dim, softmax_scale);
+        if (!is_key(logit)) continue;
+        const double l = (double)logit, weight = exp(l - row_max);
+        for (int c = 0; c < nk; ++c) {
+            const float threshold = top[ks[c] - 1];
+            if (logit < threshold) {
+                background_exp[c] += weight;
+                background_exp_logit[c] += weight * l;
+            } else if (logit == threshold) {
+                at_threshold[c] += 1.0;
+            }
+        }
+    }
+    double weighted_background[STATS_MAX_KS];
+    for (int c = 0; c < nk; ++c) {
+        const float threshold = top[ks[c] - 1];
+        double in_top = 0.0;
+        for (int i = 0; i < ks[c]; ++i) in_top += (top[i] == threshold) ? 1.0 : 0.0;
+        const double tied = block_sum(at_threshold[c], scratch) - in_top;
+        const double tied_weight = tied > 0.0 ? tied * exp((double)threshold - row_max) : 0.0;
+        const double exp_sum = block_sum(background_exp[c], scratch) + tied_weight;
+        const double exp_logit_sum = block_sum(background_exp_logit[c], scratch) + tied_weight * (double)threshold;
+        weighted_background[c] = exp_logit_sum / exp_sum;
+    }
+
     if (t == 0) {
         row_out[0] = n;
         row_out[1] = lse - mean_p;
@@ -207,8 +247,7 @@ extern "C" __global__ void attention_stats(
             k_out[1] = background_mean;
             k_out[2] = (total_sq - top_sum_sq) / rest - background_mean * background_mean;
             k_out[3] = top_mean;
-            // E_p[l] over all keys = M <l>_R + (1 - M) <l>_B.
-            k_out[4] = (mean_p - mass * top_mean) / (1.0 - mass);
+            k_out[4] = weighted_background[c];
         }
         for (int i = t; i < ns; i += STATS_THREADS) {
             double scaled = 0.0;

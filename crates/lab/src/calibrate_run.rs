@@ -446,12 +446,14 @@ struct BinSummary {
     /// The same under the exact table (NaN without one).
     exact: f64,
     background_var: f64,
-    /// `<l>_{R,p} - <l>_{B,p}`, from `M (1 - M) gap / (M (1 - M))`.
+    /// `<l>_{R,p} - <l>_{B,p}`, from `M (1 - M) gap / (M (1 - M))`, over the heads whose mean `M_k` is
+    /// not 1 (a head with all its mass on k keys has no measurable gap; NaN when no head has one).
     gap: f64,
 }
 
 fn bin_summaries(heads: &[HeadStats], schedule: &ScaleSchedule) -> Vec<BinSummary> {
-    let mut by_bin: BTreeMap<i64, ([f64; 6], usize)> = BTreeMap::new();
+    // Per bin: sums of n, mass, fixed, exact, background variance, and the heads; the gap's sum and heads.
+    let mut by_bin: BTreeMap<i64, ([f64; 5], usize, f64, usize)> = BTreeMap::new();
     for h in heads {
         for b in &h.bins {
             // Bins are a factor 2 apart; heads share them.
@@ -461,19 +463,23 @@ fn bin_summaries(heads: &[HeadStats], schedule: &ScaleSchedule) -> Vec<BinSummar
                 .exact_scale(b.n, h.layer, h.head)
                 .map_or(f64::NAN, |s| b.mean_mass(s));
             let gap = b.mass_gap / (b.mass * (1.0 - b.mass));
-            let e = by_bin.entry(key).or_insert(([0.0; 6], 0));
+            let e = by_bin.entry(key).or_insert(([0.0; 5], 0, 0.0, 0));
             for (sum, v) in
                 e.0.iter_mut()
-                    .zip([b.n, b.mass, fixed, exact, b.background_var, gap])
+                    .zip([b.n, b.mass, fixed, exact, b.background_var])
             {
                 *sum += v;
             }
             e.1 += 1;
+            if gap.is_finite() {
+                e.2 += gap;
+                e.3 += 1;
+            }
         }
     }
     by_bin
         .values()
-        .map(|(v, count)| {
+        .map(|(v, count, gap_sum, gap_count)| {
             let m = v.map(|x| x / *count as f64);
             BinSummary {
                 n: m[0],
@@ -481,7 +487,7 @@ fn bin_summaries(heads: &[HeadStats], schedule: &ScaleSchedule) -> Vec<BinSummar
                 fixed: m[2],
                 exact: m[3],
                 background_var: m[4],
-                gap: m[5],
+                gap: gap_sum / *gap_count as f64,
             }
         })
         .collect()

@@ -25,6 +25,7 @@ const FUNCTION: &str = "attention_stats";
 /// Threads per block, and the limits of the kernel's fixed-size buffers (`STATS_*` in the source).
 const THREADS: u32 = 128;
 pub const MAX_K: i64 = 64;
+pub const MAX_KS: usize = 16;
 pub const MAX_SCALES: usize = 64;
 pub const MAX_HEAD_DIM: i64 = 256;
 /// The fields per row before the per-k blocks, and per k before the scale curve.
@@ -210,8 +211,10 @@ impl AttentionStatsKernel {
         if dim > MAX_HEAD_DIM {
             return Err(input(format!("head dim {dim} is above {MAX_HEAD_DIM}")));
         }
-        if ks.is_empty() || ks.iter().any(|&k| !(1..=MAX_K).contains(&k)) {
-            return Err(input(format!("ks {ks:?} must lie in 1..={MAX_K}")));
+        if ks.is_empty() || ks.len() > MAX_KS || ks.iter().any(|&k| !(1..=MAX_K).contains(&k)) {
+            return Err(input(format!(
+                "ks {ks:?}: 1 to {MAX_KS} values, each in 1..={MAX_K}"
+            )));
         }
         if scales.len() > MAX_SCALES {
             return Err(input(format!(

@@ -61,7 +61,7 @@ pub fn row_statistics(logits: &Tensor, ks: &[i64], scales: &[f64]) -> RowStatist
     let per_k = ks
         .iter()
         .map(|&k| {
-            let (top, _) = l.topk(k, -1, true, true); // [H, R, k]
+            let (top, top_index) = l.topk(k, -1, true, true); // [H, R, k]
             let lse_top = top.logsumexp([-1], false);
             let mass = (&lse_top - &lse).exp();
             let rest = &n - k as f64;
@@ -73,8 +73,14 @@ pub fn row_statistics(logits: &Tensor, ks: &[i64], scales: &[f64]) -> RowStatist
                 - &background_mean * &background_mean;
             let top_weights = (&top - lse_top.unsqueeze(-1)).exp();
             let top_mean = (&top_weights * &top).sum_dim_intlist(&[-1i64][..], false, Kind::Double);
-            // E_p[l] over all keys = M <l>_R + (1 - M) <l>_B.
-            let weighted_background_mean = (&mean_p - &mass * &top_mean) / (1.0 - &mass);
+            // <l>_B from the background's own softmax (the top k masked out), not from
+            // E_p[l] = M <l>_R + (1 - M) <l>_B: that divides by 1 - M, which is 0 in f64 for a head
+            // that puts all its mass on k keys.
+            let background = l.scatter_value(-1, &top_index, f64::NEG_INFINITY); // [H, R, L]
+            let background_weights =
+                (&background - background.logsumexp([-1], false).unsqueeze(-1)).exp();
+            let weighted_background_mean =
+                (&background_weights * &zeroed).sum_dim_intlist(&[-1i64][..], false, Kind::Double);
             let mass_at_scale = scales
                 .iter()
                 .zip(&lse_at_scale)

@@ -82,6 +82,25 @@ impl Attention {
         }
     }
 
+    /// Keys repeated six times: logits tie at every top-k threshold.
+    fn tied(rows: i64, device: Device) -> Self {
+        let causal = Self::random(rows, 300, true, device);
+        let distinct = causal.keys.narrow(1, 0, 50);
+        Self {
+            keys: Tensor::cat(&[&distinct; 6], 1),
+            ..causal
+        }
+    }
+
+    /// Queries 40x as long: a head that puts all its mass, to f64 precision, on a few keys.
+    fn saturated(rows: i64, device: Device) -> Self {
+        let causal = Self::random(rows, 300, true, device);
+        Self {
+            queries: &causal.queries * 40.0,
+            ..causal
+        }
+    }
+
     fn view(&self) -> AttentionView<'_> {
         AttentionView {
             queries: &self.queries,
@@ -288,6 +307,30 @@ fn the_kernel_run_on_the_host_gives_the_libtorch_statistics() {
         &run_on_host(&binary, folder.path(), &masked, &rows),
         &masked.reference(&rows),
     );
+    // Ties at the thresholds; a head whose top-k mass rounds to 1 (its background mean stays defined).
+    let rows = [0, 2, 5];
+    let tied = Attention::tied(6, Device::Cpu);
+    assert_same_statistics(
+        &run_on_host(&binary, folder.path(), &tied, &rows),
+        &tied.reference(&rows),
+    );
+    let saturated = Attention::saturated(6, Device::Cpu);
+    let reference = saturated.reference(&rows);
+    assert!(
+        reference.per_k.iter().any(|k| k.mass.contains(&1.0)),
+        "some row's M_k rounds to 1 in f64"
+    );
+    for k in &reference.per_k {
+        assert!(
+            k.weighted_background_mean.iter().all(|v| v.is_finite()),
+            "k = {}",
+            k.k
+        );
+    }
+    assert_same_statistics(
+        &run_on_host(&binary, folder.path(), &saturated, &rows),
+        &reference,
+    );
     // Every key visible (no mask), the inputs strided as the engine hands them over.
     let unmasked = Attention::strided(6, 400, false, Device::Cpu);
     let rows = [1, 5];
@@ -318,6 +361,8 @@ fn the_kernel_on_cuda_gives_the_libtorch_statistics() {
         (Attention::random(8, 777, false, device), (0..8).collect()),
         (Attention::strided(16, 1500, true, device), vec![2, 3, 15]),
         (Attention::strided(4, 300, false, device), vec![0, 3]),
+        (Attention::tied(6, device), vec![0, 2, 5]),
+        (Attention::saturated(6, device), vec![0, 2, 5]),
     ] {
         let stats = kernel
             .row_statistics(&attention.view(), &rows, &KS, &scales())
