@@ -3,8 +3,8 @@
 #
 #   scripts/gpu-check.sh build            here (Rust, no GPU needed): the `cuda` test binaries and CLI,
 #                                         stripped, into target/gpu-check/ (separate target dir: target/cuda)
-#   scripts/gpu-check.sh run [OUT.json]   on the GPU machine (torch 2.11.0+cu130, no Rust): runs them in
-#                                         under 10 minutes; every result into OUT.json (default:
+#   scripts/gpu-check.sh run [OUT.json]   on the GPU machine (torch 2.11.0+cu130, no Rust): runs them (each
+#                                         step timed out, sized for 10 minutes in all); every result into OUT.json (default:
 #                                         $OUT/gpu-check.json where $OUT is set, else target/gpu-check.json)
 #   scripts/gpu-check.sh                  both, on a machine with Rust and a GPU
 #

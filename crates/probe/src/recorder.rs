@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tch::Device;
 
 /// Rows of one logits tile: bounds the probe's working set to `ROWS_PER_TILE x H x L` values.
-const ROWS_PER_TILE: i64 = 8;
+pub const ROWS_PER_TILE: i64 = 8;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeSettings {

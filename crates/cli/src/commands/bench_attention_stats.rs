@@ -7,13 +7,11 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_model::{parse_device, AttentionView};
+use sharpdraft_probe::recorder::ROWS_PER_TILE;
 use sharpdraft_probe::row_statistics::row_statistics;
 use sharpdraft_probe::AttentionStatsKernel;
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
-
-/// Rows per libtorch tile, as the probe's recorder takes them.
-const ROWS_PER_TILE: i64 = 8;
 
 #[derive(Args, Debug)]
 pub struct AttentionStatsBenchArgs {
@@ -137,70 +135,55 @@ pub fn run(args: &AttentionStatsBenchArgs) -> Result<()> {
             past: keys - args.rows,
             softmax_scale,
         };
-        let libtorch_masses = std::cell::RefCell::new(Vec::new());
+        // The probe's libtorch path: logits tiles of ROWS_PER_TILE rows.
         let libtorch_ms = median_ms(
             || {
-                let mut masses = Vec::new();
                 for start in (0..args.rows).step_by(ROWS_PER_TILE as usize) {
                     let end = (start + ROWS_PER_TILE).min(args.rows);
-                    let stats =
-                        row_statistics(&view.logits(start..end, 0..keys), &args.ks, &scales);
-                    masses.push(
-                        stats
-                            .per_k
-                            .iter()
-                            .map(|k| k.mass.clone())
-                            .collect::<Vec<_>>(),
-                    );
+                    row_statistics(&view.logits(start..end, 0..keys), &args.ks, &scales);
                 }
-                *libtorch_masses.borrow_mut() = masses;
                 Ok(())
             },
             args.repeats,
         )?;
         let (mut kernel_ms, mut max_mass_difference, mut nan_mismatches) = (None, None, None);
-        let kernel_masses = std::cell::RefCell::new(Vec::new());
         if let Some(kernel) = &kernel {
+            let mut kernel_stats = None;
             let timed = median_ms(
                 || {
-                    let stats = kernel.row_statistics(&view, &rows, &args.ks, &scales)?;
-                    *kernel_masses.borrow_mut() =
-                        stats.per_k.iter().map(|k| k.mass.clone()).collect();
+                    kernel_stats = Some(kernel.row_statistics(&view, &rows, &args.ks, &scales)?);
                     Ok(())
                 },
                 args.repeats,
             );
-            match timed {
-                Ok(ms) => kernel_ms = Some(ms),
+            match timed.map(|ms| (ms, kernel_stats)) {
+                Ok((ms, Some(stats))) => {
+                    kernel_ms = Some(ms);
+                    // Untimed, every row at once: the same head-major [H, rows] layout as the kernel's.
+                    let reference =
+                        row_statistics(&view.logits(0..args.rows, 0..keys), &args.ks, &scales);
+                    let pairs = stats
+                        .per_k
+                        .iter()
+                        .zip(&reference.per_k)
+                        .flat_map(|(a, b)| a.mass.iter().zip(&b.mass));
+                    let (mut largest, mut mismatches) = (0.0f64, 0usize);
+                    for (gpu, cpu) in pairs {
+                        if cpu.is_nan() != gpu.is_nan() {
+                            mismatches += 1;
+                        } else if !cpu.is_nan() {
+                            largest = largest.max((cpu - gpu).abs());
+                        }
+                    }
+                    max_mass_difference = Some(largest);
+                    nan_mismatches = Some(mismatches);
+                }
+                Ok((_, None)) => unreachable!("every timed run sets the kernel's statistics"),
                 Err(e) => {
                     // Inputs the kernel refuses (more than 64 scales, k above 64): said, not fatal.
                     kernel_unavailable.get_or_insert_with(|| format!("at {keys} keys: {e:#}"));
                 }
             }
-        }
-        if kernel_ms.is_some() {
-            // Both are head-major per k: the kernel over every row, libtorch tile by tile.
-            let heads = args.heads as usize;
-            let (mut largest, mut mismatches) = (0.0f64, 0usize);
-            for (tile_index, tile) in libtorch_masses.borrow().iter().enumerate() {
-                let start = tile_index * ROWS_PER_TILE as usize;
-                let tile_rows = tile[0].len() / heads;
-                for (c, masses) in tile.iter().enumerate() {
-                    for h in 0..heads {
-                        for r in 0..tile_rows {
-                            let cpu = masses[h * tile_rows + r];
-                            let gpu = kernel_masses.borrow()[c][h * args.rows as usize + start + r];
-                            if cpu.is_nan() != gpu.is_nan() {
-                                mismatches += 1;
-                            } else if !cpu.is_nan() {
-                                largest = largest.max((cpu - gpu).abs());
-                            }
-                        }
-                    }
-                }
-            }
-            max_mass_difference = Some(largest);
-            nan_mismatches = Some(mismatches);
         }
         let measurement = Measurement {
             keys,
