@@ -142,15 +142,20 @@ fn long_pass_peak_kib(mode: &str) -> i64 {
     if mode == "fixed" {
         model.set_query_scaling(fixed(0.3, 64.0, 2, 12));
     }
-    let rows = 1024;
-    let ids = Tensor::zeros([rows], (Kind::Int64, Device::Cpu));
-    let positions = Tensor::arange(rows, (Kind::Int64, Device::Cpu));
-    let before = high_water_kib();
-    let input = ForwardInput {
-        logits: sharpdraft_model::LogitRows::Last,
-        ..ForwardInput::causal(&ids, &positions)
+    let pass = |rows: i64| {
+        let ids = Tensor::zeros([rows], (Kind::Int64, Device::Cpu));
+        let positions = Tensor::arange(rows, (Kind::Int64, Device::Cpu));
+        let input = ForwardInput {
+            logits: sharpdraft_model::LogitRows::Last,
+            ..ForwardInput::causal(&ids, &positions)
+        };
+        model.forward(input, &mut model.new_cache(rows)).unwrap();
     };
-    model.forward(input, &mut model.new_cache(rows)).unwrap();
+    // The resident high-water mark also counts libtorch's code pages, faulted in on an op's first use:
+    // a short pass first runs every op of the mode, so that the long pass's growth is its tensors alone.
+    pass(16);
+    let before = high_water_kib();
+    pass(1024);
     high_water_kib() - before
 }
 
@@ -196,16 +201,16 @@ fn scaling_leaves_peak_memory_unchanged() {
     };
     let (off, scaled) = (peak("off"), peak("fixed"));
     println!("peak growth of one 1024-row pass: off {off} KiB, fixed {scaled} KiB");
-    // The pass's own tensors (cache, activations, mask, attention workspace) are ~28 MiB here: the
+    // The pass's own tensors (cache, activations, mask, attention workspace) are ~19 MiB here: the
     // measurement sees tensors, not noise.
     assert!(
         off > 16 * 1024,
         "the long pass should raise the high-water mark by its tensors, got {off} KiB"
     );
-    // A copy of the queries (1024 x 384 f32 = 1.5 MiB) or a widened mask would show; the [H, T] factors
-    // (48 KiB) and their staging may not.
+    // Repeated runs differ by up to ~100 KiB. Scaling by a copy (`q = q * s` instead of in place) raised
+    // the peak by ~540 KiB when tried; the [H, T] factors (48 KiB) stay well under the bound.
     assert!(
-        (scaled - off).abs() < 512,
+        (scaled - off).abs() < 320,
         "scaling moved the peak from {off} KiB to {scaled} KiB"
     );
 }
