@@ -284,7 +284,13 @@ impl Layer {
         Layer {
             input_layernorm: RmsNorm::new(p / "input_layernorm", hidden, eps),
             qkv: QkvProjection::new(&attention, shape, Trainable::No),
-            o_proj: Linear::new(&attention / "o_proj", heads * head_dim, hidden, false),
+            // Qwen3's layout, which DFlash checkpoints follow: `attention_bias` gives o_proj a bias too.
+            o_proj: Linear::new(
+                &attention / "o_proj",
+                heads * head_dim,
+                hidden,
+                config.attention_bias,
+            ),
             post_attention_layernorm: RmsNorm::new(p / "post_attention_layernorm", hidden, eps),
             mlp: SwiGlu::new(
                 &(p / "mlp"),

@@ -66,12 +66,11 @@ impl DFlashOptions {
 /// Writes the starting drafter into `dir`, warm-started from the target: drafter layer i copies target
 /// layer `L - layers + i` (the late layers, whose outputs the target's LM head reads), the final norm is
 /// the target's, `fc` passes the deepest captured feature through (identity on its slice, zero
-/// elsewhere), and q/k norms start at one (the target has none).
+/// elsewhere), and q/k norms start at one (the target has none). A Qwen2 target's q/k/v biases come
+/// along: the drafter is written with `attention_bias`, which in DFlash's (Qwen3's) layout also gives
+/// o_proj a bias, started at zero.
 pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()> {
     let c = &target.net.config;
-    if c.qkv_bias {
-        return Err(DraftError::Mismatch("DFlash training warm-starts from the target's layers, which carry q/k/v biases DFlash's layout lacks (attention_bias would apply to o_proj too)".into()));
-    }
     let ids = options.target_layers(c.num_layers);
     let config = serde_json::json!({
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
@@ -79,7 +78,7 @@ pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()
         "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size, "num_attention_heads": c.num_heads,
         "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim, "rms_norm_eps": c.rms_norm_eps,
         "rope_theta": c.rope_theta, "max_position_embeddings": c.max_position_embeddings,
-        "attention_bias": false, "tie_word_embeddings": false, "vocab_size": c.vocab_size,
+        "attention_bias": c.qkv_bias, "tie_word_embeddings": false, "vocab_size": c.vocab_size,
         "layer_types": vec!["full_attention"; options.layers], "dtype": "float32",
         "dflash_config": {"mask_token_id": options.mask_token, "target_layer_ids": ids, "block_size": options.block_size},
     });
@@ -116,6 +115,18 @@ pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()
             tensors.push((
                 format!("layers.{i}.{part}.weight"),
                 get(&format!("{source}.{part}.weight"))?,
+            ));
+        }
+        if c.qkv_bias {
+            for part in ["q_proj", "k_proj", "v_proj"] {
+                tensors.push((
+                    format!("layers.{i}.self_attn.{part}.bias"),
+                    get(&format!("{source}.self_attn.{part}.bias"))?,
+                ));
+            }
+            tensors.push((
+                format!("layers.{i}.self_attn.o_proj.bias"),
+                Tensor::zeros([h], (Kind::Float, Device::Cpu)),
             ));
         }
         tensors.push((

@@ -279,10 +279,6 @@ impl TrainConfig {
                     "dflash.target_layer_ids {ids:?} do not fit a {}-layer target",
                     t.num_layers
                 );
-                ensure!(
-                    self.init.is_some() || !t.qkv_bias,
-                    "dflash: the target has q/k/v biases, which DFlash's layout lacks, so the drafter cannot start from its layers (name an `init:` drafter)"
-                );
             }
         }
         if let Some(init) = &self.init {

@@ -550,6 +550,71 @@ fn a_warm_started_eagle_head_of_a_qwen2_target_keeps_its_attention_biases_and_ro
     assert!(loss.is_finite() && loss > 0.0, "{loss}");
 }
 
+#[test]
+fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_and_drafts() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/qwen2");
+    let target = CausalLm::load(&fixture, Device::Cpu, Kind::Float).unwrap();
+    assert!(target.net.config.qkv_bias, "the fixture has q/k/v biases");
+    let dir = tempfile::tempdir().unwrap();
+    init(Method::Dflash, dir.path(), &target, &[]);
+    let drafter_weights = safetensors_of(dir.path());
+    let vars = target.vars.variables();
+    // One drafter layer, started from the target's last.
+    let last = format!(
+        "model.layers.{}.self_attn",
+        target.net.config.num_layers - 1
+    );
+    for name in ["q_proj", "k_proj", "v_proj"] {
+        assert!(
+            drafter_weights[&format!("layers.0.self_attn.{name}.bias")]
+                .equal(&vars[&format!("{last}.{name}.bias")].to_kind(Kind::Float)),
+            "{name}.bias is the target's"
+        );
+    }
+    let o_bias = &drafter_weights["layers.0.self_attn.o_proj.bias"];
+    assert_eq!(o_bias.size(), [target.net.config.hidden_size]);
+    assert_eq!(
+        o_bias.abs().sum(Kind::Float).double_value(&[]),
+        0.0,
+        "Qwen2 has no o_proj bias: the drafter's starts at zero"
+    );
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["attention_bias"], true);
+    // It loads with every bias, trains, and its drafts go through real verification.
+    let windows = extract_windows(&target.net, &taps(Method::Dflash), &stream(), 64, 4, 8).unwrap();
+    let loss = objective(Method::Dflash, dir.path(), &target)
+        .loss(&windows[0], 0)
+        .unwrap()
+        .double_value(&[]);
+    assert!(loss.is_finite() && loss > 0.0, "{loss}");
+    let prompt: Vec<i64> = stream()[..20].to_vec();
+    let want = sharpdraft_model::generate::generate(
+        &target.net,
+        &prompt,
+        16,
+        &mut sharpdraft_model::Sampler::new(Sampling::greedy()),
+        &[],
+    )
+    .unwrap()
+    .ids;
+    let config = SpecConfig {
+        max_new_tokens: 16,
+        sampling: Sampling::greedy(),
+        stop_tokens: vec![],
+        max_proposal: 64,
+    };
+    let report = speculative_generate(
+        &target.net,
+        drafter(Method::Dflash, dir.path(), &target).as_mut(),
+        &prompt,
+        &config,
+    )
+    .unwrap();
+    assert_eq!(report.ids, want);
+}
+
 /// A drafter specification with `adapt:` builds an adapting drafter for every trained method: it updates
 /// while drafting, its greedy output stays the target's, and the report carries its costs.
 #[test]
