@@ -103,11 +103,8 @@ fn configs_that_do_not_fit_the_target_fail_validation() {
         Kind::Float,
     )
     .unwrap();
-    let err = format!(
-        "{:#}",
-        parse(&dflash).unwrap().validate(&qwen2).unwrap_err()
-    );
-    assert!(err.contains("the target has q/k/v biases"), "{err}");
+    // A Qwen2 target's q/k/v biases come along into DFlash's layout (crates/lab/tests/training.rs).
+    assert!(parse(&dflash).unwrap().validate(&qwen2).is_ok());
     assert!(
         check(dflash.replace("mask_token: 63", "mask_token: 63, target_layer_ids: [0, 5]"))
             .contains("dflash.target_layer_ids [0, 5] do not fit a 2-layer target")

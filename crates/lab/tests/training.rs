@@ -582,13 +582,24 @@ fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_an
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap())
             .unwrap();
     assert_eq!(config["attention_bias"], true);
-    // It loads with every bias, trains, and its drafts go through real verification.
+    // It loads with every bias and trains: the saved checkpoint carries an o_proj bias that has moved.
     let windows = extract_windows(&target.net, &taps(Method::Dflash), &stream(), 64, 4, 8).unwrap();
     let loss = objective(Method::Dflash, dir.path(), &target)
         .loss(&windows[0], 0)
         .unwrap()
         .double_value(&[]);
     assert!(loss.is_finite() && loss > 0.0, "{loss}");
+    run(Method::Dflash, dir.path(), &target, &windows, 10);
+    let trained = safetensors_of(dir.path());
+    assert!(
+        trained["layers.0.self_attn.o_proj.bias"]
+            .abs()
+            .sum(Kind::Float)
+            .double_value(&[])
+            > 0.0,
+        "training moves the o_proj bias, and saving writes it"
+    );
+    // Its drafts go through real verification.
     let prompt: Vec<i64> = stream()[..20].to_vec();
     let want = sharpdraft_model::generate::generate(
         &target.net,

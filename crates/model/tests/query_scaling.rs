@@ -204,7 +204,7 @@ fn scaling_leaves_peak_memory_unchanged() {
     // The pass's own tensors (cache, activations, mask, attention workspace) are ~19 MiB here: the
     // measurement sees tensors, not noise.
     assert!(
-        off > 16 * 1024,
+        off > 8 * 1024,
         "the long pass should raise the high-water mark by its tensors, got {off} KiB"
     );
     // Repeated runs differ by up to ~130 KiB. Scaling by a copy (`q = q * s` instead of in place) raised
