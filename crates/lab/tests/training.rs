@@ -484,13 +484,7 @@ fn a_warm_started_eagle_head_starts_from_the_targets_last_layer_final_norm_and_l
     assert!(head["lm_head.weight"].equal(&target_rows));
     // fc reads only the deepest captured feature.
     let fc = &head["fc.weight"];
-    assert_eq!(
-        fc.narrow(1, 0, 2 * h)
-            .abs()
-            .sum(Kind::Float)
-            .double_value(&[]),
-        0.0
-    );
+    assert_eq!(abs_sum(&fc.narrow(1, 0, 2 * h)), 0.0);
     assert!(
         fc.narrow(1, 2 * h, h)
             .diagonal(0, 0, 1)
@@ -500,11 +494,38 @@ fn a_warm_started_eagle_head_starts_from_the_targets_last_layer_final_norm_and_l
     );
 }
 
-#[test]
-fn a_warm_started_eagle_head_of_a_qwen2_target_keeps_its_attention_biases_and_rope_base() {
+/// The tiny Qwen2 fixture: q/k/v biases, RoPE base 10^6.
+fn qwen2_target() -> CausalLm {
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/qwen2");
     let target = CausalLm::load(&fixture, Device::Cpu, Kind::Float).unwrap();
     assert!(target.net.config.qkv_bias, "the fixture has q/k/v biases");
+    target
+}
+
+/// The target's own greedy continuation: what speculation must reproduce.
+fn greedy_ids(target: &CausalLm, prompt: &[i64], new_tokens: usize) -> Vec<i64> {
+    sharpdraft_model::generate::generate(
+        &target.net,
+        prompt,
+        new_tokens,
+        &mut sharpdraft_model::Sampler::new(Sampling::greedy()),
+        &[],
+    )
+    .unwrap()
+    .ids
+}
+
+fn config_of(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap()
+}
+
+fn abs_sum(tensor: &tch::Tensor) -> f64 {
+    tensor.abs().sum(Kind::Float).double_value(&[])
+}
+
+#[test]
+fn a_warm_started_eagle_head_of_a_qwen2_target_keeps_its_attention_biases_and_rope_base() {
+    let target = qwen2_target();
     let windows = windows(&target, Method::Eagle3, 4);
     let dir = tempfile::tempdir().unwrap();
     init(Method::Eagle3, dir.path(), &target, &windows);
@@ -530,16 +551,11 @@ fn a_warm_started_eagle_head_of_a_qwen2_target_keeps_its_attention_biases_and_ro
         );
     }
     assert_eq!(
-        head["midlayer.self_attn.o_proj.bias"]
-            .abs()
-            .sum(Kind::Float)
-            .double_value(&[]),
+        abs_sum(&head["midlayer.self_attn.o_proj.bias"]),
         0.0,
         "Qwen2 has no o_proj bias: the head's starts at zero"
     );
-    let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap())
-            .unwrap();
+    let config = config_of(dir.path());
     assert_eq!(config["attention_bias"], true);
     assert_eq!(config["rope_theta"], 1_000_000.0, "the target's RoPE base");
     // The head loads with its biases and trains.
@@ -552,9 +568,7 @@ fn a_warm_started_eagle_head_of_a_qwen2_target_keeps_its_attention_biases_and_ro
 
 #[test]
 fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_and_drafts() {
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/qwen2");
-    let target = CausalLm::load(&fixture, Device::Cpu, Kind::Float).unwrap();
-    assert!(target.net.config.qkv_bias, "the fixture has q/k/v biases");
+    let target = qwen2_target();
     let dir = tempfile::tempdir().unwrap();
     init(Method::Dflash, dir.path(), &target, &[]);
     let drafter_weights = safetensors_of(dir.path());
@@ -574,13 +588,11 @@ fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_an
     let o_bias = &drafter_weights["layers.0.self_attn.o_proj.bias"];
     assert_eq!(o_bias.size(), [target.net.config.hidden_size]);
     assert_eq!(
-        o_bias.abs().sum(Kind::Float).double_value(&[]),
+        abs_sum(o_bias),
         0.0,
         "Qwen2 has no o_proj bias: the drafter's starts at zero"
     );
-    let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap())
-            .unwrap();
+    let config = config_of(dir.path());
     assert_eq!(config["attention_bias"], true);
     // It loads with every bias and trains: the saved checkpoint carries an o_proj bias that has moved.
     let windows = extract_windows(&target.net, &taps(Method::Dflash), &stream(), 64, 4, 8).unwrap();
@@ -592,24 +604,12 @@ fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_an
     run(Method::Dflash, dir.path(), &target, &windows, 10);
     let trained = safetensors_of(dir.path());
     assert!(
-        trained["layers.0.self_attn.o_proj.bias"]
-            .abs()
-            .sum(Kind::Float)
-            .double_value(&[])
-            > 0.0,
+        abs_sum(&trained["layers.0.self_attn.o_proj.bias"]) > 0.0,
         "training moves the o_proj bias, and saving writes it"
     );
     // Its drafts go through real verification.
     let prompt: Vec<i64> = stream()[..20].to_vec();
-    let want = sharpdraft_model::generate::generate(
-        &target.net,
-        &prompt,
-        16,
-        &mut sharpdraft_model::Sampler::new(Sampling::greedy()),
-        &[],
-    )
-    .unwrap()
-    .ids;
+    let want = greedy_ids(&target, &prompt, 16);
     let config = SpecConfig {
         max_new_tokens: 16,
         sampling: Sampling::greedy(),
@@ -633,15 +633,7 @@ fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
     use sharpdraft_draft::adaptation::{AdaptConfig, AdaptMode};
     let target = target();
     let prompt: Vec<i64> = stream()[..20].to_vec();
-    let want = sharpdraft_model::generate::generate(
-        &target.net,
-        &prompt,
-        24,
-        &mut sharpdraft_model::Sampler::new(Sampling::greedy()),
-        &[],
-    )
-    .unwrap()
-    .ids;
+    let want = greedy_ids(&target, &prompt, 24);
     for method in ALL {
         let windows = windows(&target, method, 4);
         let dir = tempfile::tempdir().unwrap();
