@@ -30,6 +30,7 @@ use sharpdraft_math::{
 use sharpdraft_model::output_folder;
 use sharpdraft_model::registry;
 use sharpdraft_probe::head_stats;
+use statrs::statistics::Statistics;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -452,8 +453,8 @@ struct BinSummary {
 }
 
 fn bin_summaries(heads: &[HeadStats], schedule: &ScaleSchedule) -> Vec<BinSummary> {
-    // Per bin: sums of n, mass, fixed, exact, background variance, and the heads; the gap's sum and heads.
-    let mut by_bin: BTreeMap<i64, ([f64; 5], usize, f64, usize)> = BTreeMap::new();
+    // Per bin, one row per head: n, M_k, M_k under fixed and exact, background variance, gap.
+    let mut by_bin: BTreeMap<i64, Vec<[f64; 6]>> = BTreeMap::new();
     for h in heads {
         for b in &h.bins {
             // Bins are a factor 2 apart; heads share them.
@@ -463,31 +464,23 @@ fn bin_summaries(heads: &[HeadStats], schedule: &ScaleSchedule) -> Vec<BinSummar
                 .exact_scale(b.n, h.layer, h.head)
                 .map_or(f64::NAN, |s| b.mean_mass(s));
             let gap = b.mass_gap / (b.mass * (1.0 - b.mass));
-            let e = by_bin.entry(key).or_insert(([0.0; 5], 0, 0.0, 0));
-            for (sum, v) in
-                e.0.iter_mut()
-                    .zip([b.n, b.mass, fixed, exact, b.background_var])
-            {
-                *sum += v;
-            }
-            e.1 += 1;
-            if gap.is_finite() {
-                e.2 += gap;
-                e.3 += 1;
-            }
+            by_bin
+                .entry(key)
+                .or_default()
+                .push([b.n, b.mass, fixed, exact, b.background_var, gap]);
         }
     }
     by_bin
         .values()
-        .map(|(v, count, gap_sum, gap_count)| {
-            let m = v.map(|x| x / *count as f64);
+        .map(|rows| {
+            let column = |i: usize| rows.iter().map(move |row| row[i]);
             BinSummary {
-                n: m[0],
-                unscaled: m[1],
-                fixed: m[2],
-                exact: m[3],
-                background_var: m[4],
-                gap: gap_sum / *gap_count as f64,
+                n: column(0).mean(),
+                unscaled: column(1).mean(),
+                fixed: column(2).mean(),
+                exact: column(3).mean(),
+                background_var: column(4).mean(),
+                gap: column(5).filter(|gap| gap.is_finite()).mean(),
             }
         })
         .collect()

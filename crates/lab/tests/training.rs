@@ -595,7 +595,7 @@ fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_an
     let config = config_of(dir.path());
     assert_eq!(config["attention_bias"], true);
     // It loads with every bias and trains: the saved checkpoint carries an o_proj bias that has moved.
-    let windows = extract_windows(&target.net, &taps(Method::Dflash), &stream(), 64, 4, 8).unwrap();
+    let windows = windows(&target, Method::Dflash, 4);
     let loss = objective(Method::Dflash, dir.path(), &target)
         .loss(&windows[0], 0)
         .unwrap()

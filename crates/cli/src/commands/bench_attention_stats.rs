@@ -8,7 +8,7 @@ use clap::Args;
 use serde::Serialize;
 use sharpdraft_model::{parse_device, AttentionView};
 use sharpdraft_probe::recorder::ROWS_PER_TILE;
-use sharpdraft_probe::row_statistics::row_statistics;
+use sharpdraft_probe::row_statistics::{row_statistics, RowStatistics};
 use sharpdraft_probe::AttentionStatsKernel;
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
@@ -70,16 +70,35 @@ struct Report {
     measurements: Vec<Measurement>,
 }
 
-fn median_ms(mut run: impl FnMut() -> Result<()>, repeats: usize) -> Result<f64> {
-    run()?;
+/// Median milliseconds of `repeats` timed runs (after one untimed), and the last run's output.
+fn median_ms<T>(mut run: impl FnMut() -> Result<T>, repeats: usize) -> Result<(f64, T)> {
+    let mut output = run()?;
     let mut times = Vec::with_capacity(repeats.max(1));
     for _ in 0..repeats.max(1) {
         let started = Instant::now();
-        run()?;
+        output = run()?;
         times.push(started.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    Ok((times[times.len() / 2], output))
+}
+
+/// The largest |kernel - libtorch| over every M_k, and the entries where only one side is NaN.
+fn mass_differences(kernel: &RowStatistics, libtorch: &RowStatistics) -> (f64, usize) {
+    let pairs = kernel
+        .per_k
+        .iter()
+        .zip(&libtorch.per_k)
+        .flat_map(|(a, b)| a.mass.iter().zip(&b.mass));
+    let (mut largest, mut mismatches) = (0.0f64, 0usize);
+    for (gpu, cpu) in pairs {
+        if cpu.is_nan() != gpu.is_nan() {
+            mismatches += 1;
+        } else if !cpu.is_nan() {
+            largest = largest.max((cpu - gpu).abs());
+        }
+    }
+    (largest, mismatches)
 }
 
 pub fn run(args: &AttentionStatsBenchArgs) -> Result<()> {
@@ -136,7 +155,7 @@ pub fn run(args: &AttentionStatsBenchArgs) -> Result<()> {
             softmax_scale,
         };
         // The probe's libtorch path: logits tiles of ROWS_PER_TILE rows.
-        let libtorch_ms = median_ms(
+        let (libtorch_ms, ()) = median_ms(
             || {
                 for start in (0..args.rows).step_by(ROWS_PER_TILE as usize) {
                     let end = (start + ROWS_PER_TILE).min(args.rows);
@@ -148,37 +167,20 @@ pub fn run(args: &AttentionStatsBenchArgs) -> Result<()> {
         )?;
         let (mut kernel_ms, mut max_mass_difference, mut nan_mismatches) = (None, None, None);
         if let Some(kernel) = &kernel {
-            let mut kernel_stats = None;
             let timed = median_ms(
-                || {
-                    kernel_stats = Some(kernel.row_statistics(&view, &rows, &args.ks, &scales)?);
-                    Ok(())
-                },
+                || Ok(kernel.row_statistics(&view, &rows, &args.ks, &scales)?),
                 args.repeats,
             );
-            match timed.map(|ms| (ms, kernel_stats)) {
-                Ok((ms, Some(stats))) => {
+            match timed {
+                Ok((ms, stats)) => {
                     kernel_ms = Some(ms);
                     // Untimed, every row at once: the same head-major [H, rows] layout as the kernel's.
                     let reference =
                         row_statistics(&view.logits(0..args.rows, 0..keys), &args.ks, &scales);
-                    let pairs = stats
-                        .per_k
-                        .iter()
-                        .zip(&reference.per_k)
-                        .flat_map(|(a, b)| a.mass.iter().zip(&b.mass));
-                    let (mut largest, mut mismatches) = (0.0f64, 0usize);
-                    for (gpu, cpu) in pairs {
-                        if cpu.is_nan() != gpu.is_nan() {
-                            mismatches += 1;
-                        } else if !cpu.is_nan() {
-                            largest = largest.max((cpu - gpu).abs());
-                        }
-                    }
+                    let (largest, mismatches) = mass_differences(&stats, &reference);
                     max_mass_difference = Some(largest);
                     nan_mismatches = Some(mismatches);
                 }
-                Ok((_, None)) => unreachable!("every timed run sets the kernel's statistics"),
                 Err(e) => {
                     // Inputs the kernel refuses (more than 64 scales, k above 64): said, not fatal.
                     kernel_unavailable.get_or_insert_with(|| format!("at {keys} keys: {e:#}"));
