@@ -568,3 +568,53 @@ fn plot_betas(path: &Path, fits: &[Calibration]) -> Result<()> {
         &series,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sharpdraft_math::calibrate::BinStats;
+
+    fn bin(n: f64, mass: f64, mass_gap: f64) -> BinStats {
+        BinStats {
+            n,
+            weight: 1.0,
+            mass,
+            mass_gap,
+            top_mean: 0.0,
+            background_mean: 0.0,
+            background_var: 1.0,
+            rows: Vec::new(),
+            curve: vec![(1.0, mass), (2.0, mass)],
+        }
+    }
+
+    fn head(head: usize, bins: Vec<BinStats>) -> HeadStats {
+        HeadStats {
+            layer: 0,
+            head,
+            k: 4,
+            bins,
+        }
+    }
+
+    #[test]
+    fn a_bin_averages_every_head_and_its_gap_skips_a_head_with_all_its_mass_on_k_keys() {
+        let schedule = ScaleSchedule::global(256.0, 0.0).unwrap();
+        // Head 0: M = 0.5 and gap 2 at n = 256 and 512. Head 1 at 256 puts all its mass on k keys (no gap).
+        let heads = [
+            head(0, vec![bin(256.0, 0.5, 0.5), bin(512.0, 0.5, 0.5)]),
+            head(1, vec![bin(256.0, 1.0, 0.0)]),
+        ];
+        let bins = bin_summaries(&heads, &schedule);
+        assert_eq!(bins.len(), 2, "one summary per length bin");
+        assert!((bins[0].unscaled - 0.75).abs() < 1e-12, "M over both heads");
+        assert!(
+            (bins[0].fixed - 0.75).abs() < 1e-12,
+            "beta 0 leaves M as measured"
+        );
+        assert!((bins[0].gap - 2.0).abs() < 1e-12, "gap of head 0 alone");
+        assert!((bins[1].gap - 2.0).abs() < 1e-12);
+        let lone = bin_summaries(&[head(1, vec![bin(256.0, 1.0, 0.0)])], &schedule);
+        assert!(lone[0].gap.is_nan(), "no head with a gap: NaN, not 0");
+    }
+}
