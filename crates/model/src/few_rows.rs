@@ -3,7 +3,9 @@
 //! weight matrix, which doubles the bytes a pass moves (`sharpdraft bench rows`: 4 rows of
 //! Qwen2.5-Coder-1.5B in f32 cost 2.0x one row), and its bf16 kernel reads a single row at about half
 //! the machine's bandwidth. Decoding on a CPU is bound by reading the weights, so here each weight row
-//! is streamed once and multiplied into every input row while it is in a register.
+//! is streamed once and multiplied into every input row while it is in a register, several weight
+//! rows at a time so that enough reads are in flight, split by output over the pass's threads
+//! (the others wait, spinning, in kernel_workers.rs).
 //!
 //! Shapes: `x [M, in]`, `weight [out, in]` (row-major, as checkpoints store it), result `[M, out]`.
 //! Taken: contiguous CPU tensors outside autograd on a CPU with AVX-512, f32 for [`ROWS`] rows and bf16
@@ -11,15 +13,27 @@
 //! goes through libtorch.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tch::{Device, Kind, Tensor};
+
+/// Nanoseconds spent in [`linear`]'s products since the process started, over all threads
+/// (`bench rows` splits a pass into the kernel's products and the rest with it).
+static KERNEL_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// Seconds spent in this kernel's products so far in this process.
+pub fn kernel_seconds() -> f64 {
+    KERNEL_NANOS.load(Ordering::Relaxed) as f64 * 1e-9
+}
 
 /// Row counts this kernel takes in f32. Up to 3 rows libtorch's own kernel is bandwidth-bound already;
 /// from 9 rows a second read of the weights costs what libtorch's packing does.
 pub const ROWS: std::ops::RangeInclusive<i64> = 4..=8;
 
-/// Row counts it takes in bf16: from one row, where libtorch's bf16 kernel reads at
-/// about half the machine's bandwidth (`bench rows --dtype bf16`).
-pub const BF16_ROWS: std::ops::RangeInclusive<i64> = 1..=4;
+/// Row counts it takes in bf16: from one row, where libtorch's bf16 kernel reads at about half the
+/// machine's bandwidth (`bench rows --dtype bf16`); from 5 rows only on CPUs with AVX512-BF16, whose
+/// pair products keep a pass of 8 rows within 1.4x of one row (Qwen2.5-Coder-1.5B: libtorch's bf16
+/// passes cost about the same from 1 to 8 rows, the one row included).
+pub const BF16_ROWS: std::ops::RangeInclusive<i64> = 1..=8;
 
 /// Whether this thread's passes may use the kernel.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -123,7 +137,7 @@ pub fn takes_rows(rows: i64, device: Device, kind: Kind) -> bool {
     device == Device::Cpu
         && match kind {
             Kind::Float => ROWS.contains(&rows),
-            Kind::BFloat16 => BF16_ROWS.contains(&rows),
+            Kind::BFloat16 => BF16_ROWS.contains(&rows) && (rows <= 4 || cpu_has_bf16_dot()),
             _ => false,
         }
         && cpu_has_kernel()
@@ -161,8 +175,10 @@ pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
         if !applies {
             return None;
         }
-        // bf16: the rows are widened to f32 once (they are small), the weights as they are read.
-        let x = x.to_kind(Kind::Float).contiguous();
+        let started = std::time::Instant::now();
+        // The rows as given (bf16 ones feed the pair products as they are) and widened to f32 (a
+        // no-op in f32) for the paths that widen bf16 weights as they read them; rows are small.
+        let widened = x.to_kind(Kind::Float).contiguous();
         let out = Tensor::empty([rows, outputs], (Kind::Float, Device::Cpu));
         let shape = Shape {
             rows: rows as usize,
@@ -170,25 +186,37 @@ pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
             outputs: outputs as usize,
         };
         let pointers = Pointers {
-            x: x.data_ptr() as *const f32,
+            x: widened.data_ptr() as *const f32,
+            x_bf16: x.data_ptr() as *const u16,
             weight: weight.data_ptr() as *const u8,
             bf16: kind == Kind::BFloat16,
             out: out.data_ptr() as *mut f32,
         };
         let threads = threads.clamp(1, shape.outputs.div_ceil(256));
         let per_thread = shape.outputs.div_ceil(threads);
-        std::thread::scope(|scope| {
-            for t in 1..threads {
-                let columns =
-                    (t * per_thread).min(shape.outputs)..((t + 1) * per_thread).min(shape.outputs);
-                // SAFETY: the tensors are contiguous f32 of `shape`, alive until the scope ends; each
-                // thread writes only its own columns of the fresh `out`.
-                scope.spawn(move || unsafe { multiply(pointers, shape, columns) });
-            }
-            // SAFETY: as above, for the first columns.
-            unsafe { multiply(pointers, shape, 0..per_thread.min(shape.outputs)) };
-        });
-        Some(out.to_kind(kind))
+        let part = |t: usize| {
+            (t * per_thread).min(shape.outputs)..((t + 1) * per_thread).min(shape.outputs)
+        };
+        let parts = (0..threads)
+            .map(|t| {
+                let columns = part(t);
+                // SAFETY: the tensors are contiguous, of `shape`, and alive until `run` has waited
+                // for every part; each part writes only its own columns of the fresh `out`.
+                Box::new(move || unsafe { multiply(pointers, shape, columns) })
+                    as crate::kernel_workers::Part
+            })
+            .collect();
+        match crate::kernel_workers::run(parts) {
+            Some(true) => {}
+            // A part panicked: its columns are not all written, so libtorch does the product.
+            Some(false) => return None,
+            // Another thread's pass holds the workers: this thread does every part.
+            // SAFETY: as above, all the columns on this thread.
+            None => unsafe { multiply(pointers, shape, 0..shape.outputs) },
+        }
+        let out = out.to_kind(kind);
+        KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Some(out)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -204,11 +232,13 @@ struct Shape {
     outputs: usize,
 }
 
-/// `x [rows, inputs]` f32, `weight [outputs, inputs]` (f32, or bf16 where `bf16`), `out [rows, outputs]`
-/// f32.
+/// `x [rows, inputs]` f32 (and `x_bf16`), `weight [outputs, inputs]` (f32, or bf16 where `bf16`),
+/// `out [rows, outputs]` f32.
 #[derive(Clone, Copy)]
 struct Pointers {
     x: *const f32,
+    /// The rows as given; read only where `bf16`, as bf16 (the pair products take them so).
+    x_bf16: *const u16,
     weight: *const u8,
     bf16: bool,
     out: *mut f32,
@@ -218,16 +248,105 @@ unsafe impl Send for Pointers {}
 
 #[cfg(target_arch = "x86_64")]
 unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
+    // As many weight streams as the registers allow: M x S accumulators, S weights and an input
+    // within AVX-512's 32. More streams keep more of the weights' reads in flight: a 5-row pass over
+    // Qwen2.5-Coder-1.5B's linear maps took 268-276 ms with 2 streams, 251-256 with 4, 238-243 with
+    // 5, on 2 threads (one row through libtorch: 205-225 ms in the same runs).
+    if p.bf16 && cpu_has_bf16_dot() {
+        return match shape.rows {
+            1 => bf16_pairs_512::<1, 8>(p, shape, columns),
+            2..=4 => bf16_pairs_512::<4, 6>(p, shape, columns),
+            5 => bf16_pairs_512::<5, 5>(p, shape, columns),
+            6 => bf16_pairs_512::<6, 4>(p, shape, columns),
+            _ => bf16_pairs_512::<8, 3>(p, shape, columns),
+        };
+    }
     if p.bf16 {
         return match shape.rows {
-            1 => paired_512::<true, 1>(p, shape, columns),
-            2..=4 => paired_512::<true, 4>(p, shape, columns),
-            _ => paired_512::<true, 8>(p, shape, columns),
+            1 => streams_512::<true, 1, 8>(p, shape, columns),
+            2..=4 => streams_512::<true, 4, 6>(p, shape, columns),
+            _ => streams_512::<true, 8, 3>(p, shape, columns),
         };
     }
     match shape.rows {
-        ..=4 => paired_512::<false, 4>(p, shape, columns),
-        _ => paired_512::<false, 8>(p, shape, columns),
+        ..=4 => streams_512::<false, 4, 6>(p, shape, columns),
+        5 => streams_512::<false, 5, 5>(p, shape, columns),
+        6 => streams_512::<false, 6, 4>(p, shape, columns),
+        _ => streams_512::<false, 8, 3>(p, shape, columns),
+    }
+}
+
+/// AVX512-BF16 (`vdpbf16ps`): multiplies bf16 pairs of weights and rows and adds both products to
+/// an f32 accumulator, 32 weights per load and no widening instructions.
+fn cpu_has_bf16_dot() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// bf16 weights and rows through `vdpbf16ps`, `S` weight rows at a time as [`streams_512`]; the
+/// `inputs % 32` last elements one at a time in f32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn bf16_pairs_512<const M: usize, const S: usize>(
+    p: Pointers,
+    shape: Shape,
+    columns: std::ops::Range<usize>,
+) {
+    use std::arch::x86_64::*;
+    let widen = |at: *const u16| f32::from_bits((*at as u32) << 16);
+    let load =
+        |at: *const u16| -> __m512bh { std::mem::transmute(_mm512_loadu_si512(at as *const _)) };
+    let k = shape.inputs;
+    let full = k / 32 * 32;
+    let mut rows = [p.x_bf16; M];
+    for (r, row) in rows.iter_mut().enumerate() {
+        *row = p
+            .x_bf16
+            .wrapping_add(if r < shape.rows { r * k } else { 0 });
+    }
+    let weights = p.weight as *const u16;
+    let mut column = columns.start;
+    while column < columns.end {
+        let present = (columns.end - column).min(S);
+        let first = weights.wrapping_add(column * k);
+        let mut weight_rows = [first; S];
+        for (s, row) in weight_rows.iter_mut().enumerate() {
+            *row = first.wrapping_add(s.min(present - 1) * k);
+        }
+        let mut acc = [[_mm512_setzero_ps(); M]; S];
+        let mut i = 0usize;
+        while i < full {
+            for s in 0..S {
+                _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add((S + s) * k + i) as *const i8);
+            }
+            let mut w = [load(first); S];
+            for s in 0..S {
+                w[s] = load(weight_rows[s].wrapping_add(i));
+            }
+            for r in 0..M {
+                let xv = load(rows[r].wrapping_add(i));
+                for s in 0..S {
+                    acc[s][r] = _mm512_dpbf16_ps(acc[s][r], w[s], xv);
+                }
+            }
+            i = i.wrapping_add(32);
+        }
+        for r in 0..shape.rows.min(M) {
+            for s in 0..present {
+                let mut sum = _mm512_reduce_add_ps(acc[s][r]);
+                for j in full..k {
+                    sum += widen(weight_rows[s].wrapping_add(j)) * widen(rows[r].wrapping_add(j));
+                }
+                *p.out.wrapping_add(r * shape.outputs + column + s) = sum;
+            }
+        }
+        column += S;
     }
 }
 
@@ -237,24 +356,23 @@ fn x_row(p: Pointers, shape: Shape, r: usize) -> *const f32 {
     p.x.wrapping_add(if r < shape.rows { r * shape.inputs } else { 0 })
 }
 
-/// AVX-512, two weight rows at a time (two streams per thread, and each input load feeds two FMAs):
-/// 2 M accumulators, which const `M` lets the compiler keep in registers; rows past `shape.rows` are
-/// padding. The rows two and three ahead are prefetched (the hardware prefetcher alone falls behind).
-/// Pointers move with `wrapping_add`: `add` carries a precondition check in debug builds. With `BF16` the weights are
-/// bf16, 16 of them widened to f32 per load (a bf16 is the top half of an f32): half the bytes per
-/// weight.
+/// AVX-512, `S` weight rows at a time (`S` streams per thread, and each input load feeds `S` FMAs):
+/// `S` x `M` accumulators, which the const parameters let the compiler keep in registers (at most
+/// 32 with the `S` weights and an input); rows past `shape.rows` are padding. The next `S` weight rows
+/// are prefetched (the hardware prefetcher alone falls behind). Pointers move with `wrapping_add`:
+/// `add` carries a precondition check in debug builds. With `BF16` the weights are bf16, 16 of them
+/// widened to f32 per load (a bf16 is the top half of an f32): half the bytes per weight.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn paired_512<const BF16: bool, const M: usize>(
+unsafe fn streams_512<const BF16: bool, const M: usize, const S: usize>(
     p: Pointers,
     shape: Shape,
     columns: std::ops::Range<usize>,
 ) {
     use std::arch::x86_64::*;
     let element = if BF16 { 2 } else { 4 };
-    // 16 weights from `row` at element `i`, as f32; and one, for the tail.
-    let load = |row: *const u8, i: usize| {
-        let at = row.wrapping_add(i * element);
+    // 16 weights at `at`, as f32; and one, for the tail.
+    let load = |at: *const u8| {
         if BF16 {
             let half = _mm256_loadu_si256(at as *const __m256i);
             _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(half)))
@@ -262,8 +380,7 @@ unsafe fn paired_512<const BF16: bool, const M: usize>(
             _mm512_loadu_ps(at as *const f32)
         }
     };
-    let scalar = |row: *const u8, j: usize| {
-        let at = row.wrapping_add(j * element);
+    let scalar = |at: *const u8| {
         if BF16 {
             f32::from_bits((*(at as *const u16) as u32) << 16)
         } else {
@@ -279,47 +396,45 @@ unsafe fn paired_512<const BF16: bool, const M: usize>(
     }
     let mut column = columns.start;
     while column < columns.end {
-        let pair = column + 1 < columns.end;
+        // The last group of a range may hold fewer rows: its missing ones repeat its last row (their
+        // results are dropped).
+        let present = (columns.end - column).min(S);
         let first = p.weight.wrapping_add(column * row_bytes);
-        // The lone last row of an odd range is paired with itself (its second result is dropped).
-        let second = if pair {
-            first.wrapping_add(row_bytes)
-        } else {
-            first
-        };
-        let mut acc_a = [_mm512_setzero_ps(); M];
-        let mut acc_b = [_mm512_setzero_ps(); M];
+        let mut weight_rows = [first; S];
+        for (s, row) in weight_rows.iter_mut().enumerate() {
+            *row = first.wrapping_add(s.min(present - 1) * row_bytes);
+        }
+        let mut acc = [[_mm512_setzero_ps(); M]; S];
         let mut i = 0usize;
         while i < full {
-            _mm_prefetch::<_MM_HINT_T0>(
-                first.wrapping_add(2 * row_bytes + i * element) as *const i8
-            );
-            _mm_prefetch::<_MM_HINT_T0>(
-                first.wrapping_add(3 * row_bytes + i * element) as *const i8
-            );
-            let (wa, wb) = (load(first, i), load(second, i));
+            let offset = i * element;
+            for s in 0..S {
+                _mm_prefetch::<_MM_HINT_T0>(
+                    first.wrapping_add((S + s) * row_bytes + offset) as *const i8
+                );
+            }
+            let mut w = [_mm512_setzero_ps(); S];
+            for s in 0..S {
+                w[s] = load(weight_rows[s].wrapping_add(offset));
+            }
             for r in 0..M {
                 let xv = _mm512_loadu_ps(rows[r].wrapping_add(i));
-                acc_a[r] = _mm512_fmadd_ps(wa, xv, acc_a[r]);
-                acc_b[r] = _mm512_fmadd_ps(wb, xv, acc_b[r]);
+                for s in 0..S {
+                    acc[s][r] = _mm512_fmadd_ps(w[s], xv, acc[s][r]);
+                }
             }
             i = i.wrapping_add(16);
         }
         for r in 0..shape.rows.min(M) {
-            let (mut a, mut b) = (
-                _mm512_reduce_add_ps(acc_a[r]),
-                _mm512_reduce_add_ps(acc_b[r]),
-            );
-            for j in full..k {
-                let xj = *rows[r].wrapping_add(j);
-                a += scalar(first, j) * xj;
-                b += scalar(second, j) * xj;
-            }
-            *p.out.wrapping_add(r * shape.outputs + column) = a;
-            if pair {
-                *p.out.wrapping_add(r * shape.outputs + column + 1) = b;
+            for s in 0..present {
+                let mut sum = _mm512_reduce_add_ps(acc[s][r]);
+                for j in full..k {
+                    sum +=
+                        scalar(weight_rows[s].wrapping_add(j * element)) * *rows[r].wrapping_add(j);
+                }
+                *p.out.wrapping_add(r * shape.outputs + column + s) = sum;
             }
         }
-        column += 2;
+        column += S;
     }
 }

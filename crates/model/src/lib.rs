@@ -11,6 +11,7 @@ pub mod few_rows;
 pub mod generate;
 pub mod gguf;
 pub mod gguf_check;
+pub mod kernel_workers;
 pub mod kv_cache;
 pub mod layers;
 pub mod mask;

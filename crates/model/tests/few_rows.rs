@@ -76,8 +76,8 @@ fn the_kernel_declines_what_it_does_not_take() {
         "autograd"
     );
     assert!(
-        !few_rows::takes_rows(5, Device::Cpu, Kind::BFloat16),
-        "5 bf16 rows: libtorch's"
+        !few_rows::takes_rows(9, Device::Cpu, Kind::BFloat16),
+        "9 bf16 rows: libtorch's"
     );
     assert!(!few_rows::takes_rows(2, Device::Cpu, Kind::Float));
     assert!(!few_rows::takes_rows(4, Device::Cpu, Kind::Half));
@@ -117,4 +117,35 @@ fn a_verification_pass_with_the_kernel_gives_libtorchs_logits_and_leaves_its_thr
     let libtorch = few_rows::without_kernel(pass);
     assert!(max_abs_diff(&with_kernel, &libtorch) < 1e-4);
     assert_eq!(tch::get_num_threads(), threads);
+}
+
+#[test]
+fn a_rows_product_is_the_same_to_the_bit_whatever_number_of_rows_shares_the_pass() {
+    // Each row accumulates its products in the same order however many rows (and weight streams)
+    // the pass has, so the linear maps of a verification pass give each row what a pass of fewer rows
+    // gives it.
+    let _guard = tch::no_grad_guard();
+    tch::manual_seed(2);
+    for kind in [Kind::Float, Kind::BFloat16] {
+        let rows: Vec<i64> = match kind {
+            Kind::Float => few_rows::ROWS.collect(),
+            _ => few_rows::BF16_ROWS
+                .filter(|&r| few_rows::takes_rows(r, Device::Cpu, kind))
+                .collect(),
+        };
+        let weight = Tensor::randn([1001, 200], (Kind::Float, Device::Cpu)).to_kind(kind);
+        let most = *rows.last().expect("some row counts");
+        let x = Tensor::randn([most, 200], (Kind::Float, Device::Cpu)).to_kind(kind);
+        let Some(all) = few_rows::linear(&x, &weight, 2) else {
+            eprintln!("skipped: this CPU has no AVX-512");
+            return;
+        };
+        for &r in &rows {
+            let fewer = few_rows::linear(&x.narrow(0, 0, r).contiguous(), &weight, 2).unwrap();
+            assert!(
+                fewer.equal(&all.narrow(0, 0, r)),
+                "{kind:?}: the first {r} of {most} rows differ"
+            );
+        }
+    }
 }

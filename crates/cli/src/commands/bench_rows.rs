@@ -46,6 +46,9 @@ struct Row {
     rows: i64,
     /// The pass as the workbench runs it (the few-row kernel for 4..=8 rows of an f32 CPU model).
     pass_ms: f64,
+    /// Of `pass_ms`, the kernel's linear maps (mean over the timed and untimed passes; 0 where the
+    /// pass keeps libtorch's products): the rest is norms, attention, RoPE, activations and dispatch.
+    kernel_ms: f64,
     /// The same pass with libtorch's matrix products alone.
     libtorch_pass_ms: f64,
     /// pass_ms / the first row count's pass (one row).
@@ -164,13 +167,17 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
                 .forward(input, &mut *speculation)
                 .expect("a pass that fits the cache");
         };
+        let kernel_before = few_rows::kernel_seconds();
         let pass_ms = median_ms(&mut pass, args.repeats);
+        let kernel_ms =
+            (few_rows::kernel_seconds() - kernel_before) * 1e3 / (args.repeats.max(1) + 1) as f64;
         let libtorch_pass_ms = median_ms(|| few_rows::without_kernel(&mut pass), args.repeats);
         let x = Tensor::randn([r, hidden], (net.kind(), Device::Cpu));
         let one = *one_row_ms.get_or_insert(pass_ms);
         let row = Row {
             rows: r,
             pass_ms,
+            kernel_ms,
             libtorch_pass_ms,
             relative_to_one_row: pass_ms / one,
             memory_bound_ms: read_bytes as f64 / bandwidth * 1e3,
@@ -182,10 +189,11 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
         };
         if !args.json {
             println!(
-                "{:>3} rows: pass {:>7.1} ms ({:>4.2}x one row; libtorch alone {:>7.1} ms) | bounds: memory {:>6.1} ms, compute {:>6.1} ms | head {hidden}->{vocab}: linear {:>6.2} ms, transposed {:>6.2} ms, kernel {}",
+                "{:>3} rows: pass {:>7.1} ms ({:>4.2}x one row; kernel's products {:>6.1} ms; libtorch alone {:>7.1} ms) | bounds: memory {:>6.1} ms, compute {:>6.1} ms | head {hidden}->{vocab}: linear {:>6.2} ms, transposed {:>6.2} ms, kernel {}",
                 row.rows,
                 row.pass_ms,
                 row.relative_to_one_row,
+                row.kernel_ms,
                 row.libtorch_pass_ms,
                 row.memory_bound_ms,
                 row.compute_bound_ms,

@@ -1,0 +1,98 @@
+//! The few-row kernel's spinning workers run every part exactly once, report a part that panics, wake
+//! from parking, and step aside (the caller does the work) while another thread holds them.
+
+use sharpdraft_model::kernel_workers::{self, Part};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn counting_parts(counts: &Arc<Vec<AtomicUsize>>) -> Vec<Part> {
+    (0..counts.len())
+        .map(|i| {
+            let counts = Arc::clone(counts);
+            Box::new(move || {
+                counts[i].fetch_add(1, Ordering::SeqCst);
+            }) as Part
+        })
+        .collect()
+}
+
+/// Runs `parts`, retrying while a test on another thread holds the workers.
+fn run_when_free(make: impl Fn() -> Vec<Part>) -> bool {
+    loop {
+        if let Some(complete) = kernel_workers::run(make()) {
+            return complete;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn every_part_runs_exactly_once_before_the_call_returns() {
+    for parts in [1, 2, 3] {
+        for _ in 0..200 {
+            let counts = Arc::new((0..parts).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+            assert!(run_when_free(|| counting_parts(&counts)));
+            let ran: Vec<usize> = counts.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+            // A retry after `None` ran nothing, so each part ran once in the call that returned.
+            assert_eq!(ran, vec![1; parts], "{parts} parts");
+        }
+    }
+}
+
+#[test]
+fn a_worker_that_parked_wakes_for_the_next_part() {
+    let counts = Arc::new((0..2).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+    assert!(run_when_free(|| counting_parts(&counts)));
+    // Longer than a worker spins before it parks.
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(run_when_free(|| counting_parts(&counts)));
+    assert_eq!(counts[1].load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn a_part_that_panics_is_reported_and_the_workers_go_on() {
+    let panicking = || {
+        vec![
+            Box::new(|| {}) as Part,
+            Box::new(|| panic!("a part that fails on purpose")) as Part,
+        ]
+    };
+    assert!(!run_when_free(panicking));
+    let counts = Arc::new((0..2).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+    assert!(run_when_free(|| counting_parts(&counts)));
+    assert_eq!(counts[1].load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_second_caller_gets_none_while_the_workers_are_held() {
+    let holding = Arc::new(AtomicBool::new(false));
+    let tried = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let (holding, tried) = (Arc::clone(&holding), Arc::clone(&tried));
+        std::thread::spawn(move || {
+            run_when_free(|| {
+                let (holding, tried) = (Arc::clone(&holding), Arc::clone(&tried));
+                // The caller's own part holds the workers until the other thread has tried.
+                vec![Box::new(move || {
+                    holding.store(true, Ordering::SeqCst);
+                    while !tried.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }) as Part]
+            })
+        })
+    };
+    while !holding.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let ran = Arc::new(AtomicBool::new(false));
+    let part = {
+        let ran = Arc::clone(&ran);
+        Box::new(move || ran.store(true, Ordering::SeqCst)) as Part
+    };
+    assert_eq!(kernel_workers::run(vec![part]), None);
+    assert!(!ran.load(Ordering::SeqCst), "a refused call runs nothing");
+    tried.store(true, Ordering::SeqCst);
+    assert!(holder.join().unwrap());
+}
