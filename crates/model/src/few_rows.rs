@@ -48,6 +48,28 @@ enum Mode {
 
 thread_local! {
     static MODE: Cell<Mode> = const { Cell::new(Mode::Automatic) };
+    /// Inside [`without_pair_products`]: bf16 weights widened to f32 as they are read, as on CPUs
+    /// without AVX512-BF16.
+    static WIDEN_BF16: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `pass` with bf16 products through the path CPUs without AVX512-BF16 take (weights widened
+/// to f32 as they are read; 1 to 4 rows), so that tests on a CPU with it check that path too.
+pub fn without_pair_products<T>(pass: impl FnOnce() -> T) -> T {
+    /// Puts the thread's choice back, also when the pass unwinds.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            WIDEN_BF16.with(|w| w.set(self.0));
+        }
+    }
+    let _restore = Restore(WIDEN_BF16.with(|w| w.replace(true)));
+    pass()
+}
+
+/// Whether bf16 products on this thread go through AVX512-BF16's pair products.
+fn pair_products() -> bool {
+    cpu_has_bf16_dot() && !WIDEN_BF16.with(Cell::get)
 }
 
 fn with_mode<T>(mode: Mode, pass: impl FnOnce() -> T) -> T {
@@ -137,7 +159,7 @@ pub fn takes_rows(rows: i64, device: Device, kind: Kind) -> bool {
     device == Device::Cpu
         && match kind {
             Kind::Float => ROWS.contains(&rows),
-            Kind::BFloat16 => BF16_ROWS.contains(&rows) && (rows <= 4 || cpu_has_bf16_dot()),
+            Kind::BFloat16 => BF16_ROWS.contains(&rows) && (rows <= 4 || pair_products()),
             _ => false,
         }
         && cpu_has_kernel()
@@ -176,9 +198,14 @@ pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
             return None;
         }
         let started = std::time::Instant::now();
-        // The rows as given (bf16 ones feed the pair products as they are) and widened to f32 (a
-        // no-op in f32) for the paths that widen bf16 weights as they read them; rows are small.
-        let widened = x.to_kind(Kind::Float).contiguous();
+        // bf16 rows feed the pair products as they are; the other paths read f32 rows (bf16 ones
+        // widened here once: rows are small).
+        let pairs = kind == Kind::BFloat16 && pair_products();
+        let widened = if pairs {
+            x.shallow_clone()
+        } else {
+            x.to_kind(Kind::Float).contiguous()
+        };
         let out = Tensor::empty([rows, outputs], (Kind::Float, Device::Cpu));
         let shape = Shape {
             rows: rows as usize,
@@ -190,9 +217,12 @@ pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
             x_bf16: x.data_ptr() as *const u16,
             weight: weight.data_ptr() as *const u8,
             bf16: kind == Kind::BFloat16,
+            pairs,
             out: out.data_ptr() as *mut f32,
         };
-        let threads = threads.clamp(1, shape.outputs.div_ceil(256));
+        // At most a part per 256 outputs, and no more threads than cores (a worker spins).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = threads.clamp(1, shape.outputs.div_ceil(256)).min(cores);
         let per_thread = shape.outputs.div_ceil(threads);
         let part = |t: usize| {
             (t * per_thread).min(shape.outputs)..((t + 1) * per_thread).min(shape.outputs)
@@ -237,10 +267,13 @@ struct Shape {
 #[derive(Clone, Copy)]
 struct Pointers {
     x: *const f32,
-    /// The rows as given; read only where `bf16`, as bf16 (the pair products take them so).
+    /// The rows as given; read only where `pairs`, as bf16 (the pair products take them so). `x`
+    /// is read only where not.
     x_bf16: *const u16,
     weight: *const u8,
     bf16: bool,
+    /// bf16 through AVX512-BF16's pair products ([`bf16_pairs_512`]).
+    pairs: bool,
     out: *mut f32,
 }
 // SAFETY: the threads only read `x` and `weight` and write disjoint columns of `out`.
@@ -252,7 +285,7 @@ unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
     // within AVX-512's 32. More streams keep more of the weights' reads in flight: a 5-row pass over
     // Qwen2.5-Coder-1.5B's linear maps took 268-276 ms with 2 streams, 251-256 with 4, 238-243 with
     // 5, on 2 threads (one row through libtorch: 205-225 ms in the same runs).
-    if p.bf16 && cpu_has_bf16_dot() {
+    if p.pairs {
         return match shape.rows {
             1 => bf16_pairs_512::<1, 8>(p, shape, columns),
             2..=4 => bf16_pairs_512::<4, 6>(p, shape, columns),
@@ -302,6 +335,8 @@ unsafe fn bf16_pairs_512<const M: usize, const S: usize>(
     let widen = |at: *const u16| f32::from_bits((*at as u32) << 16);
     let load =
         |at: *const u16| -> __m512bh { std::mem::transmute(_mm512_loadu_si512(at as *const _)) };
+    // Once per part: a panic here is caught, and libtorch does the product.
+    assert!(shape.rows <= M, "{} rows in a kernel for {M}", shape.rows);
     let k = shape.inputs;
     let full = k / 32 * 32;
     let mut rows = [p.x_bf16; M];
@@ -325,7 +360,7 @@ unsafe fn bf16_pairs_512<const M: usize, const S: usize>(
             for s in 0..S {
                 _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add((S + s) * k + i) as *const i8);
             }
-            let mut w = [load(first); S];
+            let mut w = [std::mem::transmute::<__m512, __m512bh>(_mm512_setzero_ps()); S];
             for s in 0..S {
                 w[s] = load(weight_rows[s].wrapping_add(i));
             }
@@ -387,6 +422,8 @@ unsafe fn streams_512<const BF16: bool, const M: usize, const S: usize>(
             *(at as *const f32)
         }
     };
+    // Once per part: a panic here is caught, and libtorch does the product.
+    assert!(shape.rows <= M, "{} rows in a kernel for {M}", shape.rows);
     let k = shape.inputs;
     let full = k / 16 * 16;
     let row_bytes = k * element;

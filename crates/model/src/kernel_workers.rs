@@ -7,12 +7,13 @@
 //! had nothing to do for [`SPIN`]. The pass's own thread takes the first part; libtorch runs single
 //! threaded meanwhile (few_rows.rs), so a spinning worker takes no core that libtorch would use.
 //!
-//! One caller at a time: [`run`] returns `None` (and the caller does all the parts itself) while
-//! another thread holds the workers.
+//! One caller at a time: the workers sit behind a lock that [`run`] only tries. While another thread
+//! holds it (or a part calls [`run`] again), `run` returns `None` and the caller does all the parts
+//! itself; so each slot has one poster at a time.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ const SPIN: Duration = Duration::from_millis(1);
 /// A part of a product: a function and its argument, run on a worker.
 pub type Part = Box<dyn FnOnce() + Send>;
 
+/// One worker's mailbox. The caller holding the workers' lock is its only poster.
 struct Slot {
     /// Parts posted so far (written by the caller).
     posted: AtomicU64,
@@ -39,8 +41,9 @@ struct Slot {
     part: UnsafeCell<Option<Part>>,
 }
 
-// SAFETY: `part` is handed over through the `posted` / `done` counters (release / acquire), so the
-// caller and the worker never touch it at the same time.
+// SAFETY: `part` is handed over through the `posted` / `done` counters (release / acquire), and only
+// the caller holding the workers' lock posts, so the caller and the worker never touch it at the same
+// time.
 unsafe impl Sync for Slot {}
 
 struct Worker {
@@ -54,7 +57,8 @@ fn workers() -> &'static Mutex<Vec<Worker>> {
     WORKERS.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-fn start_worker(index: usize) -> Worker {
+/// A new worker, or `None` where the system will not start another thread.
+fn start_worker(index: usize) -> Option<Worker> {
     let slot = Arc::new(Slot {
         posted: AtomicU64::new(0),
         done: AtomicU64::new(0),
@@ -66,15 +70,28 @@ fn start_worker(index: usize) -> Worker {
     let handle = std::thread::Builder::new()
         .name(format!("few-rows-{index}"))
         .spawn(move || serve(&theirs))
-        .expect("a worker thread of the few-row kernel starts");
-    Worker {
+        .ok()?;
+    Some(Worker {
         slot,
         thread: handle.thread().clone(),
+    })
+}
+
+/// Runs `part`; `false` when it panicked. The panic's payload is forgotten, not dropped: a payload
+/// whose drop panics again would otherwise escape here and leave the caller waiting for ever.
+fn finished(part: Part) -> bool {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(part)) {
+        Ok(()) => true,
+        Err(payload) => {
+            std::mem::forget(payload);
+            false
+        }
     }
 }
 
 /// A worker's life: wait for a part (spinning, then parked), run it, say it is done.
 fn serve(slot: &Slot) {
+    // Parts taken so far: the next one is posted when `posted` moves past it.
     let mut seen = 0u64;
     loop {
         let mut idle_since = Instant::now();
@@ -98,7 +115,7 @@ fn serve(slot: &Slot) {
         // and does not touch it again until `done` moves.
         let part = unsafe { (*slot.part.get()).take() };
         if let Some(part) = part {
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(part)).is_err() {
+            if !finished(part) {
                 slot.failed.store(true, Ordering::Relaxed);
             }
         }
@@ -108,18 +125,22 @@ fn serve(slot: &Slot) {
 
 /// Runs `parts[1..]` on workers and `parts[0]` on this thread, and returns once all have finished:
 /// `Some(true)` when every part ran to its end, `Some(false)` when a part panicked, `None` (nothing
-/// run) when another thread holds the workers.
+/// run) when another thread holds the workers or no worker thread could start.
 ///
 /// The parts may borrow from the caller's stack only through raw pointers that outlive this call:
 /// they are `'static` boxes, and this call waits for every one before it returns.
 pub fn run(mut parts: Vec<Part>) -> Option<bool> {
-    let Ok(mut workers) = workers().try_lock() else {
-        return None;
+    let mut workers = match workers().try_lock() {
+        Ok(workers) => workers,
+        // A caller panicked while holding the lock (outside any part, which are caught): the
+        // workers and their counters are still consistent.
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(TryLockError::WouldBlock) => return None,
     };
     let extra = parts.len().saturating_sub(1);
     while workers.len() < extra {
         let index = workers.len();
-        workers.push(start_worker(index));
+        workers.push(start_worker(index)?);
     }
     let own = if parts.is_empty() {
         None
@@ -141,11 +162,17 @@ pub fn run(mut parts: Vec<Part>) -> Option<bool> {
     }
     let mut complete = true;
     if let Some(own) = own {
-        complete &= std::panic::catch_unwind(std::panic::AssertUnwindSafe(own)).is_ok();
+        complete &= finished(own);
     }
     for (slot, posted) in waiting {
+        let mut spins = 0u32;
         while slot.done.load(Ordering::Acquire) < posted {
             std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            // A worker that the system has descheduled (more threads than cores) gets the core.
+            if spins.is_multiple_of(1 << 16) {
+                std::thread::yield_now();
+            }
         }
         complete &= !slot.failed.swap(false, Ordering::Relaxed);
     }

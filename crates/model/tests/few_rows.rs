@@ -1,4 +1,5 @@
-//! The few-row kernel (verification passes of 4..=8 rows on a CPU) computes what libtorch computes.
+//! The few-row kernel (verification passes of a few rows on a CPU: f32 `ROWS`, bf16 `BF16_ROWS`)
+//! computes what libtorch computes.
 mod common;
 
 use common::{load, max_abs_diff};
@@ -27,17 +28,33 @@ fn the_kernel_multiplies_like_libtorch_for_every_row_count_and_odd_shapes() {
 
 #[test]
 fn the_bf16_kernel_multiplies_like_libtorch_to_bf16_rounding() {
+    bf16_products_are_exact_to_bf16_rounding();
+}
+
+#[test]
+fn the_bf16_kernel_that_widens_weights_multiplies_like_libtorch_to_bf16_rounding() {
+    // The path of CPUs without AVX512-BF16, forced here on one that has it.
+    few_rows::without_pair_products(bf16_products_are_exact_to_bf16_rounding);
+}
+
+fn bf16_products_are_exact_to_bf16_rounding() {
     let _guard = tch::no_grad_guard();
     tch::manual_seed(1);
-    for (outputs, inputs) in [(37, 16), (1001, 200)] {
+    if !few_rows::takes_rows(1, Device::Cpu, Kind::BFloat16) {
+        eprintln!("skipped: this CPU has no AVX-512");
+        return;
+    }
+    // Widths that are and are not multiples of the 16 or 32 weights a load reads.
+    for (outputs, inputs) in [(37, 16), (1001, 200), (300, 64)] {
         let weight =
             Tensor::randn([outputs, inputs], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
         for rows in few_rows::BF16_ROWS {
             let x =
                 Tensor::randn([rows, inputs], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
             let Some(got) = few_rows::linear(&x, &weight, 2) else {
-                eprintln!("skipped: this CPU has no AVX-512");
-                return;
+                // 5 to 8 rows: only with AVX512-BF16's pair products.
+                assert!(rows > 4, "{rows} bf16 rows declined");
+                continue;
             };
             assert_eq!(got.kind(), Kind::BFloat16);
             // The exact product of the bf16 inputs, in f64.
@@ -121,6 +138,11 @@ fn a_verification_pass_with_the_kernel_gives_libtorchs_logits_and_leaves_its_thr
 
 #[test]
 fn a_rows_product_is_the_same_to_the_bit_whatever_number_of_rows_shares_the_pass() {
+    products_do_not_depend_on_the_row_count();
+    few_rows::without_pair_products(products_do_not_depend_on_the_row_count);
+}
+
+fn products_do_not_depend_on_the_row_count() {
     // Each row accumulates its products in the same order however many rows (and weight streams)
     // the pass has, so the linear maps of a verification pass give each row what a pass of fewer rows
     // gives it.
