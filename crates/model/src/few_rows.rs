@@ -14,6 +14,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::LocalKey;
 use tch::{Device, Kind, Tensor};
 
 /// Nanoseconds spent in [`linear`]'s products since the process started, over all threads
@@ -56,15 +57,7 @@ thread_local! {
 /// Runs `pass` with bf16 products through the path CPUs without AVX512-BF16 take (weights widened
 /// to f32 as they are read; 1 to 4 rows), so that tests on a CPU with it check that path too.
 pub fn without_pair_products<T>(pass: impl FnOnce() -> T) -> T {
-    /// Puts the thread's choice back, also when the pass unwinds.
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            WIDEN_BF16.with(|w| w.set(self.0));
-        }
-    }
-    let _restore = Restore(WIDEN_BF16.with(|w| w.replace(true)));
-    pass()
+    with_setting(&WIDEN_BF16, true, pass)
 }
 
 /// Whether bf16 products on this thread go through AVX512-BF16's pair products.
@@ -73,14 +66,23 @@ fn pair_products() -> bool {
 }
 
 fn with_mode<T>(mode: Mode, pass: impl FnOnce() -> T) -> T {
-    /// Puts the thread's mode back, also when the pass unwinds.
-    struct Restore(Mode);
-    impl Drop for Restore {
+    with_setting(&MODE, mode, pass)
+}
+
+/// Runs `pass` with this thread's `setting` at `value`, and puts the old value back after it, also
+/// when the pass unwinds.
+fn with_setting<V: Copy + 'static, T>(
+    setting: &'static LocalKey<Cell<V>>,
+    value: V,
+    pass: impl FnOnce() -> T,
+) -> T {
+    struct Restore<V: Copy + 'static>(&'static LocalKey<Cell<V>>, V);
+    impl<V: Copy + 'static> Drop for Restore<V> {
         fn drop(&mut self) {
-            MODE.with(|m| m.set(self.0));
+            self.0.with(|cell| cell.set(self.1));
         }
     }
-    let _restore = Restore(MODE.with(|m| m.replace(mode)));
+    let _restore = Restore(setting, setting.with(|cell| cell.replace(value)));
     pass()
 }
 
