@@ -8,9 +8,10 @@
 //! (the others wait, spinning, in kernel_workers.rs).
 //!
 //! Shapes: `x [M, in]`, `weight [out, in]` (row-major, as checkpoints store it), result `[M, out]`.
-//! Taken: contiguous CPU tensors outside autograd on a CPU with AVX-512, f32 for [`ROWS`] rows and bf16
-//! for [`BF16_ROWS`] rows (f32 accumulation, rounded to bf16 once). Anything else returns `None` and
-//! goes through libtorch.
+//! Taken: contiguous CPU tensors outside autograd on a CPU with AVX-512, f32 for [`ROWS`] rows and
+//! bf16 for [`BF16_ROWS`] rows (f32 accumulation, rounded to bf16 once). Up to 12 rows share one read
+//! of each weight; more go over each block of weights in turns while it is in cache. Anything else
+//! returns `None` and goes through libtorch.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,14 +27,17 @@ pub fn kernel_seconds() -> f64 {
     KERNEL_NANOS.load(Ordering::Relaxed) as f64 * 1e-9
 }
 
-/// Row counts this kernel takes in f32. Up to 3 rows libtorch's own kernel is bandwidth-bound already;
-/// from 9 rows a second read of the weights costs what libtorch's packing does.
-pub const ROWS: std::ops::RangeInclusive<i64> = 4..=8;
+/// Row counts this kernel takes in f32. Up to 3 rows libtorch's own kernel is bandwidth-bound already.
+/// Qwen2.5-Coder-1.5B, one pass against one row (`bench rows`): 8 rows 1.2-1.3x (libtorch 2.9x), 12
+/// rows 1.6-1.8x (3.5x), 16 rows 2.0-2.2x (3.0-3.2x); from about 20 rows libtorch's packed GEMM costs
+/// about what this kernel does (24 rows 3.2x against 3.4x; 32 rows 3.6x against 3.5x).
+pub const ROWS: std::ops::RangeInclusive<i64> = 4..=16;
 
 /// Row counts it takes in bf16: from one row, where libtorch's bf16 kernel reads at about half the
 /// machine's bandwidth (`bench rows --dtype bf16`); from 5 rows only on CPUs with AVX512-BF16, whose
 /// pair products keep a pass of 8 rows within 1.4x of one row (Qwen2.5-Coder-1.5B: libtorch's bf16
-/// passes cost about the same from 1 to 8 rows, the one row included).
+/// passes cost about the same from 1 to 24 rows, the one row included, so from 9 rows, 2.0x one row
+/// here against libtorch's 1.5x, it keeps them).
 pub const BF16_ROWS: std::ops::RangeInclusive<i64> = 1..=8;
 
 /// Whether this thread's passes may use the kernel.
@@ -281,8 +285,55 @@ struct Pointers {
 // SAFETY: the threads only read `x` and `weight` and write disjoint columns of `out`.
 unsafe impl Send for Pointers {}
 
+/// The most rows one sweep over the weights carries: 12 rows of accumulators for 2 weight streams
+/// (with the 2 weights and an input, 27 of AVX-512's 32 registers). A 12-row pass of
+/// Qwen2.5-Coder-1.5B took 1.57x one row in one sweep, 1.71x in two of 6 rows; 16 rows in one sweep
+/// of a single stream 2.44x, in two of 8 rows 2.10x.
+const ROWS_PER_SWEEP: usize = 12;
+
+/// Bytes of weight rows a block of output columns holds when more rows than [`ROWS_PER_SWEEP`] sweep
+/// over it in turn: half of a core's L2 (2 MiB on the machines measured; the other half keeps the
+/// sweep's input rows, 8 x 8960 f32 = 287 KB for an MLP's down projection), so the later sweeps read
+/// it from there, not from memory. (Blocks of 12, 60 and 240 columns of Qwen2.5-Coder-1.5B measured alike:
+/// the later sweeps' products, not their reads, are what a pass of 13-16 rows adds.)
+const BLOCK_BYTES: usize = 1 << 20;
+
+/// The fewest output columns in a block, whatever the width of a weight row.
+const MIN_BLOCK_COLUMNS: usize = 12;
+
+/// `columns` of the product for every row: up to [`ROWS_PER_SWEEP`] rows in one sweep over the
+/// weights; more rows in a few balanced sweeps (16 rows: two of 8) over blocks of columns small enough
+/// to stay in cache between the sweeps, so each weight is still read from memory once.
 #[cfg(target_arch = "x86_64")]
 unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
+    if shape.rows <= ROWS_PER_SWEEP {
+        return sweep(p, shape, columns);
+    }
+    let sweeps = shape.rows.div_ceil(ROWS_PER_SWEEP);
+    let rows_per_sweep = shape.rows.div_ceil(sweeps);
+    let element = if p.bf16 { 2 } else { 4 };
+    let block = (BLOCK_BYTES / (shape.inputs * element).max(1)).max(MIN_BLOCK_COLUMNS);
+    let mut start = columns.start;
+    while start < columns.end {
+        let end = (start + block).min(columns.end);
+        for first in (0..shape.rows).step_by(rows_per_sweep) {
+            let rows = rows_per_sweep.min(shape.rows - first);
+            // The same product over rows `first..first + rows` of `x` and of `out`.
+            let rows_of_sweep = Pointers {
+                x: p.x.wrapping_add(first * shape.inputs),
+                x_bf16: p.x_bf16.wrapping_add(first * shape.inputs),
+                out: p.out.wrapping_add(first * shape.outputs),
+                ..p
+            };
+            sweep(rows_of_sweep, Shape { rows, ..shape }, start..end);
+        }
+        start = end;
+    }
+}
+
+/// One sweep over the weights of `columns` for at most [`ROWS_PER_SWEEP`] rows.
+#[cfg(target_arch = "x86_64")]
+unsafe fn sweep(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
     // As many weight streams as the registers allow: M x S accumulators, S weights and an input
     // within AVX-512's 32. More streams keep more of the weights' reads in flight: a 5-row pass over
     // Qwen2.5-Coder-1.5B's linear maps took 268-276 ms with 2 streams, 251-256 with 4, 238-243 with
@@ -307,7 +358,8 @@ unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
         ..=4 => streams_512::<false, 4, 6>(p, shape, columns),
         5 => streams_512::<false, 5, 5>(p, shape, columns),
         6 => streams_512::<false, 6, 4>(p, shape, columns),
-        _ => streams_512::<false, 8, 3>(p, shape, columns),
+        7 | 8 => streams_512::<false, 8, 3>(p, shape, columns),
+        _ => streams_512::<false, 12, 2>(p, shape, columns),
     }
 }
 

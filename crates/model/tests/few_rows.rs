@@ -10,8 +10,10 @@ use tch::{Device, Kind, Tensor};
 fn the_kernel_multiplies_like_libtorch_for_every_row_count_and_odd_shapes() {
     let _guard = tch::no_grad_guard();
     tch::manual_seed(0);
-    // Widths that are and are not multiples of the vector width; an odd number of weight rows.
-    for (outputs, inputs) in [(37, 16), (257, 50), (1001, 576)] {
+    // Widths that are and are not multiples of the vector width; an odd number of weight rows; rows
+    // wide enough (16 KB) that more than 12 rows go over a part's weights in blocks of 63 weight rows
+    // (output columns), the last one short.
+    for (outputs, inputs) in [(37, 16), (257, 50), (1001, 576), (300, 4100)] {
         let weight = Tensor::randn([outputs, inputs], (Kind::Float, Device::Cpu));
         for rows in few_rows::ROWS {
             let x = Tensor::randn([rows, inputs], (Kind::Float, Device::Cpu));
@@ -21,7 +23,12 @@ fn the_kernel_multiplies_like_libtorch_for_every_row_count_and_odd_shapes() {
             };
             let want = x.linear::<Tensor>(&weight, None);
             let diff = max_abs_diff(&got, &want);
-            assert!(diff < 1e-4, "{rows} rows of {inputs} -> {outputs}: {diff}");
+            // f32 rounding in a sum grows with its length (the two sum in different orders).
+            let tolerance = 1e-4 * (inputs as f64 / 576.0).max(1.0);
+            assert!(
+                diff < tolerance,
+                "{rows} rows of {inputs} -> {outputs}: {diff}"
+            );
         }
     }
 }
@@ -80,8 +87,8 @@ fn the_kernel_declines_what_it_does_not_take() {
         "3 rows: libtorch's"
     );
     assert!(
-        few_rows::linear(&rows(9, Kind::Float), &weight, 2).is_none(),
-        "9 rows: libtorch's"
+        few_rows::linear(&rows(17, Kind::Float), &weight, 2).is_none(),
+        "17 rows: libtorch's"
     );
     assert!(
         few_rows::linear(&rows(5, Kind::Double), &weight, 2).is_none(),
@@ -155,19 +162,22 @@ fn products_do_not_depend_on_the_row_count() {
                 .filter(|&r| few_rows::takes_rows(r, Device::Cpu, kind))
                 .collect(),
         };
-        let weight = Tensor::randn([1001, 200], (Kind::Float, Device::Cpu)).to_kind(kind);
-        let most = *rows.last().expect("some row counts");
-        let x = Tensor::randn([most, 200], (Kind::Float, Device::Cpu)).to_kind(kind);
-        let Some(all) = few_rows::linear(&x, &weight, 2) else {
-            eprintln!("skipped: this CPU has no AVX-512");
-            return;
-        };
-        for &r in &rows {
-            let fewer = few_rows::linear(&x.narrow(0, 0, r).contiguous(), &weight, 2).unwrap();
-            assert!(
-                fewer.equal(&all.narrow(0, 0, r)),
-                "{kind:?}: the first {r} of {most} rows differ"
-            );
+        // One block of weights, and (f32, 16 KB rows) several, which more than 12 rows go over in turns.
+        for (outputs, inputs) in [(1001, 200), (300, 4100)] {
+            let weight = Tensor::randn([outputs, inputs], (Kind::Float, Device::Cpu)).to_kind(kind);
+            let most = *rows.last().expect("some row counts");
+            let x = Tensor::randn([most, inputs], (Kind::Float, Device::Cpu)).to_kind(kind);
+            let Some(all) = few_rows::linear(&x, &weight, 2) else {
+                eprintln!("skipped: this CPU has no AVX-512");
+                return;
+            };
+            for &r in &rows {
+                let fewer = few_rows::linear(&x.narrow(0, 0, r).contiguous(), &weight, 2).unwrap();
+                assert!(
+                    fewer.equal(&all.narrow(0, 0, r)),
+                    "{kind:?}, {inputs} -> {outputs}: the first {r} of {most} rows differ"
+                );
+            }
         }
     }
 }

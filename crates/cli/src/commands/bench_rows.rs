@@ -1,10 +1,10 @@
-//! `sharpdraft bench rows`: what one forward pass of the target costs against how many rows it carries
-//! (1 is a decode step, K + 1 a verification of K drafts), after a prompt of `--context` tokens, next to
-//! the memory bound (every weight read once) and the compute bound (2 flops per weight per row at the
-//! machine's measured matmul rate), as the workbench runs it (the few-row kernel for 4..=8 rows, see
-//! crates/model/src/few_rows.rs) and with libtorch's matrix products alone. The LM head (random weights
-//! of its shape) is timed alone too: through `linear`, against weights kept transposed, and through the
-//! kernel.
+//! `sharpdraft bench rows`: what one forward pass of the target costs against how many rows it
+//! carries (1 is a decode step, K + 1 a verification of K drafts), after a prompt of `--context`
+//! tokens, next to the memory bound (every weight read once) and the compute bound (2 flops per weight
+//! read, per row, at the machine's measured matmul rate), as the workbench runs it (the few-row kernel
+//! for `few_rows::ROWS` rows, see crates/model/src/few_rows.rs) and with libtorch's matrix products
+//! alone. The LM head (random weights of its shape) is timed alone too: through `linear`, against
+//! weights kept transposed, and through the kernel.
 
 use anyhow::Result;
 use clap::Args;
@@ -44,7 +44,7 @@ pub struct RowsBenchArgs {
 #[derive(Serialize)]
 struct Row {
     rows: i64,
-    /// The pass as the workbench runs it (the few-row kernel for 4..=8 rows of an f32 CPU model).
+    /// The pass as the workbench runs it (the few-row kernel for `few_rows::ROWS` rows of an f32 CPU model).
     pass_ms: f64,
     /// Of `pass_ms`, the kernel's linear maps (mean over the timed and untimed passes; 0 where the
     /// pass keeps libtorch's products): the rest is norms, attention, RoPE, activations and dispatch.
@@ -126,9 +126,9 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
         }
     }
     let net = &model.net;
-    let (weight_bytes, weight_elements): (usize, usize) = (model.vars.variables().values())
-        .map(|t| (t.numel() * t.kind().elt_size_in_bytes(), t.numel()))
-        .fold((0, 0), |(b, e), (tb, te)| (b + tb, e + te));
+    let weight_bytes: usize = (model.vars.variables().values())
+        .map(|t| t.numel() * t.kind().elt_size_in_bytes())
+        .sum();
     // What a pass reads: every linear map, and the embedding only where it is the LM head too (a pass
     // gathers a few of its rows otherwise); norms are too small to count.
     let embedding_bytes = |net: &sharpdraft_model::Transformer| {
@@ -141,6 +141,9 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
         } else {
             0
         };
+    // The weights a row is multiplied by: those a pass reads (not an untied embedding, which a pass
+    // gathers from).
+    let multiplied_weights = read_bytes / net.kind().elt_size_in_bytes();
     let (bandwidth, flops) = (read_bandwidth(), matmul_rate());
     let vocab = net.config.vocab_size;
     let prompt: Vec<i64> = (0..args.context).map(|i| (i * 7919 + 13) % vocab).collect();
@@ -181,7 +184,7 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
             libtorch_pass_ms,
             relative_to_one_row: pass_ms / one,
             memory_bound_ms: read_bytes as f64 / bandwidth * 1e3,
-            compute_bound_ms: 2.0 * weight_elements as f64 * r as f64 / flops * 1e3,
+            compute_bound_ms: 2.0 * multiplied_weights as f64 * r as f64 / flops * 1e3,
             head_linear_ms: median_ms(|| drop(x.linear::<Tensor>(&head, None)), args.repeats),
             head_transposed_ms: median_ms(|| drop(x.mm(&head_t)), args.repeats),
             head_kernel_ms: few_rows::takes_rows(r, Device::Cpu, net.kind())
