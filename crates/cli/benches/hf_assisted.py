@@ -1,11 +1,11 @@
 """HF transformers' assisted generation on the same folders as the workbench, for side-by-side runs
-(README "End to end on the real pair"): AR and assisted generation with a fixed chain of K drafts on the
-same prompt ids, the same thread count, f32. Greedy, or sampled (temperature T, no top-k / top-p, HF's
+(README "End to end on the real pair"): AR and assisted generation with chains of K drafts (fixed, or ended
+at the first draft below --stop-below) on the same prompt ids, the same thread count, f32. Greedy, or sampled (temperature T, no top-k / top-p, HF's
 speculative sampling). `*_tokens_per_s` counts the whole `generate` call, prefill included, as the
 workbench's `tokens_per_s` does; `*_decode_tokens_per_s` leaves out the prompt's prefill (a separate timed
 forward). Prints one JSON object.
 
-    PYTHON hf_assisted.py --target DIR --drafter DIR --prompt "..." [--draft-len 4]
+    PYTHON hf_assisted.py --target DIR --drafter DIR --prompt "..." [--draft-len 4] [--stop-below P]
     PYTHON hf_assisted.py --target DIR --drafter DIR --requests FILE   (what `sharpdraft bench
         speculative --hf-python` runs: FILE is {"requests": [{"prompt_ids": [...], "temperature": T,
         "seed": S}, ...]}, each request decoded AR then assisted, one result row each)
@@ -26,6 +26,9 @@ def main() -> None:
     parser.add_argument("--requests")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--draft-len", type=int, default=4)
+    # The workbench's --draft-stop-below: HF's assistant_confidence_threshold ends a chain at the first
+    # draft the assistant gives a probability below it, that draft kept, as the workbench does.
+    parser.add_argument("--stop-below", type=float, default=0.0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     if (args.prompt is None) == (args.requests is None):
@@ -39,22 +42,24 @@ def main() -> None:
     target = load(args.target)
     load_seconds = time.perf_counter() - started
     drafter = load(args.drafter)
-    # A fixed chain of K drafts: no schedule, no confidence cut-off (its default 0.4 cuts chains short).
+    # Chains of K drafts: no schedule, and no confidence cut-off unless asked for (HF's default of 0.4
+    # would cut chains short).
     drafter.generation_config.num_assistant_tokens = args.draft_len
     drafter.generation_config.num_assistant_tokens_schedule = "constant"
-    drafter.generation_config.assistant_confidence_threshold = 0.0
+    drafter.generation_config.assistant_confidence_threshold = args.stop_below
     header = {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "threads": args.threads,
         "target_load_seconds": load_seconds,
+        "stop_below": args.stop_below,
     }
     if args.requests is not None:
         with open(args.requests) as f:
             requests = json.load(f)["requests"]
         rows = [
             decode(target, drafter, torch.tensor([r["prompt_ids"]]), args.max_new_tokens,
-                   r["temperature"], r["seed"])
+                   r["temperature"], r["seed"], args.stop_below)
             for r in requests
         ]
         print(json.dumps({**header, "rows": rows}))
@@ -63,11 +68,11 @@ def main() -> None:
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
     if not isinstance(ids, torch.Tensor):
         ids = ids["input_ids"]
-    row = decode(target, drafter, ids, args.max_new_tokens, 0.0, 0)
+    row = decode(target, drafter, ids, args.max_new_tokens, 0.0, 0, args.stop_below)
     print(json.dumps({**header, "prompt_ids": ids[0].tolist(), **row}))
 
 
-def decode(target, drafter, ids, max_new_tokens, temperature, seed) -> dict:
+def decode(target, drafter, ids, max_new_tokens, temperature, seed, stop_below) -> dict:
     """AR then assisted generation of one prompt `ids` [1, n]."""
     # Explicit settings: a model folder's generation_config (top-k, top-p, repetition penalty) must not
     # change what is compared.
@@ -97,6 +102,9 @@ def decode(target, drafter, ids, max_new_tokens, temperature, seed) -> dict:
             return new, seconds
 
         ar_ids, ar_seconds = run()
+        # Some transformers versions retune the threshold after each call (with scikit-learn installed):
+        # every request starts from the one asked for.
+        drafter.generation_config.assistant_confidence_threshold = stop_below
         assisted_ids, assisted_seconds = run(assistant_model=drafter)
     rate = lambda ids, seconds: len(ids) / max(seconds, 1e-9)  # noqa: E731
     return {

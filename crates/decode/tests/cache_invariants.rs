@@ -90,6 +90,36 @@ fn target_and_vanilla_caches_stay_a_fresh_prefill_of_the_committed_tokens() {
 }
 
 #[test]
+fn vanilla_chains_that_end_early_keep_both_caches_a_fresh_prefill() {
+    let target = load("qwen3");
+    let drafter_net = load("qwen3");
+    for sampling in [
+        Sampling::greedy(),
+        Sampling {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 3,
+        },
+    ] {
+        // A tiny random model is never this sure of a token: every chain ends at its first draft, and
+        // the drafter keeps only the root's row of what it fed.
+        let mut drafter = vanilla("qwen3", &target, 4, sampling).with_stop_below(Some(0.999));
+        let mut cycles = 0;
+        run(&target, &mut drafter, sampling, |d, committed| {
+            let cache = d.cache();
+            let len = cache.len() as usize;
+            assert_cache_is_fresh_prefill(&drafter_net.net, cache, &committed[..len], "drafter");
+            cycles += 1;
+        });
+        assert!(cycles > 3);
+        let mut drafter = vanilla("qwen3", &target, 4, sampling).with_stop_below(Some(0.999));
+        let report = spec(&target, &mut drafter, &PROMPT, 12, sampling);
+        assert!(report.cycles.iter().all(|c| c.drafted == 1));
+    }
+}
+
+#[test]
 fn the_target_cache_stays_exact_under_eagle3_trees() {
     let target = load("llama");
     let dir = tempfile::tempdir().unwrap();

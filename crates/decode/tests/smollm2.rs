@@ -42,6 +42,25 @@ fn smollm2_speculative_greedy_equals_autoregressive_greedy_for_every_drafter() {
     let report = spec(&target, &mut own, &prompt, 24, Sampling::greedy());
     assert_eq!(report.ids, want);
     assert!(report.tau() > 4.0, "tau {}", report.tau());
+    // Chains that end at the first draft the drafter is less than 60% sure of: some end early, some
+    // run to their length, and the output is still the target's.
+    let mut unsure = VanillaDrafter::new(smollm2().unwrap(), &target, 6, 512, Sampling::greedy())
+        .unwrap()
+        .with_stop_below(Some(0.6));
+    let report = spec(&target, &mut unsure, &prompt, 24, Sampling::greedy());
+    assert_eq!(report.ids, want);
+    let lengths: Vec<usize> = report.cycles.iter().map(|c| c.drafted).collect();
+    assert!(lengths.iter().all(|&n| (1..=6).contains(&n)), "{lengths:?}");
+    assert!(
+        lengths.iter().any(|&n| n < 6),
+        "no chain ended early: {lengths:?}"
+    );
+    assert!(
+        lengths.iter().any(|&n| n == 6),
+        "every chain ended early: {lengths:?}"
+    );
+    // The model drafting for itself: a rejection would mean its cache lost track of a shorter chain.
+    assert!(report.cycles.iter().all(|c| c.accepted == c.drafted));
     // EAGLE-3 heads in the published layout (random weights), chain and tree.
     let dir = tempfile::tempdir().unwrap();
     write_eagle3(

@@ -2,8 +2,9 @@
 //! one forward pass per token.
 //!
 //! Cache invariant: the drafter's KV cache holds a prefix of the committed tokens. `propose` feeds the
-//! committed tokens it lacks (at least the root) and then d1..d(K-1); `observe` truncates back to the
-//! rows that the accepted tokens confirmed (the root, and d1..d(min(a, K-1))).
+//! committed tokens it lacks (at least the root) and then d1..d(n-1) of its chain of n drafts (n = K,
+//! or fewer where a chain ends early, [`VanillaDrafter::with_stop_below`]); `observe` truncates back to
+//! the rows that the accepted tokens confirmed (the root, and d1..d(min(a, n-1))).
 
 use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
@@ -16,7 +17,10 @@ use tch::Tensor;
 pub struct VanillaDrafter {
     model: CausalLm,
     cache: KvCache,
+    /// The longest chain.
     draft_len: usize,
+    /// A chain ends at the first draft whose drafter probability falls below this (that draft kept).
+    stop_below: Option<f64>,
     sampling: Sampling,
     /// Committed length when the last proposal was made.
     committed_at_proposal: usize,
@@ -46,10 +50,19 @@ impl VanillaDrafter {
             model,
             cache,
             draft_len,
+            stop_below: None,
             sampling,
             committed_at_proposal: 0,
             forward_seconds: 0.0,
         })
+    }
+
+    /// Chains end at the first draft the drafter gives a probability below `threshold` (greedy: its top
+    /// probability; sampling: the sampled token's), that draft included; `None`: every chain is
+    /// `draft_len` long. Lossless either way: the decision reads only the drafter's own distribution.
+    pub fn with_stop_below(mut self, threshold: Option<f64>) -> Self {
+        self.stop_below = threshold;
+        self
     }
 
     /// The drafter's cache (tests check it against a fresh prefill of the committed tokens).
@@ -121,24 +134,34 @@ impl Drafter for VanillaDrafter {
         let mut tokens = Vec::with_capacity(self.draft_len);
         let mut probs = Vec::new();
         for i in 0..self.draft_len {
-            let token = if ctx.greedy {
-                logits.argmax(-1, false).int64_value(&[])
+            let (token, probability) = if ctx.greedy {
+                let token = logits.argmax(-1, false).int64_value(&[]);
+                // Only computed where a chain may end early: a softmax over the vocabulary.
+                let probability = self
+                    .stop_below
+                    .map(|_| logits.softmax(-1, tch::Kind::Float).double_value(&[token]));
+                (token, probability)
             } else {
                 let q = self.sampling.probabilities(&logits);
                 let token = sampler.sample_from(&q)?;
+                let probability = self.stop_below.map(|_| q.double_value(&[token]));
                 probs.push(q);
-                token
+                (token, probability)
             };
             tokens.push(token);
-            if i + 1 < self.draft_len {
-                logits = self.step(&[token])?;
+            let unsure = matches!((probability, self.stop_below), (Some(p), Some(t)) if p < t);
+            if unsure || i + 1 == self.draft_len {
+                break;
             }
+            logits = self.step(&[token])?;
         }
         let draft_probs = (!probs.is_empty()).then(|| Tensor::stack(&probs, 0));
         Ok(Proposal::chain(tokens, draft_probs))
     }
 
     fn observe(&mut self, _ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
+        // The cache holds the root and d1..d(n-1) of the last chain of n <= K drafts; a chain that
+        // ended early fed fewer, which the bound by the cache's length below keeps.
         let confirmed = feedback.accepted.len().min(self.draft_len - 1);
         let keep = (self.committed_at_proposal + confirmed) as i64;
         self.cache.truncate(keep.min(self.cache.len()))?;

@@ -9,6 +9,7 @@
 //! checkpoint: smollm2-135m-eagle3
 //! tree: {depth: 4, top_k: 6, total_tokens: 24}   # EAGLE-3 only; without it a chain of draft_len
 //! draft_len: 4                  # chains: vanilla, PARD, EAGLE-3 without a tree (DFlash: block_size - 1)
+//! # stop_below: 0.4             # vanilla only: end a chain at the first draft below this probability
 //! scaling: {mode: fixed, schedule: smollm2-eagle3}
 //! window: 512                  # optional: the drafter attends to its last 512 keys only
 //! retrieval: {chunk: 32, top_chunks: 64, recent: 256, every: 8}   # or: SpecExtend's retrieval
@@ -82,6 +83,12 @@ pub struct DrafterSpec {
     /// Chain length K: vanilla, PARD, and EAGLE-3 without a tree. DFlash drafts its block size - 1.
     #[serde(default = "default_draft_len")]
     pub draft_len: usize,
+    /// Vanilla: a chain ends early at the first draft the drafter gives a probability below this (its
+    /// top probability when greedy, the sampled token's when sampling), that draft included, so easy
+    /// stretches get chains of `draft_len` and hard ones stop paying for drafts the target rejects.
+    /// Every chain is `draft_len` long without it.
+    #[serde(default)]
+    pub stop_below: Option<f64>,
     /// EAGLE-3's dynamic tree; a chain of `draft_len` without it.
     #[serde(default)]
     pub tree: Option<TreeShape>,
@@ -113,6 +120,7 @@ impl DrafterSpec {
             method,
             checkpoint: checkpoint.into(),
             draft_len: default_draft_len(),
+            stop_below: None,
             tree: None,
             scaling: ScalingSpec::default(),
             window: None,
@@ -129,6 +137,17 @@ impl DrafterSpec {
             "draft_len (--draft-len) {} must lie in 1..={MAX_TREE_TOKENS}",
             self.draft_len
         );
+        if let Some(threshold) = self.stop_below {
+            ensure!(
+                self.method == DraftMethod::Vanilla,
+                "stop_below (--draft-stop-below): only vanilla chains end early, not {}",
+                self.method.name()
+            );
+            ensure!(
+                threshold > 0.0 && threshold < 1.0,
+                "stop_below (--draft-stop-below) {threshold} must lie strictly between 0 and 1"
+            );
+        }
         if let Some(tree) = &self.tree {
             ensure!(
                 self.method == DraftMethod::Eagle3,
@@ -249,13 +268,10 @@ pub fn load(
             .with_context(|| format!("loading drafter {name}"))
     };
     let mut loaded = match spec.method {
-        DraftMethod::Vanilla => LoadedDrafter::Vanilla(VanillaDrafter::new(
-            small_lm()?,
-            target,
-            spec.draft_len,
-            capacity,
-            sampling,
-        )?),
+        DraftMethod::Vanilla => LoadedDrafter::Vanilla(
+            VanillaDrafter::new(small_lm()?, target, spec.draft_len, capacity, sampling)?
+                .with_stop_below(spec.stop_below),
+        ),
         DraftMethod::Eagle3 => {
             let shape = spec
                 .tree

@@ -87,6 +87,40 @@ fn options_a_method_does_not_have_are_refused_before_any_model_loads() {
 }
 
 #[test]
+fn only_vanilla_chains_end_early_and_only_below_a_probability_between_0_and_1() {
+    let spec: DrafterSpec = serde_norway::from_str(
+        "method: vanilla
+checkpoint: x
+draft_len: 8
+stop_below: 0.4
+",
+    )
+    .unwrap();
+    assert_eq!(spec.stop_below, Some(0.4));
+    spec.validate().unwrap();
+    let pard = DrafterSpec {
+        stop_below: Some(0.4),
+        ..DrafterSpec::new(DraftMethod::Pard, "x")
+    };
+    let err = pard.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("--draft-stop-below") && err.contains("pard"),
+        "{err}"
+    );
+    for threshold in [0.0, 1.0, 1.5, -0.1, f64::NAN] {
+        let bad = DrafterSpec {
+            stop_below: Some(threshold),
+            ..DrafterSpec::new(DraftMethod::Vanilla, "x")
+        };
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("strictly between 0 and 1"),
+            "{threshold}: {err}"
+        );
+    }
+}
+
+#[test]
 fn an_adapt_block_reads_with_osds_defaults_and_bad_values_name_their_key() {
     use sharpdraft_draft::adaptation::{AdaptMode, LearnFrom, LoraTarget, UpdateUnit};
     use sharpdraft_draft::training::Divergence;

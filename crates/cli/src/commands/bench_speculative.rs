@@ -39,7 +39,8 @@ pub struct SpeculativeBenchArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// A Python with torch and transformers: also runs crates/cli/benches/hf_assisted.py (AR and
-    /// assisted generation with a fixed chain of --draft-len) on the same prompt ids (vanilla only).
+    /// assisted generation with chains of --draft-len, ended as --draft-stop-below ends them) on the
+    /// same prompt ids (vanilla only).
     #[arg(long)]
     pub hf_python: Option<PathBuf>,
     #[arg(long)]
@@ -424,6 +425,8 @@ fn run_hf(
             &args.max_new_tokens.to_string(),
             "--draft-len",
             &args.draft.draft_len.to_string(),
+            "--stop-below",
+            &args.draft.draft_stop_below.unwrap_or(0.0).to_string(),
             "--threads",
             &tch::get_num_threads().to_string(),
         ])

@@ -84,6 +84,10 @@ pub struct DrafterArgs {
     /// Chain length K (vanilla, pard; eagle3 without tree options). DFlash drafts block_size - 1.
     #[arg(long, default_value_t = 4)]
     pub draft_len: usize,
+    /// Vanilla: end a chain at the first draft whose drafter probability falls below this (that draft
+    /// kept); --draft-len is then the longest chain.
+    #[arg(long, requires = "drafter")]
+    pub draft_stop_below: Option<f64>,
     /// EAGLE-3 dynamic tree: expansion depth.
     #[arg(long)]
     pub tree_depth: Option<usize>,
@@ -136,6 +140,7 @@ impl DrafterArgs {
             method: self.method,
             checkpoint: checkpoint.to_string(),
             draft_len: self.draft_len,
+            stop_below: self.draft_stop_below,
             tree,
             scaling: self.scaling.spec(scaling),
             window: self.drafter_window,
