@@ -171,6 +171,13 @@ pub fn takes_rows(rows: i64, device: Device, kind: Kind) -> bool {
         && cpu_has_kernel()
 }
 
+/// The cores this process may run on, counted once: `available_parallelism` reads the cgroup's CPU
+/// quota from files on every call (about 11 us here, and a pass makes over a hundred products).
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// AVX-512 (the only width written: the machines measured have it, and an untested narrower path
 /// would be a claim without a test; elsewhere libtorch keeps every product).
 fn cpu_has_kernel() -> bool {
@@ -184,8 +191,8 @@ fn cpu_has_kernel() -> bool {
     }
 }
 
-/// `x W^T` for `x [M, in]` with M in [`ROWS`] ([`BF16_ROWS`] in bf16) on `threads` threads, or `None` where this kernel does
-/// not apply.
+/// `x W^T` for `x [M, in]` with M in [`ROWS`] ([`BF16_ROWS`] in bf16) on `threads` threads, or
+/// `None` where this kernel does not apply.
 pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -227,8 +234,7 @@ pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
             out: out.data_ptr() as *mut f32,
         };
         // At most a part per 256 outputs, and no more threads than cores (a worker spins).
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = threads.clamp(1, shape.outputs.div_ceil(256)).min(cores);
+        let threads = threads.clamp(1, shape.outputs.div_ceil(256)).min(cores());
         let per_thread = shape.outputs.div_ceil(threads);
         let part = |t: usize| {
             (t * per_thread).min(shape.outputs)..((t + 1) * per_thread).min(shape.outputs)
@@ -294,8 +300,8 @@ const ROWS_PER_SWEEP: usize = 12;
 /// Bytes of weight rows a block of output columns holds when more rows than [`ROWS_PER_SWEEP`] sweep
 /// over it in turn: half of a core's L2 (2 MiB on the machines measured; the other half keeps the
 /// sweep's input rows, 8 x 8960 f32 = 287 KB for an MLP's down projection), so the later sweeps read
-/// it from there, not from memory. (Blocks of 12, 60 and 240 columns of Qwen2.5-Coder-1.5B measured alike:
-/// the later sweeps' products, not their reads, are what a pass of 13-16 rows adds.)
+/// it from there, not from memory. (Blocks of 12, 60 and 240 columns of Qwen2.5-Coder-1.5B measured
+/// alike: the later sweeps' products, not their reads, are what a pass of 13-16 rows adds.)
 const BLOCK_BYTES: usize = 1 << 20;
 
 /// The fewest output columns in a block, whatever the width of a weight row.
@@ -395,9 +401,7 @@ unsafe fn bf16_pairs_512<const M: usize, const S: usize>(
     let full = k / 32 * 32;
     let mut rows = [p.x_bf16; M];
     for (r, row) in rows.iter_mut().enumerate() {
-        *row = p
-            .x_bf16
-            .wrapping_add(if r < shape.rows { r * k } else { 0 });
+        *row = x_row(p.x_bf16, shape, r);
     }
     let weights = p.weight as *const u16;
     let mut column = columns.start;
@@ -439,10 +443,11 @@ unsafe fn bf16_pairs_512<const M: usize, const S: usize>(
     }
 }
 
-/// Row `r` of `x`, or row 0 for the padding rows past `rows` (their results are not stored).
+/// Row `r` of the rows at `x` (`[rows, inputs]`, f32 or bf16), or row 0 for the padding rows past
+/// `rows` (their results are not stored).
 #[cfg(target_arch = "x86_64")]
-fn x_row(p: Pointers, shape: Shape, r: usize) -> *const f32 {
-    p.x.wrapping_add(if r < shape.rows { r * shape.inputs } else { 0 })
+fn x_row<T>(x: *const T, shape: Shape, r: usize) -> *const T {
+    x.wrapping_add(if r < shape.rows { r * shape.inputs } else { 0 })
 }
 
 /// AVX-512, `S` weight rows at a time (`S` streams per thread, and each input load feeds `S` FMAs):
@@ -483,7 +488,7 @@ unsafe fn streams_512<const BF16: bool, const M: usize, const S: usize>(
     let row_bytes = k * element;
     let mut rows = [p.x; M];
     for (r, row) in rows.iter_mut().enumerate() {
-        *row = x_row(p, shape, r);
+        *row = x_row(p.x, shape, r);
     }
     let mut column = columns.start;
     while column < columns.end {
