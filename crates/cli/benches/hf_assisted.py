@@ -1,9 +1,9 @@
 """HF transformers' assisted generation on the same folders as the workbench, for side-by-side runs
-(README "End to end on the real pair"): AR and assisted generation with chains of K drafts (fixed, or ended
-at the first draft below --stop-below) on the same prompt ids, the same thread count, f32. Greedy, or sampled (temperature T, no top-k / top-p, HF's
-speculative sampling). `*_tokens_per_s` counts the whole `generate` call, prefill included, as the
-workbench's `tokens_per_s` does; `*_decode_tokens_per_s` leaves out the prompt's prefill (a separate timed
-forward). Prints one JSON object.
+(README "End to end on the real pair"): AR and assisted generation with chains of K drafts (fixed, or
+ended at the first draft below --stop-below) on the same prompt ids, the same thread count, f32. Greedy,
+or sampled (temperature T, no top-k / top-p, HF's speculative sampling). `*_tokens_per_s` counts the
+whole `generate` call, prefill included, as the workbench's `tokens_per_s` does; `*_decode_tokens_per_s`
+leaves out the prompt's prefill (a separate timed forward). Prints one JSON object.
 
     PYTHON hf_assisted.py --target DIR --drafter DIR --prompt "..." [--draft-len 4] [--stop-below P]
     PYTHON hf_assisted.py --target DIR --drafter DIR --requests FILE   (what `sharpdraft bench

@@ -134,22 +134,24 @@ impl Drafter for VanillaDrafter {
         let mut tokens = Vec::with_capacity(self.draft_len);
         let mut probs = Vec::new();
         for i in 0..self.draft_len {
-            let (token, probability) = if ctx.greedy {
+            // `unsure`: the drafter gives its draft less than `stop_below`. The probability is
+            // computed only where a chain may end early (greedy: a softmax over the vocabulary).
+            let (token, unsure) = if ctx.greedy {
                 let token = logits.argmax(-1, false).int64_value(&[]);
-                // Only computed where a chain may end early: a softmax over the vocabulary.
-                let probability = self
-                    .stop_below
-                    .map(|_| logits.softmax(-1, tch::Kind::Float).double_value(&[token]));
-                (token, probability)
+                let unsure = self.stop_below.is_some_and(|threshold| {
+                    logits.softmax(-1, tch::Kind::Float).double_value(&[token]) < threshold
+                });
+                (token, unsure)
             } else {
                 let q = self.sampling.probabilities(&logits);
                 let token = sampler.sample_from(&q)?;
-                let probability = self.stop_below.map(|_| q.double_value(&[token]));
+                let unsure = self
+                    .stop_below
+                    .is_some_and(|threshold| q.double_value(&[token]) < threshold);
                 probs.push(q);
-                (token, probability)
+                (token, unsure)
             };
             tokens.push(token);
-            let unsure = matches!((probability, self.stop_below), (Some(p), Some(t)) if p < t);
             if unsure || i + 1 == self.draft_len {
                 break;
             }

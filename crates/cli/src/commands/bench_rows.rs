@@ -44,7 +44,8 @@ pub struct RowsBenchArgs {
 #[derive(Serialize)]
 struct Row {
     rows: i64,
-    /// The pass as the workbench runs it (the few-row kernel for `few_rows::ROWS` rows of an f32 CPU model).
+    /// The pass as the workbench runs it (the few-row kernel for `few_rows::ROWS` rows of an f32 CPU
+    /// model).
     pass_ms: f64,
     /// Of `pass_ms`, the kernel's linear maps (mean over the timed and untimed passes; 0 where the
     /// pass keeps libtorch's products): the rest is norms, attention, RoPE, activations and dispatch.
