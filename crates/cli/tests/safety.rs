@@ -353,6 +353,29 @@ fn lengths_beyond_the_targets_context_are_refused_with_the_numbers() {
 }
 
 #[test]
+fn zero_tokens_or_prompts_are_refused_rather_than_answered_with_a_token_or_a_nan_row() {
+    let Some(_) = target_dir() else { return };
+    for drafting in [&[][..], &["--drafter", TARGET, "--method", "vanilla"][..]] {
+        let mut args = vec!["generate", "--target", TARGET, "--prompt", "Hi", "--max-new-tokens", "0"];
+        args.extend_from_slice(drafting);
+        assert_clear_error(&sharpdraft(&args), &["--max-new-tokens 0"]);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("p.jsonl");
+    std::fs::write(&prompts, "{\"prompt\": \"Hi\"}\n").unwrap();
+    let prompts = prompts.to_str().unwrap();
+    let tau = |extra: &[&str]| {
+        let mut args = vec![
+            "tau", "--target", TARGET, "--drafter", TARGET, "--method", "vanilla", "--prompts", prompts,
+        ];
+        args.extend_from_slice(extra);
+        sharpdraft(&args)
+    };
+    assert_clear_error(&tau(&["--count", "0"]), &["--count 0"]);
+    assert_clear_error(&tau(&["--count", "1", "--contexts", "0,0"]), &["lists 0 twice"]);
+}
+
+#[test]
 fn drafting_options_outside_what_the_drafter_allows_are_refused_at_the_boundary() {
     let Some(_) = target_dir() else { return };
     let dir = tempfile::tempdir().unwrap();

@@ -514,16 +514,22 @@ fn plot_mass(path: &Path, bins: &[BinSummary], has_exact: bool, n0: f64, k: i64)
         Series {
             name: "unscaled (measured)".into(),
             points: points(&|b| b.unscaled),
+            intervals: Vec::new(),
+            colour: None,
         },
         Series {
             name: "fixed-slope schedule".into(),
             points: points(&|b| b.fixed),
+            intervals: Vec::new(),
+            colour: None,
         },
     ];
     if has_exact {
         series.push(Series {
             name: "exact table".into(),
             points: points(&|b| b.exact),
+            intervals: Vec::new(),
+            colour: None,
         });
     }
     let title = format!("top-{k} attention mass against visible keys (n0 = {n0})");
@@ -534,6 +540,7 @@ fn plot_mass(path: &Path, bins: &[BinSummary], has_exact: bool, n0: f64, k: i64)
             x_label: "visible keys n",
             y_label: &format!("mean M_{k} over heads"),
             log_x: true,
+            reference_y: None,
         },
         &series,
     )
@@ -555,6 +562,8 @@ fn plot_betas(path: &Path, fits: &[Calibration]) -> Result<()> {
                 .iter()
                 .map(|h| ((h.layer * heads_per_layer + h.head) as f64, h.beta))
                 .collect(),
+            intervals: Vec::new(),
+            colour: None,
         })
         .collect();
     line_chart(
@@ -564,6 +573,7 @@ fn plot_betas(path: &Path, fits: &[Calibration]) -> Result<()> {
             x_label: "layer x heads + head",
             y_label: "beta",
             log_x: false,
+            reference_y: None,
         },
         &series,
     )

@@ -132,6 +132,7 @@ impl DrafterSpec {
 
     /// Checks the options that do not need the models: chain length and whether a tree fits the method.
     pub fn validate(&self) -> Result<()> {
+        self.scaling.validate()?;
         ensure!(
             (1..=MAX_TREE_TOKENS).contains(&self.draft_len),
             "draft_len (--draft-len) {} must lie in 1..={MAX_TREE_TOKENS}",
@@ -385,10 +386,94 @@ pub struct DecodedRequest {
     pub training_length: Option<i64>,
 }
 
-/// Decodes `requests` (prompt ids) in order with the drafter of `spec`: one drafter for all of them when
-/// it adapts every N requests (OSD's protocol; caches sized for the longest), else a fresh drafter from
-/// the checkpoint for each. `sampling(i)` is request i's sampling; `stop` replaces the target's stop
-/// tokens when given (an empty list ignores end-of-sequence).
+/// Decodes the requests of one arm, one at a time and in order, with the drafter of `spec`: one drafter
+/// for all of them when it adapts every N requests (OSD's protocol; caches sized for `longest` prompt
+/// tokens), else a fresh drafter from the checkpoint for each. Between two requests the caller may run
+/// other arms: a shared drafter keeps what it learned.
+pub struct RequestDecoder<'t> {
+    spec: DrafterSpec,
+    target: &'t CausalLm,
+    longest: usize,
+    max_new_tokens: usize,
+    shared: Option<(Box<dyn Drafter + 't>, SpecConfig)>,
+}
+
+impl<'t> RequestDecoder<'t> {
+    pub fn new(
+        spec: &DrafterSpec,
+        target: &'t CausalLm,
+        longest: usize,
+        max_new_tokens: usize,
+    ) -> Self {
+        Self {
+            spec: spec.clone(),
+            target,
+            longest,
+            max_new_tokens,
+            shared: None,
+        }
+    }
+
+    /// Decodes `ids` under `sampling`; `stop` replaces the target's stop tokens when given (an empty
+    /// list ignores end-of-sequence). Building a fresh drafter is not timed; the report's seconds are
+    /// the decode's own.
+    pub fn decode(
+        &mut self,
+        ids: &[i64],
+        stop: Option<&[i64]>,
+        sampling: Sampling,
+    ) -> Result<DecodedRequest> {
+        let adapts_across_requests = self
+            .spec
+            .adapt
+            .as_ref()
+            .is_some_and(|a| a.unit == UpdateUnit::Requests);
+        let mut own = None;
+        let (drafter, config) = if adapts_across_requests {
+            if self.shared.is_none() {
+                let longest = self.longest.max(ids.len());
+                self.shared = Some(prepare(
+                    &self.spec,
+                    self.target,
+                    sampling,
+                    longest,
+                    self.max_new_tokens,
+                )?);
+            }
+            let (drafter, config) = self.shared.as_mut().expect("set above");
+            (drafter, config)
+        } else {
+            let (drafter, config) = own.insert(prepare(
+                &self.spec,
+                self.target,
+                sampling,
+                ids.len(),
+                self.max_new_tokens,
+            )?);
+            (drafter, config)
+        };
+        if let Some(stop) = stop {
+            config.stop_tokens = stop.to_vec();
+        }
+        config.sampling = sampling;
+        let before = drafter
+            .adaptation()
+            .map_or((0, 0.0), |a| (a.updates, a.update_seconds));
+        let report = speculative_generate(&self.target.net, drafter.as_mut(), ids, config)?;
+        let (updates, update_seconds) = report.adaptation.as_ref().map_or((0, 0.0), |a| {
+            (a.updates - before.0, a.update_seconds - before.1)
+        });
+        Ok(DecodedRequest {
+            report,
+            updates,
+            update_seconds,
+            training_length: drafter.training_length(),
+        })
+    }
+}
+
+/// Decodes `requests` (prompt ids) in order with the drafter of `spec` ([`RequestDecoder`]).
+/// `sampling(i)` is request i's sampling; `stop` replaces the target's stop tokens when given.
 pub fn decode_requests(
     spec: &DrafterSpec,
     target: &CausalLm,
@@ -398,46 +483,14 @@ pub fn decode_requests(
     sampling: impl Fn(usize) -> Sampling,
 ) -> Result<Vec<DecodedRequest>> {
     let longest = requests.iter().map(|ids| ids.len()).max().unwrap_or(0);
-    let mut shared = match spec.adapt.as_ref().map(|a| a.unit) {
-        Some(UpdateUnit::Requests) => {
-            Some(prepare(spec, target, sampling(0), longest, max_new_tokens)?)
-        }
-        _ => None,
-    };
-    let mut out = Vec::with_capacity(requests.len());
-    for (i, ids) in requests.iter().enumerate() {
-        let mut own = None;
-        let (drafter, config) = match &mut shared {
-            Some((drafter, config)) => (drafter, config),
-            None => {
-                let (drafter, config) = own.insert(prepare(
-                    spec,
-                    target,
-                    sampling(i),
-                    ids.len(),
-                    max_new_tokens,
-                )?);
-                (drafter, config)
-            }
-        };
-        if let Some(stop) = stop {
-            config.stop_tokens = stop.to_vec();
-        }
-        config.sampling = sampling(i);
-        let before = drafter
-            .adaptation()
-            .map_or((0, 0.0), |a| (a.updates, a.update_seconds));
-        let report = speculative_generate(&target.net, drafter.as_mut(), ids, config)
-            .with_context(|| format!("request {i}"))?;
-        let (updates, update_seconds) = report.adaptation.as_ref().map_or((0, 0.0), |a| {
-            (a.updates - before.0, a.update_seconds - before.1)
-        });
-        out.push(DecodedRequest {
-            report,
-            updates,
-            update_seconds,
-            training_length: drafter.training_length(),
-        });
-    }
-    Ok(out)
+    let mut decoder = RequestDecoder::new(spec, target, longest, max_new_tokens);
+    requests
+        .iter()
+        .enumerate()
+        .map(|(i, ids)| {
+            decoder
+                .decode(ids, stop, sampling(i))
+                .with_context(|| format!("request {i}"))
+        })
+        .collect()
 }

@@ -36,15 +36,20 @@ pub fn write(state: &TrainState, dir: &Path, title: &str) -> Result<()> {
         x_label: "step",
         y_label: "loss",
         log_x: false,
+        reference_y: None,
     };
     let series = [
         Series {
             name: "loss".into(),
             points: raw,
+            intervals: Vec::new(),
+            colour: None,
         },
         Series {
             name: format!("mean of {SMOOTHING} steps"),
             points: smoothed,
+            intervals: Vec::new(),
+            colour: None,
         },
     ];
     line_chart(&dir.join("loss.png"), &chart, &series)

@@ -7,10 +7,64 @@ use plotters::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
 
-/// One named series of `(x, y)` points.
+/// One named series of `(x, y)` points, drawn as a line with a marker on each point and, where
+/// `intervals` gives one, a vertical bar from its low to its high end.
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
+    /// `(lo, hi)` per point (NaN: none); empty for a series without intervals.
+    pub intervals: Vec<(f64, f64)>,
+    /// Index into the palette; `None` takes the series' position. Charts that show the same methods
+    /// pass each method's index, so a method keeps its colour from chart to chart.
+    pub colour: Option<usize>,
+}
+
+impl Series {
+    /// Points without intervals, coloured by position.
+    pub fn plain(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            name: name.into(),
+            points,
+            intervals: Vec::new(),
+            colour: None,
+        }
+    }
+
+    /// An empty series of palette colour `colour`, to [`Self::push`] points with intervals into.
+    pub fn new(name: impl Into<String>, colour: usize) -> Self {
+        Self {
+            colour: Some(colour),
+            ..Self::plain(name, Vec::new())
+        }
+    }
+
+    pub fn push(&mut self, x: f64, value: &crate::experiment::intervals::Interval) {
+        self.points.push((x, value.estimate));
+        self.intervals.push((value.lo, value.hi));
+    }
+
+    /// Orders the points (and their intervals) by x.
+    pub fn sort(&mut self) {
+        let mut both: Vec<((f64, f64), (f64, f64))> = self
+            .points
+            .iter()
+            .copied()
+            .zip(
+                self.intervals
+                    .iter()
+                    .copied()
+                    .chain(std::iter::repeat((f64::NAN, f64::NAN))),
+            )
+            .collect();
+        both.sort_by(|a, b| a.0 .0.total_cmp(&b.0 .0));
+        let had_intervals = !self.intervals.is_empty();
+        self.points = both.iter().map(|p| p.0).collect();
+        self.intervals = if had_intervals {
+            both.iter().map(|p| p.1).collect()
+        } else {
+            Vec::new()
+        };
+    }
 }
 
 /// Axis labels and title of a chart.
@@ -19,7 +73,21 @@ pub struct Chart<'a> {
     pub x_label: &'a str,
     pub y_label: &'a str,
     pub log_x: bool,
+    /// A dashed horizontal line at this y (1 on a speed-up chart: the target alone).
+    pub reference_y: Option<f64>,
 }
+
+/// The palette, in order; distinct under common colour blindness (Okabe and Ito).
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(230, 159, 0),
+    RGBColor(86, 180, 233),
+    RGBColor(0, 0, 0),
+    RGBColor(240, 228, 66),
+];
 
 const FONT_PATHS: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -78,9 +146,22 @@ fn png(
 
 /// Draws `series` as lines into a 900 x 560 PNG at `path` (written through a temporary file).
 pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
+    // Interval ends count toward the y range, and so does the reference line.
+    let ends = series.iter().flat_map(|s| {
+        s.points
+            .iter()
+            .zip(&s.intervals)
+            .flat_map(|(&(x, _), &(lo, hi))| [(x, lo), (x, hi)])
+    });
+    let reference = chart
+        .reference_y
+        .into_iter()
+        .flat_map(|y| series.iter().flat_map(|s| s.points.first()).map(move |&(x, _)| (x, y)));
     let points = series
         .iter()
-        .flat_map(|s| s.points.iter())
+        .flat_map(|s| s.points.iter().copied())
+        .chain(ends)
+        .chain(reference)
         .filter(|(x, y)| x.is_finite() && y.is_finite() && (!chart.log_x || *x > 0.0));
     let (mut x0, mut x1, mut y0, mut y1) = (
         f64::INFINITY,
@@ -88,7 +169,7 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
         f64::INFINITY,
         f64::NEG_INFINITY,
     );
-    for &(x, y) in points {
+    for (x, y) in points {
         (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
     }
     if !x0.is_finite() {
@@ -109,7 +190,6 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
                 .x_label_area_size(44)
                 .y_label_area_size(64);
         }
-        let colors = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
         macro_rules! draw {
             ($ctx:expr) => {{
                 let mut ctx = $ctx;
@@ -124,16 +204,46 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
                     mesh.disable_x_axis().disable_y_axis();
                 }
                 mesh.draw().map_err(|e| plot(&e))?;
+                if let Some(y) = chart.reference_y {
+                    ctx.draw_series(DashedLineSeries::new(
+                        [(x0, y), (x1, y)],
+                        6,
+                        4,
+                        BLACK.mix(0.6).stroke_width(1),
+                    ))
+                    .map_err(|e| plot(&e))?;
+                }
                 for (i, s) in series.iter().enumerate() {
-                    let color = colors[i % colors.len()];
+                    let color = PALETTE[s.colour.unwrap_or(i) % PALETTE.len()];
+                    let finite: Vec<(f64, f64)> = s
+                        .points
+                        .iter()
+                        .copied()
+                        .filter(|(x, y)| x.is_finite() && y.is_finite())
+                        .collect();
+                    let bars = s
+                        .points
+                        .iter()
+                        .zip(&s.intervals)
+                        .filter(|((x, _), (lo, hi))| {
+                            x.is_finite() && lo.is_finite() && hi.is_finite()
+                        })
+                        .map(|(&(x, _), &(lo, hi))| {
+                            PathElement::new(vec![(x, lo), (x, hi)], color.stroke_width(2))
+                        });
+                    ctx.draw_series(bars).map_err(|e| plot(&e))?;
+                    // Markers of a different shape per series, so lines that coincide stay visible.
+                    let shape = i % 3;
+                    ctx.draw_series(finite.iter().map(|&p| -> DynElement<_, _> {
+                        match shape {
+                            0 => Circle::new(p, 4, color.filled()).into_dyn(),
+                            1 => TriangleMarker::new(p, 5, color.filled()).into_dyn(),
+                            _ => Cross::new(p, 5, color.stroke_width(2)).into_dyn(),
+                        }
+                    }))
+                    .map_err(|e| plot(&e))?;
                     let line = ctx
-                        .draw_series(LineSeries::new(
-                            s.points
-                                .iter()
-                                .copied()
-                                .filter(|(x, y)| x.is_finite() && y.is_finite()),
-                            color.stroke_width(2),
-                        ))
+                        .draw_series(LineSeries::new(finite, color.stroke_width(2)))
                         .map_err(|e| plot(&e))?;
                     if text {
                         line.label(s.name.as_str()).legend(move |(x, y)| {

@@ -1,7 +1,7 @@
 //! Experiment YAML: strict keys with file, key and line in every error, blocks from files, the grid and
 //! its shards. No model is needed.
 
-use sharpdraft_lab::experiment::grid::units;
+use sharpdraft_lab::experiment::grid::{arms, units};
 use sharpdraft_lab::experiment::{Experiment, Shard};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -38,22 +38,14 @@ fn error(text: &str) -> String {
 }
 
 #[test]
-fn a_valid_experiment_expands_to_its_grid_with_the_target_alone_first() {
+fn a_valid_experiment_expands_to_units_of_every_arm_with_the_target_alone_first() {
     let dir = tempfile::tempdir().unwrap();
     let experiment = Experiment::load(&write(dir.path(), "exp.yaml", VALID)).unwrap();
     let grid = units(&experiment);
     let ids: Vec<String> = grid.iter().map(|u| u.id()).collect();
-    assert_eq!(
-        ids,
-        [
-            "w.c0.s0.r0.target.ar",
-            "w.c0.s0.r0.d.unmodified",
-            "w.c0.s0.r0.d.lora",
-            "w.c512.s0.r0.target.ar",
-            "w.c512.s0.r0.d.unmodified",
-            "w.c512.s0.r0.d.lora",
-        ]
-    );
+    assert_eq!(ids, ["w.c0.s0.r0", "w.c512.s0.r0"]);
+    let labels: Vec<String> = arms(&experiment).iter().map(|a| a.label()).collect();
+    assert_eq!(labels, ["target / ar", "d / unmodified", "d / lora"]);
     // Relative paths resolve against the experiment's folder.
     let prompts = serde_json::to_string(&experiment.workloads[0].prompts).unwrap();
     assert!(
@@ -170,6 +162,31 @@ fn grid_errors_name_the_workload_method_or_drafter() {
             ("setting: long_prompt", "setting: long_generation"),
             "starts from the prompt alone",
         ),
+        (("contexts: [0, 512]", "contexts: [512, 512]"), "lists 512 twice"),
+        (("name: t\n", "name: t\nseeds: [3, 3]\n"), "seeds lists 3 twice"),
+        (
+            ("name: t\n", "name: t\nseeds: [9223372036854775808]\n"),
+            "seed 9223372036854775808 is above",
+        ),
+        (("name: w\n", "name: \"w x\"\n"), "workload name \"w x\""),
+        (("name: t\n", "name: ../t\n"), "experiment name \"../t\""),
+        (
+            ("{name: unmodified}", "{name: unmodified, scaling: {mode: fixed, beta: .nan}}"),
+            "scaling.beta = NaN",
+        ),
+        (
+            ("{name: unmodified}", "{name: unmodified, scaling: {mode: fixed, beta: -1}}"),
+            "scaling.beta = -1",
+        ),
+        (
+            ("{name: unmodified}", "{name: unmodified, scaling: {mode: logn, n0: 0}}"),
+            "scaling.n0 = 0",
+        ),
+        (
+            ("{name: unmodified}", "{name: unmodified, scaling: {mode: exact, beta: 0.2}}"),
+            "only mode fixed takes a beta",
+        ),
+        (("count: 2", "count: 2\n    skip: 18446744073709551615"), "prompt indices must stay below"),
     ] {
         let err = error(&VALID.replace(edit.0, edit.1));
         assert!(err.contains(expected), "{edit:?}: {err}");
@@ -186,6 +203,7 @@ fn every_shipped_experiment_loads() {
         if path.extension().is_some_and(|e| e == "yaml") {
             let experiment = Experiment::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
             assert!(!units(&experiment).is_empty());
+            assert!(!arms(&experiment).is_empty());
             names.insert(experiment.name);
         }
     }

@@ -1,7 +1,9 @@
 //! `sharpdraft run` through the lab API, end to end on the real SmolLM2 (when fetched): a grid into
-//! parquet, resuming, sharding and merging, training a missing drafter first, long generation per
-//! context bin, and the checks made before any compute.
+//! parquet with paired timing and intervals, resuming, sharding and merging, training a missing drafter
+//! first, long generation per context bin, the checks made before the folder is claimed, and the
+//! refusals that keep one run folder to one experiment over one set of inputs.
 
+use sharpdraft_lab::experiment::folder_lock::FolderLock;
 use sharpdraft_lab::experiment::merge::merge;
 use sharpdraft_lab::experiment::records::UnitRecord;
 use sharpdraft_lab::experiment::{run, RunOptions, Shard};
@@ -72,7 +74,7 @@ fn outcomes(dir: &Path) -> BTreeSet<(String, String, i64, i64, i64, i64, i64)> {
 }
 
 #[test]
-fn a_two_unit_grid_runs_end_to_end_into_parquet_and_a_report() {
+fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_speedups() {
     if !fetched() {
         return;
     }
@@ -82,11 +84,29 @@ fn a_two_unit_grid_runs_end_to_end_into_parquet_and_a_report() {
     let outcome = run(&path, &options(&out)).unwrap();
     assert_eq!(
         (outcome.ran, outcome.skipped, outcome.finished),
-        (2, 0, true)
+        (1, 0, true)
     );
 
     let results = Table::read_parquet(&out.join("results.parquet")).unwrap();
-    assert_eq!(results.rows(), 4, "2 units x 2 prompts");
+    assert_eq!(results.rows(), 4, "2 arms x 2 prompts");
+    // The arms of a request run back to back, and the order rotates: prompt 0 target first, prompt 1
+    // the drafter first.
+    let (slots, prompts) = (results.i64s("slot").unwrap(), results.i64s("prompt").unwrap());
+    let methods = results.strs("method").unwrap();
+    let slot_of = |method: &str, prompt: i64| {
+        (0..results.rows())
+            .find(|&r| methods[r] == method && prompts[r] == prompt)
+            .map(|r| slots[r])
+            .unwrap()
+    };
+    assert_eq!((slot_of("ar", 0), slot_of("unmodified", 0)), (0, 1));
+    assert_eq!((slot_of("ar", 1), slot_of("unmodified", 1)), (1, 0));
+    for column in ["decode_speedup", "unit_other_cpu_share", "decode_seconds"] {
+        assert!(
+            results.f64s(column).unwrap().iter().all(|v| v.is_finite()),
+            "{column}"
+        );
+    }
     let methods = results.strs("method").unwrap();
     let taus = results.f64s("tau").unwrap();
     let speedups = results.f64s("speedup").unwrap();
@@ -130,11 +150,20 @@ fn a_two_unit_grid_runs_end_to_end_into_parquet_and_a_report() {
         2,
         "one row per drafter x method x workload x context"
     );
+    let (median, lo, hi) = (
+        summary.f64s("speedup").unwrap(),
+        summary.f64s("speedup_lo").unwrap(),
+        summary.f64s("speedup_hi").unwrap(),
+    );
+    for r in 0..summary.rows() {
+        assert!(lo[r] <= median[r] && median[r] <= hi[r], "row {r}: {lo:?} {median:?} {hi:?}");
+    }
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(
         report.contains("| short | 0 | self | unmodified | 2 |"),
         "{report}"
     );
+    assert!(report.contains("(reference)"), "{report}");
     assert!(report.contains("| yes |"), "{report}");
     assert!(out.join("speedup.png").is_file());
 }
@@ -145,19 +174,15 @@ fn a_finished_run_is_refused_without_resume_and_resume_reruns_only_what_is_missi
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let path = experiment(dir.path(), TWO_METHODS, SHORT_PROMPTS);
+    let path = experiment(dir.path(), TWO_METHODS, TWO_CONTEXTS);
     let out = dir.path().join("run");
     run(&path, &options(&out)).unwrap();
     let units = out.join("units");
-    let kept = units.join("short.c0.s0.r0.target.ar.json");
+    let kept = units.join("short.c0.s0.r0.json");
     let kept_bytes = std::fs::read(&kept).unwrap();
     // As a run killed mid-unit leaves it: one unit missing and a half-written temporary file.
-    std::fs::remove_file(units.join("short.c0.s0.r0.self.unmodified.json")).unwrap();
-    std::fs::write(
-        units.join("short.c0.s0.r0.self.unmodified.json.tmp"),
-        "{\"unit\": {",
-    )
-    .unwrap();
+    std::fs::remove_file(units.join("short.c96.s0.r0.json")).unwrap();
+    std::fs::write(units.join("short.c96.s0.r0.json.tmp"), "{\"unit\": {").unwrap();
 
     let again = format!("{:#}", run(&path, &options(&out)).unwrap_err());
     assert!(again.contains("--resume"), "{again}");
@@ -183,14 +208,15 @@ fn a_finished_run_is_refused_without_resume_and_resume_reruns_only_what_is_missi
     assert_eq!(outcomes(&out).len(), 4);
 }
 
+const TWO_CONTEXTS: &str = "  - {name: short, setting: long_prompt, prompts: {jsonl: {path: prompts.jsonl, field: q}}, count: 1, max_new_tokens: 6, contexts: [0, 96], filler: {path: filler.txt}}\n";
+
 #[test]
 fn shards_merge_to_the_unsharded_result() {
     if !fetched() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let workloads = "  - {name: short, setting: long_prompt, prompts: {jsonl: {path: prompts.jsonl, field: q}}, count: 1, max_new_tokens: 6, contexts: [0, 96], filler: {path: filler.txt}}\n";
-    let path = experiment(dir.path(), TWO_METHODS, workloads);
+    let path = experiment(dir.path(), TWO_METHODS, TWO_CONTEXTS);
     let whole = dir.path().join("whole");
     run(&path, &options(&whole)).unwrap();
     let mut shards = Vec::new();
@@ -204,19 +230,18 @@ fn shards_merge_to_the_unsharded_result() {
             },
         )
         .unwrap();
-        assert_eq!(outcome.ran, 2, "4 units over 2 shards");
+        assert_eq!(outcome.ran, 1, "2 units over 2 shards");
         shards.push(out);
     }
     let merged = dir.path().join("merged");
     let outcome = merge(&merged, &shards).unwrap();
-    assert_eq!((outcome.units, outcome.finished), (4, true));
+    assert_eq!((outcome.units, outcome.finished), (2, true));
     assert_eq!(outcomes(&merged), outcomes(&whole));
     let contexts: BTreeSet<i64> = outcomes(&merged).iter().map(|o| o.2).collect();
     assert_eq!(contexts, BTreeSet::from([0, 96]));
     // The long prompt is as long as asked.
-    let record =
-        UnitRecord::read(&merged.join("units/short.c96.s0.r0.self.unmodified.json")).unwrap();
-    let tokens = record.requests[0].prompt_tokens;
+    let record = UnitRecord::read(&merged.join("units/short.c96.s0.r0.json")).unwrap();
+    let tokens = record.arms[1].requests[0].prompt_tokens;
     assert!((90..=100).contains(&tokens), "{tokens}");
 }
 
@@ -230,8 +255,8 @@ fn a_long_generation_reports_tau_per_context_bin_along_the_output() {
     let path = experiment(dir.path(), "  - {name: unmodified}\n", workloads);
     let out = dir.path().join("run");
     run(&path, &options(&out)).unwrap();
-    let record = UnitRecord::read(&out.join("units/diary.c0.s0.r0.self.unmodified.json")).unwrap();
-    let request = &record.requests[0];
+    let record = UnitRecord::read(&out.join("units/diary.c0.s0.r0.json")).unwrap();
+    let request = &record.arms[0].requests[0];
     assert_eq!(
         request.generated, 40,
         "end-of-sequence ignored: every request reaches its length"
@@ -283,13 +308,10 @@ fn a_missing_drafter_is_trained_from_its_config_before_the_grid_runs() {
     let outcome = run(&path, &options(&dir.path().join("run"))).unwrap();
     assert_eq!(outcome.ran, 1);
     assert!(drafter.join("config.json").is_file(), "trained first");
-    let record = UnitRecord::read(
-        &dir.path()
-            .join("run/units/short.c0.s0.r0.eagle.unmodified.json"),
-    )
-    .unwrap();
-    assert_eq!(record.n0, Some(32), "the trained drafter's n0 is recorded");
-    assert!(record.requests.iter().all(|r| r.generated == 8));
+    let record = UnitRecord::read(&dir.path().join("run/units/short.c0.s0.r0.json")).unwrap();
+    let arm = &record.arms[0];
+    assert_eq!(arm.n0, Some(32), "the trained drafter's n0 is recorded");
+    assert!(arm.requests.iter().all(|r| r.generated == 8));
 }
 
 #[test]
@@ -310,4 +332,104 @@ fn a_request_beyond_the_targets_context_is_refused_before_anything_is_written() 
         !out.exists(),
         "nothing is written before the grid is checked"
     );
+}
+
+#[test]
+fn a_missing_schedule_is_refused_before_the_folder_is_claimed() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let methods = "  - {name: ar, target_only: true}\n  - {name: scaled, scaling: {mode: fixed, schedule: no-such-calibration}}\n";
+    let path = experiment(dir.path(), methods, SHORT_PROMPTS);
+    let out = dir.path().join("run");
+    let err = format!("{:#}", run(&path, &options(&out)).unwrap_err());
+    assert!(
+        err.contains("no-such-calibration") && err.contains("method \"scaled\""),
+        "{err}"
+    );
+    assert!(!out.exists(), "the folder is not claimed by a broken run");
+}
+
+#[test]
+fn a_folder_in_use_by_another_command_is_refused_naming_the_holder() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = experiment(dir.path(), TWO_METHODS, SHORT_PROMPTS);
+    let out = dir.path().join("run");
+    let holder = FolderLock::acquire(&out, "run").unwrap();
+    let err = format!("{:#}", run(&path, &options(&out)).unwrap_err());
+    assert!(err.contains("in use") && err.contains(&format!("process {}", std::process::id())), "{err}");
+    assert!(!out.exists());
+    drop(holder);
+    run(&path, &options(&out)).unwrap();
+    let busy = FolderLock::acquire(&out, "report").unwrap();
+    let err = format!("{:#}", sharpdraft_lab::experiment::runner::republish(&out).unwrap_err());
+    assert!(err.contains("`sharpdraft report`"), "{err}");
+    drop(busy);
+}
+
+#[test]
+fn edited_inputs_or_foreign_unit_files_are_refused_instead_of_pooled() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = experiment(dir.path(), TWO_METHODS, TWO_CONTEXTS);
+    let out = dir.path().join("run");
+    run(
+        &path,
+        &RunOptions {
+            shard: Some(Shard { index: 0, count: 2 }),
+            ..options(&out)
+        },
+    )
+    .unwrap();
+    let recorded = |dir: &Path| {
+        sharpdraft_lab::experiment::run_folder::recorded_experiment(dir)
+            .unwrap()
+            .hash()
+            .to_string()
+    };
+    let first_hash = recorded(&out);
+
+    // A prompt file edited between two parts of one run: the YAML is the same, the inputs are not.
+    std::fs::write(
+        dir.path().join("prompts.jsonl"),
+        "{\"q\": \"Name four fruits.\"}\n{\"q\": \"What is 2 + 3?\"}\n",
+    )
+    .unwrap();
+    let resumed = RunOptions {
+        resume: true,
+        shard: Some(Shard { index: 1, count: 2 }),
+        ..options(&out)
+    };
+    let err = format!("{:#}", run(&path, &resumed).unwrap_err());
+    assert!(err.contains("over other inputs"), "{err}");
+
+    // The edited run in its own folder has another config hash; its unit file copied into the first
+    // run is refused by name when the first run is reported or merged.
+    let other = dir.path().join("other");
+    run(&path, &options(&other)).unwrap();
+    assert_ne!(recorded(&other), first_hash);
+    let foreign = out.join("units/short.c96.s0.r0.json");
+    std::fs::copy(other.join("units/short.c96.s0.r0.json"), &foreign).unwrap();
+    let err = format!(
+        "{:#}",
+        sharpdraft_lab::experiment::runner::republish(&out).unwrap_err()
+    );
+    assert!(err.contains("short.c96.s0.r0.json") && err.contains("config hash"), "{err}");
+    let err = format!("{:#}", merge(&dir.path().join("merged"), &[out.clone()]).unwrap_err());
+    assert!(err.contains("short.c96.s0.r0.json"), "{err}");
+
+    // A unit file under another unit's name is refused too.
+    std::fs::remove_file(&foreign).unwrap();
+    std::fs::copy(out.join("units/short.c0.s0.r0.json"), &foreign).unwrap();
+    let err = format!(
+        "{:#}",
+        sharpdraft_lab::experiment::runner::republish(&out).unwrap_err()
+    );
+    assert!(err.contains("whose file is short.c0.s0.r0.json"), "{err}");
 }

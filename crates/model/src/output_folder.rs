@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub const MARKER: &str = ".sharpdraft-output.json";
 
 /// What one written file looked like when its writer finished.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct FileFingerprint {
     pub bytes: u64,
     /// Modification time in nanoseconds since the Unix epoch: the cheap check.
@@ -93,6 +93,19 @@ impl Marker {
             self.files.insert(relative, fingerprint);
         }
         Ok(())
+    }
+
+    /// Files under `dir` this marker does not record (the marker itself left out): what a user added to
+    /// the folder after the command wrote it. Empty for a marker that records no files (a folder
+    /// written in place over time), which lists nothing to compare with.
+    pub fn unrecorded_files(&self, dir: &Path) -> Result<Vec<String>> {
+        if self.files.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(files_under(dir)?
+            .into_iter()
+            .filter(|f| !self.files.contains_key(f))
+            .collect())
     }
 
     /// Checks the files recorded at writing time against `dir`: `Ok(())` when all are there unchanged
@@ -171,6 +184,41 @@ pub fn sha256_of(path: &Path) -> Result<String> {
             break;
         }
         hasher.update(&buffer[..read]);
+    }
+    Ok(format!("{:x}", hasher.finalize()))
+}
+
+/// A digest of what `dir` holds: the sha256 of every file under it (hidden files and the marker left
+/// out) with its relative path, in order. A file the marker recorded, found with the recorded size and
+/// modification time, is taken at its recorded sha256 without being read again: the digest of a large
+/// imported model costs a directory listing.
+pub fn content_digest(dir: &Path) -> Result<String> {
+    let marker = Marker::read(dir)?;
+    let mut hasher = Sha256::new();
+    for relative in files_under(dir)? {
+        let hidden = Path::new(&relative)
+            .components()
+            .any(|c| c.as_os_str().to_string_lossy().starts_with('.'));
+        if hidden {
+            continue;
+        }
+        let path = dir.join(&relative);
+        let recorded = marker.as_ref().and_then(|m| m.files.get(&relative));
+        let sha256 = match recorded {
+            Some(recorded) => {
+                let cheap = fingerprint(&path, false)?;
+                if cheap.bytes == recorded.bytes && cheap.modified_ns == recorded.modified_ns {
+                    recorded.sha256.clone()
+                } else {
+                    sha256_of(&path)?
+                }
+            }
+            None => sha256_of(&path)?,
+        };
+        hasher.update(relative.as_bytes());
+        hasher.update([0]);
+        hasher.update(sha256.as_bytes());
+        hasher.update([0]);
     }
     Ok(format!("{:x}", hasher.finalize()))
 }
@@ -268,6 +316,20 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
             ));
         }
     }
+    // An output inside another command's output would be moved, replaced or hashed with it.
+    for ancestor in target.ancestors().skip(1) {
+        if let Some(marker) = Marker::read(ancestor).ok().flatten() {
+            return Err(ModelError::io(
+                out,
+                format!(
+                    "refusing to write here: it lies inside {}, the output of `sharpdraft {}`{}; name a folder outside it",
+                    ancestor.display(),
+                    marker.kind,
+                    if marker.about.is_empty() { String::new() } else { format!(" ({})", marker.about) }
+                ),
+            ));
+        }
+    }
     let meta = match std::fs::symlink_metadata(&target) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Claim::Fresh),
@@ -288,7 +350,10 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
         return Ok(Claim::Fresh);
     }
     match Marker::read(&target)? {
-        Some(marker) if marker.kind == kind => Ok(Claim::Own(marker)),
+        Some(marker) if marker.kind == kind => {
+            refuse_unrecorded(&target, &marker)?;
+            Ok(Claim::Own(marker))
+        }
         Some(marker) => Err(ModelError::io(
             out,
             format!(
@@ -313,6 +378,29 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
             ))
         }
     }
+}
+
+/// Refuses to replace `dir` when it holds files its marker does not record: they are the user's, and
+/// replacing the folder would remove them.
+fn refuse_unrecorded(dir: &Path, marker: &Marker) -> Result<()> {
+    let mut extra = marker.unrecorded_files(dir)?;
+    if extra.is_empty() {
+        return Ok(());
+    }
+    extra.sort();
+    let shown = extra.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    let more = if extra.len() > 5 {
+        format!(" and {} more", extra.len() - 5)
+    } else {
+        String::new()
+    };
+    Err(ModelError::io(
+        dir,
+        format!(
+            "holds files `sharpdraft {}` did not write ({shown}{more}): refusing to replace the folder and lose them; move them out, or name a new folder",
+            marker.kind
+        ),
+    ))
 }
 
 static UNIQUE: AtomicU64 = AtomicU64::new(0);
@@ -370,6 +458,15 @@ impl Staging {
         ));
         let had_old = match std::fs::symlink_metadata(&self.out) {
             Ok(_) => {
+                // Checked again at the last moment: a file added while the command ran is kept too.
+                // Every command that replaces its output records its files, so an old output whose
+                // marker records none lists nothing this command may remove.
+                if let Some(mut old) = Marker::read(&self.out)? {
+                    if old.files.is_empty() {
+                        old.files.insert(String::new(), FileFingerprint::default());
+                    }
+                    refuse_unrecorded(&self.out, &old)?;
+                }
                 // An empty folder goes away with remove_dir (which fails on anything non-empty).
                 if std::fs::remove_dir(&self.out).is_err() {
                     std::fs::rename(&self.out, &aside).map_err(|e| ModelError::io(&self.out, e))?;

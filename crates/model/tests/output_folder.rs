@@ -99,7 +99,9 @@ fn a_commit_replaces_the_commands_own_output_whole() {
     let out = dir.path().join("probe");
     write(&out.join("stats.parquet"), "old");
     write(&out.join("old_only.txt"), "old");
-    Marker::new("probe", true, "").write(&out).unwrap();
+    let mut old = Marker::new("probe", true, "");
+    old.record_files(&out).unwrap();
+    old.write(&out).unwrap();
     let staging = Staging::new(&out).unwrap();
     write(&staging.path().join("stats.parquet"), "new");
     write(&staging.path().join("probe.json"), "{}");
@@ -171,4 +173,55 @@ fn a_corrupt_marker_is_an_error_naming_it_not_a_pass() {
         .unwrap_err()
         .to_string();
     assert!(error.contains(MARKER), "{error}");
+}
+
+#[test]
+fn a_file_the_user_added_to_an_output_stops_its_replacement_and_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model");
+    let staging = Staging::new(&out).unwrap();
+    write(&staging.path().join("config.json"), "{}");
+    staging.commit(&mut Marker::new("init", true, ""), true).unwrap();
+    write(&out.join("notes/eval.txt"), "precious");
+
+    let error = claim(&out, "init", &[]).unwrap_err().to_string();
+    assert!(error.contains("notes/eval.txt") && error.contains("move them out"), "{error}");
+    // Added while a command that had claimed the folder was running: the commit refuses too.
+    let staging = Staging::new(&out).unwrap();
+    write(&staging.path().join("config.json"), "{\"new\": 1}");
+    let error = staging
+        .commit(&mut Marker::new("init", true, ""), true)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("notes/eval.txt"), "{error}");
+    assert_eq!(read(&out.join("notes/eval.txt")), "precious");
+    assert_eq!(read(&out.join("config.json")), "{}", "the old result stays whole");
+}
+
+#[test]
+fn an_output_whose_marker_records_no_files_is_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("probe");
+    write(&out.join("report.md"), "the user's");
+    Marker::new("probe", true, "").write(&out).unwrap();
+    let staging = Staging::new(&out).unwrap();
+    write(&staging.path().join("report.md"), "new");
+    assert!(staging.commit(&mut Marker::new("probe", true, ""), true).is_err());
+    assert_eq!(read(&out.join("report.md")), "the user's");
+}
+
+#[test]
+fn an_output_inside_another_commands_output_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("models/smollm2");
+    write(&model.join("config.json"), "{}");
+    Marker::new("fetch", true, "smollm2").write(&model).unwrap();
+    for inside in ["drafter", "a/b/run"] {
+        let error = claim(&model.join(inside), "train", &[]).unwrap_err().to_string();
+        assert!(error.contains("inside") && error.contains("sharpdraft fetch"), "{error}");
+    }
+    assert!(matches!(
+        claim(&dir.path().join("models/other"), "train", &[]).unwrap(),
+        Claim::Fresh
+    ));
 }

@@ -5,6 +5,7 @@ use anyhow::Result;
 use clap::Args;
 use sharpdraft_lab::experiment::merge::merge;
 use sharpdraft_lab::experiment::report::{headline, SummaryRow};
+use sharpdraft_lab::experiment::run_folder::recorded_experiment;
 use sharpdraft_lab::experiment::{self, RunOptions, Shard};
 use std::path::{Path, PathBuf};
 
@@ -34,7 +35,8 @@ pub struct MergeArgs {
 }
 
 fn print_headline(dir: &Path, summary: &[SummaryRow]) -> Result<()> {
-    println!("{}", headline(summary));
+    let experiment = recorded_experiment(dir)?;
+    println!("{}", headline(summary, &experiment));
     println!("report: {}", dir.join("report.md").display());
     Ok(())
 }

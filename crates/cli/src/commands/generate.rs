@@ -234,6 +234,12 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
     };
     let prompt_ids = tokenizer.encode(&text, false)?;
     anyhow::ensure!(!prompt_ids.is_empty(), "the prompt encodes to no tokens");
+    // With a drafter the first token comes from the prefill before any limit is looked at: zero
+    // would give one token there and none without, so it is refused for both.
+    anyhow::ensure!(
+        args.max_new_tokens >= 1,
+        "--max-new-tokens 0: generate at least 1 token"
+    );
     model
         .net
         .config

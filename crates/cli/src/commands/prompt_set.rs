@@ -45,6 +45,14 @@ impl PromptSetArgs {
     /// Reads the questions and tokenizes the filler, checking the file holds `skip + count` records and
     /// that a filler is given where a context needs one.
     pub fn load(&self, tokenizer: &TextTokenizer) -> Result<PromptSet> {
+        ensure!(self.count >= 1, "--count 0: give at least one prompt");
+        let mut seen = std::collections::BTreeSet::new();
+        for context in &self.contexts {
+            ensure!(
+                seen.insert(context),
+                "--contexts lists {context} twice: give each once"
+            );
+        }
         let questions = jsonl_field(&self.prompts, &self.field)?;
         ensure!(
             questions.len() >= self.skip.saturating_add(self.count),

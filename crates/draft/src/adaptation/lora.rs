@@ -101,6 +101,16 @@ impl LoraAdapters {
                 continue;
             }
             let (out, inputs) = (weight.size()[0], weight.size()[1]);
+            if rank < 1 || rank > out.min(inputs) {
+                return Err(DraftError::InvalidOption {
+                    option: "adapt.rank".into(),
+                    value: rank.to_string(),
+                    reason: format!(
+                        "weight {name} is {out} x {inputs}: a rank must lie in 1..={}",
+                        out.min(inputs)
+                    ),
+                });
+            }
             let bound = 1.0 / (inputs as f64).sqrt();
             let a: Vec<f32> = (0..rank * inputs)
                 .map(|_| rng.random_range(-bound..bound) as f32)
@@ -316,5 +326,24 @@ mod tests {
         let loss = weight.square().sum(Kind::Float);
         adapters.step(&loss, 1.0).unwrap();
         assert!(!weight.equal(&original));
+    }
+
+    #[test]
+    fn a_rank_wider_than_the_layer_is_an_error_naming_the_weight_not_an_allocation() {
+        let weight = Tensor::zeros([6, 5], (Kind::Float, tch::Device::Cpu));
+        for rank in [0, 6, 1_000_000, i64::MAX] {
+            let err = LoraAdapters::new(
+                vec![("l.self_attn.q_proj.weight".into(), weight.shallow_clone())],
+                &[LoraTarget::Attention],
+                rank,
+                2.0,
+                1e-2,
+                0,
+            )
+            .err()
+            .unwrap_or_else(|| panic!("rank {rank} was accepted"))
+            .to_string();
+            assert!(err.contains("q_proj") && err.contains("1..=5"), "{err}");
+        }
     }
 }

@@ -270,7 +270,11 @@ pub struct Experiment {
     /// sha256 over the text of the experiment file and of every block file it reads, in order: the
     /// same experiment has the same hash wherever its checkout lies (shards on other machines merge).
     #[serde(skip)]
-    pub content_hash: String,
+    pub yaml_hash: String,
+    /// What a run folder belongs to: the YAML's hash and, once [`Self::seal`]ed, the digest of every
+    /// input the run reads (`super::requests::inputs_digest`). Until then, the YAML's hash alone.
+    #[serde(skip)]
+    pub config_hash: String,
 }
 
 fn read_block<T: DeserializeOwned + Clone>(
@@ -291,14 +295,39 @@ fn read_block<T: DeserializeOwned + Clone>(
     }
 }
 
+/// Names become parts of file names (`units/<workload>.c<context>...json`, `runs/<name>`): letters,
+/// digits, `-`, `_` and `.`, not starting with `.`, at most 100 characters.
+fn file_name_safe(name: &str, what: &str, file: &Path) -> Result<()> {
+    ensure!(
+        !name.is_empty()
+            && name.len() <= 100
+            && !name.starts_with('.')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')),
+        "{}: {what} name {name:?} must be 1 to 100 letters, digits, '-', '_' or '.', not starting with '.' (it names files)",
+        file.display()
+    );
+    Ok(())
+}
+
+/// Refuses a list that holds a value twice (a grid would run and pool the copies).
+fn no_duplicates<T: Ord + fmt::Debug>(values: &[T], what: &str, file: &Path) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for v in values {
+        ensure!(
+            seen.insert(v),
+            "{}: {what} lists {v:?} twice: give each once",
+            file.display()
+        );
+    }
+    Ok(())
+}
+
 fn names_unique<'a>(names: impl Iterator<Item = &'a str>, what: &str, file: &Path) -> Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for name in names {
-        ensure!(
-            !name.is_empty() && !name.contains(['/', '\\']),
-            "{}: {what} name {name:?} must be non-empty and hold no slash",
-            file.display()
-        );
+        file_name_safe(name, what, file)?;
         ensure!(
             seen.insert(name),
             "{}: two {what}s are named {name:?}",
@@ -362,8 +391,11 @@ impl Experiment {
             methods,
             workloads,
             bins_n0: raw.bins_n0.unwrap_or_else(default_bins_n0),
-            content_hash: format!("{:x}", hasher.finalize()),
+            yaml_hash: format!("{:x}", hasher.finalize()),
+            config_hash: String::new(),
         };
+        let mut experiment = experiment;
+        experiment.config_hash = experiment.yaml_hash.clone();
         experiment.validate()?;
         Ok(experiment)
     }
@@ -372,17 +404,20 @@ impl Experiment {
     pub fn validate(&self) -> Result<()> {
         let file = &self.file;
         let f = file.display();
-        ensure!(
-            !self.name.is_empty() && !self.name.contains(['/', '\\']),
-            "{f}: name {:?} must be non-empty and hold no slash",
-            self.name
-        );
+        file_name_safe(&self.name, "experiment", file)?;
         ensure!(
             self.temperature.is_finite() && self.temperature >= 0.0,
             "{f}: temperature {} must be >= 0",
             self.temperature
         );
         ensure!(!self.seeds.is_empty(), "{f}: seeds: give at least one");
+        no_duplicates(&self.seeds, "seeds", file)?;
+        if let Some(seed) = self.seeds.iter().find(|&&s| s > i64::MAX as u64) {
+            bail!(
+                "{f}: seed {seed} is above {} (the tables store seeds as 64-bit signed integers)",
+                i64::MAX
+            );
+        }
         ensure!(
             self.repeats >= 1,
             "{f}: repeats {} must be >= 1",
@@ -441,6 +476,18 @@ impl Experiment {
         for w in &self.workloads {
             let at = |key: &str| format!("{f}: workload {:?}: {key}", w.name);
             ensure!(w.count >= 1, "{} {} must be >= 1", at("count"), w.count);
+            ensure!(
+                w.skip.checked_add(w.count).is_some_and(|end| end <= i64::MAX as usize),
+                "{} {} with count {}: prompt indices must stay below {}",
+                at("skip"),
+                w.skip,
+                w.count,
+                i64::MAX
+            );
+            no_duplicates(&w.contexts, &format!("workload {:?}: contexts", w.name), file)?;
+            if let Some(c) = w.contexts.iter().find(|&&c| c > i64::MAX as usize) {
+                bail!("{} {c} is above {}", at("contexts"), i64::MAX);
+            }
             ensure!(
                 w.max_new_tokens >= 1,
                 "{} {} must be >= 1",
@@ -502,9 +549,19 @@ impl Experiment {
         Ok(spec)
     }
 
-    /// What a run folder belongs to: [`Self::content_hash`].
+    /// What a run folder belongs to: [`Self::config_hash`].
     pub fn hash(&self) -> &str {
-        &self.content_hash
+        &self.config_hash
+    }
+
+    /// Ties the experiment to the digest of the inputs its units read: the config hash becomes the
+    /// sha256 of the YAML's hash and `inputs_digest`.
+    pub fn seal(&mut self, inputs_digest: &str) {
+        let mut hasher = Sha256::new();
+        hasher.update(self.yaml_hash.as_bytes());
+        hasher.update(b"\0inputs\0");
+        hasher.update(inputs_digest.as_bytes());
+        self.config_hash = format!("{:x}", hasher.finalize());
     }
 }
 

@@ -1,6 +1,7 @@
 //! `sharpdraft merge OUT SHARD_DIR...`: the shards of one experiment (`run --shard I/N`) joined into one
 //! run folder, with the tables and report of the whole grid.
 
+use super::folder_lock::FolderLock;
 use super::grid::units;
 use super::records::UnitRecord;
 use super::report::SummaryRow;
@@ -22,6 +23,11 @@ pub struct MergeOutcome {
 
 pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
     ensure!(!shards.is_empty(), "merge: name at least one shard folder");
+    // No run may write a shard, or another merge the output, while this one reads and writes them.
+    let _locks = std::iter::once(out)
+        .chain(shards.iter().map(PathBuf::as_path))
+        .map(|dir| FolderLock::acquire(dir, "merge"))
+        .collect::<Result<Vec<_>>>()?;
     let experiment = recorded_experiment(&shards[0])?;
     let hash = experiment.hash();
     for shard in &shards[1..] {
@@ -33,6 +39,11 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
             shard.display(),
             shards[0].display()
         );
+    }
+    // Every shard's units are read and checked before the output is touched.
+    let mut incoming = Vec::new();
+    for shard in shards {
+        incoming.extend(UnitRecord::read_belonging(&shard.join(UNITS), &experiment)?);
     }
     let inputs: Vec<&Path> = shards.iter().map(PathBuf::as_path).collect();
     match output_folder::claim(out, RUN_KIND, &inputs)? {
@@ -46,6 +57,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
         }
     }
     let units_dir = out.join(UNITS);
+    let mut records = UnitRecord::read_belonging(&units_dir, &experiment)?;
     std::fs::create_dir_all(&units_dir)
         .with_context(|| format!("creating {}", units_dir.display()))?;
     for name in [EXPERIMENT_RECORD, "experiment.yaml"] {
@@ -57,19 +69,16 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
     }
     let about = format!("{} ({hash})", experiment.name);
     Marker::new(RUN_KIND, false, about.clone()).write(out)?;
-    let mut records = UnitRecord::read_all(&units_dir)?;
-    for shard in shards {
-        for record in UnitRecord::read_all(&shard.join(UNITS))? {
-            if records.iter().any(|r| r.unit == record.unit) {
-                eprintln!(
-                    "unit {} is in more than one shard (or merged already): keeping the first",
-                    record.unit.id()
-                );
-                continue;
-            }
-            record.write(&units_dir)?;
-            records.push(record);
+    for record in incoming {
+        if records.iter().any(|r| r.unit == record.unit) {
+            eprintln!(
+                "unit {} is in more than one shard (or merged already): keeping the first",
+                record.unit.id()
+            );
+            continue;
         }
+        record.write(&units_dir)?;
+        records.push(record);
     }
     let finished = grid_finished(&units(&experiment), &records);
     let summary = publish(out, &experiment, &records)?;

@@ -1,17 +1,23 @@
-//! Experiments: a YAML grid in (`config`), units run and written one by one into a run folder that
-//! resumes and shards (`grid`, `runner`, `records`), parquet tables and a report out (`tables`,
-//! `report`), shards joined (`merge`). README "Experiments" is the user's guide.
+//! Experiments: a YAML grid in (`config`), its requests and the digest of its inputs (`requests`),
+//! units run with their arms interleaved and written one by one into a locked run folder that resumes
+//! and shards (`grid`, `runner`, `records`, `folder_lock`, `machine_state`), parquet tables with
+//! intervals and a report out (`tables`, `intervals`, `report`), shards joined (`merge`).
+//! README "Experiments" is the user's guide.
 
 pub mod config;
+pub mod folder_lock;
 pub mod grid;
+pub mod intervals;
+pub mod machine_state;
 pub mod merge;
 pub mod prompts;
 pub mod records;
 pub mod report;
+pub mod requests;
 pub mod run_folder;
 pub mod runner;
 pub mod tables;
 
 pub use config::{Experiment, Setting};
-pub use grid::{Shard, Unit};
+pub use grid::{Arm, Shard, Unit};
 pub use runner::{run, RunOptions, RunOutcome};

@@ -1,10 +1,14 @@
-//! What one finished unit leaves: raw counters per request and per verification cycle, with the
-//! provenance of the run. One JSON file per unit under `units/`, written whole through a rename: a run
-//! killed at any moment leaves finished units intact and nothing half-written.
+//! What one finished unit leaves: for each arm, raw counters per request and per verification cycle,
+//! with the provenance of the run and the machine's state while it ran. One JSON file per unit under
+//! `units/`, written whole through a rename: a run killed at any moment leaves finished units intact
+//! and nothing half-written. A unit file is read back only into the run it belongs to: its name, its
+//! config hash, its unit and its arms must all be the run's ([`UnitRecord::read_belonging`]).
 
 use super::config::{Experiment, Setting};
-use super::grid::Unit;
-use crate::error::{Context, Result};
+use super::grid::{arms, units, Arm, Unit};
+use super::machine_state::MachineState;
+use crate::error::{bail, Context, Result};
+use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use sharpdraft_decode::CycleRecord;
 use std::path::{Path, PathBuf};
@@ -12,7 +16,8 @@ use std::path::{Path, PathBuf};
 /// Where a row came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
-    /// The experiment's content hash ([`super::config::Experiment::content_hash`]).
+    /// The run's config hash: the experiment's YAML and every input it reads
+    /// ([`super::config::Experiment::hash`]).
     pub config_hash: String,
     /// `git rev-parse HEAD` of the experiment's checkout (`+dirty` with uncommitted changes), or
     /// "unknown" outside a git checkout.
@@ -37,6 +42,9 @@ pub struct RequestRow {
     pub prefill_seconds: f64,
     /// Wall time of the request, prefill and online updates included.
     pub total_seconds: f64,
+    /// Where this arm ran among the request's arms (0: first).
+    #[serde(default)]
+    pub slot: usize,
     /// Seconds of this request spent in online updates (inside `total_seconds`).
     pub update_seconds: f64,
     pub updates: usize,
@@ -68,6 +76,21 @@ impl RequestRow {
         self.generated as f64 / self.total_seconds.max(1e-9)
     }
 
+    /// Seconds after the prefill: drafting, verification and online updates.
+    pub fn decode_seconds(&self) -> f64 {
+        (self.total_seconds - self.prefill_seconds).max(0.0)
+    }
+
+    /// Tokens per second of the decode alone (NaN when nothing was decoded after the prefill).
+    pub fn decode_tokens_per_second(&self) -> f64 {
+        let seconds = self.decode_seconds();
+        if seconds > 0.0 {
+            self.generated as f64 / seconds
+        } else {
+            f64::NAN
+        }
+    }
+
     /// Share of the output's 4-grams that are distinct: near 1 for prose, far below for an output that
     /// loops (small models under greedy decoding), where tau measures the loop; NaN below 4 tokens.
     pub fn distinct_4grams(&self) -> f64 {
@@ -80,30 +103,42 @@ impl RequestRow {
     }
 }
 
+/// One arm's requests within a unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArmRecord {
+    pub arm: Arm,
+    /// The drafter's training length n0 (none for the target alone or unrecorded).
+    pub n0: Option<i64>,
+    pub requests: Vec<RequestRow>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UnitRecord {
     pub unit: Unit,
     pub setting: Setting,
     pub target: String,
-    /// The drafter's training length n0 (none for target-only units or unrecorded).
-    pub n0: Option<i64>,
     pub max_new_tokens: usize,
     pub provenance: Provenance,
-    pub requests: Vec<RequestRow>,
+    /// What else the machine did while the unit ran.
+    pub machine: MachineState,
+    /// Every arm of the grid, in the experiment's order.
+    pub arms: Vec<ArmRecord>,
     /// Wall time of the whole unit, drafter loading included.
     pub seconds: f64,
 }
 
-/// One request of a grid cell: (workload, context, seed, prompt).
-pub type RequestKey = (String, usize, u64, usize);
+/// One request of a unit: (workload, context, seed, repeat, prompt). Every arm of the unit decoded it
+/// back to back, so the arms' times for one key are paired.
+pub type RequestKey = (String, usize, u64, usize, usize);
 
 impl UnitRecord {
-    /// The key of this unit's request for `prompt`: the same for every method of the grid cell.
+    /// The key of this unit's request for `prompt`.
     pub fn request_key(&self, prompt: usize) -> RequestKey {
         (
             self.unit.workload.clone(),
             self.unit.context,
             self.unit.seed,
+            self.unit.repeat,
             prompt,
         )
     }
@@ -124,14 +159,14 @@ impl UnitRecord {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         serde_json::from_str(&text).with_context(|| {
             format!(
-                "{}: not a finished unit of a sharpdraft run",
+                "{}: not a finished unit of this version of sharpdraft run (truncated, edited or from an older version): move it out of the folder, and `run --resume` runs that unit again",
                 path.display()
             )
         })
     }
 
-    /// Every finished unit under `units_dir`, in name order (temporary files are ignored).
-    pub fn read_all(units_dir: &Path) -> Result<Vec<Self>> {
+    /// Every unit file under `units_dir`, in name order (temporary files are ignored).
+    pub fn files(units_dir: &Path) -> Result<Vec<PathBuf>> {
         let mut paths: Vec<PathBuf> = match std::fs::read_dir(units_dir) {
             Ok(entries) => entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
@@ -141,7 +176,44 @@ impl UnitRecord {
             Err(e) => return Err(e).with_context(|| format!("reading {}", units_dir.display())),
         };
         paths.sort();
-        paths.iter().map(|p| Self::read(p)).collect()
+        Ok(paths)
+    }
+
+    /// Every finished unit under `units_dir` that belongs to `experiment` (its config hash, one of its
+    /// units, under that unit's file name, with exactly its arms); any other unit file is an error
+    /// naming the file, so nothing from another run or another set of inputs is pooled.
+    pub fn read_belonging(units_dir: &Path, experiment: &Experiment) -> Result<Vec<Self>> {
+        let grid: BTreeSet<Unit> = units(experiment).into_iter().collect();
+        let arms = arms(experiment);
+        let move_out = "move it out of the folder (a unit of another run, or of other inputs, would be pooled with this one's)";
+        let mut out = Vec::new();
+        for path in Self::files(units_dir)? {
+            let record = Self::read(&path)?;
+            let p = path.display();
+            if record.provenance.config_hash != experiment.hash() {
+                bail!(
+                    "{p}: belongs to config hash {}, not this run's {} (another experiment, or the same YAML over other prompts, checkpoints or schedules): {move_out}",
+                    record.provenance.config_hash,
+                    experiment.hash()
+                );
+            }
+            if !grid.contains(&record.unit) {
+                bail!("{p}: unit {} is not in this experiment's grid: {move_out}", record.unit.id());
+            }
+            if path != Self::path(units_dir, &record.unit) {
+                bail!(
+                    "{p}: holds unit {}, whose file is {}.json: {move_out}",
+                    record.unit.id(),
+                    record.unit.id()
+                );
+            }
+            let recorded: Vec<&Arm> = record.arms.iter().map(|a| &a.arm).collect();
+            if recorded != arms.iter().collect::<Vec<_>>() {
+                bail!("{p}: its arms are not this experiment's: {move_out}");
+            }
+            out.push(record);
+        }
+        Ok(out)
     }
 }
 

@@ -5,6 +5,7 @@
 
 use super::config::Experiment;
 use super::grid::TARGET_ONLY;
+use super::intervals::Interval;
 use crate::error::Result;
 use crate::plot::{bar_chart, line_chart, Chart, Series};
 use crate::table::Table;
@@ -27,11 +28,17 @@ pub struct SummaryRow {
     pub requests: i64,
     pub mean_prompt_tokens: f64,
     pub cycles: i64,
-    pub tau: f64,
+    pub tau: Interval,
     /// Mean share of distinct 4-grams in the outputs (low: the outputs loop).
     pub distinct_4grams: f64,
-    pub speedup: f64,
-    pub tokens_per_s: f64,
+    /// Median over requests of tokens/s against the target alone on the same request.
+    pub speedup: Interval,
+    /// The same for the decode alone (prefill left out).
+    pub decode_speedup: Interval,
+    pub tokens_per_s: Interval,
+    /// Units the row pools, and how many of them ran under load.
+    pub units: i64,
+    pub loaded_units: i64,
     pub update_seconds: f64,
     pub updates: i64,
     pub adaptation_bytes: i64,
@@ -50,6 +57,16 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
     let s = |n: &str| t.strs(n).map(|v| v.to_vec());
     let i = |n: &str| t.i64s(n).map(|v| v.to_vec());
     let f = |n: &str| t.f64s(n).map(|v| v.to_vec());
+    let interval = |n: &str| -> Result<Vec<Interval>> {
+        let (estimate, lo, hi) = (f(n)?, f(&format!("{n}_lo"))?, f(&format!("{n}_hi"))?);
+        Ok((0..estimate.len())
+            .map(|r| Interval {
+                estimate: estimate[r],
+                lo: lo[r],
+                hi: hi[r],
+            })
+            .collect())
+    };
     let (drafter, method, workload, setting, bin) = (
         s("drafter")?,
         s("method")?,
@@ -64,23 +81,28 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
         i("cycles")?,
         i("updates")?,
     );
-    let (adaptation, weights, peak, matches) = (
+    let (adaptation, weights, peak, matches, units, loaded) = (
         i("adaptation_bytes")?,
         i("drafter_weight_bytes")?,
         i("peak_rss_bytes")?,
         i("matches_target")?,
+        i("units")?,
+        i("loaded_units")?,
     );
-    let distinct = f("distinct_4grams")?;
-    let (lo, hi, prompt_tokens, tau, speedup, tps, update_s) = (
+    let (tau, speedup, decode_speedup, tps) = (
+        interval("tau")?,
+        interval("speedup")?,
+        interval("decode_speedup")?,
+        interval("tokens_per_s")?,
+    );
+    let (lo, hi, prompt_tokens, distinct, update_s) = (
         f("bin_lo_n0")?,
         f("bin_hi_n0")?,
         f("mean_prompt_tokens")?,
-        f("tau")?,
-        f("speedup")?,
-        f("tokens_per_s")?,
+        f("distinct_4grams")?,
         f("update_seconds")?,
     );
-    Ok((0..t.rows())
+    let mut rows: Vec<SummaryRow> = (0..t.rows())
         .map(|r| SummaryRow {
             drafter: drafter[r].clone(),
             method: method[r].clone(),
@@ -97,7 +119,10 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
             tau: tau[r],
             distinct_4grams: distinct[r],
             speedup: speedup[r],
+            decode_speedup: decode_speedup[r],
             tokens_per_s: tps[r],
+            units: units[r],
+            loaded_units: loaded[r],
             update_seconds: update_s[r],
             updates: updates[r],
             adaptation_bytes: adaptation[r],
@@ -105,11 +130,9 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
             peak_rss_bytes: peak[r],
             matches_target: matches[r],
         })
-        .collect::<Vec<_>>())
-    .map(|mut rows| {
-        sort_as_experiment(&mut rows, experiment);
-        rows
-    })
+        .collect();
+    sort_as_experiment(&mut rows, experiment);
+    Ok(rows)
 }
 
 /// Orders rows as the run's experiment lists workloads, drafters (the target alone first) and methods,
@@ -159,10 +182,68 @@ fn number(v: f64, digits: usize) -> String {
     }
 }
 
+/// `estimate [lo, hi]`, or the estimate alone when there is no interval.
+fn with_interval(v: &Interval, digits: usize) -> String {
+    if v.known() {
+        format!(
+            "{} [{}, {}]",
+            number(v.estimate, digits),
+            number(v.lo, digits),
+            number(v.hi, digits)
+        )
+    } else {
+        number(v.estimate, digits)
+    }
+}
+
+/// The method every other method of a drafter is compared with: the experiment's first drafting
+/// method (the unmodified drafter, as the shipped experiments list it).
+fn reference_method(experiment: &Experiment) -> Option<&str> {
+    experiment
+        .methods
+        .iter()
+        .find(|m| !m.target_only)
+        .map(|m| m.name.as_str())
+}
+
+/// How `row`'s speed-up compares with the reference method's on the same drafter, workload and
+/// context: `~` when the intervals overlap (not resolved), `higher` / `lower` when they do not.
+fn against_reference(row: &SummaryRow, rows: &[SummaryRow], reference: Option<&str>) -> String {
+    let Some(reference) = reference else {
+        return "-".into();
+    };
+    if row.drafter == TARGET_ONLY {
+        return "-".into();
+    }
+    if row.method == reference {
+        return "(reference)".into();
+    }
+    let other = rows.iter().find(|r| {
+        r.bin == "all"
+            && r.method == reference
+            && r.drafter == row.drafter
+            && r.workload == row.workload
+            && r.context == row.context
+    });
+    match other {
+        Some(other) if row.speedup.overlaps(&other.speedup) => "~ (intervals overlap)".into(),
+        Some(other) if row.speedup.known() && other.speedup.known() => {
+            if row.speedup.estimate > other.speedup.estimate {
+                "higher".into()
+            } else {
+                "lower".into()
+            }
+        }
+        _ => "n/a".into(),
+    }
+}
+
 /// The headline table (one line per drafter x method x workload x context) as markdown.
-pub fn headline(rows: &[SummaryRow]) -> String {
-    let mut out = String::from(
-        "| workload | context | drafter | method | requests | tau | speedup vs target alone | tokens/s | = target's output | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+pub fn headline(rows: &[SummaryRow], experiment: &Experiment) -> String {
+    let reference = reference_method(experiment);
+    let mut out = format!(
+        "| workload | context | drafter | method | requests | tau | speedup vs target alone | decode speedup | vs {} | tokens/s | = target's output | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB | units under load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        reference.unwrap_or("-")
     );
     for r in rows.iter().filter(|r| r.bin == "all") {
         let context = if r.setting == "long_generation" {
@@ -178,15 +259,17 @@ pub fn headline(rows: &[SummaryRow]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} |",
             r.workload,
             context,
             r.drafter,
             r.method,
             r.requests,
-            number(r.tau, 2),
-            number(r.speedup, 2),
-            number(r.tokens_per_s, 1),
+            with_interval(&r.tau, 2),
+            with_interval(&r.speedup, 2),
+            with_interval(&r.decode_speedup, 2),
+            against_reference(r, rows, reference),
+            number(r.tokens_per_s.estimate, 1),
             match (r.drafter == TARGET_ONLY, r.matches_target) {
                 (true, _) => "-",
                 (false, 1) => "yes",
@@ -199,6 +282,11 @@ pub fn headline(rows: &[SummaryRow]) -> String {
             number(mib(r.adaptation_bytes), 1),
             number(mib(r.drafter_weight_bytes), 1),
             number(mib(r.peak_rss_bytes), 0),
+            if r.loaded_units > 0 {
+                format!("**{} of {}**", r.loaded_units, r.units)
+            } else {
+                format!("0 of {}", r.units)
+            },
         );
     }
     out
@@ -230,7 +318,7 @@ fn generation_bins(rows: &[SummaryRow]) -> Option<String> {
     out.push_str(&"---|".repeat(edges.len()));
     out.push('\n');
     // (workload, drafter, method) -> bin label -> (tau, cycles)
-    type Cells = BTreeMap<String, (f64, i64)>;
+    type Cells = BTreeMap<String, (Interval, i64)>;
     let mut lines: BTreeMap<(String, String, String), Cells> = BTreeMap::new();
     for r in binned {
         lines
@@ -243,7 +331,7 @@ fn generation_bins(rows: &[SummaryRow]) -> Option<String> {
         for (_, label) in &edges {
             match cells.get(label) {
                 Some((tau, cycles)) => {
-                    let _ = write!(out, " {tau:.2} ({cycles} cycles) |");
+                    let _ = write!(out, " {} ({cycles} cycles) |", with_interval(tau, 2));
                 }
                 None => out.push_str(" - |"),
             }
@@ -269,22 +357,30 @@ pub fn write(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result
         experiment.temperature,
     );
     md.push_str(
-        "tau: tokens per target pass (bonus included), pooled over requests. Speedup: geometric mean over \
-         requests of tokens/s against the target alone on the same request (update time included). \
+        "Timing is paired: within a unit (workload x context x seed x repeat) every request is decoded by \
+         the target alone and by every drafter x method back to back, in an order that rotates from \
+         request to request. Speedup: the median over requests (every prompt x seed x repeat) of tokens/s \
+         against the target alone on the same request, update time included; decode speedup leaves the \
+         prefill out. Brackets: a 95% percentile-bootstrap interval over those requests (2000 resamples; \
+         none with one request). tau: tokens per target pass (bonus included), pooled over requests, with \
+         its interval. The `vs` column compares each method's speed-up with the first drafting method's \
+         on the same drafter and context: `~` when the intervals overlap, so the difference is not \
+         resolved. Units under load: units during which other processes took more than 10% of the cores \
+         or more than 5% of the time was stolen or throttled (`results.parquet` has the figures). \
          `= target's output`: under greedy decoding, whether every request reproduced the target's own \
          output token for token (lossless verification says it must). \
          Memory: adaptation bytes exactly (adapters, optimizer state, gradients, buffer), the drafter's \
-         weights, and the process's peak resident memory during the unit. Raw rows: `results.parquet`, \
+         weights, and the process's peak resident memory during a request. Raw rows: `results.parquet`, \
          `cycles.parquet`; this table: `summary.parquet`.\n\n## Headline\n\n",
     );
-    md.push_str(&headline(rows));
+    md.push_str(&headline(rows, experiment));
     if let Some(bins) = generation_bins(rows) {
         md.push_str(
             "\n## tau along long generations, by context bin (multiples of the drafter's n0)\n\n",
         );
         md.push_str(&bins);
     }
-    let charts = charts(dir, rows)?;
+    let charts = charts(dir, experiment, rows)?;
     if !charts.is_empty() {
         md.push_str("\n## Charts\n\n");
         for chart in charts {
@@ -296,13 +392,26 @@ pub fn write(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result
     Ok(path)
 }
 
+/// The colour index of each method, in the experiment's order: the same method has the same colour in
+/// every chart.
+fn method_colours(experiment: &Experiment) -> BTreeMap<String, usize> {
+    experiment
+        .methods
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.name.clone(), i))
+        .collect()
+}
+
 /// Draws the charts; returns their file names.
-fn charts(dir: &Path, rows: &[SummaryRow]) -> Result<Vec<String>> {
+fn charts(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<Vec<String>> {
     let mut written = Vec::new();
+    let colours = method_colours(experiment);
+    let colour = |method: &str| colours.get(method).copied().unwrap_or(0);
     let drafting: Vec<&SummaryRow> = rows.iter().filter(|r| r.n0 > 0).collect();
     // tau against context: long prompts at their start length, long generations per bin (at the
     // bin's geometric middle), both in multiples of n0.
-    let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut tau: BTreeMap<String, Series> = BTreeMap::new();
     for r in &drafting {
         let x = if r.setting == "long_prompt" && r.bin == "all" {
             r.mean_prompt_tokens / r.n0 as f64
@@ -311,52 +420,54 @@ fn charts(dir: &Path, rows: &[SummaryRow]) -> Result<Vec<String>> {
         } else {
             continue;
         };
-        series
-            .entry(format!("{} {} / {}", r.workload, r.drafter, r.method))
-            .or_default()
-            .push((x, r.tau));
+        let name = format!("{} {} / {}", r.workload, r.drafter, r.method);
+        tau.entry(name.clone())
+            .or_insert_with(|| Series::new(name, colour(&r.method)))
+            .push(x, &r.tau);
     }
-    if !series.is_empty() {
-        let series: Vec<Series> = series
-            .into_iter()
-            .map(|(name, mut points)| {
-                points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                Series { name, points }
-            })
-            .collect();
+    if !tau.is_empty() {
         line_chart(
             &dir.join("tau_vs_context.png"),
             &Chart {
-                title: "tau against context",
+                title: "tau against context (95% intervals)",
                 x_label: "context (multiples of the drafter's n0)",
                 y_label: "tau (tokens per target pass)",
                 log_x: true,
+                reference_y: None,
             },
-            &series,
+            &sorted(tau),
         )?;
         written.push("tau_vs_context.png".to_string());
+    }
+    // Speed-up against the context at the start (long prompt: the excerpt and question; long
+    // generation: the prompt it grows from), in tokens: one line per workload x drafter x method.
+    let mut speedup: BTreeMap<String, Series> = BTreeMap::new();
+    for r in rows.iter().filter(|r| {
+        r.bin == "all" && r.drafter != TARGET_ONLY && r.speedup.estimate.is_finite()
+    }) {
+        let name = format!("{} {} / {}", r.workload, r.drafter, r.method);
+        speedup
+            .entry(name.clone())
+            .or_insert_with(|| Series::new(name, colour(&r.method)))
+            .push(r.mean_prompt_tokens.max(1.0), &r.speedup);
+    }
+    if !speedup.is_empty() {
+        line_chart(
+            &dir.join("speedup.png"),
+            &Chart {
+                title: "speed-up over the target alone (median, 95% intervals)",
+                x_label: "tokens of context when decoding starts",
+                y_label: "tokens/s ratio, paired per request",
+                log_x: true,
+                reference_y: Some(1.0),
+            },
+            &sorted(speedup),
+        )?;
+        written.push("speedup.png".to_string());
     }
     let whole: Vec<&SummaryRow> = rows.iter().filter(|r| r.bin == "all").collect();
     let label =
         |r: &SummaryRow| format!("{} {} / {} @{}", r.workload, r.drafter, r.method, r.context);
-    let speedups: Vec<(String, f64)> = whole
-        .iter()
-        .filter(|r| r.drafter != TARGET_ONLY && r.speedup.is_finite())
-        .map(|r| (label(r), r.speedup))
-        .collect();
-    if !speedups.is_empty() {
-        bar_chart(
-            &dir.join("speedup.png"),
-            &Chart {
-                title: "speedup over the target alone",
-                x_label: "tokens/s ratio (geometric mean over requests)",
-                y_label: "",
-                log_x: false,
-            },
-            &speedups,
-        )?;
-        written.push("speedup.png".to_string());
-    }
     let memory: Vec<(String, f64)> = whole
         .iter()
         .filter(|r| r.drafter != TARGET_ONLY)
@@ -370,10 +481,22 @@ fn charts(dir: &Path, rows: &[SummaryRow]) -> Result<Vec<String>> {
                 x_label: "MiB",
                 y_label: "",
                 log_x: false,
+                reference_y: None,
             },
             &memory,
         )?;
         written.push("memory.png".to_string());
     }
     Ok(written)
+}
+
+/// The series with their points in x order.
+fn sorted(series: BTreeMap<String, Series>) -> Vec<Series> {
+    series
+        .into_values()
+        .map(|mut s| {
+            s.sort();
+            s
+        })
+        .collect()
 }

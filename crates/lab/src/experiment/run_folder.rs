@@ -16,7 +16,11 @@ pub const UNITS: &str = "units";
 
 /// Writes `experiment.json` and a copy of the experiment file into `dir`.
 pub fn write_record(dir: &Path, experiment: &Experiment) -> Result<()> {
-    let record = serde_json::json!({ "config_hash": experiment.hash(), "experiment": experiment });
+    let record = serde_json::json!({
+        "config_hash": experiment.hash(),
+        "yaml_hash": experiment.yaml_hash,
+        "experiment": experiment,
+    });
     write_whole(
         &dir.join(EXPERIMENT_RECORD),
         serde_json::to_string_pretty(&record)?,
@@ -43,12 +47,21 @@ pub fn recorded_experiment(dir: &Path) -> Result<Experiment> {
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut record: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: unreadable", path.display()))?;
-    let hash = record["config_hash"]
-        .as_str()
-        .with_context(|| format!("{}: no config_hash", path.display()))?
-        .to_string();
+    let hash = |key: &str| {
+        record[key]
+            .as_str()
+            .map(str::to_string)
+            .with_context(|| {
+                format!(
+                    "{}: no {key} (written by an older sharpdraft: rerun the experiment into a new folder)",
+                    path.display()
+                )
+            })
+    };
+    let (config_hash, yaml_hash) = (hash("config_hash")?, hash("yaml_hash")?);
     let mut experiment: Experiment = serde_json::from_value(record["experiment"].take())
         .with_context(|| format!("{}: not an experiment record", path.display()))?;
-    experiment.content_hash = hash;
+    experiment.config_hash = config_hash;
+    experiment.yaml_hash = yaml_hash;
     Ok(experiment)
 }

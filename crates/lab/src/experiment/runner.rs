@@ -1,19 +1,24 @@
 //! `sharpdraft run`: an experiment's grid, unit by unit, into a run folder that resumes.
 //!
-//! Before any decoding: the experiment is read and checked, the run folder claimed (a new folder, or this
-//! experiment's own run with `--resume`), the target fetched, every prompt of every workload built and
-//! checked against the target's context, and every missing drafter trained (and schedule calibrated)
-//! from its named config. Then each pending unit runs and is written whole (`units/<id>.json`), and the
-//! tables and the report are rebuilt from the finished units.
+//! Before the folder is claimed, everything that can be checked is: the YAML, the grid's size, the
+//! folder's lock (one command per folder), the target, every prompt of every workload against the
+//! target's context, every missing drafter trained and schedule calibrated from its named config, and
+//! every arm's drafter built once with its options (so a bad value or a missing schedule fails here,
+//! not in the middle of the grid). The run is then tied to the digest of all its inputs (the config
+//! hash), the folder claimed (a new folder, or this run's own with `--resume`), and each pending unit
+//! run with its arms interleaved request by request ([`super::grid`]) and written whole
+//! (`units/<id>.json`); the tables and the report are rebuilt from the finished units.
 
-use super::config::{DrafterEntry, Experiment, MethodEntry, Setting, Workload};
-use super::grid::{units, Shard, Unit};
-use super::prompts::{chat_ids, excerpt_offset, long_prompt_ids};
-use super::records::{provenance, Provenance, RequestRow, UnitRecord};
+use super::config::{Experiment, MethodEntry};
+use super::folder_lock::FolderLock;
+use super::grid::{arms, rotation, unit_count, units, Arm, Shard, Unit};
+use super::machine_state::{self, MachineState, Sample};
+use super::records::{provenance, ArmRecord, Provenance, RequestRow, UnitRecord};
 use super::report::SummaryRow;
+use super::requests::{build_all, inputs_digest, GridRequests};
 use super::run_folder::{recorded_experiment, write_record, EXPERIMENT_RECORD, RUN_KIND, UNITS};
 use super::{report, tables};
-use crate::drafter_spec;
+use crate::drafter_spec::{self, DecodedRequest, DrafterSpec, RequestDecoder};
 use crate::error::{bail, ensure, Context, Result};
 use crate::scaling::resolve_schedule;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -21,9 +26,9 @@ use sharpdraft_decode::reset_peak_rss;
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::output_folder::{self, Claim, Marker};
 use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, Sampler, Sampling};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -66,8 +71,10 @@ pub fn grid_finished(grid: &[Unit], records: &[UnitRecord]) -> bool {
 
 /// `sharpdraft report`: the tables and report of run folder `dir` rebuilt from its finished units.
 pub fn republish(dir: &Path) -> Result<Vec<SummaryRow>> {
+    let _lock = FolderLock::acquire(dir, "report")?;
     let experiment = recorded_experiment(dir)?;
-    publish(dir, &experiment, &UnitRecord::read_all(&dir.join(UNITS))?)
+    let records = UnitRecord::read_belonging(&dir.join(UNITS), &experiment)?;
+    publish(dir, &experiment, &records)
 }
 
 pub fn default_out(experiment: &Experiment, shard: Option<Shard>) -> PathBuf {
@@ -76,81 +83,6 @@ pub fn default_out(experiment: &Experiment, shard: Option<Shard>) -> PathBuf {
         None => experiment.name.clone(),
     };
     PathBuf::from("runs").join(name)
-}
-
-/// The prompts of one workload at one context: (prompt index in its source, ids).
-type Requests = Vec<(usize, Vec<i64>)>;
-
-/// Builds every request of `workload` and checks it against the target's context.
-fn build_requests(
-    workload: &Workload,
-    target: &CausalLm,
-    filler_cache: &mut BTreeMap<String, Vec<i64>>,
-) -> Result<BTreeMap<usize, Requests>> {
-    let at = || format!("workload {:?}", workload.name);
-    let tokenizer = target.tokenizer()?;
-    let texts = workload
-        .prompts
-        .load(workload.skip, workload.count)
-        .with_context(at)?;
-    let mut out = BTreeMap::new();
-    match workload.setting {
-        Setting::LongGeneration => {
-            let requests = texts
-                .iter()
-                .enumerate()
-                .map(|(i, text)| Ok((workload.skip + i, chat_ids(tokenizer, text)?)))
-                .collect::<Result<Requests>>()
-                .with_context(at)?;
-            out.insert(0, requests);
-        }
-        Setting::LongPrompt => {
-            let filler = match &workload.filler {
-                Some(source) => {
-                    let key = serde_json::to_string(source)?;
-                    if !filler_cache.contains_key(&key) {
-                        let tokens = source.tokens(target).with_context(at)?;
-                        filler_cache.insert(key.clone(), tokens);
-                    }
-                    filler_cache[&key].clone()
-                }
-                None => Vec::new(),
-            };
-            for &context in &workload.contexts {
-                let requests = texts
-                    .iter()
-                    .enumerate()
-                    .map(|(i, text)| {
-                        let offset =
-                            excerpt_offset(i, workload.filler_offset, filler.len(), context);
-                        Ok((
-                            workload.skip + i,
-                            long_prompt_ids(tokenizer, text, &filler, offset, context)?,
-                        ))
-                    })
-                    .collect::<Result<Requests>>()
-                    .with_context(|| format!("{}: context {context}", at()))?;
-                out.insert(context, requests);
-            }
-        }
-    }
-    for (context, requests) in &out {
-        for (prompt, ids) in requests {
-            target
-                .net
-                .config
-                .ensure_positions(ids.len(), workload.max_new_tokens)
-                .with_context(|| {
-                    format!(
-                        "{}: prompt {prompt} at context {context} ({} tokens) with max_new_tokens {}",
-                        at(),
-                        ids.len(),
-                        workload.max_new_tokens
-                    )
-                })?;
-        }
-    }
-    Ok(out)
 }
 
 /// Trains every drafter whose checkpoint is missing (or unfinished) from its `train` config, and
@@ -197,7 +129,7 @@ fn ensure_drafters(experiment: &Experiment) -> Result<()> {
     Ok(())
 }
 
-fn ensure_schedule(experiment: &Experiment, drafter: &DrafterEntry) -> Result<()> {
+fn ensure_schedule(experiment: &Experiment, drafter: &super::config::DrafterEntry) -> Result<()> {
     let f = experiment.file.display();
     let Some(schedule) = &drafter.schedule else {
         bail!("{f}: drafter {:?} names no schedule", drafter.name);
@@ -231,20 +163,77 @@ fn ensure_schedule(experiment: &Experiment, drafter: &DrafterEntry) -> Result<()
     Ok(())
 }
 
-/// Claims `dir` for this experiment: a fresh folder is set up; this experiment's own run continues
-/// only with `--resume`; anything else is refused.
-fn claim_run_folder(dir: &Path, experiment: &Experiment, resume: bool) -> Result<bool> {
+/// Checks every arm's drafter against the target before the folder is claimed: options bounded by the
+/// target's context, and the drafter built once with its scaling, window, retrieval and adaptation (a
+/// missing schedule, a bad slope or a LoRA rank wider than a layer fails here).
+fn check_arms(experiment: &Experiment, target: &CausalLm, requests: &GridRequests) -> Result<()> {
+    let f = experiment.file.display();
+    let positions = target.net.config.max_position_embeddings.max(1) as u64;
+    let sampling = Sampling {
+        temperature: experiment.temperature,
+        top_p: 1.0,
+        top_k: 0,
+        seed: 0,
+    };
+    for drafter in &experiment.drafters {
+        for method in experiment.methods.iter().filter(|m| !m.target_only) {
+            let at = || format!("{f}: drafter {:?} with method {:?}", drafter.name, method.name);
+            let spec = experiment.spec(drafter, method)?;
+            if let Some(window) = spec.window {
+                ensure!(
+                    window as u64 <= positions,
+                    "{}: window {window} is wider than the {positions} positions the target sees",
+                    at()
+                );
+            }
+            if let Some(r) = &spec.retrieval {
+                ensure!(
+                    r.chunk as u64 <= positions
+                        && r.recent as u64 <= positions
+                        && r.top_chunks as u64 <= positions,
+                    "{}: retrieval chunk {}, top_chunks {} and recent {} must each fit the {positions} positions the target sees",
+                    at(),
+                    r.chunk,
+                    r.top_chunks,
+                    r.recent
+                );
+            }
+            // The shortest request is enough to build every part of the drafter.
+            let shortest = requests
+                .values()
+                .flat_map(|c| c.values())
+                .flat_map(|list| list.iter().map(|(_, ids)| ids.len()))
+                .min()
+                .unwrap_or(1);
+            drafter_spec::prepare(&spec, target, sampling, shortest, 1).with_context(at)?;
+        }
+    }
+    Ok(())
+}
+
+/// What the folder holds before this run claims it.
+enum Previous {
+    /// Nothing, an empty folder, or a run killed while being set up.
+    Nothing,
+    /// A run with its record.
+    Run,
+}
+
+/// Looks at `dir` without changing it: a folder this run may not write is refused here, before any
+/// compute; a run of another YAML is refused by its recorded YAML hash.
+fn look_at_folder(dir: &Path, experiment: &Experiment, resume: bool) -> Result<Previous> {
     match output_folder::claim(dir, RUN_KIND, &[&experiment.file])? {
-        Claim::Fresh => Ok(true),
+        Claim::Fresh => Ok(Previous::Nothing),
         Claim::Own(_) => {
             if !dir.join(EXPERIMENT_RECORD).exists()
-                && UnitRecord::read_all(&dir.join(UNITS))?.is_empty()
+                && UnitRecord::files(&dir.join(UNITS))?.is_empty()
             {
                 // Killed while being set up: nothing of value is there yet.
-                return Ok(true);
+                return Ok(Previous::Nothing);
             }
+            let recorded = recorded_experiment(dir)?;
             ensure!(
-                recorded_experiment(dir)?.hash() == experiment.hash(),
+                recorded.yaml_hash == experiment.yaml_hash,
                 "{} holds a run of another experiment (or of an earlier version of this one): give --out a new folder",
                 dir.display()
             );
@@ -253,14 +242,15 @@ fn claim_run_folder(dir: &Path, experiment: &Experiment, resume: bool) -> Result
                 "{} holds this experiment's run already: pass --resume to continue it (finished units are kept), or --out for a new folder",
                 dir.display()
             );
-            Ok(false)
+            Ok(Previous::Run)
         }
     }
 }
 
 /// Runs `experiment_path` as `options` say.
 pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
-    let experiment = Experiment::load(experiment_path)?;
+    let mut experiment = Experiment::load(experiment_path)?;
+    unit_count(&experiment)?;
     let shard = match options.shard {
         Some(shard) => Some(shard),
         None => Shard::from_slurm()?,
@@ -269,9 +259,10 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         .out
         .clone()
         .unwrap_or_else(|| default_out(&experiment, shard));
-    let fresh = claim_run_folder(&dir, &experiment, options.resume)?;
+    let _lock = FolderLock::acquire(&dir, "run")?;
+    let previous = look_at_folder(&dir, &experiment, options.resume)?;
 
-    // Everything that can fail before decoding, fails here.
+    // Everything that can fail before decoding, fails here, before the folder is claimed.
     let target_dir = match registry::known(&experiment.target) {
         Some(model) => registry::fetch(model.name)?,
         None => registry::resolve(&experiment.target)?,
@@ -282,16 +273,25 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         .with_context(|| format!("{}: dtype", experiment.file.display()))?;
     let target = CausalLm::load(&target_dir, device, kind)
         .with_context(|| format!("loading target {}", experiment.target))?;
-    let mut fillers = BTreeMap::new();
-    let mut requests = BTreeMap::new();
-    for workload in &experiment.workloads {
-        requests.insert(
-            workload.name.clone(),
-            build_requests(workload, &target, &mut fillers)?,
-        );
-    }
+    let requests = build_all(&experiment, &target)?;
     ensure_drafters(&experiment)?;
+    check_arms(&experiment, &target, &requests)?;
+    experiment.seal(&inputs_digest(&experiment, &target_dir, &requests)?);
 
+    let fresh = match previous {
+        Previous::Nothing => true,
+        Previous::Run => {
+            let recorded = recorded_experiment(&dir)?;
+            ensure!(
+                recorded.hash() == experiment.hash(),
+                "{} holds a run of this YAML over other inputs (a prompt file, filler text, checkpoint or schedule changed since; config hash {} now, {} then): give --out a new folder, or restore the inputs",
+                dir.display(),
+                experiment.hash(),
+                recorded.hash()
+            );
+            false
+        }
+    };
     let about = format!("{} ({})", experiment.name, experiment.hash());
     let units_dir = dir.join(UNITS);
     if fresh {
@@ -313,7 +313,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         .map(|(_, u)| u)
         .collect();
     // Every finished unit in the folder (other shards' too, where they share it), read once.
-    let mut records = UnitRecord::read_all(&units_dir)?;
+    let mut records = UnitRecord::read_belonging(&units_dir, &experiment)?;
     let done: BTreeSet<&Unit> = records.iter().map(|r| &r.unit).collect();
     let pending: Vec<&Unit> = mine.iter().copied().filter(|u| !done.contains(u)).collect();
     let skipped = mine.len() - pending.len();
@@ -324,7 +324,9 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
             mine.len()
         );
     }
-    let base = provenance(&experiment);
+    if !pending.is_empty() {
+        warn_if_busy(machine_state::observe(Duration::from_secs(1)));
+    }
     let bar = ProgressBar::new(pending.len() as u64);
     bar.set_style(
         ProgressStyle::with_template(
@@ -336,7 +338,8 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         experiment: &experiment,
         target: &target,
         requests: &requests,
-        provenance: base,
+        provenance: provenance(&experiment),
+        arms: arms(&experiment),
     };
     for unit in &pending {
         bar.set_message(unit.id());
@@ -344,8 +347,8 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
             .run(unit)
             .with_context(|| format!("unit {}", unit.id()))?;
         record.write(&units_dir)?;
-        let line = summary_line(&record);
-        bar.suspend(|| eprintln!("{line}"));
+        let lines = summary_lines(&record);
+        bar.suspend(|| eprintln!("{lines}"));
         bar.inc(1);
         records.push(record);
         // Tables current after every unit, for a look at a long run; the report comes at the end.
@@ -364,55 +367,87 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     })
 }
 
-fn summary_line(record: &UnitRecord) -> String {
-    let (generated, seconds): (usize, f64) = record
-        .requests
-        .iter()
-        .fold((0, 0.0), |(g, s), r| (g + r.generated, s + r.total_seconds));
-    let (emitted, cycles) = record.requests.iter().fold((0usize, 0usize), |(e, c), r| {
-        (
-            e + r.cycles.iter().map(|c| c.accepted + c.bonus).sum::<usize>(),
-            c + r.cycles.len(),
-        )
-    });
-    let tau = if cycles == 0 {
-        1.0
-    } else {
-        emitted as f64 / cycles as f64
-    };
-    format!(
-        "{}: tau {tau:.2}, {:.1} tokens/s over {} prompts ({:.0} s)",
+fn warn_if_busy(state: MachineState) {
+    if state.loaded() {
+        eprintln!(
+            "warning: the machine is busy ({}). Every arm of a request runs back to back, so speed-ups stay paired, but they get noisier: units measured under load are flagged in the report",
+            state.describe()
+        );
+    }
+}
+
+/// A unit's lines for the log: one per arm, then the machine's state.
+fn summary_lines(record: &UnitRecord) -> String {
+    let mut lines = Vec::new();
+    for arm in &record.arms {
+        let (generated, seconds) = arm
+            .requests
+            .iter()
+            .fold((0, 0.0), |(g, s), r| (g + r.generated, s + r.total_seconds));
+        let (emitted, cycles) = arm.requests.iter().fold((0usize, 0usize), |(e, c), r| {
+            (
+                e + r.cycles.iter().map(|c| c.accepted + c.bonus).sum::<usize>(),
+                c + r.cycles.len(),
+            )
+        });
+        let tau = if cycles == 0 {
+            1.0
+        } else {
+            emitted as f64 / cycles as f64
+        };
+        lines.push(format!(
+            "{} {}: tau {tau:.2}, {:.1} tokens/s over {} prompts",
+            record.unit.id(),
+            arm.arm.label(),
+            generated as f64 / seconds.max(1e-9),
+            arm.requests.len(),
+        ));
+    }
+    lines.push(format!(
+        "{}: {:.0} s; {}{}",
         record.unit.id(),
-        generated as f64 / seconds.max(1e-9),
-        record.requests.len(),
-        record.seconds
-    )
+        record.seconds,
+        record.machine.describe(),
+        if record.machine.loaded() {
+            " (measured under load)"
+        } else {
+            ""
+        }
+    ));
+    lines.join("\n")
 }
 
 /// What every unit of a run shares.
 struct UnitRunner<'a> {
     experiment: &'a Experiment,
     target: &'a CausalLm,
-    requests: &'a BTreeMap<String, BTreeMap<usize, Requests>>,
+    requests: &'a GridRequests,
     provenance: Provenance,
+    arms: Vec<Arm>,
+}
+
+/// One arm while its unit runs: how it decodes, and its rows so far.
+struct ArmRun<'t> {
+    arm: Arm,
+    /// `None` for the target alone.
+    decoder: Option<RequestDecoder<'t>>,
+    n0: Option<i64>,
+    rows: Vec<RequestRow>,
 }
 
 impl UnitRunner<'_> {
     fn run(&self, unit: &Unit) -> Result<UnitRecord> {
         let started = Instant::now();
-        reset_peak_rss();
+        let started_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let machine_before = Sample::now();
         let workload = self
             .experiment
             .workloads
             .iter()
             .find(|w| w.name == unit.workload)
             .with_context(|| format!("no workload {:?}", unit.workload))?;
-        let method = self
-            .experiment
-            .methods
-            .iter()
-            .find(|m| m.name == unit.method)
-            .with_context(|| format!("no method {:?}", unit.method))?;
         let requests = &self.requests[&unit.workload][&unit.context];
         let stop = if workload.ignore_eos {
             Vec::new()
@@ -425,112 +460,135 @@ impl UnitRunner<'_> {
             top_k: 0,
             seed: unit.seed.wrapping_add(prompt as u64),
         };
-        let (rows, n0) = match &unit.drafter {
-            None => (
-                self.target_only(requests, workload.max_new_tokens, &stop, sampling)?,
-                None,
-            ),
-            Some(name) => {
-                let drafter = self
-                    .experiment
-                    .drafters
-                    .iter()
-                    .find(|d| &d.name == name)
-                    .with_context(|| format!("no drafter {name:?}"))?;
-                let spec = self.experiment.spec(drafter, method)?;
-                self.speculative(&spec, requests, workload.max_new_tokens, &stop, sampling)?
+        let longest = requests.iter().map(|(_, ids)| ids.len()).max().unwrap_or(0);
+        let mut runs = self
+            .arms
+            .iter()
+            .map(|arm| {
+                let decoder = match &arm.drafter {
+                    None => None,
+                    Some(name) => Some(RequestDecoder::new(
+                        &self.spec(name, &arm.method)?,
+                        self.target,
+                        longest,
+                        workload.max_new_tokens,
+                    )),
+                };
+                Ok(ArmRun {
+                    arm: arm.clone(),
+                    decoder,
+                    n0: None,
+                    rows: Vec::with_capacity(requests.len()),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (position, (prompt, ids)) in requests.iter().enumerate() {
+            for (slot, a) in rotation(runs.len(), position, unit.repeat)
+                .into_iter()
+                .enumerate()
+            {
+                let run = &mut runs[a];
+                reset_peak_rss();
+                let mut row = match &mut run.decoder {
+                    None => self.target_alone(*prompt, ids, workload.max_new_tokens, &stop, sampling(*prompt))?,
+                    Some(decoder) => {
+                        let decoded = decoder
+                            .decode(ids, Some(&stop), sampling(*prompt))
+                            .with_context(|| format!("{}, prompt {prompt}", run.arm.label()))?;
+                        run.n0 = run.n0.or(decoded.training_length);
+                        speculative_row(*prompt, ids, decoded)
+                    }
+                };
+                row.slot = slot;
+                run.rows.push(row);
             }
-        };
+        }
+        let machine = machine_before.until(&Sample::now());
         let mut provenance = self.provenance.clone();
-        provenance.started_unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-            .saturating_sub(started.elapsed().as_secs());
+        provenance.started_unix = started_unix;
         Ok(UnitRecord {
             unit: unit.clone(),
             setting: workload.setting,
             target: self.experiment.target.clone(),
-            n0,
             max_new_tokens: workload.max_new_tokens,
             provenance,
-            requests: rows,
+            machine,
+            arms: runs
+                .into_iter()
+                .map(|r| ArmRecord {
+                    arm: r.arm,
+                    n0: r.n0,
+                    requests: r.rows,
+                })
+                .collect(),
             seconds: started.elapsed().as_secs_f64(),
         })
     }
 
-    fn target_only(
-        &self,
-        requests: &Requests,
-        max_new_tokens: usize,
-        stop: &[i64],
-        sampling: impl Fn(usize) -> Sampling,
-    ) -> Result<Vec<RequestRow>> {
-        requests
+    fn spec(&self, drafter: &str, method: &str) -> Result<DrafterSpec> {
+        let drafter = self
+            .experiment
+            .drafters
             .iter()
-            .map(|(prompt, ids)| {
-                let mut sampler = Sampler::new(sampling(*prompt));
-                let out = generate(&self.target.net, ids, max_new_tokens, &mut sampler, stop)?;
-                Ok(RequestRow {
-                    prompt: *prompt,
-                    prompt_tokens: ids.len(),
-                    generated: out.ids.len(),
-                    prefill_seconds: out.prefill_seconds,
-                    total_seconds: out.prefill_seconds + out.decode_seconds,
-                    update_seconds: 0.0,
-                    updates: 0,
-                    drafter_weight_bytes: 0,
-                    drafter_cache_bytes: 0,
-                    target_cache_bytes: 0,
-                    adaptation_bytes: 0,
-                    peak_rss_bytes: sharpdraft_decode::peak_rss_bytes(),
-                    cycles: Vec::new(),
-                    output_ids: out.ids,
-                })
-            })
-            .collect()
+            .find(|d| d.name == drafter)
+            .with_context(|| format!("no drafter {drafter:?}"))?;
+        let method = self
+            .experiment
+            .methods
+            .iter()
+            .find(|m| m.name == method)
+            .with_context(|| format!("no method {method:?}"))?;
+        self.experiment.spec(drafter, method)
     }
 
-    fn speculative(
+    fn target_alone(
         &self,
-        spec: &drafter_spec::DrafterSpec,
-        requests: &Requests,
+        prompt: usize,
+        ids: &[i64],
         max_new_tokens: usize,
         stop: &[i64],
-        sampling: impl Fn(usize) -> Sampling,
-    ) -> Result<(Vec<RequestRow>, Option<i64>)> {
-        let ids: Vec<&[i64]> = requests.iter().map(|(_, ids)| ids.as_slice()).collect();
-        let decoded = drafter_spec::decode_requests(
-            spec,
-            self.target,
-            &ids,
-            max_new_tokens,
-            Some(stop),
-            |i| sampling(requests[i].0),
-        )?;
-        let n0 = decoded.first().and_then(|d| d.training_length);
-        let rows = requests
-            .iter()
-            .zip(decoded)
-            .map(|((prompt, ids), d)| {
-                let memory = d.report.memory();
-                RequestRow {
-                    prompt: *prompt,
-                    prompt_tokens: ids.len(),
-                    generated: d.report.ids.len(),
-                    prefill_seconds: d.report.prefill_seconds,
-                    total_seconds: d.report.total_seconds,
-                    update_seconds: d.update_seconds,
-                    updates: d.updates,
-                    drafter_weight_bytes: memory.drafter_weight_bytes,
-                    drafter_cache_bytes: memory.drafter_cache_bytes,
-                    target_cache_bytes: memory.target_cache_bytes,
-                    adaptation_bytes: memory.adaptation_bytes,
-                    peak_rss_bytes: memory.peak_rss_bytes,
-                    cycles: d.report.cycles,
-                    output_ids: d.report.ids,
-                }
-            })
-            .collect();
-        Ok((rows, n0))
+        sampling: Sampling,
+    ) -> Result<RequestRow> {
+        let mut sampler = Sampler::new(sampling);
+        let out = generate(&self.target.net, ids, max_new_tokens, &mut sampler, stop)
+            .with_context(|| format!("the target alone, prompt {prompt}"))?;
+        Ok(RequestRow {
+            prompt,
+            prompt_tokens: ids.len(),
+            generated: out.ids.len(),
+            prefill_seconds: out.prefill_seconds,
+            total_seconds: out.prefill_seconds + out.decode_seconds,
+            slot: 0,
+            update_seconds: 0.0,
+            updates: 0,
+            drafter_weight_bytes: 0,
+            drafter_cache_bytes: 0,
+            target_cache_bytes: 0,
+            adaptation_bytes: 0,
+            peak_rss_bytes: sharpdraft_decode::peak_rss_bytes(),
+            cycles: Vec::new(),
+            output_ids: out.ids,
+        })
+    }
+}
+
+fn speculative_row(prompt: usize, ids: &[i64], d: DecodedRequest) -> RequestRow {
+    let memory = d.report.memory();
+    RequestRow {
+        prompt,
+        prompt_tokens: ids.len(),
+        generated: d.report.ids.len(),
+        prefill_seconds: d.report.prefill_seconds,
+        total_seconds: d.report.total_seconds,
+        slot: 0,
+        update_seconds: d.update_seconds,
+        updates: d.updates,
+        drafter_weight_bytes: memory.drafter_weight_bytes,
+        drafter_cache_bytes: memory.drafter_cache_bytes,
+        target_cache_bytes: memory.target_cache_bytes,
+        adaptation_bytes: memory.adaptation_bytes,
+        peak_rss_bytes: memory.peak_rss_bytes,
+        cycles: d.report.cycles,
+        output_ids: d.report.ids,
     }
 }

@@ -1,16 +1,19 @@
 //! The run's parquet tables, rebuilt from its finished units:
-//! - `results.parquet`: one row per request (prompt x unit), raw counters and provenance;
+//! - `results.parquet`: one row per request x arm, raw counters, the paired speed-ups over the target
+//!   alone on the same request of the same unit, the machine's state during the unit, provenance;
 //! - `cycles.parquet`: one row per verification cycle with the context it drafted at;
-//! - `summary.parquet`: per drafter x method x workload x context, and for long generation per
-//!   context bin along the generation: tau, the geometric-mean speedup over the target alone, update
-//!   seconds, memory.
+//! - `summary.parquet`: per drafter x method x workload x context, and for long generation per context
+//!   bin along the generation: tau, the speed-up end to end and of the decode alone, tokens/s, each
+//!   with its 95% interval ([`super::intervals`]), update seconds, memory, and how many units ran
+//!   under load.
 //!
 //! Every table is written whole through a rename; plain INT64 / DOUBLE / UTF-8 columns, so polars,
 //! pandas and duckdb open them unchanged.
 
 use super::config::{Experiment, Setting};
 use super::grid::TARGET_ONLY;
-use super::records::{RequestKey, UnitRecord};
+use super::intervals::{median_interval, ratio_interval, Interval};
+use super::records::{ArmRecord, RequestRow, UnitRecord};
 use crate::error::Result;
 use crate::table::{Column, Table};
 use std::collections::BTreeMap;
@@ -40,23 +43,33 @@ impl Rows {
             c.push(v);
         }
     }
+    /// An unsigned count as INT64, saturating (counts of this size never occur; no value wraps).
+    fn u(&mut self, name: &str, v: u64) {
+        self.i(name, i64::try_from(v).unwrap_or(i64::MAX));
+    }
     fn f(&mut self, name: &str, v: f64) {
         if let Column::F64(c) = self.column(name, Column::F64(Vec::new())) {
             c.push(v);
         }
     }
+    /// `name`, `name_lo` and `name_hi`.
+    fn interval(&mut self, name: &str, v: Interval) {
+        self.f(name, v.estimate);
+        self.f(&format!("{name}_lo"), v.lo);
+        self.f(&format!("{name}_hi"), v.hi);
+    }
     /// The columns that name a request: drafter, method, workload, setting, context, seed, repeat,
     /// prompt.
-    fn request_key(&mut self, record: &UnitRecord, prompt: usize) {
+    fn request_key(&mut self, record: &UnitRecord, arm: &ArmRecord, prompt: usize) {
         let u = &record.unit;
-        self.s("drafter", u.drafter_name());
-        self.s("method", u.method.as_str());
+        self.s("drafter", arm.arm.drafter_name());
+        self.s("method", arm.arm.method.as_str());
         self.s("workload", u.workload.as_str());
         self.s("setting", record.setting.name());
-        self.i("context", u.context as i64);
-        self.i("seed", u.seed as i64);
-        self.i("repeat", u.repeat as i64);
-        self.i("prompt", prompt as i64);
+        self.u("context", u.context as u64);
+        self.u("seed", u.seed);
+        self.u("repeat", u.repeat as u64);
+        self.u("prompt", prompt as u64);
     }
 
     fn table(self) -> Table {
@@ -82,49 +95,48 @@ pub fn context_bin(context: i64, n0: i64, bins: &[f64]) -> Bin {
     (format!(">= {low} n0"), low, f64::INFINITY)
 }
 
-/// The target-only tokens/s of each request, averaged over repeats: the denominators of speedups.
-/// The experiment's first target-only method is the baseline.
-fn baselines(experiment: &Experiment, units: &[UnitRecord]) -> BTreeMap<RequestKey, f64> {
-    let mut sums: BTreeMap<RequestKey, (f64, usize)> = BTreeMap::new();
-    let baseline_method = experiment.methods.iter().find(|m| m.target_only);
-    for record in units.iter().filter(|u| {
-        u.unit.drafter.is_none() && baseline_method.is_some_and(|m| m.name == u.unit.method)
-    }) {
-        for r in &record.requests {
-            let entry = sums.entry(record.request_key(r.prompt)).or_default();
-            entry.0 += r.tokens_per_second();
-            entry.1 += 1;
-        }
-    }
-    sums.into_iter()
-        .map(|(k, (sum, n))| (k, sum / n as f64))
-        .collect()
+/// The baseline arm of a unit: the experiment's first target-only method, whose rows are the
+/// denominators of the unit's speed-ups and the outputs every greedy arm must reproduce.
+fn baseline<'a>(experiment: &Experiment, record: &'a UnitRecord) -> Option<&'a ArmRecord> {
+    let method = experiment.methods.iter().find(|m| m.target_only)?;
+    record
+        .arms
+        .iter()
+        .find(|a| a.arm.drafter.is_none() && a.arm.method == method.name)
 }
 
-/// The target-only outputs of each (workload, context, seed, prompt): under greedy decoding every
-/// method must reproduce them exactly.
-fn target_outputs(units: &[UnitRecord]) -> BTreeMap<RequestKey, &[i64]> {
-    let mut out = BTreeMap::new();
-    for record in units.iter().filter(|u| u.unit.drafter.is_none()) {
-        for r in &record.requests {
-            out.entry(record.request_key(r.prompt))
-                .or_insert(r.output_ids.as_slice());
-        }
-    }
-    out
+/// One request of one arm, with its paired baseline row (the target alone on the same request of the
+/// same unit, decoded seconds apart).
+#[derive(Clone, Copy)]
+struct Sample<'a> {
+    record: &'a UnitRecord,
+    row: &'a RequestRow,
+    base: Option<&'a RequestRow>,
 }
 
-/// 1 when `output` equals the target's own greedy output, 0 when it differs, -1 when not comparable
-/// (sampling, or no target-only run of that request).
-fn matches_target(
-    greedy: bool,
-    target: &BTreeMap<RequestKey, &[i64]>,
-    key: &RequestKey,
-    output: &[i64],
-) -> i64 {
-    match target.get(key) {
-        Some(expected) if greedy && !expected.is_empty() => i64::from(*expected == output),
-        _ => -1,
+impl Sample<'_> {
+    /// tokens/s against the target alone's on the same request.
+    fn speedup(&self) -> f64 {
+        self.base
+            .map_or(f64::NAN, |b| self.row.tokens_per_second() / b.tokens_per_second())
+    }
+
+    /// The same for the decode alone (after the prefill).
+    fn decode_speedup(&self) -> f64 {
+        self.base.map_or(f64::NAN, |b| {
+            self.row.decode_tokens_per_second() / b.decode_tokens_per_second()
+        })
+    }
+
+    /// 1 when the output equals the target's own greedy output, 0 when it differs, -1 when not
+    /// comparable (sampling, or no target-alone row).
+    fn matches_target(&self, greedy: bool) -> i64 {
+        match self.base {
+            Some(b) if greedy && !b.output_ids.is_empty() => {
+                i64::from(b.output_ids == self.row.output_ids)
+            }
+            _ => -1,
+        }
     }
 }
 
@@ -134,234 +146,129 @@ pub struct RunTables {
     pub summary: Table,
 }
 
+/// The summary's cells: (drafter, method, workload, context) -> every sample of that cell, the n0 of
+/// its drafter and the setting.
+type Cells<'a> = BTreeMap<(String, String, String, usize), (Vec<Sample<'a>>, i64, Setting, &'a str)>;
+
 /// Builds the three tables of `experiment` from its finished `units`.
 pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
-    let (bins, greedy) = (&experiment.bins_n0, experiment.temperature == 0.0);
-    let base = baselines(experiment, units);
-    let target = target_outputs(units);
+    let greedy = experiment.temperature == 0.0;
     let mut results = Rows::default();
     let mut cycles = Rows::default();
-    let mut summary = Rows::default();
-    // (drafter, method, workload, context) -> the units of that cell, in order.
-    let mut cells: BTreeMap<(String, String, String, usize), Vec<&UnitRecord>> = BTreeMap::new();
+    let mut cells: Cells = BTreeMap::new();
     for record in units {
-        let u = &record.unit;
-        cells
-            .entry((
-                u.drafter_name().to_string(),
-                u.method.clone(),
-                u.workload.clone(),
-                u.context,
-            ))
-            .or_default()
-            .push(record);
+        let base = baseline(experiment, record);
+        let m = &record.machine;
         let p = &record.provenance;
-        for r in &record.requests {
-            results.s("target", record.target.as_str());
-            results.request_key(record, r.prompt);
-            results.i("prompt_tokens", r.prompt_tokens as i64);
-            results.i("generated", r.generated as i64);
-            results.i("cycles", r.cycles.len() as i64);
-            results.i(
-                "drafted",
-                r.cycles.iter().map(|c| c.drafted).sum::<usize>() as i64,
-            );
-            results.i(
-                "accepted",
-                r.cycles.iter().map(|c| c.accepted).sum::<usize>() as i64,
-            );
-            results.i(
-                "emitted",
-                r.cycles.iter().map(|c| c.accepted + c.bonus).sum::<usize>() as i64,
-            );
-            results.f("tau", r.tau());
-            results.f("distinct_4grams", r.distinct_4grams());
-            results.f("prefill_seconds", r.prefill_seconds);
-            results.f("total_seconds", r.total_seconds);
-            results.f("tokens_per_s", r.tokens_per_second());
-            let key = record.request_key(r.prompt);
-            let ar = base.get(&key).copied();
-            results.f(
-                "speedup",
-                ar.map_or(f64::NAN, |ar| r.tokens_per_second() / ar),
-            );
-            results.i(
-                "matches_target",
-                matches_target(greedy, &target, &key, &r.output_ids),
-            );
-            results.f("update_seconds", r.update_seconds);
-            results.i("updates", r.updates as i64);
-            results.i("drafter_weight_bytes", r.drafter_weight_bytes as i64);
-            results.i("drafter_cache_bytes", r.drafter_cache_bytes as i64);
-            results.i("target_cache_bytes", r.target_cache_bytes as i64);
-            results.i("adaptation_bytes", r.adaptation_bytes as i64);
-            results.i("peak_rss_bytes", r.peak_rss_bytes as i64);
-            results.i("n0", record.n0.unwrap_or(0));
-            results.s("config_hash", p.config_hash.as_str());
-            results.s("git_revision", p.git_revision.as_str());
-            results.s("machine", p.machine.as_str());
-            results.s("device", p.device.as_str());
-            results.s("dtype", p.dtype.as_str());
-            results.i("started_unix", p.started_unix as i64);
-            for (i, c) in r.cycles.iter().enumerate() {
-                cycles.request_key(record, r.prompt);
-                cycles.i("cycle", i as i64);
-                cycles.i("cycle_context", c.context);
-                cycles.f(
-                    "cycle_context_n0",
-                    record
-                        .n0
-                        .map_or(f64::NAN, |n0| c.context as f64 / n0 as f64),
-                );
-                cycles.i("drafted", c.drafted as i64);
-                cycles.i("accepted", c.accepted as i64);
-                cycles.i("bonus", c.bonus as i64);
-                cycles.f("draft_seconds", c.draft_seconds);
-                cycles.f("verify_seconds", c.verify_seconds);
+        for arm in &record.arms {
+            let cell = cells
+                .entry((
+                    arm.arm.drafter_name().to_string(),
+                    arm.arm.method.clone(),
+                    record.unit.workload.clone(),
+                    record.unit.context,
+                ))
+                .or_insert_with(|| (Vec::new(), 0, record.setting, record.target.as_str()));
+            cell.1 = cell.1.max(arm.n0.unwrap_or(0));
+            for r in &arm.requests {
+                let sample = Sample {
+                    record,
+                    row: r,
+                    base: base.and_then(|b| b.requests.iter().find(|x| x.prompt == r.prompt)),
+                };
+                cell.0.push(sample);
+                results.s("target", record.target.as_str());
+                results.request_key(record, arm, r.prompt);
+                results.u("slot", r.slot as u64);
+                results.u("prompt_tokens", r.prompt_tokens as u64);
+                results.u("generated", r.generated as u64);
+                results.u("cycles", r.cycles.len() as u64);
+                let sum = |f: fn(&sharpdraft_decode::CycleRecord) -> usize| {
+                    r.cycles.iter().map(f).sum::<usize>() as u64
+                };
+                results.u("drafted", sum(|c| c.drafted));
+                results.u("accepted", sum(|c| c.accepted));
+                results.u("emitted", sum(|c| c.accepted + c.bonus));
+                results.f("tau", r.tau());
+                results.f("distinct_4grams", r.distinct_4grams());
+                results.f("prefill_seconds", r.prefill_seconds);
+                results.f("decode_seconds", r.decode_seconds());
+                results.f("total_seconds", r.total_seconds);
+                results.f("tokens_per_s", r.tokens_per_second());
+                results.f("speedup", sample.speedup());
+                results.f("decode_speedup", sample.decode_speedup());
+                results.i("matches_target", sample.matches_target(greedy));
+                results.f("update_seconds", r.update_seconds);
+                results.u("updates", r.updates as u64);
+                results.u("drafter_weight_bytes", r.drafter_weight_bytes as u64);
+                results.u("drafter_cache_bytes", r.drafter_cache_bytes as u64);
+                results.u("target_cache_bytes", r.target_cache_bytes as u64);
+                results.u("adaptation_bytes", r.adaptation_bytes as u64);
+                results.u("peak_rss_bytes", r.peak_rss_bytes);
+                results.i("n0", arm.n0.unwrap_or(0));
+                results.f("unit_load_average", m.load_average_start.max(m.load_average_end));
+                results.f("unit_other_cpu_share", m.other_share());
+                results.f("unit_lost_cpu_share", m.lost_share());
+                results.i("unit_loaded", i64::from(m.loaded()));
+                results.s("config_hash", p.config_hash.as_str());
+                results.s("git_revision", p.git_revision.as_str());
+                results.s("machine", p.machine.as_str());
+                results.s("device", p.device.as_str());
+                results.s("dtype", p.dtype.as_str());
+                results.u("started_unix", p.started_unix);
+                for (i, c) in r.cycles.iter().enumerate() {
+                    cycles.request_key(record, arm, r.prompt);
+                    cycles.u("cycle", i as u64);
+                    cycles.i("cycle_context", c.context);
+                    cycles.f(
+                        "cycle_context_n0",
+                        arm.n0.map_or(f64::NAN, |n0| c.context as f64 / n0 as f64),
+                    );
+                    cycles.u("drafted", c.drafted as u64);
+                    cycles.u("accepted", c.accepted as u64);
+                    cycles.u("bonus", c.bonus as u64);
+                    cycles.f("draft_seconds", c.draft_seconds);
+                    cycles.f("verify_seconds", c.verify_seconds);
+                }
             }
         }
     }
-    for ((drafter, method, workload, context), records) in &cells {
-        let first = records[0];
-        let requests: Vec<(&UnitRecord, &super::records::RequestRow)> = records
-            .iter()
-            .flat_map(|u| u.requests.iter().map(move |r| (*u, r)))
-            .collect();
-        let all_cycles = || requests.iter().flat_map(|(_, r)| r.cycles.iter());
-        let tau_of = |emitted: usize, count: usize| {
-            if drafter == TARGET_ONLY {
-                1.0
-            } else {
-                emitted as f64 / count.max(1) as f64
+    let mut summary = Rows::default();
+    for ((drafter, method, workload, context), (samples, n0, setting, target)) in &cells {
+        let key = CellKey {
+            target,
+            drafter,
+            method,
+            workload,
+            setting: *setting,
+            context: *context,
+            n0: *n0,
+        };
+        let whole = |s: &Sample| {
+            let emitted = s.row.cycles.iter().map(|c| c.accepted + c.bonus).sum::<usize>();
+            (emitted as f64, s.row.cycles.len() as f64)
+        };
+        summary_row(&mut summary, &key, samples, ("all".into(), 0.0, f64::INFINITY), whole, greedy);
+        if *setting == Setting::LongGeneration && drafter != TARGET_ONLY && *n0 > 0 {
+            let mut bins: BTreeMap<u64, Bin> = BTreeMap::new();
+            for s in samples {
+                for c in &s.row.cycles {
+                    let bin = context_bin(c.context, *n0, &experiment.bins_n0);
+                    // Keyed by the low edge's bits, which order as the (non-negative) edges do.
+                    bins.entry(bin.1.to_bits()).or_insert(bin);
+                }
             }
-        };
-        let (generated, seconds) = requests.iter().fold((0usize, 0.0), |(g, s), (_, r)| {
-            (g + r.generated, s + r.total_seconds)
-        });
-        let ratios: Vec<f64> = requests
-            .iter()
-            .filter_map(|(u, r)| {
-                base.get(&u.request_key(r.prompt))
-                    .map(|ar| r.tokens_per_second() / ar)
-            })
-            .collect();
-        let speedup = if ratios.len() == requests.len() && !ratios.is_empty() {
-            (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp()
-        } else {
-            f64::NAN
-        };
-        let ar: Vec<f64> = requests
-            .iter()
-            .filter_map(|(u, r)| base.get(&u.request_key(r.prompt)).copied())
-            .collect();
-        let n0 = first.n0.unwrap_or(0);
-        let mut row = |bin: Bin, cycle_count: usize, emitted: usize, whole: bool| {
-            summary.s("target", first.target.as_str());
-            summary.s("drafter", drafter.as_str());
-            summary.s("method", method.as_str());
-            summary.s("workload", workload.as_str());
-            summary.s("setting", first.setting.name());
-            summary.i("context", *context as i64);
-            summary.s("bin", bin.0);
-            summary.f("bin_lo_n0", bin.1);
-            summary.f("bin_hi_n0", bin.2);
-            summary.i("n0", n0);
-            summary.i("requests", requests.len() as i64);
-            summary.f(
-                "mean_prompt_tokens",
-                requests
-                    .iter()
-                    .map(|(_, r)| r.prompt_tokens as f64)
-                    .sum::<f64>()
-                    / requests.len().max(1) as f64,
-            );
-            summary.i("cycles", cycle_count as i64);
-            summary.f("tau", tau_of(emitted, cycle_count));
-            let distinct: Vec<f64> = requests
-                .iter()
-                .map(|(_, r)| r.distinct_4grams())
-                .filter(|d| d.is_finite())
-                .collect();
-            summary.f(
-                "distinct_4grams",
-                if distinct.is_empty() {
-                    f64::NAN
-                } else {
-                    distinct.iter().sum::<f64>() / distinct.len() as f64
-                },
-            );
-            let nan_unless = |v: f64| if whole { v } else { f64::NAN };
-            summary.f("speedup", nan_unless(speedup));
-            summary.f(
-                "tokens_per_s",
-                nan_unless(generated as f64 / seconds.max(1e-9)),
-            );
-            summary.f(
-                "ar_tokens_per_s",
-                nan_unless(if ar.is_empty() {
-                    f64::NAN
-                } else {
-                    ar.iter().sum::<f64>() / ar.len() as f64
-                }),
-            );
-            let sum_f = |f: fn(&super::records::RequestRow) -> f64| {
-                requests.iter().map(|(_, r)| f(r)).sum::<f64>()
-            };
-            let max_i = |f: fn(&super::records::RequestRow) -> u64| {
-                requests.iter().map(|(_, r)| f(r)).max().unwrap_or(0) as i64
-            };
-            // 1 when every request reproduced the target's greedy output, 0 when any did not, -1 when
-            // not comparable.
-            let matches: Vec<i64> = requests
-                .iter()
-                .map(|(u, r)| {
-                    matches_target(greedy, &target, &u.request_key(r.prompt), &r.output_ids)
-                })
-                .collect();
-            summary.i(
-                "matches_target",
-                if matches.contains(&0) {
-                    0
-                } else if !matches.is_empty() && matches.iter().all(|&m| m == 1) {
-                    1
-                } else {
-                    -1
-                },
-            );
-            summary.f("update_seconds", nan_unless(sum_f(|r| r.update_seconds)));
-            summary.i(
-                "updates",
-                requests.iter().map(|(_, r)| r.updates).sum::<usize>() as i64,
-            );
-            summary.i("adaptation_bytes", max_i(|r| r.adaptation_bytes as u64));
-            summary.i(
-                "drafter_weight_bytes",
-                max_i(|r| r.drafter_weight_bytes as u64),
-            );
-            summary.i(
-                "drafter_cache_bytes",
-                max_i(|r| r.drafter_cache_bytes as u64),
-            );
-            summary.i("peak_rss_bytes", max_i(|r| r.peak_rss_bytes));
-        };
-        let emitted_all: usize = all_cycles().map(|c| c.accepted + c.bonus).sum();
-        row(
-            ("all".into(), 0.0, f64::INFINITY),
-            all_cycles().count(),
-            emitted_all,
-            true,
-        );
-        if first.setting == Setting::LongGeneration && drafter != TARGET_ONLY && n0 > 0 {
-            let mut by_bin: BTreeMap<u64, (Bin, usize, usize)> = BTreeMap::new();
-            for c in all_cycles() {
-                let bin = context_bin(c.context, n0, bins);
-                let entry = by_bin.entry(bin.1.to_bits()).or_insert_with(|| (bin, 0, 0));
-                entry.1 += 1;
-                entry.2 += c.accepted + c.bonus;
-            }
-            // Keyed by the low edge's bits, which order as the (non-negative) edges do.
-            for (bin, count, emitted) in by_bin.into_values() {
-                row(bin, count, emitted, false);
+            for bin in bins.into_values() {
+                let (lo, hi) = (bin.1, bin.2);
+                let in_bin = move |s: &Sample| {
+                    let x = |c: &&sharpdraft_decode::CycleRecord| {
+                        let at = c.context as f64 / *n0 as f64;
+                        at >= lo && at < hi
+                    };
+                    let emitted = s.row.cycles.iter().filter(x).map(|c| c.accepted + c.bonus).sum::<usize>();
+                    (emitted as f64, s.row.cycles.iter().filter(x).count() as f64)
+                };
+                summary_row(&mut summary, &key, samples, bin, in_bin, greedy);
             }
         }
     }
@@ -370,6 +277,125 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
         cycles: cycles.table(),
         summary: summary.table(),
     }
+}
+
+/// What names a summary cell.
+struct CellKey<'a> {
+    target: &'a str,
+    drafter: &'a str,
+    method: &'a str,
+    workload: &'a str,
+    setting: Setting,
+    context: usize,
+    n0: i64,
+}
+
+/// One summary row: the cell's `samples` over `bin`, tau from `emitted_and_cycles` of each sample
+/// (the whole request, or its cycles in the bin). Speed-ups, tokens/s and the time columns describe
+/// whole requests, so a bin row leaves them NaN.
+fn summary_row(
+    summary: &mut Rows,
+    key: &CellKey,
+    samples: &[Sample],
+    bin: Bin,
+    emitted_and_cycles: impl Fn(&Sample) -> (f64, f64),
+    greedy: bool,
+) {
+    let whole = bin.0 == "all";
+    let counts: Vec<(f64, f64)> = samples.iter().map(&emitted_and_cycles).collect();
+    let cycle_count: f64 = counts.iter().map(|c| c.1).sum();
+    summary.s("target", key.target);
+    summary.s("drafter", key.drafter);
+    summary.s("method", key.method);
+    summary.s("workload", key.workload);
+    summary.s("setting", key.setting.name());
+    summary.u("context", key.context as u64);
+    summary.s("bin", bin.0);
+    summary.f("bin_lo_n0", bin.1);
+    summary.f("bin_hi_n0", bin.2);
+    summary.i("n0", key.n0);
+    summary.u("requests", samples.len() as u64);
+    summary.f(
+        "mean_prompt_tokens",
+        samples.iter().map(|s| s.row.prompt_tokens as f64).sum::<f64>() / samples.len().max(1) as f64,
+    );
+    summary.u("cycles", cycle_count as u64);
+    let tau = if key.drafter == TARGET_ONLY {
+        Interval { estimate: 1.0, lo: 1.0, hi: 1.0 }
+    } else {
+        ratio_interval(&counts.iter().copied().filter(|c| c.1 > 0.0).collect::<Vec<_>>())
+    };
+    summary.interval("tau", tau);
+    let distinct: Vec<f64> = samples
+        .iter()
+        .map(|s| s.row.distinct_4grams())
+        .filter(|d| d.is_finite())
+        .collect();
+    summary.f(
+        "distinct_4grams",
+        if distinct.is_empty() {
+            f64::NAN
+        } else {
+            distinct.iter().sum::<f64>() / distinct.len() as f64
+        },
+    );
+    let of = |f: fn(&Sample) -> f64| -> Interval {
+        if whole {
+            median_interval(&samples.iter().map(f).collect::<Vec<_>>())
+        } else {
+            Interval::UNKNOWN
+        }
+    };
+    summary.interval("speedup", of(|s| s.speedup()));
+    summary.interval("decode_speedup", of(|s| s.decode_speedup()));
+    summary.interval("tokens_per_s", of(|s| s.row.tokens_per_second()));
+    summary.interval(
+        "ar_tokens_per_s",
+        of(|s| s.base.map_or(f64::NAN, |b| b.tokens_per_second())),
+    );
+    let nan_unless = |v: f64| if whole { v } else { f64::NAN };
+    // 1 when every request reproduced the target's greedy output, 0 when any did not, -1 when not
+    // comparable.
+    let matches: Vec<i64> = samples.iter().map(|s| s.matches_target(greedy)).collect();
+    summary.i(
+        "matches_target",
+        if matches.contains(&0) {
+            0
+        } else if !matches.is_empty() && matches.iter().all(|&m| m == 1) {
+            1
+        } else {
+            -1
+        },
+    );
+    summary.f(
+        "update_seconds",
+        nan_unless(samples.iter().map(|s| s.row.update_seconds).sum()),
+    );
+    summary.u(
+        "updates",
+        samples.iter().map(|s| s.row.updates as u64).sum::<u64>(),
+    );
+    let max = |f: fn(&RequestRow) -> u64| samples.iter().map(|s| f(s.row)).max().unwrap_or(0);
+    summary.u("adaptation_bytes", max(|r| r.adaptation_bytes as u64));
+    summary.u("drafter_weight_bytes", max(|r| r.drafter_weight_bytes as u64));
+    summary.u("drafter_cache_bytes", max(|r| r.drafter_cache_bytes as u64));
+    summary.u("peak_rss_bytes", max(|r| r.peak_rss_bytes));
+    // Units, not requests: each unit's machine state covers all of its requests.
+    let mut units: Vec<&UnitRecord> = samples.iter().map(|s| s.record).collect();
+    units.sort_by_key(|u| &u.unit);
+    units.dedup_by_key(|u| &u.unit);
+    summary.u("units", units.len() as u64);
+    summary.u(
+        "loaded_units",
+        units.iter().filter(|u| u.machine.loaded()).count() as u64,
+    );
+    summary.f(
+        "max_other_cpu_share",
+        units
+            .iter()
+            .map(|u| u.machine.other_share())
+            .fold(f64::NAN, f64::max),
+    );
 }
 
 /// Writes `results.parquet`, `cycles.parquet` and `summary.parquet` of `experiment` into run folder

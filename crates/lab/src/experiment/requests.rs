@@ -1,0 +1,169 @@
+//! The requests of a grid, built once before any decoding, and the digest of every input a run reads.
+//!
+//! A unit's results depend on more than the experiment's YAML: the prompt files, the filler texts, the
+//! target's and drafters' weights, the calibrated schedules. [`inputs_digest`] covers all of them: the
+//! token ids of every request (so an edited prompt file or filler text shows), each model folder's
+//! content ([`content_digest`], through its marker's sha256 where the files are unchanged) and each
+//! schedule file. A run folder belongs to the YAML and these inputs together, so a shard or a resume
+//! that would read different inputs is refused instead of pooled.
+
+use super::config::{Experiment, Setting, Workload};
+use super::prompts::{chat_ids, excerpt_offset, long_prompt_ids};
+use crate::error::{Context, Result};
+use crate::scaling::resolve_schedule;
+use sha2::{Digest, Sha256};
+use sharpdraft_model::output_folder::{content_digest, sha256_of};
+use sharpdraft_model::{registry, CausalLm};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The prompts of one workload at one context: (prompt index in its source, ids).
+pub type Requests = Vec<(usize, Vec<i64>)>;
+
+/// Every request of the grid: workload name -> context -> requests.
+pub type GridRequests = BTreeMap<String, BTreeMap<usize, Requests>>;
+
+/// Builds every request of every workload of `experiment` and checks each against the target's context.
+pub fn build_all(experiment: &Experiment, target: &CausalLm) -> Result<GridRequests> {
+    let mut fillers = BTreeMap::new();
+    let mut requests = BTreeMap::new();
+    for workload in &experiment.workloads {
+        requests.insert(
+            workload.name.clone(),
+            build_requests(workload, target, &mut fillers)?,
+        );
+    }
+    Ok(requests)
+}
+
+/// Builds every request of `workload` and checks it against the target's context.
+fn build_requests(
+    workload: &Workload,
+    target: &CausalLm,
+    filler_cache: &mut BTreeMap<String, Vec<i64>>,
+) -> Result<BTreeMap<usize, Requests>> {
+    let at = || format!("workload {:?}", workload.name);
+    let tokenizer = target.tokenizer()?;
+    let texts = workload
+        .prompts
+        .load(workload.skip, workload.count)
+        .with_context(at)?;
+    let mut out = BTreeMap::new();
+    match workload.setting {
+        Setting::LongGeneration => {
+            let requests = texts
+                .iter()
+                .enumerate()
+                .map(|(i, text)| Ok((workload.skip + i, chat_ids(tokenizer, text)?)))
+                .collect::<Result<Requests>>()
+                .with_context(at)?;
+            out.insert(0, requests);
+        }
+        Setting::LongPrompt => {
+            let filler = match &workload.filler {
+                Some(source) => {
+                    let key = serde_json::to_string(source)?;
+                    if !filler_cache.contains_key(&key) {
+                        let tokens = source.tokens(target).with_context(at)?;
+                        filler_cache.insert(key.clone(), tokens);
+                    }
+                    filler_cache[&key].clone()
+                }
+                None => Vec::new(),
+            };
+            for &context in &workload.contexts {
+                let requests = texts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, text)| {
+                        let offset =
+                            excerpt_offset(i, workload.filler_offset, filler.len(), context);
+                        Ok((
+                            workload.skip + i,
+                            long_prompt_ids(tokenizer, text, &filler, offset, context)?,
+                        ))
+                    })
+                    .collect::<Result<Requests>>()
+                    .with_context(|| format!("{}: context {context}", at()))?;
+                out.insert(context, requests);
+            }
+        }
+    }
+    for (context, requests) in &out {
+        for (prompt, ids) in requests {
+            target
+                .net
+                .config
+                .ensure_positions(ids.len(), workload.max_new_tokens)
+                .with_context(|| {
+                    format!(
+                        "{}: prompt {prompt} at context {context} ({} tokens) with max_new_tokens {}",
+                        at(),
+                        ids.len(),
+                        workload.max_new_tokens
+                    )
+                })?;
+        }
+    }
+    Ok(out)
+}
+
+/// Every schedule file some arm of `experiment` reads.
+pub fn schedule_files(experiment: &Experiment) -> Result<BTreeSet<PathBuf>> {
+    let mut out = BTreeSet::new();
+    for drafter in &experiment.drafters {
+        for method in experiment.methods.iter().filter(|m| !m.target_only) {
+            let spec = experiment.spec(drafter, method)?;
+            if let Some(schedule) = &spec.scaling.schedule {
+                out.insert(resolve_schedule(schedule));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The digest of every input the grid's units read besides the YAML: the requests' token ids, the
+/// target's folder, every drafter's checkpoint (when some method drafts) and every schedule.
+pub fn inputs_digest(
+    experiment: &Experiment,
+    target_dir: &Path,
+    requests: &GridRequests,
+) -> Result<String> {
+    let mut hasher = Sha256::new();
+    let mut field = |name: &str, value: &[u8]| {
+        hasher.update(name.as_bytes());
+        hasher.update((value.len() as u64).to_le_bytes());
+        hasher.update(value);
+    };
+    let folder = |dir: &Path| {
+        content_digest(dir).with_context(|| format!("reading {} for the run's inputs", dir.display()))
+    };
+    field("target", folder(target_dir)?.as_bytes());
+    for (workload, contexts) in requests {
+        for (context, list) in contexts {
+            for (prompt, ids) in list {
+                let head = format!("request {workload} {context} {prompt}");
+                let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+                field(&head, &bytes);
+            }
+        }
+    }
+    if experiment.methods.iter().any(|m| !m.target_only) {
+        for drafter in &experiment.drafters {
+            let dir = registry::resolve(&drafter.spec.checkpoint)?;
+            field(&format!("drafter {}", drafter.name), folder(&dir)?.as_bytes());
+        }
+    }
+    // By content alone: the same schedules under another $SHARPDRAFT_HOME give the same digest.
+    let mut schedules = BTreeSet::new();
+    for schedule in schedule_files(experiment)? {
+        schedules.insert(
+            sha256_of(&schedule)
+                .with_context(|| format!("reading schedule {}", schedule.display()))?,
+        );
+    }
+    for sha in schedules {
+        field("schedule", sha.as_bytes());
+    }
+    Ok(format!("{:x}", hasher.finalize()))
+}
