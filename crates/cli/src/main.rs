@@ -58,6 +58,12 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // A file-size limit (`ulimit -f`) kills a process that writes past it with SIGXFSZ, silently and
+    // mid-write. Ignored, the write fails with EFBIG instead, and the error names the file.
+    // SAFETY: setting a signal's disposition to SIG_IGN before any thread starts has no other effect.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let cli = Cli::parse();
     sharpdraft_model::output_folder::set_allow_unfinished(cli.allow_unfinished);
     match cli.command {

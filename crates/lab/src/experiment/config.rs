@@ -224,6 +224,38 @@ fn default_bins_n0() -> Vec<f64> {
     vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
 }
 
+/// How a unit keeps other processes' load out of its timings: an arm whose decode of a request ran while
+/// other processes took more than a tenth of the cores is decoded again once the machine is quiet, up
+/// to `retries` times, keeping the least loaded attempt. Waiting for quiet lasts at most
+/// `max_wait_seconds` each time; an attempt that still ran under load is kept and flagged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timing {
+    #[serde(default = "default_retries")]
+    pub retries: usize,
+    #[serde(default = "default_max_wait_seconds")]
+    pub max_wait_seconds: f64,
+}
+
+fn default_retries() -> usize {
+    3
+}
+fn default_max_wait_seconds() -> f64 {
+    120.0
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            retries: default_retries(),
+            max_wait_seconds: default_max_wait_seconds(),
+        }
+    }
+}
+
+/// The most prompts one workload may run (prompts are built in memory before the grid starts).
+pub const MAX_PROMPTS: usize = 100_000;
+
 /// An experiment as written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -250,6 +282,9 @@ pub struct ExperimentFile {
     /// (default 0.5, 1, 2, 4, 8, 16, 32, 64).
     #[serde(default)]
     pub bins_n0: Option<Vec<f64>>,
+    /// Decoding again what ran under other processes' load (default: 3 retries, 120 s of waiting).
+    #[serde(default)]
+    pub timing: Timing,
 }
 
 /// An experiment with every block read and every path made absolute: what a run records and hashes.
@@ -267,6 +302,8 @@ pub struct Experiment {
     pub methods: Vec<MethodEntry>,
     pub workloads: Vec<Workload>,
     pub bins_n0: Vec<f64>,
+    #[serde(default)]
+    pub timing: Timing,
     /// sha256 over the text of the experiment file and of every block file it reads, in order: the
     /// same experiment has the same hash wherever its checkout lies (shards on other machines merge).
     #[serde(skip)]
@@ -391,6 +428,7 @@ impl Experiment {
             methods,
             workloads,
             bins_n0: raw.bins_n0.unwrap_or_else(default_bins_n0),
+            timing: raw.timing,
             yaml_hash: format!("{:x}", hasher.finalize()),
             config_hash: String::new(),
         };
@@ -427,6 +465,17 @@ impl Experiment {
         ensure!(
             !self.workloads.is_empty(),
             "{f}: workloads: give at least one"
+        );
+        ensure!(
+            self.timing.retries <= 100,
+            "{f}: timing.retries {} must be at most 100",
+            self.timing.retries
+        );
+        ensure!(
+            self.timing.max_wait_seconds.is_finite()
+                && (0.0..=86_400.0).contains(&self.timing.max_wait_seconds),
+            "{f}: timing.max_wait_seconds {} must lie in 0..=86400",
+            self.timing.max_wait_seconds
         );
         ensure!(
             self.bins_n0.windows(2).all(|w| w[0] < w[1])
@@ -475,7 +524,12 @@ impl Experiment {
         }
         for w in &self.workloads {
             let at = |key: &str| format!("{f}: workload {:?}: {key}", w.name);
-            ensure!(w.count >= 1, "{} {} must be >= 1", at("count"), w.count);
+            ensure!(
+                (1..=MAX_PROMPTS).contains(&w.count),
+                "{} {} must lie in 1..={MAX_PROMPTS}",
+                at("count"),
+                w.count
+            );
             ensure!(
                 w.skip.checked_add(w.count).is_some_and(|end| end <= i64::MAX as usize),
                 "{} {} with count {}: prompt indices must stay below {}",

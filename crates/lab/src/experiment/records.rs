@@ -31,6 +31,13 @@ pub struct Provenance {
     pub started_unix: u64,
 }
 
+fn unknown() -> f64 {
+    f64::NAN
+}
+fn one() -> usize {
+    1
+}
+
 /// One request (prompt) of a unit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestRow {
@@ -45,6 +52,12 @@ pub struct RequestRow {
     /// Where this arm ran among the request's arms (0: first).
     #[serde(default)]
     pub slot: usize,
+    /// Other processes' share of the cores while this decode ran (the kept attempt's; NaN unknown).
+    #[serde(default = "unknown")]
+    pub other_cpu_share: f64,
+    /// Decodes of this request by this arm: 1, or more where earlier ones ran under load.
+    #[serde(default = "one")]
+    pub attempts: usize,
     /// Seconds of this request spent in online updates (inside `total_seconds`).
     pub update_seconds: f64,
     pub updates: usize,

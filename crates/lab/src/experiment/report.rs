@@ -36,9 +36,10 @@ pub struct SummaryRow {
     /// The same for the decode alone (prefill left out).
     pub decode_speedup: Interval,
     pub tokens_per_s: Interval,
-    /// Units the row pools, and how many of them ran under load.
-    pub units: i64,
-    pub loaded_units: i64,
+    /// Requests decoded again because they first ran under other processes' load, and those whose
+    /// kept attempt still did.
+    pub retried_requests: i64,
+    pub loaded_requests: i64,
     pub update_seconds: f64,
     pub updates: i64,
     pub adaptation_bytes: i64,
@@ -81,13 +82,13 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
         i("cycles")?,
         i("updates")?,
     );
-    let (adaptation, weights, peak, matches, units, loaded) = (
+    let (adaptation, weights, peak, matches, retried, loaded) = (
         i("adaptation_bytes")?,
         i("drafter_weight_bytes")?,
         i("peak_rss_bytes")?,
         i("matches_target")?,
-        i("units")?,
-        i("loaded_units")?,
+        i("retried_requests")?,
+        i("loaded_requests")?,
     );
     let (tau, speedup, decode_speedup, tps) = (
         interval("tau")?,
@@ -121,8 +122,8 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
             speedup: speedup[r],
             decode_speedup: decode_speedup[r],
             tokens_per_s: tps[r],
-            units: units[r],
-            loaded_units: loaded[r],
+            retried_requests: retried[r],
+            loaded_requests: loaded[r],
             update_seconds: update_s[r],
             updates: updates[r],
             adaptation_bytes: adaptation[r],
@@ -242,7 +243,7 @@ fn against_reference(row: &SummaryRow, rows: &[SummaryRow], reference: Option<&s
 pub fn headline(rows: &[SummaryRow], experiment: &Experiment) -> String {
     let reference = reference_method(experiment);
     let mut out = format!(
-        "| workload | context | drafter | method | requests | tau | speedup vs target alone | decode speedup | vs {} | tokens/s | = target's output | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB | units under load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| workload | context | drafter | method | requests | tau | speedup vs target alone | decode speedup | vs {} | tokens/s | = target's output | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB | decoded again / still under load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         reference.unwrap_or("-")
     );
     for r in rows.iter().filter(|r| r.bin == "all") {
@@ -282,10 +283,10 @@ pub fn headline(rows: &[SummaryRow], experiment: &Experiment) -> String {
             number(mib(r.adaptation_bytes), 1),
             number(mib(r.drafter_weight_bytes), 1),
             number(mib(r.peak_rss_bytes), 0),
-            if r.loaded_units > 0 {
-                format!("**{} of {}**", r.loaded_units, r.units)
+            if r.loaded_requests > 0 {
+                format!("{} / **{}**", r.retried_requests, r.loaded_requests)
             } else {
-                format!("0 of {}", r.units)
+                format!("{} / 0", r.retried_requests)
             },
         );
     }
@@ -365,8 +366,10 @@ pub fn write(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result
          none with one request). tau: tokens per target pass (bonus included), pooled over requests, with \
          its interval. The `vs` column compares each method's speed-up with the first drafting method's \
          on the same drafter and context: `~` when the intervals overlap, so the difference is not \
-         resolved. Units under load: units during which other processes took more than 10% of the cores \
-         or more than 5% of the time was stolen or throttled (`results.parquet` has the figures). \
+         resolved. Load: an arm whose decode of a request ran while other processes took more than 10% \
+         of the cores is decoded again once the machine is quiet (the experiment's `timing:`); the last \
+         column counts the requests decoded again, and those whose kept decode still ran under load \
+         (`results.parquet` has each decode's share, and each unit's load average, steal and throttling). \
          `= target's output`: under greedy decoding, whether every request reproduced the target's own \
          output token for token (lossless verification says it must). \
          Memory: adaptation bytes exactly (adapters, optimizer state, gradients, buffer), the drafter's \

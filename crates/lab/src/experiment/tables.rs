@@ -13,6 +13,7 @@
 use super::config::{Experiment, Setting};
 use super::grid::TARGET_ONLY;
 use super::intervals::{median_interval, ratio_interval, Interval};
+use super::machine_state::LOADED_OTHER_SHARE;
 use super::records::{ArmRecord, RequestRow, UnitRecord};
 use crate::error::Result;
 use crate::table::{Column, Table};
@@ -180,6 +181,8 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
                 results.s("target", record.target.as_str());
                 results.request_key(record, arm, r.prompt);
                 results.u("slot", r.slot as u64);
+                results.u("attempts", r.attempts as u64);
+                results.f("other_cpu_share", r.other_cpu_share);
                 results.u("prompt_tokens", r.prompt_tokens as u64);
                 results.u("generated", r.generated as u64);
                 results.u("cycles", r.cycles.len() as u64);
@@ -380,6 +383,19 @@ fn summary_row(
     summary.u("drafter_weight_bytes", max(|r| r.drafter_weight_bytes as u64));
     summary.u("drafter_cache_bytes", max(|r| r.drafter_cache_bytes as u64));
     summary.u("peak_rss_bytes", max(|r| r.peak_rss_bytes));
+    // Requests whose kept attempt still ran while other processes took more than a tenth of the
+    // cores (waiting for quiet timed out, or the arm could not be decoded again).
+    summary.u(
+        "loaded_requests",
+        samples
+            .iter()
+            .filter(|s| s.row.other_cpu_share > LOADED_OTHER_SHARE)
+            .count() as u64,
+    );
+    summary.u(
+        "retried_requests",
+        samples.iter().filter(|s| s.row.attempts > 1).count() as u64,
+    );
     // Units, not requests: each unit's machine state covers all of its requests.
     let mut units: Vec<&UnitRecord> = samples.iter().map(|s| s.record).collect();
     units.sort_by_key(|u| &u.unit);
