@@ -49,32 +49,17 @@ pub struct ScalingSpec {
 }
 
 impl ScalingSpec {
-    /// Checks what needs no model: beta a finite slope >= 0, n0 a finite length >= 1, and each value
-    /// given only to a mode that reads it.
+    /// Checks what needs no model: beta a finite slope >= 0 and n0 a finite length >= 1. (A value the
+    /// mode does not read is allowed: the command line gives one beta to every mode it compares.)
     pub fn validate(&self) -> Result<()> {
-        let mode = self.mode.name();
         if let Some(beta) = self.beta {
             if !(beta.is_finite() && beta >= 0.0) {
                 bail!("scaling.beta = {beta}: a slope must be finite and >= 0 (0 leaves the drafter unmodified)");
-            }
-            if self.mode != ScalingKind::Fixed {
-                bail!("scaling.beta = {beta}: only mode fixed takes a beta, not {mode}");
             }
         }
         if let Some(n0) = self.n0 {
             if !(n0.is_finite() && n0 >= 1.0) {
                 bail!("scaling.n0 = {n0}: must be a finite length of at least 1 token");
-            }
-            if !matches!(self.mode, ScalingKind::Fixed | ScalingKind::Logn) {
-                bail!("scaling.n0 = {n0}: mode {mode} takes no n0");
-            }
-        }
-        if let Some(schedule) = &self.schedule {
-            if !matches!(self.mode, ScalingKind::Fixed | ScalingKind::Exact) {
-                bail!(
-                    "scaling.schedule {}: mode {mode} reads no schedule (fixed and exact do)",
-                    schedule.display()
-                );
             }
         }
         Ok(())

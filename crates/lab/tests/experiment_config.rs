@@ -182,10 +182,6 @@ fn grid_errors_name_the_workload_method_or_drafter() {
             ("{name: unmodified}", "{name: unmodified, scaling: {mode: logn, n0: 0}}"),
             "scaling.n0 = 0",
         ),
-        (
-            ("{name: unmodified}", "{name: unmodified, scaling: {mode: exact, beta: 0.2}}"),
-            "only mode fixed takes a beta",
-        ),
         (("count: 2", "count: 2\n    skip: 18446744073709551615"), "prompt indices must stay below"),
     ] {
         let err = error(&VALID.replace(edit.0, edit.1));

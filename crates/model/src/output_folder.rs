@@ -408,21 +408,53 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
             ),
         )),
         None => {
-            entries.sort();
-            let shown = entries.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
-            let more = if entries.len() > 5 {
-                format!(" and {} more", entries.len() - 5)
-            } else {
-                String::new()
-            };
+            let shown = first_few(&mut entries);
             Err(ModelError::io(
                 out,
                 format!(
-                    "exists and was not written by sharpdraft (no {MARKER}; it holds {shown}{more}): refusing to change it; name a new folder or move this one away yourself"
+                    "exists and was not written by sharpdraft (no {MARKER}; it holds {shown}): refusing to change it; name a new folder or move this one away yourself"
                 ),
             ))
         }
     }
+}
+
+/// The first five of `names` in order, and how many more: `a, b, c, d, e and 3 more`.
+fn first_few(names: &mut [String]) -> String {
+    names.sort();
+    let shown = names.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > 5 {
+        format!("{shown} and {} more", names.len() - 5)
+    } else {
+        shown
+    }
+}
+
+/// The entries of `dir` named `<prefix><rest>` whose `rest` names, through `pid_of`, a process that no
+/// longer runs: what a killed command left behind under a name only this workbench gives. Empty where
+/// `/proc` does not exist (liveness cannot be told there), and never this process's own.
+pub fn left_by_dead_processes(
+    dir: &Path,
+    prefix: &str,
+    pid_of: impl Fn(&str) -> Option<u32>,
+) -> Vec<std::fs::DirEntry> {
+    if !Path::new("/proc/self").exists() {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(prefix)
+                .and_then(&pid_of)
+                .is_some_and(|pid| {
+                    pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists()
+                })
+        })
+        .collect()
 }
 
 /// The device and inode of folder `dir`.
@@ -477,17 +509,11 @@ fn refuse_unrecorded(dir: &Path, marker: &Marker) -> Result<()> {
     if extra.is_empty() {
         return Ok(());
     }
-    extra.sort();
-    let shown = extra.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
-    let more = if extra.len() > 5 {
-        format!(" and {} more", extra.len() - 5)
-    } else {
-        String::new()
-    };
+    let shown = first_few(&mut extra);
     Err(ModelError::io(
         dir,
         format!(
-            "holds files `sharpdraft {}` did not write ({shown}{more}): refusing to replace the folder and lose them; move them out, or name a new folder",
+            "holds files `sharpdraft {}` did not write ({shown}): refusing to replace the folder and lose them; move them out, or name a new folder",
             marker.kind
         ),
     ))
@@ -578,31 +604,16 @@ impl Staging {
 }
 
 /// Removes the staging folders of `name` left in `parent` by processes that no longer run (killed
-/// before they could remove their own): `.<name>.staging-<pid>-<n>` whose pid has no `/proc` entry.
-/// Only where `/proc` exists; a folder set aside during a replacement (`.replaced`) is never touched, as
-/// it may hold the only copy of an output.
+/// before they could remove their own): `.<name>.staging-<pid>-<n>`. A folder set aside during a
+/// replacement (`.replaced`) is never touched, as it may hold the only copy of an output.
 fn remove_dead_stagings(parent: &Path, name: &str) {
-    if !Path::new("/proc/self").exists() {
-        return;
-    }
-    let prefix = format!(".{name}.staging-");
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
+    let staging_pid = |rest: &str| {
+        let (pid, counter) = rest.split_once('-')?;
+        counter.parse::<u64>().ok()?;
+        pid.parse::<u32>().ok()
     };
-    for entry in entries.filter_map(|e| e.ok()) {
-        let file_name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = file_name.strip_prefix(&prefix) else {
-            continue;
-        };
-        let Some((pid, counter)) = rest.split_once('-') else {
-            continue;
-        };
-        let ours = pid.parse::<u32>().is_ok() && counter.parse::<u64>().is_ok();
-        if ours
-            && pid != std::process::id().to_string()
-            && !Path::new("/proc").join(pid).exists()
-            && entry.file_type().is_ok_and(|t| t.is_dir())
-        {
+    for entry in left_by_dead_processes(parent, &format!(".{name}.staging-"), staging_pid) {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }

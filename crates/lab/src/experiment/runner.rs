@@ -228,6 +228,15 @@ enum Previous {
 /// Looks at `dir` without changing it: a folder this run may not write is refused here, before any
 /// compute; a run of another YAML is refused by its recorded YAML hash.
 fn look_at_folder(dir: &Path, experiment: &Experiment, resume: bool) -> Result<Previous> {
+    if let Some(marker) = Marker::read(dir)? {
+        ensure!(
+            marker.kind != RUN_KIND || marker.proven(dir),
+            "{} holds a run this sharpdraft cannot prove it wrote here (an earlier version's run, or a copy): it is left as it is; move it away (mv {} {}.old) or give --out a new folder",
+            dir.display(),
+            dir.display(),
+            dir.display()
+        );
+    }
     match output_folder::claim(dir, RUN_KIND, &[&experiment.file])? {
         Claim::Fresh => Ok(Previous::Nothing),
         Claim::Own(_) => {
