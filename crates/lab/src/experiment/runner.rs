@@ -181,6 +181,13 @@ fn check_arms(experiment: &Experiment, target: &CausalLm, requests: &GridRequest
         top_k: 0,
         seed: 0,
     };
+    // The shortest request is enough to build every part of a drafter.
+    let shortest = requests
+        .values()
+        .flat_map(|c| c.values())
+        .flat_map(|list| list.iter().map(|(_, ids)| ids.len()))
+        .min()
+        .unwrap_or(1);
     for drafter in &experiment.drafters {
         for method in experiment.methods.iter().filter(|m| !m.target_only) {
             let at = || format!("{f}: drafter {:?} with method {:?}", drafter.name, method.name);
@@ -204,13 +211,6 @@ fn check_arms(experiment: &Experiment, target: &CausalLm, requests: &GridRequest
                     r.recent
                 );
             }
-            // The shortest request is enough to build every part of the drafter.
-            let shortest = requests
-                .values()
-                .flat_map(|c| c.values())
-                .flat_map(|list| list.iter().map(|(_, ids)| ids.len()))
-                .min()
-                .unwrap_or(1);
             drafter_spec::prepare(&spec, target, sampling, shortest, 1).with_context(at)?;
         }
     }
