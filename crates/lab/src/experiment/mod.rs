@@ -2,7 +2,7 @@
 //! units run with their arms interleaved and written one by one into a locked run folder that resumes
 //! and shards (`grid`, `runner`, `records`, `folder_lock`, `machine_state`), parquet tables with
 //! intervals and a report out (`tables`, `intervals`, `report`), shards joined (`merge`).
-//! README "Experiments" is the user's guide.
+//! docs/experiments.md is the user's guide.
 
 pub mod config;
 pub mod folder_lock;
