@@ -392,7 +392,9 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
         Some(marker) if marker.kind == kind && !marker.proven(&target) => Err(ModelError::io(
             out,
             format!(
-                "holds a marker of `sharpdraft {kind}` that does not prove sharpdraft wrote this folder (copied from another folder, written by hand, or by an older version): refusing to change it; name a new folder, or move this one away yourself"
+                "holds a marker of `sharpdraft {kind}` that does not prove sharpdraft wrote this folder (copied from another folder, written by hand, or by an older version): refusing to change it; name a new folder, or move this one away yourself (mv {} {}.old)",
+                out.display(),
+                out.display()
             ),
         )),
         Some(marker) if marker.kind == kind => {

@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct FolderLock {
     file: File,
-    folder: PathBuf,
 }
 
 /// The lock file of `folder` (absolute, links resolved as far as the path exists).
@@ -70,14 +69,7 @@ impl FolderLock {
             .and_then(|()| file.rewind())
             .and_then(|()| file.write_all(about.as_bytes()))
             .with_context(|| format!("writing lock {}", path.display()))?;
-        Ok(Self {
-            file,
-            folder: folder.to_path_buf(),
-        })
-    }
-
-    pub fn folder(&self) -> &Path {
-        &self.folder
+        Ok(Self { file })
     }
 }
 

@@ -37,10 +37,6 @@ impl Interval {
     pub fn known(&self) -> bool {
         self.lo.is_finite() && self.hi.is_finite()
     }
-
-    pub fn contains(&self, value: f64) -> bool {
-        self.known() && self.lo <= value && value <= self.hi
-    }
 }
 
 /// The median of `values` (NaN when empty).

@@ -115,6 +115,62 @@ pub fn observe(window: Duration) -> MachineState {
     start.until(&Sample::now())
 }
 
+/// What [`measure_quietly`] kept: the value of the least loaded attempt, other processes' share of the
+/// cores while it ran, and how many attempts were made.
+#[derive(Debug)]
+pub struct Quiet<T> {
+    pub value: T,
+    pub other_share: f64,
+    pub attempts: usize,
+}
+
+/// Runs `attempt` and watches the machine meanwhile: when other processes took more than
+/// [`LOADED_OTHER_SHARE`] of the cores, waits for the machine to be quiet (at most `max_wait`) and runs
+/// it again, up to `retries` times, keeping the least loaded attempt. For timing work that gives the
+/// same result every time (greedy or seeded decoding): only the time differs between attempts.
+pub fn measure_quietly<T, E>(
+    retries: usize,
+    max_wait: Duration,
+    mut attempt: impl FnMut() -> Result<T, E>,
+) -> Result<Quiet<T>, E> {
+    let mut best: Option<Quiet<T>> = None;
+    for made in 1..=retries + 1 {
+        let before = Sample::now();
+        let value = attempt()?;
+        let other_share = before.until(&Sample::now()).other_share();
+        let loaded = other_share > LOADED_OTHER_SHARE;
+        match &mut best {
+            Some(b) if !(other_share < b.other_share) => b.attempts = made,
+            _ => {
+                best = Some(Quiet {
+                    value,
+                    other_share,
+                    attempts: made,
+                })
+            }
+        }
+        if !loaded || made > retries || !wait_for_quiet(max_wait) {
+            break;
+        }
+    }
+    Ok(best.expect("at least one attempt"))
+}
+
+/// Watches the machine in half-second windows until other processes take at most
+/// [`LOADED_OTHER_SHARE`] of the cores over one of them, or `max_wait` has passed; true when it went
+/// quiet.
+fn wait_for_quiet(max_wait: Duration) -> bool {
+    let started = Instant::now();
+    loop {
+        if !(observe(Duration::from_millis(500)).other_share() > LOADED_OTHER_SHARE) {
+            return true;
+        }
+        if started.elapsed() >= max_wait {
+            return false;
+        }
+    }
+}
+
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
@@ -217,8 +273,12 @@ mod tests {
         assert!(state(0.0, 2.0).loaded());
     }
 
+    /// The tests that load the machine or measure this process's share of it run one at a time.
+    static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn this_process_spinning_counts_as_its_own_time_not_others() {
+        let _alone = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
         let start = Sample::now();
         let begun = Instant::now();
         let mut x = 0u64;
@@ -235,5 +295,64 @@ mod tests {
             state.own_cpu_seconds > 0.15,
             "300 ms of spinning: {state:?}"
         );
+    }
+
+    /// Busy processes on every core until dropped.
+    struct Neighbours(Vec<std::process::Child>);
+    impl Drop for Neighbours {
+        fn drop(&mut self) {
+            for child in &mut self.0 {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+    fn busy_neighbours() -> Neighbours {
+        Neighbours(
+            (0..cores())
+                .map(|_| {
+                    std::process::Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn work_done_beside_busy_processes_is_done_again_once_they_stop() {
+        let _alone = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+        if Sample::now().own_cpu_seconds.is_nan() {
+            eprintln!("skipped: no /proc on this system");
+            return;
+        }
+        if observe(Duration::from_millis(500)).other_share() > LOADED_OTHER_SHARE {
+            eprintln!("skipped: other processes keep this machine busy, so it never goes quiet");
+            return;
+        }
+        let neighbours = std::sync::Mutex::new(Some(busy_neighbours()));
+        std::thread::sleep(Duration::from_millis(200));
+        let mut runs = 0;
+        let kept = measure_quietly(3, Duration::from_secs(30), || {
+            runs += 1;
+            std::thread::sleep(Duration::from_millis(400));
+            // The neighbours leave after the first attempt; the wait for quiet then ends.
+            neighbours.lock().unwrap().take();
+            Ok::<usize, ()>(runs)
+        })
+        .unwrap();
+        assert_eq!((kept.value, kept.attempts), (2, 2), "{kept:?}");
+        assert!(kept.other_share <= LOADED_OTHER_SHARE, "{kept:?}");
+
+        let _neighbours = busy_neighbours();
+        std::thread::sleep(Duration::from_millis(200));
+        let kept = measure_quietly(0, Duration::from_secs(30), || {
+            std::thread::sleep(Duration::from_millis(400));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(kept.attempts, 1, "no retries: the loaded attempt is kept");
+        assert!(kept.other_share > LOADED_OTHER_SHARE, "{kept:?}");
     }
 }

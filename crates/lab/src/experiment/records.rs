@@ -140,22 +140,7 @@ pub struct UnitRecord {
     pub seconds: f64,
 }
 
-/// One request of a unit: (workload, context, seed, repeat, prompt). Every arm of the unit decoded it
-/// back to back, so the arms' times for one key are paired.
-pub type RequestKey = (String, usize, u64, usize, usize);
-
 impl UnitRecord {
-    /// The key of this unit's request for `prompt`.
-    pub fn request_key(&self, prompt: usize) -> RequestKey {
-        (
-            self.unit.workload.clone(),
-            self.unit.context,
-            self.unit.seed,
-            self.unit.repeat,
-            prompt,
-        )
-    }
-
     pub fn path(units_dir: &Path, unit: &Unit) -> PathBuf {
         units_dir.join(format!("{}.json", unit.id()))
     }

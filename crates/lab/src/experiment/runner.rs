@@ -12,7 +12,7 @@
 use super::config::{Experiment, MethodEntry};
 use super::folder_lock::FolderLock;
 use super::grid::{arms, rotation, unit_count, units, Arm, Shard, Unit};
-use super::machine_state::{self, MachineState, Sample, LOADED_OTHER_SHARE};
+use super::machine_state::{self, MachineState, Sample};
 use super::records::{provenance, ArmRecord, Provenance, RequestRow, UnitRecord};
 use super::report::SummaryRow;
 use super::requests::{build_all, inputs_digest, GridRequests};
@@ -228,15 +228,6 @@ enum Previous {
 /// Looks at `dir` without changing it: a folder this run may not write is refused here, before any
 /// compute; a run of another YAML is refused by its recorded YAML hash.
 fn look_at_folder(dir: &Path, experiment: &Experiment, resume: bool) -> Result<Previous> {
-    if let Some(marker) = Marker::read(dir)? {
-        ensure!(
-            marker.kind != RUN_KIND || marker.proven(dir),
-            "{} holds a run this sharpdraft cannot prove it wrote here (an earlier version's run, or a copy): it is left as it is; move it away (mv {} {}.old) or give --out a new folder",
-            dir.display(),
-            dir.display(),
-            dir.display()
-        );
-    }
     match output_folder::claim(dir, RUN_KIND, &[&experiment.file])? {
         Claim::Fresh => Ok(Previous::Nothing),
         Claim::Own(_) => {
@@ -380,20 +371,6 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         finished,
         summary,
     })
-}
-
-/// Watches the machine in half-second windows until other processes take at most a tenth of the cores
-/// over one of them, or `max_wait` has passed; true when it went quiet.
-fn wait_for_quiet(max_wait: Duration) -> bool {
-    let started = Instant::now();
-    loop {
-        if !(machine_state::observe(Duration::from_millis(500)).other_share() > LOADED_OTHER_SHARE) {
-            return true;
-        }
-        if started.elapsed() >= max_wait {
-            return false;
-        }
-    }
 }
 
 fn warn_if_busy(state: MachineState) {
@@ -569,37 +546,19 @@ impl UnitRunner<'_> {
         })
     }
 
-    /// Runs `decode` and times it against the machine: when other processes took more than a tenth of
-    /// the cores meanwhile, waits for the machine to be quiet (at most the experiment's
-    /// `timing.max_wait_seconds`) and decodes again, up to `retries` times, keeping the least loaded
-    /// attempt. Greedy and seeded decodes give the same tokens every attempt; only the time differs.
+    /// `decode`, decoded again while it ran under other processes' load
+    /// ([`machine_state::measure_quietly`]), with the kept attempt's load and the attempts made.
     fn measured(
         &self,
         retries: usize,
-        mut decode: impl FnMut() -> Result<RequestRow>,
+        decode: impl FnMut() -> Result<RequestRow>,
     ) -> Result<RequestRow> {
         let max_wait = Duration::from_secs_f64(self.experiment.timing.max_wait_seconds);
-        let mut best: Option<RequestRow> = None;
-        let mut made = 0;
-        for attempt in 1..=retries + 1 {
-            made = attempt;
-            let before = Sample::now();
-            let mut row = decode()?;
-            row.other_cpu_share = before.until(&Sample::now()).other_share();
-            let quiet = !(row.other_cpu_share > LOADED_OTHER_SHARE);
-            if best
-                .as_ref()
-                .is_none_or(|b| row.other_cpu_share < b.other_cpu_share)
-            {
-                best = Some(row);
-            }
-            if quiet || attempt > retries || !wait_for_quiet(max_wait) {
-                break;
-            }
-        }
-        let mut best = best.expect("at least one attempt");
-        best.attempts = made;
-        Ok(best)
+        let quiet = machine_state::measure_quietly(retries, max_wait, decode)?;
+        let mut row = quiet.value;
+        row.other_cpu_share = quiet.other_share;
+        row.attempts = quiet.attempts;
+        Ok(row)
     }
 
     fn spec(&self, drafter: &str, method: &str) -> Result<DrafterSpec> {

@@ -109,13 +109,13 @@ fn baseline<'a>(experiment: &Experiment, record: &'a UnitRecord) -> Option<&'a A
 /// One request of one arm, with its paired baseline row (the target alone on the same request of the
 /// same unit, decoded seconds apart).
 #[derive(Clone, Copy)]
-struct Sample<'a> {
+struct PairedRow<'a> {
     record: &'a UnitRecord,
     row: &'a RequestRow,
     base: Option<&'a RequestRow>,
 }
 
-impl Sample<'_> {
+impl PairedRow<'_> {
     /// tokens/s against the target alone's on the same request.
     fn speedup(&self) -> f64 {
         self.base
@@ -149,7 +149,7 @@ pub struct RunTables {
 
 /// The summary's cells: (drafter, method, workload, context) -> every sample of that cell, the n0 of
 /// its drafter and the setting.
-type Cells<'a> = BTreeMap<(String, String, String, usize), (Vec<Sample<'a>>, i64, Setting, &'a str)>;
+type Cells<'a> = BTreeMap<(String, String, String, usize), (Vec<PairedRow<'a>>, i64, Setting, &'a str)>;
 
 /// Builds the three tables of `experiment` from its finished `units`.
 pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
@@ -172,7 +172,7 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
                 .or_insert_with(|| (Vec::new(), 0, record.setting, record.target.as_str()));
             cell.1 = cell.1.max(arm.n0.unwrap_or(0));
             for r in &arm.requests {
-                let sample = Sample {
+                let sample = PairedRow {
                     record,
                     row: r,
                     base: base.and_then(|b| b.requests.iter().find(|x| x.prompt == r.prompt)),
@@ -247,7 +247,7 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
             context: *context,
             n0: *n0,
         };
-        let whole = |s: &Sample| {
+        let whole = |s: &PairedRow| {
             let emitted = s.row.cycles.iter().map(|c| c.accepted + c.bonus).sum::<usize>();
             (emitted as f64, s.row.cycles.len() as f64)
         };
@@ -263,7 +263,7 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
             }
             for bin in bins.into_values() {
                 let (lo, hi) = (bin.1, bin.2);
-                let in_bin = move |s: &Sample| {
+                let in_bin = move |s: &PairedRow| {
                     let x = |c: &&sharpdraft_decode::CycleRecord| {
                         let at = c.context as f64 / *n0 as f64;
                         at >= lo && at < hi
@@ -299,9 +299,9 @@ struct CellKey<'a> {
 fn summary_row(
     summary: &mut Rows,
     key: &CellKey,
-    samples: &[Sample],
+    samples: &[PairedRow],
     bin: Bin,
-    emitted_and_cycles: impl Fn(&Sample) -> (f64, f64),
+    emitted_and_cycles: impl Fn(&PairedRow) -> (f64, f64),
     greedy: bool,
 ) {
     let whole = bin.0 == "all";
@@ -342,7 +342,7 @@ fn summary_row(
             distinct.iter().sum::<f64>() / distinct.len() as f64
         },
     );
-    let of = |f: fn(&Sample) -> f64| -> Interval {
+    let of = |f: fn(&PairedRow) -> f64| -> Interval {
         if whole {
             median_interval(&samples.iter().map(f).collect::<Vec<_>>())
         } else {
