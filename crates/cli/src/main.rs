@@ -1,61 +1,6 @@
 //! `sharpdraft`: the SharpDraft workbench command line.
 
-mod commands;
-
-use clap::{Parser, Subcommand};
-
-#[derive(Parser)]
-#[command(
-    name = "sharpdraft",
-    version,
-    about = "Workbench for long-context speculative decoding and cardinality-aware query scaling"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-    /// Load drafters whose training run has not finished (killed, or still running) as they are;
-    /// without it such a folder is refused.
-    #[arg(long, global = true)]
-    allow_unfinished: bool,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Evaluate Model A: dilution, the exact correction s*(n) and the fixed slopes over [n0, range-end].
-    Derive(commands::derive::DeriveArgs),
-    /// Download and import a known model into $SHARPDRAFT_HOME (default ~/.cache/sharpdraft).
-    Fetch(commands::models::FetchArgs),
-    /// Convert a model from another format.
-    #[command(subcommand)]
-    Import(commands::models::ImportCommand),
-    /// Initialise a drafter checkpoint (random weights, published layout).
-    #[command(subcommand)]
-    Init(commands::models::InitCommand),
-    /// Generate text with a target model, autoregressively or with a drafter.
-    Generate(commands::generate::GenerateArgs),
-    /// Acceptance (tau) of a drafter on held-out chat prompts at chosen context lengths.
-    Tau(commands::tau::TauArgs),
-    /// Top logits of a model for the last position of a raw prompt.
-    Logits(commands::generate::LogitsArgs),
-    /// Train a drafter for a target from a YAML config (see configs/train/).
-    Train { config: std::path::PathBuf },
-    /// Attention statistics of a drafter (or the target) over long texts, per layer/head/length bin
-    /// (see configs/probe/); writes parquet.
-    Probe { config: std::path::PathBuf },
-    /// Fit beta from probe statistics with every estimator and write a schedule YAML (see
-    /// configs/calibrate/); runs the probe first when needed.
-    Calibrate { config: std::path::PathBuf },
-    /// Run an experiment YAML (see experiments/) into a run folder: parquet tables and report.md;
-    /// resumable (--resume) and shardable (--shard I/N).
-    Run(commands::experiment::RunArgs),
-    /// Join the shard folders of one experiment into one run folder, with its tables and report.
-    Merge(commands::experiment::MergeArgs),
-    /// Rebuild a run folder's tables and report.md (charts included) from its finished units.
-    Report { run_dir: std::path::PathBuf },
-    /// Throughput benchmarks.
-    #[command(subcommand)]
-    Bench(commands::bench::BenchCommand),
-}
+use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
     // A file-size limit (`ulimit -f`) kills a process that writes past it with SIGXFSZ, silently and
@@ -64,38 +9,5 @@ fn main() -> anyhow::Result<()> {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
-    let cli = Cli::parse();
-    sharpdraft_model::output_folder::set_allow_unfinished(cli.allow_unfinished);
-    match cli.command {
-        Command::Derive(args) => commands::derive::run(&args),
-        Command::Fetch(args) => commands::models::fetch(&args),
-        Command::Import(command) => commands::models::import(&command),
-        Command::Init(command) => commands::models::init(&command),
-        Command::Generate(args) => commands::generate::run_generate(&args),
-        Command::Tau(args) => commands::tau::run(&args),
-        Command::Logits(args) => commands::generate::run_logits(&args),
-        Command::Bench(command) => commands::bench::run(&command),
-        Command::Run(args) => commands::experiment::run(&args),
-        Command::Merge(args) => commands::experiment::merge_shards(&args),
-        Command::Report { run_dir } => commands::experiment::report(&run_dir),
-        Command::Probe { config } => {
-            let out = sharpdraft_lab::probe_run::run(&config)?;
-            sharpdraft_lab::probe_run::print_summary(&out);
-            println!(
-                "probe statistics: {}",
-                out.dir.join("stats.parquet").display()
-            );
-            Ok(())
-        }
-        Command::Calibrate { config } => {
-            let out = sharpdraft_lab::calibrate_run::run(&config)?;
-            println!("calibration: {}", out.dir.display());
-            Ok(())
-        }
-        Command::Train { config } => {
-            let out = sharpdraft_lab::train::run(&config)?;
-            println!("trained drafter: {}", out.display());
-            Ok(())
-        }
-    }
+    sharpdraft::run(sharpdraft::Cli::parse())
 }

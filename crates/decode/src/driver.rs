@@ -140,7 +140,7 @@ impl<'a> Session<'a> {
         proposal
             .validate(target.config.vocab_size)
             .map_err(|reason| DecodeError::Proposal {
-                method: drafter.method(),
+                method: drafter.method().name(),
                 reason,
             })?;
         let draft_seconds = cycle_start.elapsed().as_secs_f64();

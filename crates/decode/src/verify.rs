@@ -42,7 +42,7 @@ pub fn verify_greedy(target_argmax: &[i64], proposal: &Proposal) -> Verdict {
 }
 
 /// Lossless stochastic verification (Leviathan et al. 2023; SpecInfer's multi-candidate rule for
-/// trees, drafters.md §5.3). At each row, children are tried in proposal order: child x is accepted with
+/// trees, docs/drafters.md §5.2-5.3). At each row, children are tried in proposal order: child x is accepted with
 /// probability `min(1, p(x) / q(x))`; after a rejection `p <- norm(max(0, p - q))`. Deterministic drafts
 /// have `q = point mass at x`, which makes this "accept with p(x), else zero p(x) and renormalise". When no
 /// child is accepted, or a leaf is reached, the bonus is drawn from the current `p`.

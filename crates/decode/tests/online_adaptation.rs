@@ -8,16 +8,10 @@ use sharpdraft_draft::adaptation::{
 };
 use sharpdraft_draft::{Drafter, TreeShape};
 use sharpdraft_model::{CausalLm, Sampling};
+use sharpdraft_draft::Method;
 use std::path::Path;
 use tch::Tensor;
 
-#[derive(Debug, Clone, Copy)]
-enum Method {
-    Vanilla,
-    Eagle3,
-    Pard,
-    Dflash,
-}
 
 const METHODS: [Method; 4] = [
     Method::Vanilla,

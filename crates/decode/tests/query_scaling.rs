@@ -17,7 +17,7 @@ struct Recording<'a> {
 }
 
 impl Drafter for Recording<'_> {
-    fn method(&self) -> &'static str {
+    fn method(&self) -> sharpdraft_draft::Method {
         self.inner.method()
     }
     fn target_taps(&self) -> Vec<Tap> {
@@ -382,7 +382,7 @@ fn a_drafter_that_asks_gets_the_targets_root_attention_over_the_committed_keys()
         asks: bool,
     }
     impl Drafter for Asking<'_> {
-        fn method(&self) -> &'static str {
+        fn method(&self) -> sharpdraft_draft::Method {
             self.inner.method()
         }
         fn prefill(

@@ -1,4 +1,4 @@
-//! DFlash (block diffusion drafting, arXiv 2602.06036; drafters.md §4): a Qwen3-style stack of n layers
+//! DFlash (block diffusion drafting, arXiv 2602.06036; docs/drafters.md §4): a Qwen3-style stack of n layers
 //! on fused target features. Context features `c = hidden_norm(fc(cat(h_l1 .. h_ln)))` (outputs of the
 //! target's `target_layer_ids`) are projected by every layer's own k/v into context K/V ("KV
 //! injection"); the block `[root, MASK x (B - 1)]`, embedded with the target's embedding, attends over
@@ -170,7 +170,7 @@ impl CheckedConfig {
     /// vocabulary sizes equal to the target's, block size, capture layers and layer types. Each error
     /// names the key.
     fn read(dir: &Path, target: &Transformer) -> Result<Self> {
-        crate::checkpoint_kind::expect_kind(dir, "dflash")?;
+        crate::checkpoint_kind::expect_kind(dir, crate::Method::Dflash)?;
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path)
             .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
@@ -347,7 +347,7 @@ impl DFlashDrafter {
         let hidden_norm = RmsNorm::new(&root / "hidden_norm", hidden, eps);
         let norm = RmsNorm::new(&root / "norm", hidden, eps);
         vars.set_kind(target.kind());
-        // Other exporters: `midlayer.` is layer 0, `encoder.fc.` is fc (drafters.md §4.2).
+        // Other exporters: `midlayer.` is layer 0, `encoder.fc.` is fc (docs/drafters.md §4.2).
         let route = |name: &str| -> Route {
             let name = if let Some(rest) = name.strip_prefix("midlayer.") {
                 format!("layers.0.{rest}")
@@ -476,7 +476,7 @@ impl DFlashDrafter {
             let mut q = layer.queries(&y, &cos, &sin);
             let (k, v) = layer.keys_values(&y, &cos, &sin);
             let (keys, values) = speculation.write(i, &k, &v)?;
-            // Every row of a non-causal block sees context + B keys: one scalar per pass (derivation.md §7).
+            // Every row of a non-causal block sees context + B keys: one scalar per pass (derivations/top-k-mass-scaling.md §6).
             if !self.query_scaling.is_off() {
                 let counts = visible_counts(mask.as_ref(), b, keys.size()[1])?;
                 self.query_scaling.apply(&mut q, i, &counts)?;
@@ -566,8 +566,8 @@ impl Drafter for DFlashDrafter {
         DFlashDrafter::linears(self)
     }
 
-    fn method(&self) -> &'static str {
-        "dflash"
+    fn method(&self) -> crate::Method {
+        crate::Method::Dflash
     }
 
     fn target_taps(&self) -> Vec<Tap> {

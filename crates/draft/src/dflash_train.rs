@@ -1,4 +1,4 @@
-//! DFlash training objective (drafters.md §4.4): random anchors in each window; the block
+//! DFlash training objective (docs/drafters.md §4.4): random anchors in each window; the block
 //! `[anchor token, MASK x (B - 1)]` at positions `anchor + 0..B` sees the fused target context strictly
 //! before its anchor and its own block (bidirectionally, as at inference), never other blocks. Block row
 //! k >= 1 is scored against the target's distribution for token `anchor + k` (row `anchor + k - 1` of the

@@ -67,8 +67,8 @@ pub struct Feedback<'a> {
 }
 
 pub trait Drafter {
-    /// Short method name (`vanilla`, `eagle3`, ...).
-    fn method(&self) -> &'static str;
+    /// The drafting method (a wrapper reports the drafter it wraps).
+    fn method(&self) -> crate::Method;
 
     /// Target hidden states this drafter needs from every target pass (EAGLE-3, DFlash), in order.
     fn target_taps(&self) -> Vec<Tap> {

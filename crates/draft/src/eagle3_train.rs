@@ -1,4 +1,4 @@
-//! EAGLE-3 (or 3.1) training objective (drafters.md §2.4): the training-time test
+//! EAGLE-3 (or 3.1) training objective (docs/drafters.md §2.4): the training-time test
 //! ([`Eagle3Head::ttt_loss`]) against the target's top-k distribution restricted to a draft vocabulary of
 //! the most frequent training tokens (d2t/t2d).
 
@@ -257,7 +257,7 @@ impl Objective for Eagle3Objective<'_> {
         let features = window.features.as_ref().ok_or_else(|| {
             crate::DraftError::Protocol("EAGLE-3 training needs target features".into())
         })?;
-        // Target ids outside the draft vocabulary contribute nothing (t2d masking of drafters.md §2.4).
+        // Target ids outside the draft vocabulary contribute nothing (t2d masking of docs/drafters.md §2.4).
         let draft_ids = self
             .to_draft
             .index_select(0, &window.top_ids.flatten(0, -1).to_device(device))

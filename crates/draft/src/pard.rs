@@ -1,4 +1,4 @@
-//! PARD (PARallel Draft, arXiv 2504.18583; drafters.md §3): a small causal LM of the target's family,
+//! PARD (PARallel Draft, arXiv 2504.18583; docs/drafters.md §3): a small causal LM of the target's family,
 //! trained to predict several future tokens at once. Each cycle feeds the committed tokens it lacks plus
 //! K - 1 mask (`pard_token`) tokens in ONE forward pass: the last real token predicts d1, mask j predicts
 //! d(j+1). Drafts are argmax, as in the reference implementation (deterministic drafts).
@@ -84,8 +84,8 @@ impl Drafter for PardDrafter {
         self.model.net.linears()
     }
 
-    fn method(&self) -> &'static str {
-        "pard"
+    fn method(&self) -> crate::Method {
+        crate::Method::Pard
     }
 
     fn prefill(&mut self, ctx: &DraftContext<'_>, _target_hidden: Option<&Tensor>) -> Result<()> {

@@ -1,13 +1,13 @@
-//! PARD training objective (drafters.md §3.1): the window of L real tokens plus copies 1..P of mask
+//! PARD training objective (docs/drafters.md §3.1): the window of L real tokens plus copies 1..P of mask
 //! tokens. A mask token of copy i at offset p sees the real tokens `0..=p - i`, the masks of its own
 //! chain (copy j at offset `p - i + j`, j = 1..=i) and itself: exactly what mask i - 1 sees at inference
 //! after the real prefix ending at `p - i`. Every row at offset p predicts token p + 1 (the target's
 //! distribution at row p). Conditional drop (COD) keeps `L max(r^i, r_min)` offsets of copy i, drawn
 //! among the successors of copy i - 1's kept offsets so that every chain stays whole.
 //!
-//! The drafter starts as the target's first `layers` layers (embedding, final norm and LM head shared
-//! with the target and frozen): an ordinary causal LM of the target's family with `pard_token` in its
-//! config.json, the published layout.
+//! The drafter starts as the target's first `layers` layers with its embedding, final norm and LM head
+//! (the embedding and head stay the target's and frozen; the final norm trains with the layers): an
+//! ordinary causal LM of the target's family with `pard_token` in its config.json, the published layout.
 
 use crate::drafter::{DraftError, Result};
 use crate::random_init::{save_trained, write_config, write_f32_safetensors};

@@ -149,7 +149,7 @@ impl Drafter for RetrievingDrafter<'_> {
         self.inner.linears()
     }
 
-    fn method(&self) -> &'static str {
+    fn method(&self) -> crate::Method {
         self.inner.method()
     }
 

@@ -245,7 +245,7 @@ fn dflash_checkpoints_are_checked_by_key_and_tensor() {
 
 #[test]
 fn dflash_capture_layers_default_to_the_published_spacing() {
-    // Qwen3-8B (36 layers) with a 5-layer drafter captures [1, 9, 17, 25, 33] (drafters.md §4.1).
+    // Qwen3-8B (36 layers) with a 5-layer drafter captures [1, 9, 17, 25, 33] (docs/drafters.md §4.1).
     assert_eq!(
         sharpdraft_draft::dflash::default_target_layers(36, 5),
         vec![1, 9, 17, 25, 33]

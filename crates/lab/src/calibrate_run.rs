@@ -1,5 +1,5 @@
-//! `sharpdraft calibrate CONFIG.yaml`: beta from probe statistics with the estimators of derivation.md
-//! §6, pooled and per head, with the guards; writes the schedule YAML that `generate`, `tau` and probes
+//! `sharpdraft calibrate CONFIG.yaml`: beta from probe statistics with the estimators of
+//! derivations/top-k-mass-scaling.md §5, pooled and per head, with the guards; writes the schedule YAML that `generate`, `tau` and probes
 //! consume, a table of beta by estimator, and plots.
 //!
 //! ```yaml

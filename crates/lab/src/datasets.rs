@@ -161,19 +161,6 @@ fn resolve(base: &Path, path: &Path) -> PathBuf {
     }
 }
 
-/// The text of `path`, decompressed when it ends in `.gz`.
-fn read_text(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    if path.extension().is_some_and(|e| e == "gz") {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
-            .with_context(|| format!("{}: not gzip-compressed UTF-8", path.display()))?;
-        Ok(text)
-    } else {
-        String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", path.display()))
-    }
-}
-
 /// The file a source names: a path beside the config, or a member of a pinned PyPI package.
 pub(crate) fn locate(base: &Path, path: &Path, pypi: Option<&PypiPackage>) -> Result<PathBuf> {
     match pypi {
@@ -192,13 +179,43 @@ pub(crate) fn locate(base: &Path, path: &Path, pypi: Option<&PypiPackage>) -> Re
     }
 }
 
+/// The longest line a JSONL record may take, checked as the line is read: far more than any prompt or
+/// answer a record holds (a 32K-token context is under 2 MB of text), so a file that is one giant line
+/// is refused after 16 MiB of it rather than read, parsed and tokenized whole.
+pub const MAX_JSONL_LINE_BYTES: usize = 16 << 20;
+
+/// `path` opened for reading, decompressed as it is read when it ends in `.gz`.
+fn open_text(path: &Path) -> Result<std::io::BufReader<Box<dyn std::io::Read>>> {
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let reader: Box<dyn std::io::Read> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::GzDecoder::new(file))
+    } else {
+        Box::new(file)
+    };
+    Ok(std::io::BufReader::new(reader))
+}
+
 /// The string `field` of every record of `path` (JSONL, or a JSON array of objects), in order; a list
-/// of strings (MT-Bench's `turns`) gives its first.
+/// of strings (MT-Bench's `turns`) gives its first. JSONL is read a line at a time, each line bounded
+/// by [`MAX_JSONL_LINE_BYTES`].
 pub fn jsonl_field(path: &Path, field: &str) -> Result<Vec<String>> {
-    let text = read_text(path)?;
+    use std::io::{BufRead, Read};
+    let mut reader = open_text(path)?;
+    let reading = || format!("reading {}", path.display());
+    let starts_with_bracket = loop {
+        let buffer = reader.fill_buf().with_context(reading)?;
+        match buffer.iter().position(|b| !b.is_ascii_whitespace()) {
+            Some(at) => break buffer[at] == b'[',
+            None if buffer.is_empty() => break false,
+            None => {
+                let n = buffer.len();
+                reader.consume(n);
+            }
+        }
+    };
     // A JSON array of objects (MMATH's `en.json`) or one object per line; (line or item number, object).
-    let records: Vec<(usize, serde_json::Value)> = if text.trim_start().starts_with('[') {
-        let items: Vec<serde_json::Value> = serde_json::from_str(&text)
+    let records: Vec<(usize, serde_json::Value)> = if starts_with_bracket {
+        let items: Vec<serde_json::Value> = serde_json::from_reader(reader)
             .with_context(|| format!("{}: not a JSON array", path.display()))?;
         items
             .into_iter()
@@ -206,15 +223,33 @@ pub fn jsonl_field(path: &Path, field: &str) -> Result<Vec<String>> {
             .map(|(i, v)| (i + 1, v))
             .collect()
     } else {
-        text.lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, line)| {
-                serde_json::from_str(line)
-                    .map(|v| (i + 1, v))
-                    .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))
-            })
-            .collect::<Result<_>>()?
+        let mut records = Vec::new();
+        let mut line = Vec::new();
+        for number in 1.. {
+            line.clear();
+            let read = (&mut reader)
+                .take(MAX_JSONL_LINE_BYTES as u64 + 1)
+                .read_until(b'\n', &mut line)
+                .with_context(reading)?;
+            if read == 0 {
+                break;
+            }
+            ensure!(
+                line.len() <= MAX_JSONL_LINE_BYTES || line.ends_with(b"\n"),
+                "{}:{number}: a line longer than {} MiB; a record holds one prompt, so split the file into one record per line",
+                path.display(),
+                MAX_JSONL_LINE_BYTES >> 20
+            );
+            let text = String::from_utf8(std::mem::take(&mut line))
+                .with_context(|| format!("{}:{number}: not UTF-8", path.display()))?;
+            if text.trim().is_empty() {
+                continue;
+            }
+            let value = serde_json::from_str(&text)
+                .with_context(|| format!("{}:{number}: not JSON", path.display()))?;
+            records.push((number, value));
+        }
+        records
     };
     records
         .into_iter()
@@ -283,9 +318,11 @@ pub fn pypi_package(p: &PypiPackage) -> Result<PathBuf> {
     )
 }
 
-/// Unpacks a wheel (zip) or a `.tar.gz` into `dest`, atomically.
+/// Unpacks a wheel (zip) or a `.tar.gz` into `dest`, atomically. Each process unpacks into a staging
+/// folder of its own, so two commands that need the same package at once do not remove each other's
+/// files; the first rename wins and the other's copy is dropped.
 fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf> {
-    let staging = dest.with_extension("partial");
+    let staging = dest.with_extension(format!("partial-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
     if archive
@@ -315,8 +352,13 @@ fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf> {
             });
         }
     }
-    std::fs::rename(&staging, dest)
-        .with_context(|| format!("moving {} to {}", staging.display(), dest.display()))?;
+    if let Err(e) = std::fs::rename(&staging, dest) {
+        let _ = std::fs::remove_dir_all(&staging);
+        if !dest.is_dir() {
+            return Err(e)
+                .with_context(|| format!("moving {} to {}", staging.display(), dest.display()));
+        }
+    }
     Ok(dest.to_path_buf())
 }
 

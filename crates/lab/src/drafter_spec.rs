@@ -25,49 +25,9 @@ use sharpdraft_draft::checkpoint_kind::expect_kind;
 use sharpdraft_draft::eagle3::MAX_TREE_TOKENS;
 use sharpdraft_draft::retrieval::{RetrievalConfig, RetrievingDrafter};
 use sharpdraft_draft::{
-    DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
+    DFlashDrafter, Drafter, Eagle3Drafter, Method, PardDrafter, TreeShape, VanillaDrafter,
 };
 use sharpdraft_model::{parse_kind, registry, CausalLm, KeySelection, Sampling};
-
-/// The drafting methods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DraftMethod {
-    /// A small LM with the target's tokenizer, K forward passes per chain.
-    Vanilla,
-    /// An EAGLE-3 / 3.1 head on target features, chain or dynamic tree.
-    Eagle3,
-    /// A PARD drafter (config carries pard_token): K tokens in one pass.
-    Pard,
-    /// A DFlash block-diffusion drafter: block_size - 1 tokens in one pass.
-    Dflash,
-}
-
-impl DraftMethod {
-    pub const ALL: [DraftMethod; 4] = [Self::Vanilla, Self::Eagle3, Self::Pard, Self::Dflash];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Vanilla => "vanilla",
-            Self::Eagle3 => "eagle3",
-            Self::Pard => "pard",
-            Self::Dflash => "dflash",
-        }
-    }
-}
-
-impl std::str::FromStr for DraftMethod {
-    type Err = String;
-
-    fn from_str(text: &str) -> std::result::Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|m| m.name() == text)
-            .ok_or_else(|| {
-                format!("{text:?} is not a drafting method (vanilla, eagle3, pard, dflash)")
-            })
-    }
-}
 
 fn default_draft_len() -> usize {
     4
@@ -77,7 +37,7 @@ fn default_draft_len() -> usize {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DrafterSpec {
-    pub method: DraftMethod,
+    pub method: Method,
     /// A known model name, a model made here (`$SHARPDRAFT_HOME/models/<name>`), or a folder.
     pub checkpoint: String,
     /// Chain length K: vanilla, PARD, and EAGLE-3 without a tree. DFlash drafts its block size - 1.
@@ -115,7 +75,7 @@ pub struct DrafterSpec {
 
 impl DrafterSpec {
     /// The plain drafter: `method` from `checkpoint`, chains of 4, no tree, no scaling.
-    pub fn new(method: DraftMethod, checkpoint: impl Into<String>) -> Self {
+    pub fn new(method: Method, checkpoint: impl Into<String>) -> Self {
         Self {
             method,
             checkpoint: checkpoint.into(),
@@ -140,7 +100,7 @@ impl DrafterSpec {
         );
         if let Some(threshold) = self.stop_below {
             ensure!(
-                self.method == DraftMethod::Vanilla,
+                self.method == Method::Vanilla,
                 "stop_below (--draft-stop-below): only vanilla chains end early, not {}",
                 self.method.name()
             );
@@ -151,7 +111,7 @@ impl DrafterSpec {
         }
         if let Some(tree) = &self.tree {
             ensure!(
-                self.method == DraftMethod::Eagle3,
+                self.method == Method::Eagle3,
                 "tree (--tree-depth, --tree-topk, --tree-tokens): only EAGLE-3 drafts trees, not {}",
                 self.method.name()
             );
@@ -178,7 +138,7 @@ impl DrafterSpec {
         }
         if let Some(dtype) = &self.dtype {
             ensure!(
-                matches!(self.method, DraftMethod::Vanilla | DraftMethod::Pard),
+                matches!(self.method, Method::Vanilla | Method::Pard),
                 "dtype (--drafter-dtype) {dtype}: only vanilla and PARD drafters hold all their own weights; {} shares the target's and runs in its dtype",
                 self.method.name()
             );
@@ -258,7 +218,7 @@ pub fn load(
     spec.validate()?;
     let name = &spec.checkpoint;
     let dir = registry::resolve(name)?;
-    expect_kind(&dir, spec.method.name()).with_context(|| format!("drafter {name}"))?;
+    expect_kind(&dir, spec.method).with_context(|| format!("drafter {name}"))?;
     let capacity = positions + spec.draft_len as i64 + 1;
     let kind = match &spec.dtype {
         Some(dtype) => parse_kind(dtype)?,
@@ -269,11 +229,11 @@ pub fn load(
             .with_context(|| format!("loading drafter {name}"))
     };
     let mut loaded = match spec.method {
-        DraftMethod::Vanilla => LoadedDrafter::Vanilla(
+        Method::Vanilla => LoadedDrafter::Vanilla(
             VanillaDrafter::new(small_lm()?, target, spec.draft_len, capacity, sampling)?
                 .with_stop_below(spec.stop_below),
         ),
-        DraftMethod::Eagle3 => {
+        Method::Eagle3 => {
             let shape = spec
                 .tree
                 .unwrap_or_else(|| TreeShape::chain(spec.draft_len));
@@ -285,13 +245,13 @@ pub fn load(
                 capacity,
             )?)
         }
-        DraftMethod::Pard => LoadedDrafter::Pard(PardDrafter::new(
+        Method::Pard => LoadedDrafter::Pard(PardDrafter::new(
             small_lm()?,
             target,
             spec.draft_len,
             capacity,
         )?),
-        DraftMethod::Dflash => {
+        Method::Dflash => {
             LoadedDrafter::Dflash(DFlashDrafter::load(&dir, &target.net, capacity)?)
         }
     };

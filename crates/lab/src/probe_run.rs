@@ -19,7 +19,8 @@
 //! probe with the same config is reused, not rerun.
 
 use crate::datasets::{token_stream, Source};
-use crate::drafter_spec::{self, DraftMethod, DrafterSpec, LoadedDrafter};
+use crate::drafter_spec::{self, DrafterSpec, LoadedDrafter};
+use sharpdraft_draft::Method;
 use crate::error::{bail, ensure, Context, Result};
 use crate::scaling::ScalingSpec;
 use crate::table::{Column, Table};
@@ -34,14 +35,24 @@ use sharpdraft_probe::{
 use std::path::{Path, PathBuf};
 use tch::Kind;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProbeMethod {
-    Target,
-    Vanilla,
-    Pard,
-    Eagle3,
-    Dflash,
+/// `method:` of a probe config: `target` (the target itself, `None`) or a drafting method.
+mod subject {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+    use sharpdraft_draft::Method;
+
+    pub fn serialize<S: Serializer>(method: &Option<Method>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(method.map_or("target", Method::name))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Method>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "target" {
+            return Ok(None);
+        }
+        text.parse()
+            .map(Some)
+            .map_err(|e: String| D::Error::custom(format!("{e}, or target")))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,7 +75,9 @@ pub struct ProbeConfig {
     pub target: String,
     #[serde(default)]
     pub drafter: Option<String>,
-    pub method: ProbeMethod,
+    /// What the probe runs: the target (`target`, `None`) or the drafter of this method.
+    #[serde(with = "subject")]
+    pub method: Option<Method>,
     pub out: String,
     /// Defaults to the drafter's recorded training length (required for `target`).
     #[serde(default)]
@@ -187,11 +200,11 @@ impl ProbeConfig {
         );
         ensure!(self.chunk >= 1, "chunk: {} must be at least 1", self.chunk);
         match (self.method, &self.drafter) {
-            (ProbeMethod::Target, Some(d)) => bail!("drafter: {d} given with method: target"),
-            (ProbeMethod::Target, None) if self.n0.is_none() => {
+            (None, Some(d)) => bail!("drafter: {d} given with method: target"),
+            (None, None) if self.n0.is_none() => {
                 bail!("n0: method target has no training length; give n0")
             }
-            (m, None) if m != ProbeMethod::Target => bail!("drafter: method {m:?} needs a drafter"),
+            (Some(m), None) => bail!("drafter: method {m} needs a drafter"),
             _ => Ok(()),
         }
     }
@@ -281,21 +294,16 @@ impl ProbeModel {
             ..DrafterSpec::new(method, name)
         };
         let loaded = match config.method {
-            ProbeMethod::Target | ProbeMethod::Vanilla | ProbeMethod::Pard => {
+            None | Some(Method::Vanilla) | Some(Method::Pard) => {
                 let dir = registry::resolve(name)?;
-                if config.method != ProbeMethod::Target {
-                    let method = if config.method == ProbeMethod::Pard {
-                        "pard"
-                    } else {
-                        "vanilla"
-                    };
+                if let Some(method) = config.method {
                     sharpdraft_draft::checkpoint_kind::expect_kind(&dir, method)?;
                 }
                 Self::Lm(CausalLm::load(&dir, device, Kind::Float)?)
             }
-            ProbeMethod::Eagle3 => {
+            Some(Method::Eagle3) => {
                 match drafter_spec::load(
-                    &spec(DraftMethod::Eagle3),
+                    &spec(Method::Eagle3),
                     target,
                     Sampling::greedy(),
                     capacity,
@@ -304,9 +312,9 @@ impl ProbeModel {
                     _ => unreachable!("an EAGLE-3 specification loads an EAGLE-3 drafter"),
                 }
             }
-            ProbeMethod::Dflash => {
+            Some(Method::Dflash) => {
                 match drafter_spec::load(
-                    &spec(DraftMethod::Dflash),
+                    &spec(Method::Dflash),
                     target,
                     Sampling::greedy(),
                     capacity,
@@ -620,7 +628,10 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
             None => load()?,
         };
         let (layers, heads) = model.query_layout();
-        let what = format!("the probed {:?} model", config.method).to_lowercase();
+        let what = format!(
+            "the probed {} model",
+            config.method.map_or("target", Method::name)
+        );
         model.set_query_scaling(scaling_spec.build(layers, heads, Some(n0 as i64), &what)?);
         probe_sequence(
             model.subject(),

@@ -7,7 +7,8 @@ use sharpdraft_math::ScaleSchedule;
 use sharpdraft_model::{QueryScaling, ScalingMode};
 use std::path::PathBuf;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// The query-scaling modes, one list for YAML (`mode:`) and the command line (`--scaling`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum ScalingKind {
     /// The unmodified drafter.

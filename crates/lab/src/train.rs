@@ -21,20 +21,13 @@ use serde::{Deserialize, Serialize};
 use sharpdraft_draft::dflash_train::{self, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3_train::{self, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, PardObjective, PardOptions};
+use sharpdraft_draft::Method;
 use sharpdraft_draft::training::{
     extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState,
 };
 use sharpdraft_model::{output_folder, registry, CausalLm, Tap};
 use std::path::{Path, PathBuf};
 use tch::Kind;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Method {
-    Eagle3,
-    Pard,
-    Dflash,
-}
 
 /// A training method with its options.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,22 +39,13 @@ pub enum MethodConfig {
 }
 
 impl MethodConfig {
+    /// The drafting method this trains.
     pub fn kind(&self) -> Method {
         match self {
             Self::Eagle3(_) => Method::Eagle3,
             Self::Pard(_) => Method::Pard,
             Self::Dflash(_) => Method::Dflash,
         }
-    }
-}
-
-impl std::fmt::Display for Method {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Method::Eagle3 => "eagle3",
-            Method::Pard => "pard",
-            Method::Dflash => "dflash",
-        })
     }
 }
 

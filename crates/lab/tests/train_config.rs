@@ -1,6 +1,6 @@
 //! Bad training configs are clear errors before any compute is spent.
 use sharpdraft_draft::eagle3_train::Eagle3Options;
-use sharpdraft_lab::datasets::{jsonl_field, token_stream, Source};
+use sharpdraft_lab::datasets::{jsonl_field, token_stream, Source, MAX_JSONL_LINE_BYTES};
 use sharpdraft_lab::train::{MethodConfig, TrainConfig};
 use sharpdraft_model::CausalLm;
 use std::path::{Path, PathBuf};
@@ -162,6 +162,25 @@ fn a_json_array_of_records_reads_like_jsonl_and_names_the_item_missing_the_field
         err.contains("math.json:1: no string (or list of strings) field \"answer\""),
         "{err}"
     );
+}
+
+#[test]
+fn a_jsonl_line_past_the_limit_is_refused_with_its_line_number_as_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.jsonl");
+    let huge = "x".repeat(MAX_JSONL_LINE_BYTES + 1);
+    std::fs::write(
+        &path,
+        format!("{{\"q\": \"fine\"}}\n{{\"q\": \"{huge}\"}}\n"),
+    )
+    .unwrap();
+    let err = format!("{:#}", jsonl_field(&path, "q").err().unwrap());
+    assert!(err.contains("huge.jsonl:2: a line longer than 16 MiB"), "{err}");
+    // A line of exactly the limit, and a last line with no newline, still read.
+    let at_limit = "y".repeat(MAX_JSONL_LINE_BYTES - "{\"q\": \"\"}\n".len());
+    std::fs::write(&path, format!("{{\"q\": \"{at_limit}\"}}\n{{\"q\": \"end\"}}")).unwrap();
+    let fields = jsonl_field(&path, "q").unwrap();
+    assert_eq!((fields[0].len(), fields[1].as_str()), (at_limit.len(), "end"));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use sharpdraft_draft::training::{
     extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState, TrainWindow,
 };
 use sharpdraft_draft::Drafter;
-use sharpdraft_lab::drafter_spec::{self, DraftMethod, DrafterSpec};
+use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
 use sharpdraft_model::{CausalLm, Sampling, Tap};
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind};
@@ -27,6 +27,7 @@ fn stream() -> Vec<i64> {
         .collect()
 }
 
+/// The methods this file trains (the vanilla drafter has its own recipe test).
 #[derive(Clone, Copy, Debug)]
 enum Method {
     Eagle3,
@@ -662,10 +663,10 @@ fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
     }
 }
 
-fn draft_method(method: Method) -> DraftMethod {
+fn draft_method(method: Method) -> sharpdraft_draft::Method {
     match method {
-        Method::Eagle3 => DraftMethod::Eagle3,
-        Method::Pard => DraftMethod::Pard,
-        Method::Dflash => DraftMethod::Dflash,
+        Method::Eagle3 => sharpdraft_draft::Method::Eagle3,
+        Method::Pard => sharpdraft_draft::Method::Pard,
+        Method::Dflash => sharpdraft_draft::Method::Dflash,
     }
 }

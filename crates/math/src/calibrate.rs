@@ -1,4 +1,4 @@
-//! Estimating beta from measured attention statistics (derivation.md §6).
+//! Estimating beta from measured attention statistics (derivations/top-k-mass-scaling.md §5).
 //!
 //! Input: per head, statistics of an unscaled drafter (s = 1) in bins of visible-key count n.
 //! * (i) Gaussian plug-in at n0: `n0 / ((n0 - k)(<l>_{R,p} - mu_hat - sigma_hat^2))`; variant (i') from the mass.

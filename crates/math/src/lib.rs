@@ -1,13 +1,14 @@
-//! Numerical core of SharpDraft (no libtorch): the top-k attention mass model of derivation.md, its exact
-//! correction, closed-form fixed slopes and calibration from attention statistics.
+//! Numerical core of SharpDraft (no libtorch): the top-k attention mass model of
+//! derivations/top-k-mass-scaling.md, its exact correction, closed-form fixed slopes and calibration from
+//! attention statistics.
 //!
-//! Map from derivation.md to modules:
+//! Map from derivations/top-k-mass-scaling.md to modules:
 //! * §1 top-k mass, identity (I1), Lemma 1 -> [`mass`]
 //! * §2 Model A, Theorem 1, heterogeneous advantages -> [`model_a`]
 //! * §3 Model B -> [`model_b`]
-//! * §5 fixed slopes, Theorem 2 -> [`slopes`]
-//! * §6 calibration estimators -> [`calibrate`]
-//! * §7 deployable schedule -> [`schedule`]
+//! * §4 fixed slopes, Theorem 2 -> [`slopes`]
+//! * §5 calibration estimators -> [`calibrate`]
+//! * §6 deployable schedule -> [`schedule`]
 
 pub mod calibrate;
 pub mod error;

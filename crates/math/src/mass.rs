@@ -1,4 +1,4 @@
-//! Softmax mass on the value-ranked top-k keys of one attention row (derivation.md §1).
+//! Softmax mass on the value-ranked top-k keys of one attention row (derivations/top-k-mass-scaling.md §1).
 //!
 //! For logits `l_j` (the exact softmax inputs, `q.k_j / sqrt(d_h)`) and a query scale `s`:
 //! `M_k(s) = A / (A + Z_B)` with `A = sum_R exp(s l)`, `Z_B = sum_B exp(s l)`, `R` the k largest logits,

@@ -1,4 +1,4 @@
-//! Model A (derivation.md §2): k relevant keys with logit advantage Delta over a stationary Gaussian
+//! Model A (derivations/top-k-mass-scaling.md §2): k relevant keys with logit advantage Delta over a stationary Gaussian
 //! background N(mu, sigma^2), annealed. Its logit top-k mass is
 //! `G_A(n, s) = ln(k / (n - k)) + s Delta - s^2 sigma^2 / 2`, and the exact correction (Theorem 1) solves
 //! `G_A(n, s*) = G_A(n0, 1)` on the increasing branch.
@@ -142,7 +142,7 @@ impl ModelA {
     }
 }
 
-/// Model A with heterogeneous advantages `Delta_i` (derivation.md §2.4): `ln A(s) = ln sum_i e^{s Delta_i}`
+/// Model A with heterogeneous advantages `Delta_i` (derivations/top-k-mass-scaling.md §2): `ln A(s) = ln sum_i e^{s Delta_i}`
 /// and the correction solves `H(s) = H(1) + c(n)` with `H(s) = ln A(s) - s^2 sigma^2 / 2`, taken on the
 /// increasing branch of H.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,4 +1,4 @@
-//! Model B (derivation.md §3): all n logits i.i.d. N(0, sigma^2) and the top-k are the k largest by
+//! Model B (derivations/top-k-mass-scaling.md §3): all n logits i.i.d. N(0, sigma^2) and the top-k are the k largest by
 //! value. The semi-analytic logit mass puts the top-k at Blom's expected order statistics and treats the
 //! bulk as annealed but truncated at the k/n quantile:
 //! `G_B(n, s) = ln sum_{i<=k} e^{s sigma z_i(n)} - ln n - s^2 sigma^2 / 2 - ln Phi((t - s sigma^2) / sigma)`,

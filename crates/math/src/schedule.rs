@@ -225,7 +225,7 @@ pub fn scale_at(beta: f64, n: f64, n0: f64) -> f64 {
     1.0 + beta * (n / n0).ln().max(0.0)
 }
 
-/// Qwen's `logn` rule, `max(1, ln n / ln n0)`: the slope `1 / ln n0` special case (derivation.md §2.4).
+/// Qwen's `logn` rule, `max(1, ln n / ln n0)`: the slope `1 / ln n0` special case (derivations/top-k-mass-scaling.md §2).
 pub fn logn_scale(n: f64, n0: f64) -> f64 {
     (n.ln() / n0.ln()).max(1.0)
 }

@@ -1,4 +1,4 @@
-//! Fixed slopes for `s(n) = 1 + beta max(0, ln(n / n0))` under Model A (derivation.md §5).
+//! Fixed slopes for `s(n) = 1 + beta max(0, ln(n / n0))` under Model A (derivations/top-k-mass-scaling.md §4).
 //!
 //! Two parametrisations, kept apart on purpose:
 //! * [`SlopesInC`]: slopes per unit `c = ln((n-k)/(n0-k))` on `c in [0, C]`, where Theorem 2 gives the exact

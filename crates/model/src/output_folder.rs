@@ -636,6 +636,12 @@ pub fn set_allow_unfinished(allow: bool) {
     ALLOW_UNFINISHED.store(allow, Ordering::Relaxed);
 }
 
+/// Whether `dir` holds the marker of a writer that has not finished (a training run killed or still
+/// running); false for a folder with no marker or one that cannot be read.
+pub fn is_unfinished(dir: &Path) -> bool {
+    matches!(Marker::read(dir), Ok(Some(marker)) if !marker.finished)
+}
+
 /// Refuses a folder whose marker says its writer has not finished (a training run killed or still
 /// running), unless `--allow-unfinished` was given.
 pub fn ensure_finished(dir: &Path) -> Result<()> {

@@ -1,4 +1,4 @@
-//! SharpDraft's cardinality-aware query scaling (derivation.md §7): each query row i of a drafter is
+//! SharpDraft's cardinality-aware query scaling (derivations/top-k-mass-scaling.md §6): each query row i of a drafter is
 //! multiplied by `s(n_i)`, `n_i` the number of keys that row sees (its mask row-sum), after q_norm and
 //! RoPE, immediately before attention. One multiply in place on the pass's own query tensor: no cache
 //! change and no buffer beyond the `[H, T]` factors.
@@ -172,7 +172,7 @@ impl QueryScaling {
         Ok(())
     }
 
-    /// `[layers, H, T, 1]` factors computed in f32 (derivation.md §7), in `kind` on `device`.
+    /// `[layers, H, T, 1]` factors computed in f32 (derivations/top-k-mass-scaling.md §6), in `kind` on `device`.
     fn upload(
         &self,
         layers: std::ops::Range<usize>,

@@ -428,7 +428,7 @@ impl Transformer {
         let mut q = attn.qkv.queries(x, step.cos, step.sin); // [T, H, D]
         let (k, v) = attn.qkv.keys_values(x, step.cos, step.sin); // [T, Hkv, D] each
         if let Some(scale) = step.query_scale {
-            // In place on this pass's own query tensor: no extra buffer (derivation.md §7). The returned
+            // In place on this pass's own query tensor: no extra buffer (derivations/top-k-mass-scaling.md §6). The returned
             // handle aliases `q`.
             let _same_q = q.f_mul_(scale)?;
         }

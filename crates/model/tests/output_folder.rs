@@ -1,7 +1,9 @@
 //! Output folders: a command writes only what it can prove is its own, never the current folder or one
 //! holding its input, replaces a result whole or not at all, and refuses unfinished runs.
 
-use sharpdraft_model::output_folder::{claim, ensure_finished, Claim, Marker, Staging, MARKER};
+use sharpdraft_model::output_folder::{
+    claim, ensure_finished, is_unfinished, Claim, Marker, Staging, MARKER,
+};
 use std::path::Path;
 
 fn write(path: &Path, text: &str) {
@@ -158,11 +160,14 @@ fn an_unfinished_run_is_refused_with_what_to_do() {
     let error = ensure_finished(&out).unwrap_err().to_string();
     assert!(error.contains("unfinished"), "{error}");
     assert!(error.contains("--allow-unfinished"), "{error}");
+    assert!(is_unfinished(&out), "told apart from a missing drafter");
     Marker::new("train", true, "").write(&out).unwrap();
     ensure_finished(&out).unwrap();
+    assert!(!is_unfinished(&out));
     // Folders without a marker (published checkpoints) load as before.
     std::fs::remove_file(out.join(MARKER)).unwrap();
     ensure_finished(&out).unwrap();
+    assert!(!is_unfinished(&out) && !is_unfinished(&dir.path().join("absent")));
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The attention-statistics probe (derivation.md §6): runs a drafter (or the target) over long real
+//! The attention-statistics probe (derivations/top-k-mass-scaling.md §5): runs a drafter (or the target) over long real
 //! contexts and records, per layer, query head and length bin, the visible-key count n, the top-k mass
 //! `M_k`, background moments, the attention-weighted top-vs-background gap, entropy, log-sum-exp and the
 //! sink share, plus `M_k` on a grid of query scales for the exact estimator. Streaming: a few query rows

@@ -1,5 +1,5 @@
 //! The probe's attention observer: for the sampled query rows of every observed pass, it reduces the
-//! rows' logits to the statistics of derivation.md §6 and accumulates them per (layer, head, length bin).
+//! rows' logits to the statistics of derivations/top-k-mass-scaling.md §5 and accumulates them per (layer, head, length bin).
 //! Rows are taken a few at a time (`[H, rows, L]`), so memory grows with L, never with L^2.
 
 use crate::attention_stats_kernel::AttentionStatsKernel;

@@ -1,4 +1,4 @@
-//! Statistics of a group of query rows from their full logit rows (derivation.md §6), on libtorch in f64.
+//! Statistics of a group of query rows from their full logit rows (derivations/top-k-mass-scaling.md §5), on libtorch in f64.
 //!
 //! Input `logits` `[H, R, L]`: the softmax inputs `q.k / sqrt(d)` of R rows over L keys, `-inf` where a
 //! key is invisible. One row is at most L values per head: the probe never holds an n x n matrix.

@@ -3,6 +3,7 @@
 //! kernel (kernels/attention_stats.cu, streamed over the keys), on the same random attention, side by
 //! side, with the largest difference between their top-k masses. On a CPU only the libtorch path runs.
 
+use super::bounds::ensure_within;
 use anyhow::{bail, Result};
 use clap::Args;
 use serde::Serialize;
@@ -117,6 +118,23 @@ pub fn run(args: &AttentionStatsBenchArgs) -> Result<()> {
     if let Some(&keys) = args.keys.iter().find(|&&l| l < args.rows) {
         bail!("--keys {keys} is below --rows {}", args.rows);
     }
+    // A synthetic layer, bounded by what a real one holds: a query tensor of heads x rows x head_dim
+    // and a key tensor of kv_heads x keys x head_dim, each at most 2^30 elements (4 GiB of f32).
+    const MOST_ELEMENTS: i64 = 1 << 30;
+    ensure_within("heads", args.heads, 1, 1024)?;
+    ensure_within("kv-heads", args.kv_heads, 1, args.heads)?;
+    ensure_within("head-dim", args.head_dim, 1, 4096)?;
+    ensure_within("rows", args.rows, 1, MOST_ELEMENTS / (args.heads * args.head_dim))?;
+    for &keys in &args.keys {
+        ensure_within("keys", keys, args.rows, MOST_ELEMENTS / (args.kv_heads * args.head_dim))?;
+    }
+    // The first row sees the fewest keys: keys - rows + 1 of the shortest context.
+    let fewest_visible = args.keys.iter().copied().min().unwrap_or(args.rows) - args.rows + 1;
+    for &k in &args.ks {
+        ensure_within("ks", k, 1, fewest_visible)?;
+    }
+    ensure_within("max-scale", args.max_scale, 1.0, 100.0)?;
+    super::bounds::ensure_repeats(args.repeats)?;
     let scales: Vec<f64> = (0..)
         .map(|i| 1.0 + 0.05 * i as f64)
         .take_while(|&s| s <= args.max_scale + 1e-9)

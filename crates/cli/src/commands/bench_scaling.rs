@@ -5,14 +5,15 @@
 //! ratio, so machine noise mostly cancels); the cost of the path does not depend on beta's value. The bytes
 //! the drafter's caches hold are reported too (equal: scaling adds no memory).
 
+use super::bounds::{ensure_context, ensure_repeats, ensure_within, model_config, positions};
 use super::generate::{DrafterArgs, ModelArgs};
-use super::scaling::{ScalingArg, ScalingArgs, ScalingKind};
-use anyhow::{ensure, Context, Result};
+use super::scaling::{ScalingArgs, ScalingKind};
+use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::speculative_generate;
 use sharpdraft_lab::drafter_spec;
-use sharpdraft_model::Sampling;
+use sharpdraft_model::{registry, Sampling};
 
 #[derive(Args, Debug)]
 pub struct ScalingBenchArgs {
@@ -60,11 +61,25 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
         .drafter
         .as_deref()
         .context("--drafter is required")?;
-    ensure!(args.repeats >= 1, "--repeats must be at least 1");
+    let given = &args.draft.scaling;
+    anyhow::ensure!(
+        given.scaling == [ScalingKind::Off]
+            && given.schedule.is_none()
+            && given.beta.is_none()
+            && given.n0.is_none(),
+        "bench scaling times the drafter unscaled against fixed scaling with beta 0 and n0 1 itself: it takes no --scaling, --schedule, --beta or --n0"
+    );
+    ensure_repeats(args.repeats)?;
+    let config = model_config(&registry::resolve(&args.target)?)?;
+    ensure_within("new-tokens", args.new_tokens, 1, positions(&config))?;
+    for &context in &args.contexts {
+        ensure_within("contexts", context, 1, positions(&config))?;
+        ensure_context(&config, "contexts", context, args.new_tokens)?;
+    }
     // Every row past n0 = 1: the factors are computed and multiplied for every query, all equal to 1.
     let mut draft = args.draft.clone();
     draft.scaling = ScalingArgs {
-        scaling: vec![ScalingArg::Fixed],
+        scaling: vec![ScalingKind::Fixed],
         schedule: None,
         beta: Some(0.0),
         n0: Some(1.0),

@@ -14,7 +14,8 @@ use super::prompt_set::PromptSetArgs;
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_lab::drafter_spec::{self, DraftMethod};
+use sharpdraft_draft::Method;
+use sharpdraft_lab::drafter_spec;
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{registry, Sampler, Sampling};
 use std::path::{Path, PathBuf};
@@ -122,12 +123,14 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
         args.temperatures
     );
     ensure!(
-        args.hf_python.is_none() || args.draft.method == DraftMethod::Vanilla,
+        args.hf_python.is_none() || args.draft.method == Method::Vanilla,
         "--hf-python compares with HF's assisted generation, which drafts with a small LM: it needs --method vanilla"
     );
     let target = args.model.load(&args.target)?;
     let tokenizer = target.tokenizer()?;
-    let set = args.set.load(tokenizer)?;
+    let set = args
+        .set
+        .load(tokenizer, target.net.config.max_position_embeddings.max(1) as usize)?;
     let mut requests = Vec::new();
     for &requested in &args.set.contexts {
         for (i, question) in set.questions.iter().enumerate() {

@@ -1,4 +1,4 @@
-//! `sharpdraft derive`: Model A (derivation.md §2, §5) evaluated at one context length.
+//! `sharpdraft derive`: Model A (derivations/top-k-mass-scaling.md §2, §5) evaluated at one context length.
 
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory};

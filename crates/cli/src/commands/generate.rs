@@ -10,7 +10,8 @@ use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
 use sharpdraft_draft::adaptation::AdaptationReport;
 use sharpdraft_draft::retrieval::RetrievalConfig;
 use sharpdraft_draft::TreeShape;
-use sharpdraft_lab::drafter_spec::{self, DraftMethod, DrafterSpec};
+use sharpdraft_draft::Method;
+use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{
     parse_device, parse_kind, registry, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler,
@@ -80,7 +81,7 @@ pub struct DrafterArgs {
     /// vanilla (a small LM, K passes per chain), eagle3 (an EAGLE-3 / 3.1 head, chain or tree), pard
     /// (K tokens in one pass) or dflash (block_size - 1 tokens in one pass).
     #[arg(long, default_value = "vanilla", requires = "drafter")]
-    pub method: DraftMethod,
+    pub method: Method,
     /// Chain length K (vanilla, pard; eagle3 without tree options). DFlash drafts block_size - 1.
     #[arg(long, default_value_t = 4)]
     pub draft_len: usize,
@@ -309,7 +310,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 text: tokenizer.decode(&spec.ids)?,
                 tokens_per_s: spec.tokens_per_second(),
                 prefill_tokens_per_s: prompt_ids.len() as f64 / spec.prefill_seconds.max(1e-9),
-                method: Some(drafter.method()),
+                method: Some(drafter.method().name()),
                 scaling: Some(args.draft.scaling.single()?.name()),
                 tau: Some(spec.tau()),
                 engine_overhead: Some(spec.engine_overhead()),

@@ -6,6 +6,7 @@ pub mod bench_load;
 pub mod bench_rows;
 pub mod bench_scaling;
 pub mod bench_speculative;
+pub mod bounds;
 pub mod derive;
 pub mod experiment;
 pub mod generate;

@@ -1,10 +1,12 @@
 //! Held-out chat prompts from a JSONL file, optionally behind an excerpt of a long text to reach a
 //! context length: the prompt set `tau` and `bench speculative` share.
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use clap::Args;
 use sharpdraft_lab::datasets::jsonl_field;
-use sharpdraft_lab::experiment::prompts::{excerpt_offset, filler_text, long_prompt_ids};
+use sharpdraft_lab::experiment::prompts::{
+    ensure_text_can_fit, excerpt_offset, filler_text, long_prompt_ids,
+};
 use sharpdraft_model::TextTokenizer;
 use std::path::PathBuf;
 
@@ -42,9 +44,10 @@ pub struct PromptSet {
 }
 
 impl PromptSetArgs {
-    /// Reads the questions and tokenizes the filler, checking the file holds `skip + count` records and
-    /// that a filler is given where a context needs one.
-    pub fn load(&self, tokenizer: &TextTokenizer) -> Result<PromptSet> {
+    /// Reads the questions and tokenizes the filler, checking the file holds `skip + count` records,
+    /// that each question could fit the target's `positions` before it is tokenized, and that a filler is
+    /// given where a context needs one.
+    pub fn load(&self, tokenizer: &TextTokenizer, positions: usize) -> Result<PromptSet> {
         ensure!(self.count >= 1, "--count 0: give at least one prompt");
         let mut seen = std::collections::BTreeSet::new();
         for context in &self.contexts {
@@ -62,13 +65,19 @@ impl PromptSetArgs {
             self.skip,
             self.count
         );
+        let questions = questions[self.skip..self.skip + self.count].to_vec();
+        for (i, question) in questions.iter().enumerate() {
+            ensure_text_can_fit(question, positions).with_context(|| {
+                format!("{}: prompt {}", self.prompts.display(), self.skip + i)
+            })?;
+        }
         let filler = match (&self.filler, self.contexts.iter().any(|&c| c > 0)) {
             (Some(path), true) => tokenizer.encode(&filler_text(path)?, false)?,
             (None, true) => anyhow::bail!("--contexts beyond the prompt need --filler"),
             _ => Vec::new(),
         };
         Ok(PromptSet {
-            questions: questions[self.skip..self.skip + self.count].to_vec(),
+            questions,
             filler,
             filler_offset: self.filler_offset,
         })

@@ -7,34 +7,11 @@ pub use sharpdraft_lab::scaling::ScalingKind;
 use sharpdraft_lab::scaling::ScalingSpec;
 use std::path::PathBuf;
 
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScalingArg {
-    /// The unmodified drafter.
-    Off,
-    /// s(n) = 1 + beta max(0, ln(n / n0)); beta from --schedule (global, per layer or per head) or --beta.
-    Fixed,
-    /// The per-length-bin exact corrections of a calibrated --schedule.
-    Exact,
-    /// Qwen's s = max(1, ln n / ln n0).
-    Logn,
-}
-
-impl From<ScalingArg> for ScalingKind {
-    fn from(arg: ScalingArg) -> Self {
-        match arg {
-            ScalingArg::Off => ScalingKind::Off,
-            ScalingArg::Fixed => ScalingKind::Fixed,
-            ScalingArg::Exact => ScalingKind::Exact,
-            ScalingArg::Logn => ScalingKind::Logn,
-        }
-    }
-}
-
 #[derive(Args, Debug, Clone)]
 pub struct ScalingArgs {
     /// SharpDraft query scaling of the drafter; `tau` takes a comma-separated list and compares them.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
-    pub scaling: Vec<ScalingArg>,
+    pub scaling: Vec<ScalingKind>,
     /// Schedule YAML (as written by `sharpdraft calibrate`) for `fixed` and `exact`.
     #[arg(long)]
     pub schedule: Option<PathBuf>,
@@ -50,14 +27,14 @@ impl ScalingArgs {
     /// The one mode of a command that runs one drafter.
     pub fn single(&self) -> Result<ScalingKind> {
         match self.scaling.as_slice() {
-            [kind] => Ok((*kind).into()),
+            [kind] => Ok(*kind),
             kinds => bail!("--scaling takes one mode here, got {kinds:?}"),
         }
     }
 
     /// Every mode asked for, in order.
     pub fn kinds(&self) -> Vec<ScalingKind> {
-        self.scaling.iter().map(|&k| k.into()).collect()
+        self.scaling.clone()
     }
 
     /// The scaling specification of mode `kind` with these flags' schedule, beta and n0.

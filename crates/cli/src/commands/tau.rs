@@ -72,7 +72,9 @@ pub fn run(args: &TauArgs) -> Result<()> {
         .context("--drafter is required")?;
     let target = args.model.load(&args.target)?;
     let tokenizer = target.tokenizer()?;
-    let set = args.set.load(tokenizer)?;
+    let set = args
+        .set
+        .load(tokenizer, target.net.config.max_position_embeddings.max(1) as usize)?;
     let sampling = Sampling::greedy();
     let scalings = args.draft.scaling.kinds();
     let (mut rows, mut summaries) = (Vec::new(), Vec::new());

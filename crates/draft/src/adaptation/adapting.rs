@@ -185,7 +185,7 @@ impl Drafter for AdaptingDrafter<'_> {
         self.inner.linears()
     }
 
-    fn method(&self) -> &'static str {
+    fn method(&self) -> crate::Method {
         self.inner.method()
     }
 

@@ -1,5 +1,5 @@
 //! Online adaptation of a drafter from verification: the baselines query scaling is compared with
-//! (drafters.md §7: OSD's full-parameter update, LoRA, test-time speculation).
+//! (docs/drafters.md §6: OSD's full-parameter update, LoRA, test-time speculation).
 //!
 //! Verification already computes the target's distribution at every verified row; [`AdaptingDrafter`]
 //! keeps those free labels in a [`VerifiedBuffer`] (token, target features, target top-k distribution,

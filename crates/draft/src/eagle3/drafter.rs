@@ -115,8 +115,8 @@ impl Drafter for Eagle3Drafter {
         self.head.linears()
     }
 
-    fn method(&self) -> &'static str {
-        "eagle3"
+    fn method(&self) -> crate::Method {
+        crate::Method::Eagle3
     }
 
     fn target_taps(&self) -> Vec<Tap> {

@@ -72,7 +72,7 @@ impl Eagle3Head {
     /// Loads the head's weights; `trainable` makes every weight take gradients (training). Returns the
     /// target taps the head reads.
     pub fn load(dir: &Path, target: &Transformer, trainable: bool) -> Result<(Self, Vec<Tap>)> {
-        crate::checkpoint_kind::expect_kind(dir, "eagle3")?;
+        crate::checkpoint_kind::expect_kind(dir, crate::Method::Eagle3)?;
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path)
             .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
@@ -342,7 +342,7 @@ impl Eagle3Head {
         };
         // Over every position; cut to the keys the cache still holds (a bounded window).
         let visible = cache.held_columns(mask.materialize(past, rows, embeddings.device())?);
-        // n_i = stable context + depth + 1 in a tree: the row-sum of its mask (derivation.md §7).
+        // n_i = stable context + depth + 1 in a tree: the row-sum of its mask (derivations/top-k-mass-scaling.md §6).
         let mut q = q;
         if !self.query_scaling.is_off() {
             self.query_scaling

@@ -5,7 +5,7 @@ use crate::training::{weighted_mean, Divergence};
 use tch::{Kind, Tensor};
 
 impl Eagle3Head {
-    /// EAGLE-3's training-time test (drafters.md §2.4) on one window, as a differentiable scalar.
+    /// EAGLE-3's training-time test (docs/drafters.md §2.4) on one window, as a differentiable scalar.
     ///
     /// `embeddings` `[T, H]` (the target's embedding of `tokens`), `features` `[T, 3 Ht]` (the target's taps
     /// at the same rows), `targets`: per target row r, the target's distribution over the draft vocabulary

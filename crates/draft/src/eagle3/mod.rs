@@ -1,4 +1,4 @@
-//! EAGLE-3 and EAGLE 3.1 drafters (drafters.md §2): one decoder layer on fused target features.
+//! EAGLE-3 and EAGLE 3.1 drafters (docs/drafters.md §2): one decoder layer on fused target features.
 //!
 //! Per draft position: `g = fc(cat(h_low, h_mid, h_high))` (EAGLE 3.1 `fc_norm`: an RMSNorm per feature
 //! first), `x = cat(input_layernorm(embed(token)), hidden_norm(g))` (width 2H), attention + MLP with the

@@ -47,6 +47,22 @@ fn default_weeks() -> usize {
     52
 }
 
+/// More bytes than any token of a chat model's vocabulary spells: a prompt longer than this many bytes
+/// per position cannot fit the context.
+pub const MAX_BYTES_PER_TOKEN: usize = 64;
+
+/// Refuses a prompt that cannot fit `positions` whatever its tokens, before it is tokenized whole (a
+/// 50 MB prompt would take minutes and gigabytes to find that out).
+pub fn ensure_text_can_fit(text: &str, positions: usize) -> Result<()> {
+    let most_bytes = positions.saturating_mul(MAX_BYTES_PER_TOKEN);
+    ensure!(
+        text.len() <= most_bytes,
+        "holds {} bytes, more than the {positions} positions the target sees can hold (at most {most_bytes} bytes at {MAX_BYTES_PER_TOKEN} per token)",
+        text.len()
+    );
+    Ok(())
+}
+
 /// The long text excerpts are cut from (`filler:` of a long-prompt workload, one key).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]

@@ -8,18 +8,14 @@
 //! that would read different inputs is refused instead of pooled.
 
 use super::config::{Experiment, Setting, Workload};
-use super::prompts::{chat_ids, excerpt_offset, long_prompt_ids};
-use crate::error::{ensure, Context, Result};
+use super::prompts::{chat_ids, ensure_text_can_fit, excerpt_offset, long_prompt_ids};
+use crate::error::{Context, Result};
 use crate::scaling::resolve_schedule;
 use sha2::{Digest, Sha256};
 use sharpdraft_model::output_folder::{content_digest, sha256_of};
 use sharpdraft_model::{registry, CausalLm};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-/// More bytes than any token of a chat model's vocabulary spells: a prompt longer than this many bytes
-/// per position cannot fit the context.
-const MAX_BYTES_PER_TOKEN: usize = 64;
 
 /// The prompts of one workload at one context: (prompt index in its source, ids).
 pub type Requests = Vec<(usize, Vec<i64>)>;
@@ -52,18 +48,10 @@ fn build_requests(
         .prompts
         .load(workload.skip, workload.count)
         .with_context(at)?;
-    // A text far longer than the context cannot fit whatever its tokens: refused before it is
-    // tokenized whole (a 50 MB line would take minutes and gigabytes to find that out).
     let positions = target.net.config.max_position_embeddings.max(1) as usize;
-    let most_bytes = positions.saturating_mul(MAX_BYTES_PER_TOKEN);
     for (i, text) in texts.iter().enumerate() {
-        ensure!(
-            text.len() <= most_bytes,
-            "{}: prompt {} holds {} bytes, more than the {positions} positions the target sees can hold (at most {most_bytes} bytes at {MAX_BYTES_PER_TOKEN} per token)",
-            at(),
-            workload.skip + i,
-            text.len()
-        );
+        ensure_text_can_fit(text, positions)
+            .with_context(|| format!("{}: prompt {}", at(), workload.skip + i))?;
     }
     let mut out = BTreeMap::new();
     match workload.setting {

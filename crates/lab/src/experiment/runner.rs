@@ -121,9 +121,18 @@ fn ensure_drafters(experiment: &Experiment) -> Result<()> {
                 train.display(),
                 config.out
             );
+            // A folder left by a killed training run is resumed, not trained anew: say which.
+            let unfinished = [registry::model_dir(checkpoint), PathBuf::from(checkpoint)]
+                .iter()
+                .any(|dir| output_folder::is_unfinished(dir));
             eprintln!(
-                "drafter {:?}: {checkpoint} is missing; training it with {}",
+                "drafter {:?}: {checkpoint} {}; training it with {}",
                 drafter.name,
+                if unfinished {
+                    "is an unfinished training run (stopped before its last step)"
+                } else {
+                    "is missing"
+                },
                 train.display()
             );
             crate::train::run(train)?;

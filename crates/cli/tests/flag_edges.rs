@@ -1,0 +1,336 @@
+//! Every numeric flag of every command, at the edges a hostile but fair user reaches for: 0, 1, -1, NaN,
+//! infinity, the bound the real SmolLM2 target sets (8192 positions, a 49152-token vocabulary) and one
+//! past it, 2^32, 2^63 and u64::MAX. Each run ends in success or a clear error naming the flag or its
+//! value (never a panic or a signal), refuses a value of 2^32 or more before it starts work (no
+//! count, length or size that large fits anything a run applies it to), and changes no file outside
+//! its output folder.
+//!
+//! The flags come from the command tree itself (`sharpdraft::Cli`), so a numeric flag added later is
+//! covered without touching this file; a subcommand with numeric flags and no cheap base command line
+//! here fails the test by name.
+
+use clap::CommandFactory;
+use std::any::TypeId;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const TARGET: &str = "smollm2-135m-instruct";
+
+/// The edge values: (text, whether no run may accept it and start working).
+const EDGES: &[(&str, bool)] = &[
+    ("0", false),
+    ("1", false),
+    ("NaN", false),
+    // SmolLM2's positions (the bound of every length) and one past them.
+    ("8192", false),
+    ("8193", false),
+    ("4294967296", true),
+    ("9223372036854775808", true),
+    ("18446744073709551615", true),
+];
+
+/// Flags whose values are identities rather than sizes: any u64 is a fair seed.
+fn is_identity(flag: &str) -> bool {
+    flag.ends_with("seed")
+}
+
+/// A run still working after this long is taken as having accepted its value (and is stopped).
+const DEADLINE: Duration = Duration::from_secs(12);
+
+/// What a numeric value parser parses to (clap keeps the element type for lists).
+fn is_numeric(arg: &clap::Arg) -> bool {
+    let id = arg.get_value_parser().type_id();
+    [
+        TypeId::of::<usize>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<u32>(),
+        TypeId::of::<i64>(),
+        TypeId::of::<i32>(),
+        TypeId::of::<f64>(),
+        TypeId::of::<f32>(),
+    ]
+    .iter()
+    .any(|t| id == *t)
+}
+
+/// (subcommand path, long flag) for every numeric flag of the command tree. A flag that several commands
+/// share through one flattened group (the drafting, adaptation and prompt-set options: the same name,
+/// help and default) is one flag, checked by one code path, and is taken once, in the first command
+/// that has it.
+fn numeric_flags() -> Vec<(Vec<String>, String)> {
+    type Seen = std::collections::BTreeSet<(String, String, String)>;
+    fn walk(command: &clap::Command, path: &mut Vec<String>, seen: &mut Seen, out: &mut Vec<(Vec<String>, String)>) {
+        for arg in command.get_arguments() {
+            if let Some(long) = arg.get_long() {
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                let default: Vec<String> =
+                    arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+                let shared = !seen.insert((long.to_string(), help, default.join(",")));
+                if is_numeric(arg) && !arg.is_hide_set() && !(shared && is_flattened(long)) {
+                    out.push((path.clone(), format!("--{long}")));
+                }
+            }
+        }
+        for sub in command.get_subcommands() {
+            path.push(sub.get_name().to_string());
+            walk(sub, path, seen, out);
+            path.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(&sharpdraft::Cli::command(), &mut Vec::new(), &mut Seen::new(), &mut out);
+    out
+}
+
+/// The groups of flags commands share (`DrafterArgs` with its scaling and adaptation, `PromptSetArgs`):
+/// one definition, one validation, whatever command flattens them.
+fn is_flattened(long: &str) -> bool {
+    const SHARED: &[&str] = &[
+        "draft-len", "draft-stop-below", "tree-depth", "tree-topk", "tree-tokens", "beta", "n0", "drafter-window",
+        "retrieval-chunk", "retrieval-top-chunks", "retrieval-recent", "retrieval-every", "adapt-every",
+        "adapt-lr", "adapt-steps", "adapt-buffer", "adapt-seed", "lora-rank", "lora-alpha", "skip", "count",
+        "contexts", "filler-offset",
+    ];
+    SHARED.contains(&long)
+}
+
+/// The folder every case runs in: a user's own files, a prompt file, an EAGLE-3 head and a filler text.
+struct Workspace {
+    dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("thesis.tex"), "years of work").unwrap();
+        std::fs::write(root.join("prompts.jsonl"), "{\"prompt\": \"Hi\"}\n{\"prompt\": \"Why?\"}\n").unwrap();
+        std::fs::write(root.join("filler.txt"), "The quick brown fox jumps over the lazy dog. ".repeat(400)).unwrap();
+        let eagle = run(root, &["init", "eagle3", "--target", TARGET, "--out", "eagle"], DEADLINE);
+        assert!(eagle.status == Some(0), "init eagle3: {}", eagle.stderr);
+        Workspace { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// A cheap command line for subcommand `path` that reaches the flag: the drafting flags get the drafter
+/// (and mode) they apply to, so the value is not ignored but checked.
+fn base_command(path: &[String], flag: &str) -> Option<Vec<String>> {
+    let drafter: &[&str] = if flag.starts_with("--tree-") {
+        &["--drafter", "eagle", "--method", "eagle3"]
+    } else {
+        &["--drafter", TARGET, "--method", "vanilla", "--draft-len", "2"]
+    };
+    let mode: &[&str] = if flag.starts_with("--lora-") {
+        &["--adapt", "lora"]
+    } else if flag.starts_with("--adapt-") {
+        &["--adapt", "full"]
+    } else if flag.starts_with("--retrieval-") {
+        &["--retrieval"]
+    } else if flag == "--beta" {
+        &["--scaling", "fixed", "--n0", "256"]
+    } else if flag == "--n0" && path.first().is_some_and(|c| c != "derive") {
+        &["--scaling", "logn"]
+    } else if flag == "--filler-offset" {
+        &["--contexts", "64", "--filler", "filler.txt"]
+    } else {
+        &[]
+    };
+    let words: Vec<&str> = match path.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["derive"] => vec!["derive", "--json"],
+        ["init", "eagle3"] => vec!["init", "eagle3", "--target", TARGET, "--out", "out"],
+        ["init", "dflash"] => vec!["init", "dflash", "--target", TARGET, "--out", "out", "--mask-token", "0"],
+        // The drafting flags with the drafter they apply to; the rest without one (half the loading).
+        ["generate"] if !is_flattened(&flag[2..]) => vec!["generate", "--target", TARGET, "--prompt", "Hi", "--max-new-tokens", "2"],
+        ["generate"] => [&["generate", "--target", TARGET, "--prompt", "Hi", "--max-new-tokens", "2"][..], drafter, mode].concat(),
+        ["logits"] => vec!["logits", "--model", TARGET, "--prompt", "Hi"],
+        ["tau"] => [
+            &["tau", "--target", TARGET, "--prompts", "prompts.jsonl", "--count", "1", "--max-new-tokens", "2"][..],
+            drafter,
+            mode,
+        ]
+        .concat(),
+        ["bench", "decode"] => vec!["bench", "decode", "--target", TARGET, "--contexts", "8", "--dtypes", "f32", "--decode-tokens", "2", "--json"],
+        ["bench", "scaling"] => [
+            &["bench", "scaling", "--target", TARGET, "--contexts", "64", "--new-tokens", "2", "--repeats", "1", "--json"][..],
+            drafter,
+            mode,
+        ]
+        .concat(),
+        ["bench", "continuations"] => vec!["bench", "continuations", "--target", TARGET, "--prompts", "2", "--max-new-tokens", "2", "--batch", "2"],
+        ["bench", "load"] => vec!["bench", "load", "--target", TARGET, "--repeats", "1", "--json"],
+        ["bench", "rows"] => vec!["bench", "rows", "--target", TARGET, "--rows", "1,2", "--context", "16", "--repeats", "1", "--json"],
+        ["bench", "speculative"] => [
+            &["bench", "speculative", "--target", TARGET, "--prompts", "prompts.jsonl", "--count", "1", "--max-new-tokens", "2", "--json"][..],
+            drafter,
+            mode,
+        ]
+        .concat(),
+        ["bench", "attention-stats"] => vec![
+            "bench", "attention-stats", "--keys", "64", "--rows", "2", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--ks", "1", "--repeats", "1", "--json",
+        ],
+        _ => return None,
+    };
+    Some(words.into_iter().map(str::to_string).collect())
+}
+
+/// `args` with `flag value` in place of any `flag` the base already gives.
+fn with_flag(base: &[String], flag: &str, value: &str) -> Vec<String> {
+    let mut args = Vec::with_capacity(base.len() + 2);
+    let mut i = 0;
+    while i < base.len() {
+        if base[i] == flag {
+            i += 2;
+            continue;
+        }
+        args.push(base[i].clone());
+        i += 1;
+    }
+    args.push(flag.to_string());
+    args.push(value.to_string());
+    args
+}
+
+struct Ended {
+    /// The exit code; None when a signal ended it or the deadline did.
+    status: Option<i32>,
+    timed_out: bool,
+    stderr: String,
+}
+
+/// Runs the binary in `cwd` under a memory limit, stopped at `deadline`.
+fn run(cwd: &Path, args: &[&str], deadline: Duration) -> Ended {
+    let err_path = cwd.join(format!(".stderr-{}", std::thread::current().name().unwrap_or("main").replace("::", "-")));
+    let err_file = std::fs::File::create(&err_path).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+        .args(args)
+        .current_dir(cwd)
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::null())
+        .stderr(err_file)
+        .spawn()
+        .expect("run sharpdraft");
+    let started = Instant::now();
+    let (status, timed_out) = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break (status.code(), false);
+        }
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break (None, true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&err_path);
+    Ended { status, timed_out, stderr }
+}
+
+/// Every file under `dir` but `out/` and the runs' stderr captures: relative path -> contents.
+fn user_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            let relative = path.strip_prefix(dir).unwrap().to_path_buf();
+            if relative.starts_with("out") || relative.to_string_lossy().starts_with(".stderr-") {
+                continue;
+            }
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.insert(relative, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// What was wrong with one run, if anything.
+fn judge(flag: &str, value: &str, must_refuse: bool, ended: &Ended) -> Option<String> {
+    let text = ended.stderr.trim();
+    if text.contains("panicked") {
+        return Some(format!("panicked: {text}"));
+    }
+    if ended.timed_out {
+        return (must_refuse && !is_identity(flag))
+            .then(|| format!("still working after {DEADLINE:?}: a value this large must be refused before work starts"));
+    }
+    match ended.status {
+        Some(0) => None,
+        // Clap's own refusals name the flag; the workbench's must name the flag or the value.
+        Some(2) => None,
+        Some(1) if text.contains(flag) || text.contains(value) || text.contains(&flag[2..].replace('-', "_")) => None,
+        Some(1) => Some(format!("an error naming neither {flag} nor {value}: {text}")),
+        other => Some(format!("ended by {other:?} (a signal or an abort): {text}")),
+    }
+}
+
+#[test]
+fn every_numeric_flag_at_every_edge_succeeds_or_names_itself_and_touches_no_users_file() {
+    if sharpdraft_model::registry::resolve(TARGET).is_err() {
+        eprintln!("skipped: {TARGET} is not fetched (make test fetches it)");
+        return;
+    }
+    let flags = numeric_flags();
+    let unreachable: Vec<String> = flags
+        .iter()
+        .filter(|(path, flag)| base_command(path, flag).is_none())
+        .map(|(path, flag)| format!("{} {flag}", path.join(" ")))
+        .collect();
+    assert!(unreachable.is_empty(), "numeric flags with no base command line here: {unreachable:?}");
+    let workspace = Workspace::new();
+    let before = user_files(workspace.path());
+    let cases: Vec<(Vec<String>, String, &str, bool)> = flags
+        .iter()
+        .flat_map(|(path, flag)| EDGES.iter().map(move |&(value, refuse)| (path.clone(), flag.clone(), value, refuse)))
+        .collect();
+    eprintln!("{} flags x {} edges = {} runs", flags.len(), EDGES.len(), cases.len());
+    let failures = Mutex::new(Vec::new());
+    let next = Mutex::new(0usize);
+    // Two cases at a time: most end in clap's refusal or a model load.
+    std::thread::scope(|scope| {
+        for worker in 0..2 {
+            let (cases, failures, next, workspace) = (&cases, &failures, &next, &workspace);
+            std::thread::Builder::new()
+                .name(format!("edge-{worker}"))
+                .spawn_scoped(scope, move || loop {
+                    let i = {
+                        let mut next = next.lock().unwrap();
+                        *next += 1;
+                        *next - 1
+                    };
+                    let Some((path, flag, value, refuse)) = cases.get(i) else { break };
+                    let base = base_command(path, flag).unwrap();
+                    let args = with_flag(&base, flag, value);
+                    // Each worker writes its own output folder name, so the two never share one.
+                    let out = format!("out/{worker}");
+                    let args: Vec<String> = args.into_iter().map(|a| if a == "out" { out.clone() } else { a }).collect();
+                    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let started = Instant::now();
+                    let ended = run(workspace.path(), &refs, DEADLINE);
+                    if std::env::var_os("SHARPDRAFT_EDGE_LOG").is_some() {
+                        eprintln!("{:>5.1} s {:?} {}", started.elapsed().as_secs_f64(), ended.status, args.join(" "));
+                    }
+                    if let Some(problem) = judge(flag, value, *refuse, &ended) {
+                        let line = format!("sharpdraft {}: {problem}", args.join(" "));
+                        eprintln!("{line}");
+                        failures.lock().unwrap().push(line);
+                    }
+                    let _ = std::fs::remove_dir_all(workspace.path().join(&out));
+                })
+                .unwrap();
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{} of {} runs:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert_eq!(user_files(workspace.path()), before, "a run changed a file outside its output folder");
+}

@@ -1,0 +1,132 @@
+//! Figures a reader sees have a committed source: in the README and docs/, a section (a heading to the
+//! next) that cites a committed report (`experiments/results/<experiment>/report.md`) quotes only
+//! figures that report holds. A figure typed by hand, or left behind when the report was rerun, fails
+//! here with its file, section and value.
+
+use std::path::PathBuf;
+
+fn project() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The documents a user reads: the README and every page of docs/.
+fn documents() -> Vec<PathBuf> {
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(project().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    pages.insert(0, project().join("README.md"));
+    pages
+}
+
+/// (heading, text) of each section of a markdown page.
+fn sections(text: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = vec![(String::from("(top)"), String::new())];
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        if !fenced && line.starts_with('#') {
+            out.push((line.trim_start_matches('#').trim().to_string(), String::new()));
+        } else {
+            let text = &mut out.last_mut().unwrap().1;
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    out
+}
+
+/// The committed reports a section links to, by experiment name.
+fn cited_reports(section: &str) -> Vec<String> {
+    let marker = "experiments/results/";
+    let mut names = Vec::new();
+    let mut rest = section;
+    while let Some(at) = rest.find(marker) {
+        rest = &rest[at + marker.len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .collect();
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// The decimal figures of a text (`0.84`, `1.9`), skipping version numbers (`2.11.0`), commits and
+/// code spans.
+fn figures(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, chunk) in text.split('`').enumerate() {
+        if i % 2 == 1 {
+            continue; // inside a code span: a command or a path, not a figure
+        }
+        let bytes = chunk.as_bytes();
+        let mut at = 0;
+        while at < bytes.len() {
+            if bytes[at].is_ascii_digit() && (at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'.')) {
+                let start = at;
+                while at < bytes.len() && (bytes[at].is_ascii_digit() || bytes[at] == b'.') {
+                    at += 1;
+                }
+                let word = chunk[start..at].trim_end_matches('.');
+                let followed_by_letter = at < bytes.len() && bytes[at].is_ascii_alphabetic() && bytes[at] != b'x';
+                if word.matches('.').count() == 1 && !followed_by_letter {
+                    out.push(word.to_string());
+                }
+            } else {
+                at += 1;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_figure_in_a_section_that_cites_a_committed_report_is_in_that_report() {
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for page in documents() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (heading, section) in sections(&text) {
+            let reports = cited_reports(&section);
+            if reports.is_empty() {
+                continue;
+            }
+            let sources: Vec<String> = reports
+                .iter()
+                .map(|name| {
+                    let path = project().join("experiments/results").join(name).join("report.md");
+                    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+                        panic!("{} ({heading}) cites {}, which is not committed: {e}", page.display(), path.display())
+                    })
+                })
+                .collect();
+            for figure in figures(&section) {
+                checked += 1;
+                if !sources.iter().any(|report| report.contains(&figure)) {
+                    missing.push(format!(
+                        "{} ({heading}): {figure} is in none of {reports:?}",
+                        page.strip_prefix(project()).unwrap_or(&page).display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(checked > 0, "no section cites a committed report");
+    assert!(missing.is_empty(), "figures without a committed source:\n{}", missing.join("\n"));
+}
+
+#[test]
+fn figures_are_read_as_a_reader_reads_them() {
+    assert_eq!(
+        figures("tau 1.24 against 0.73 [0.69, 0.77], 1.9x apart; torch 2.11.0, `run --beta 0.5`, 12 rows"),
+        ["1.24", "0.73", "0.69", "0.77", "1.9"]
+    );
+    assert_eq!(cited_reports("see [x](experiments/results/quickstart/report.md)"), ["quickstart"]);
+}
