@@ -63,7 +63,10 @@ impl CausalLm {
         net.set_kind(kind);
         let files = checkpoint_files(dir)?;
         let mapped = match loading {
-            WeightLoading::InPlace => load_mapped(&mut vars, &files, hf_route(tied))?.1,
+            // SAFETY: the mapping is stored in `mapped`, declared after `vars` and `net`, so it is
+            // dropped after them; drafters read the target's weights through a borrow of this model
+            // (`&'t CausalLm`), which cannot outlive it.
+            WeightLoading::InPlace => unsafe { load_mapped(&mut vars, &files, hf_route(tied))? }.1,
             WeightLoading::Copy => {
                 load_strict(&mut vars, &files, hf_route(tied))?;
                 MappedCheckpoint::none()

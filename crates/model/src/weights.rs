@@ -114,9 +114,14 @@ pub fn load_strict(
 }
 
 /// [`load_strict`], with every CPU variable whose dtype the file already holds (and whose bytes are
-/// aligned for it) using the mapped file as its storage instead of a copy. The returned mapping must
-/// outlive `vs`.
-pub fn load_mapped(
+/// aligned for it) using the mapped file as its storage instead of a copy.
+///
+/// # Safety
+/// Those variables' storage is the returned [`MappedCheckpoint`]: it must be dropped after every
+/// tensor that shares their storage (the variables of `vs`, and any shallow clone or view of them).
+/// libtorch cannot hold the mapping alive on its own, so a tensor used after the mapping is dropped
+/// reads unmapped memory. [`crate::CausalLm`] keeps the mapping in a field declared after its store.
+pub unsafe fn load_mapped(
     vs: &mut VarStore,
     files: &[PathBuf],
     route: impl Fn(&str) -> Route,

@@ -102,11 +102,8 @@ fn mass_differences(kernel: &RowStatistics, libtorch: &RowStatistics) -> (f64, u
     (largest, mismatches)
 }
 
-pub fn run(args: &AttentionStatsBenchArgs) -> Result<()> {
-    let device = match args.device.as_deref() {
-        Some(name) => parse_device(name)?,
-        None => Device::cuda_if_available(),
-    };
+/// Every flag within what a synthetic layer can hold, before any tensor is allocated.
+fn check(args: &AttentionStatsBenchArgs) -> Result<()> {
     if args.heads % args.kv_heads.max(1) != 0 || args.rows < 1 {
         bail!(
             "--heads {} must be a multiple of --kv-heads {} and --rows {} at least 1",
@@ -135,6 +132,15 @@ pub fn run(args: &AttentionStatsBenchArgs) -> Result<()> {
     }
     ensure_within("max-scale", args.max_scale, 1.0, 100.0)?;
     super::bounds::ensure_repeats(args.repeats)?;
+    Ok(())
+}
+
+pub fn run(args: &AttentionStatsBenchArgs) -> Result<()> {
+    let device = match args.device.as_deref() {
+        Some(name) => parse_device(name)?,
+        None => Device::cuda_if_available(),
+    };
+    check(args)?;
     let scales: Vec<f64> = (0..)
         .map(|i| 1.0 + 0.05 * i as f64)
         .take_while(|&s| s <= args.max_scale + 1e-9)

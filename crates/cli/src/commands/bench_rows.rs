@@ -116,7 +116,8 @@ fn matmul_rate() -> f64 {
     (2 * n * n * n) as f64 / (ms / 1e3)
 }
 
-pub fn run(args: &RowsBenchArgs) -> Result<()> {
+/// Every flag within the target's positions, read from its config alone, before anything is measured.
+fn check(args: &RowsBenchArgs) -> Result<()> {
     super::bounds::ensure_repeats(args.repeats)?;
     let config = super::bounds::model_config(&registry::resolve(&args.target)?)?;
     let positions = config.max_position_embeddings;
@@ -128,6 +129,11 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
         ensure_context(&config, "context", args.context as usize, rows as usize)?;
     }
     let _guard = tch::no_grad_guard();
+    Ok(())
+}
+
+pub fn run(args: &RowsBenchArgs) -> Result<()> {
+    check(args)?;
     let dir = registry::resolve(&args.target)?;
     let model = CausalLm::load(&dir, Device::Cpu, parse_kind(&args.dtype)?)?;
     if args.column_major {

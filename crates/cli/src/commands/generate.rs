@@ -331,7 +331,12 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
             }
         }
     };
-    if args.json {
+    print_report(&report, args.json)
+}
+
+/// The report as one JSON line (`--json`), or the text on stdout and the figures on stderr.
+fn print_report(report: &GenerateReport, json: bool) -> anyhow::Result<()> {
+    if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!("{}", report.text);
