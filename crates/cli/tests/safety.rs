@@ -696,3 +696,29 @@ fn random_command_lines_never_panic_and_never_write_outside_their_output() {
         assert_eq!(snapshot(&target, true), before, "the target is untouched");
     }
 }
+
+#[test]
+fn a_kernel_form_the_cpu_cannot_run_stops_a_command_and_the_one_that_ran_is_reported() {
+    let run = |form: &str, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+            .args(args)
+            .env("SHARPDRAFT_KERNEL", form)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap()
+    };
+    for form in ["neon", "sse", "AVX512"] {
+        assert_clear_error(&run(form, &["fetch", "--list"]), &["SHARPDRAFT_KERNEL", form, "libtorch"]);
+    }
+    assert_success(&run("libtorch", &["fetch", "--list"]));
+    let Some(_) = target_dir() else { return };
+    for form in sharpdraft_model::kernel_form::KernelForm::ALL.into_iter().filter(|f| f.available()) {
+        let out = run(
+            form.name(),
+            &["generate", "--target", TARGET, "--prompt", "Hi", "--max-new-tokens", "2", "--json"],
+        );
+        assert_success(&out);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["kernel"], form.name());
+    }
+}

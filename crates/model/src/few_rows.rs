@@ -8,11 +8,13 @@
 //! (the others wait, spinning, in kernel_workers.rs).
 //!
 //! Shapes: `x [M, in]`, `weight [out, in]` (row-major, as checkpoints store it), result `[M, out]`.
-//! Taken: contiguous CPU tensors outside autograd on a CPU with AVX-512, f32 for [`ROWS`] rows and
-//! bf16 for [`BF16_ROWS`] rows (f32 accumulation, rounded to bf16 once). Up to 12 rows share one read
-//! of each weight; more go over each block of weights in turns while it is in cache. Anything else
-//! returns `None` and goes through libtorch.
+//! Taken: contiguous CPU tensors outside autograd on a CPU with AVX-512 or AVX2 + FMA (the form
+//! `kernel_form.rs` picks; the AVX2 one is `few_rows_avx2.rs`), f32 for [`ROWS`] rows and bf16 for
+//! [`BF16_ROWS`] rows (f32 accumulation, rounded to bf16 once). Up to 12 rows (AVX2: 6) share one
+//! read of each weight; more go over each block of weights in turns while it is in cache. Anything
+//! else returns `None` and goes through libtorch.
 
+use crate::kernel_form::{self, KernelForm};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::LocalKey;
@@ -66,7 +68,7 @@ pub fn without_pair_products<T>(pass: impl FnOnce() -> T) -> T {
 
 /// Whether bf16 products on this thread go through AVX512-BF16's pair products.
 fn pair_products() -> bool {
-    cpu_has_bf16_dot() && !WIDEN_BF16.with(Cell::get)
+    kernel_form::current() == KernelForm::Avx512 && cpu_has_bf16_dot() && !WIDEN_BF16.with(Cell::get)
 }
 
 fn with_mode<T>(mode: Mode, pass: impl FnOnce() -> T) -> T {
@@ -178,17 +180,10 @@ fn cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// AVX-512 (the only width written: the machines measured have it, and an untested narrower path
-/// would be a claim without a test; elsewhere libtorch keeps every product).
+/// Whether this thread's products take a form of this kernel (AVX-512 or AVX2; elsewhere, or with
+/// `SHARPDRAFT_KERNEL=libtorch`, libtorch keeps every product).
 fn cpu_has_kernel() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    kernel_form::current() != KernelForm::Libtorch
 }
 
 /// `x W^T` for `x [M, in]` with M in [`ROWS`] ([`BF16_ROWS`] in bf16) on `threads` threads, or
@@ -226,6 +221,7 @@ pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
             outputs: outputs as usize,
         };
         let pointers = Pointers {
+            form: kernel_form::current(),
             x: widened.data_ptr() as *const f32,
             x_bf16: x.data_ptr() as *const u16,
             weight: weight.data_ptr() as *const u8,
@@ -268,25 +264,27 @@ pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
 }
 
 #[derive(Clone, Copy)]
-struct Shape {
-    rows: usize,
-    inputs: usize,
-    outputs: usize,
+pub(crate) struct Shape {
+    pub(crate) rows: usize,
+    pub(crate) inputs: usize,
+    pub(crate) outputs: usize,
 }
 
 /// `x [rows, inputs]` f32 (and `x_bf16`), `weight [outputs, inputs]` (f32, or bf16 where `bf16`),
 /// `out [rows, outputs]` f32.
 #[derive(Clone, Copy)]
-struct Pointers {
-    x: *const f32,
+pub(crate) struct Pointers {
+    /// The instructions the products take (read once a product, so all its parts agree).
+    pub(crate) form: KernelForm,
+    pub(crate) x: *const f32,
     /// The rows as given; read only where `pairs`, as bf16 (the pair products take them so). `x`
     /// is read only where not.
-    x_bf16: *const u16,
-    weight: *const u8,
-    bf16: bool,
+    pub(crate) x_bf16: *const u16,
+    pub(crate) weight: *const u8,
+    pub(crate) bf16: bool,
     /// bf16 through AVX512-BF16's pair products ([`bf16_pairs_512`]).
-    pairs: bool,
-    out: *mut f32,
+    pub(crate) pairs: bool,
+    pub(crate) out: *mut f32,
 }
 // SAFETY: the threads only read `x` and `weight` and write disjoint columns of `out`.
 unsafe impl Send for Pointers {}
@@ -312,10 +310,14 @@ const MIN_BLOCK_COLUMNS: usize = 12;
 /// to stay in cache between the sweeps, so each weight is still read from memory once.
 #[cfg(target_arch = "x86_64")]
 unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
-    if shape.rows <= ROWS_PER_SWEEP {
+    let most_rows = match p.form {
+        KernelForm::Avx2 => crate::few_rows_avx2::ROWS_PER_SWEEP,
+        _ => ROWS_PER_SWEEP,
+    };
+    if shape.rows <= most_rows {
         return sweep(p, shape, columns);
     }
-    let sweeps = shape.rows.div_ceil(ROWS_PER_SWEEP);
+    let sweeps = shape.rows.div_ceil(most_rows);
     let rows_per_sweep = shape.rows.div_ceil(sweeps);
     let element = if p.bf16 { 2 } else { 4 };
     let block = (BLOCK_BYTES / (shape.inputs * element).max(1)).max(MIN_BLOCK_COLUMNS);
@@ -340,6 +342,9 @@ unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
 /// One sweep over the weights of `columns` for at most [`ROWS_PER_SWEEP`] rows.
 #[cfg(target_arch = "x86_64")]
 unsafe fn sweep(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
+    if p.form == KernelForm::Avx2 {
+        return crate::few_rows_avx2::sweep(p, shape, columns);
+    }
     // As many weight streams as the registers allow: M x S accumulators, S weights and an input
     // within AVX-512's 32. More streams keep more of the weights' reads in flight: a 5-row pass over
     // Qwen2.5-Coder-1.5B's linear maps took 268-276 ms with 2 streams, 251-256 with 4, 238-243 with
@@ -446,7 +451,7 @@ unsafe fn bf16_pairs_512<const M: usize, const S: usize>(
 /// Row `r` of the rows at `x` (`[rows, inputs]`, f32 or bf16), or row 0 for the padding rows past
 /// `rows` (their results are not stored).
 #[cfg(target_arch = "x86_64")]
-fn x_row<T>(x: *const T, shape: Shape, r: usize) -> *const T {
+pub(crate) fn x_row<T>(x: *const T, shape: Shape, r: usize) -> *const T {
     x.wrapping_add(if r < shape.rows { r * shape.inputs } else { 0 })
 }
 

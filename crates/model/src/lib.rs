@@ -8,9 +8,12 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod few_rows;
+#[cfg(target_arch = "x86_64")]
+mod few_rows_avx2;
 pub mod generate;
 pub mod gguf;
 pub mod gguf_check;
+pub mod kernel_form;
 pub mod kernel_workers;
 pub mod kv_cache;
 pub mod layers;

@@ -1,13 +1,29 @@
 //! The few-row kernel (verification passes of a few rows on a CPU: f32 `ROWS`, bf16 `BF16_ROWS`)
-//! computes what libtorch computes.
+//! computes what libtorch computes, in every form this CPU runs (AVX-512, and AVX2 forced on the same
+//! CPU), and `SHARPDRAFT_KERNEL` names the form or is refused.
 mod common;
 
 use common::{load, max_abs_diff};
+use sharpdraft_model::kernel_form::{self, KernelForm};
 use sharpdraft_model::{few_rows, ForwardInput, LogitRows};
 use tch::{Device, Kind, Tensor};
 
+/// Runs `check` once in each kernel form this CPU runs; says which it cannot.
+fn in_every_form(check: fn()) {
+    for form in [KernelForm::Avx512, KernelForm::Avx2] {
+        match kernel_form::with_form(form, check) {
+            Ok(()) => {}
+            Err(_) => eprintln!("skipped: this CPU has no {}", form.name()),
+        }
+    }
+}
+
 #[test]
 fn the_kernel_multiplies_like_libtorch_for_every_row_count_and_odd_shapes() {
+    in_every_form(products_match_libtorch);
+}
+
+fn products_match_libtorch() {
     let _guard = tch::no_grad_guard();
     tch::manual_seed(0);
     // Widths that are and are not multiples of the vector width; an odd number of weight rows; rows
@@ -18,7 +34,7 @@ fn the_kernel_multiplies_like_libtorch_for_every_row_count_and_odd_shapes() {
         for rows in few_rows::ROWS {
             let x = Tensor::randn([rows, inputs], (Kind::Float, Device::Cpu));
             let Some(got) = few_rows::linear(&x, &weight, 2) else {
-                eprintln!("skipped: this CPU has no AVX-512");
+                eprintln!("skipped: this CPU runs no form of the kernel");
                 return;
             };
             let want = x.linear::<Tensor>(&weight, None);
@@ -35,20 +51,20 @@ fn the_kernel_multiplies_like_libtorch_for_every_row_count_and_odd_shapes() {
 
 #[test]
 fn the_bf16_kernel_multiplies_like_libtorch_to_bf16_rounding() {
-    bf16_products_are_exact_to_bf16_rounding();
+    in_every_form(bf16_products_are_exact_to_bf16_rounding);
 }
 
 #[test]
 fn the_bf16_kernel_that_widens_weights_multiplies_like_libtorch_to_bf16_rounding() {
     // The path of CPUs without AVX512-BF16, forced here on one that has it.
-    few_rows::without_pair_products(bf16_products_are_exact_to_bf16_rounding);
+    in_every_form(|| few_rows::without_pair_products(bf16_products_are_exact_to_bf16_rounding));
 }
 
 fn bf16_products_are_exact_to_bf16_rounding() {
     let _guard = tch::no_grad_guard();
     tch::manual_seed(1);
     if !few_rows::takes_rows(1, Device::Cpu, Kind::BFloat16) {
-        eprintln!("skipped: this CPU has no AVX-512");
+        eprintln!("skipped: this CPU runs no form of the kernel");
         return;
     }
     // Widths that are and are not multiples of the 16 or 32 weights a load reads.
@@ -137,16 +153,48 @@ fn a_verification_pass_with_the_kernel_gives_libtorchs_logits_and_leaves_its_thr
             .unwrap()
     };
     // The fixture is tiny (it keeps libtorch's products by itself): the kernel is forced for the pass.
-    let with_kernel = few_rows::with_kernel(pass);
     let libtorch = few_rows::without_kernel(pass);
-    assert!(max_abs_diff(&with_kernel, &libtorch) < 1e-4);
+    for form in [KernelForm::Avx512, KernelForm::Avx2] {
+        let Ok(with_kernel) = kernel_form::with_form(form, || few_rows::with_kernel(pass)) else {
+            eprintln!("skipped: this CPU has no {}", form.name());
+            continue;
+        };
+        assert!(max_abs_diff(&with_kernel, &libtorch) < 1e-4, "{}", form.name());
+    }
     assert_eq!(tch::get_num_threads(), threads);
 }
 
 #[test]
 fn a_rows_product_is_the_same_to_the_bit_whatever_number_of_rows_shares_the_pass() {
-    products_do_not_depend_on_the_row_count();
-    few_rows::without_pair_products(products_do_not_depend_on_the_row_count);
+    in_every_form(products_do_not_depend_on_the_row_count);
+    in_every_form(|| few_rows::without_pair_products(products_do_not_depend_on_the_row_count));
+}
+
+#[test]
+fn the_libtorch_form_declines_every_product_and_unknown_or_missing_forms_are_refused_by_name() {
+    let weight = Tensor::randn([64, 32], (Kind::Float, Device::Cpu));
+    let x = Tensor::randn([5, 32], (Kind::Float, Device::Cpu));
+    let declined = kernel_form::with_form(KernelForm::Libtorch, || few_rows::linear(&x, &weight, 2));
+    assert!(declined.unwrap().is_none(), "libtorch keeps every product");
+    assert_eq!(kernel_form::parse("libtorch").unwrap(), KernelForm::Libtorch);
+    for (value, words) in [
+        ("sse", "not a kernel form"),
+        ("neon", "not written yet"),
+        ("AVX2", "not a kernel form"),
+    ] {
+        let error = kernel_form::parse(value).unwrap_err().to_string();
+        assert!(error.contains("SHARPDRAFT_KERNEL") && error.contains(words), "{value}: {error}");
+        assert!(error.contains("libtorch"), "lists what this CPU runs: {error}");
+    }
+    for form in KernelForm::ALL {
+        match kernel_form::parse(form.name()) {
+            Ok(parsed) => assert!(parsed == form && form.available()),
+            Err(error) => {
+                assert!(!form.available());
+                assert!(error.to_string().contains("does not have it"), "{error}");
+            }
+        }
+    }
 }
 
 fn products_do_not_depend_on_the_row_count() {
@@ -168,7 +216,7 @@ fn products_do_not_depend_on_the_row_count() {
             let most = *rows.last().expect("some row counts");
             let x = Tensor::randn([most, inputs], (Kind::Float, Device::Cpu)).to_kind(kind);
             let Some(all) = few_rows::linear(&x, &weight, 2) else {
-                eprintln!("skipped: this CPU has no AVX-512");
+                eprintln!("skipped: this CPU runs no form of the kernel");
                 return;
             };
             for &r in &rows {

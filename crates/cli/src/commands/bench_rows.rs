@@ -68,6 +68,9 @@ struct Row {
 
 #[derive(Serialize)]
 struct Report {
+    /// The form of the few-row kernel that ran (`avx512`, `avx2`, `libtorch`; `SHARPDRAFT_KERNEL`
+    /// forces one).
+    kernel: &'static str,
     threads: i32,
     weight_bytes: usize,
     /// Bytes one pass reads (the memory bound's numerator).
@@ -226,6 +229,7 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
         rows.push(row);
     }
     let report = Report {
+        kernel: sharpdraft_model::kernel_form::current().name(),
         threads: tch::get_num_threads(),
         weight_bytes,
         read_bytes,
@@ -237,7 +241,8 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "threads {}, weights {:.2} GB ({:.2} GB read per pass), read bandwidth {:.1} GB/s, matmul {:.1} GFLOP/s",
+            "kernel {}, threads {}, weights {:.2} GB ({:.2} GB read per pass), read bandwidth {:.1} GB/s, matmul {:.1} GFLOP/s",
+            report.kernel,
             report.threads,
             weight_bytes as f64 / 1e9,
             read_bytes as f64 / 1e9,

@@ -187,6 +187,9 @@ struct GenerateReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     adaptation: Option<AdaptationReport>,
     process: ProcessMemory,
+    /// The form of the few-row kernel passes could take (`avx512`, `avx2`, `libtorch`;
+    /// `SHARPDRAFT_KERNEL` forces one).
+    kernel: &'static str,
 }
 
 /// The process's resident memory, loading apart from running (0 where /proc is not available).
@@ -282,6 +285,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 memory: None,
                 adaptation: None,
                 process: process_memory(load_peak_rss_bytes),
+                kernel: sharpdraft_model::kernel_form::current().name(),
             }
         }
         Some(drafter_name) => {
@@ -328,6 +332,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 ids: spec.ids,
                 cycles: Some(spec.cycles),
                 process: process_memory(load_peak_rss_bytes),
+                kernel: sharpdraft_model::kernel_form::current().name(),
             }
         }
     };
