@@ -142,36 +142,24 @@ fn base_command(path: &[String], flag: &str) -> Option<Vec<String>> {
     } else {
         &[]
     };
+    // A command that drafts: its base, the drafter and the mode the flag applies to.
+    let drafting = |base: &[&'static str]| [base, drafter, mode].concat();
+    let generate = ["generate", "--target", TARGET, "--prompt", "Hi", "--max-new-tokens", "2"];
     let words: Vec<&str> = match path.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["derive"] => vec!["derive", "--json"],
         ["init", "eagle3"] => vec!["init", "eagle3", "--target", TARGET, "--out", "out"],
         ["init", "dflash"] => vec!["init", "dflash", "--target", TARGET, "--out", "out", "--mask-token", "0"],
         // The drafting flags with the drafter they apply to; the rest without one (half the loading).
-        ["generate"] if !is_flattened(&flag[2..]) => vec!["generate", "--target", TARGET, "--prompt", "Hi", "--max-new-tokens", "2"],
-        ["generate"] => [&["generate", "--target", TARGET, "--prompt", "Hi", "--max-new-tokens", "2"][..], drafter, mode].concat(),
+        ["generate"] if !is_flattened(&flag[2..]) => generate.to_vec(),
+        ["generate"] => drafting(&generate),
         ["logits"] => vec!["logits", "--model", TARGET, "--prompt", "Hi"],
-        ["tau"] => [
-            &["tau", "--target", TARGET, "--prompts", "prompts.jsonl", "--count", "1", "--max-new-tokens", "2"][..],
-            drafter,
-            mode,
-        ]
-        .concat(),
+        ["tau"] => drafting(&["tau", "--target", TARGET, "--prompts", "prompts.jsonl", "--count", "1", "--max-new-tokens", "2"]),
         ["bench", "decode"] => vec!["bench", "decode", "--target", TARGET, "--contexts", "8", "--dtypes", "f32", "--decode-tokens", "2", "--json"],
-        ["bench", "scaling"] => [
-            &["bench", "scaling", "--target", TARGET, "--contexts", "64", "--new-tokens", "2", "--repeats", "1", "--json"][..],
-            drafter,
-            mode,
-        ]
-        .concat(),
+        ["bench", "scaling"] => drafting(&["bench", "scaling", "--target", TARGET, "--contexts", "64", "--new-tokens", "2", "--repeats", "1", "--json"]),
         ["bench", "continuations"] => vec!["bench", "continuations", "--target", TARGET, "--prompts", "2", "--max-new-tokens", "2", "--batch", "2"],
         ["bench", "load"] => vec!["bench", "load", "--target", TARGET, "--repeats", "1", "--json"],
         ["bench", "rows"] => vec!["bench", "rows", "--target", TARGET, "--rows", "1,2", "--context", "16", "--repeats", "1", "--json"],
-        ["bench", "speculative"] => [
-            &["bench", "speculative", "--target", TARGET, "--prompts", "prompts.jsonl", "--count", "1", "--max-new-tokens", "2", "--json"][..],
-            drafter,
-            mode,
-        ]
-        .concat(),
+        ["bench", "speculative"] => drafting(&["bench", "speculative", "--target", TARGET, "--prompts", "prompts.jsonl", "--count", "1", "--max-new-tokens", "2", "--json"]),
         ["bench", "attention-stats"] => vec![
             "bench", "attention-stats", "--keys", "64", "--rows", "2", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--ks", "1", "--repeats", "1", "--json",
         ],

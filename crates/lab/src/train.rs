@@ -40,7 +40,7 @@ pub enum MethodConfig {
 
 impl MethodConfig {
     /// The drafting method this trains.
-    pub fn kind(&self) -> Method {
+    pub fn method(&self) -> Method {
         match self {
             Self::Eagle3(_) => Method::Eagle3,
             Self::Pard(_) => Method::Pard,
@@ -276,7 +276,7 @@ impl TrainConfig {
             let hidden = raw["hidden_size"]
                 .as_i64()
                 .with_context(|| format!("{}: no hidden_size", path.display()))?;
-            if self.method.kind() != Method::Pard {
+            if self.method.method() != Method::Pard {
                 ensure!(
                     hidden == t.hidden_size,
                     "init {}: hidden_size {hidden} does not fit the target's {}",
@@ -481,7 +481,7 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
             );
         }
         let (layers, heads) = objective.query_layout();
-        let what = format!("the {} drafter in training", config.method.kind());
+        let what = format!("the {} drafter in training", config.method.method());
         objective.set_query_scaling(spec.build(layers, heads, Some(config.n0), &what)?);
     }
     let bar = indicatif::ProgressBar::new(config.steps as u64);
@@ -493,7 +493,7 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     );
     let title = format!(
         "{} drafter for {} (n0 = {})",
-        config.method.kind(),
+        config.method.method(),
         config.target,
         config.n0
     );

@@ -1,6 +1,6 @@
 //! A loaded checkpoint folder: config, weights (strictly matched), tokenizer and chat template.
 
-use crate::config::HfConfig;
+use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::tokenizer::TextTokenizer;
 use crate::transformer::Transformer;
@@ -54,7 +54,7 @@ impl CausalLm {
         if !dir.is_dir() {
             return Err(ModelError::io(dir, "not a model folder"));
         }
-        let config = HfConfig::load(&dir.join("config.json"))?.resolve()?;
+        let config = ModelConfig::from_folder(dir)?;
         let tied = config.tie_word_embeddings;
         let mut vars = VarStore::new(device);
         let mut net = Transformer::new(&vars.root(), config);

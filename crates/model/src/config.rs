@@ -118,10 +118,20 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// The configuration of the model folder `dir`, from its config.json alone (no weights are read).
+    pub fn from_folder(dir: &Path) -> Result<Self> {
+        HfConfig::load(&dir.join("config.json"))?.resolve()
+    }
+
+    /// The positions the model sees, as a count of tokens.
+    pub fn positions(&self) -> usize {
+        self.max_position_embeddings.max(0) as usize
+    }
+
     /// Refuses a sequence longer than the positions the model was trained for: `prompt` tokens followed
     /// by up to `new_tokens`. The error gives both numbers and how many new tokens would fit.
     pub fn ensure_positions(&self, prompt: usize, new_tokens: usize) -> Result<()> {
-        let limit = self.max_position_embeddings.max(0) as u64;
+        let limit = self.positions() as u64;
         let needed = (prompt as u64).saturating_add(new_tokens as u64);
         if needed <= limit {
             return Ok(());

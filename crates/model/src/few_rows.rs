@@ -29,6 +29,16 @@ pub fn kernel_seconds() -> f64 {
     KERNEL_NANOS.load(Ordering::Relaxed) as f64 * 1e-9
 }
 
+/// The form whose products have run in this process (`libtorch` while none has: a model too small
+/// for the kernel, or `SHARPDRAFT_KERNEL=libtorch`): what `bench rows` and `generate --json` report.
+pub fn form_that_ran() -> KernelForm {
+    if KERNEL_NANOS.load(Ordering::Relaxed) > 0 {
+        kernel_form::current()
+    } else {
+        KernelForm::Libtorch
+    }
+}
+
 /// Row counts this kernel takes in f32. Up to 3 rows libtorch's own kernel is bandwidth-bound already.
 /// Qwen2.5-Coder-1.5B, one pass against one row (`bench rows`): 8 rows 1.2-1.3x (libtorch 2.9x), 12
 /// rows 1.6-1.8x (3.5x), 16 rows 2.0-2.2x (3.0-3.2x); from about 20 rows libtorch's packed GEMM costs

@@ -1,7 +1,8 @@
 //! Which form of the few-row products (`few_rows.rs`) this process runs: the widest this CPU has, or
-//! the one `SHARPDRAFT_KERNEL` names (`avx512`, `avx2`, `neon` or `libtorch`). A form the CPU cannot
-//! run is an error naming the variable, found when a command starts ([`check_requested`]), never a
-//! silent fallback that would change what a benchmark measures.
+//! the one `SHARPDRAFT_KERNEL` names (`avx512`, `avx2`, `neon` or `libtorch`). Every command checks
+//! the variable when it starts ([`check_requested`]): a form the CPU cannot run is an error naming
+//! the variable, not a fallback that would change what a benchmark measures. (A library caller that
+//! skips the check gets libtorch's products, and the reports' `kernel` fields say so.)
 
 use crate::error::{ModelError, Result};
 use std::cell::Cell;

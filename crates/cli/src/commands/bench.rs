@@ -2,7 +2,7 @@
 //! context lengths and dtypes, next to the memory-bandwidth bound measured on the same machine and
 //! (optionally) HF transformers on the same weights with the same thread count, in the same run.
 
-use super::bounds::{ensure_context, ensure_within, model_config, MAX_THREADS};
+use super::bounds::{ensure_context, ensure_within, MAX_THREADS};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use sharpdraft_model::generate::generate;
@@ -131,12 +131,11 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
     }
     let device = parse_device(&args.device)?;
     let dir = registry::resolve(&args.target)?;
-    let config = model_config(&dir)?;
-    ensure_within("decode-tokens", args.decode_tokens, 1, config.max_position_embeddings)?;
+    let config = sharpdraft_model::ModelConfig::from_folder(&dir)?;
+    ensure_within("decode-tokens", args.decode_tokens, 1, config.positions() as i64)?;
     for &context in &args.contexts {
-        ensure_within("contexts", context, 1, config.max_position_embeddings)?;
         // The prefill's token and the timed decode steps after it.
-        ensure_context(&config, "contexts", context as usize, args.decode_tokens as usize + 1)?;
+        ensure_context(&config, "contexts", context as i128, args.decode_tokens as usize + 1)?;
     }
     let threads = args.threads.unwrap_or_else(tch::get_num_threads);
     tch::set_num_threads(threads);

@@ -2,7 +2,7 @@
 //! data is built from) generated one at a time and in packed batches, side by side in one run, with the
 //! outputs checked equal token for token.
 
-use super::bounds::{ensure_within, model_config, positions};
+use super::bounds::ensure_within;
 use clap::Args;
 use sharpdraft_lab::datasets::{jsonl_field, pypi_package, PypiPackage};
 use sharpdraft_lab::experiment::prompts::chat_ids;
@@ -31,9 +31,9 @@ pub struct ContinuationsBenchArgs {
 
 pub fn run(args: &ContinuationsBenchArgs) -> anyhow::Result<()> {
     let dir = registry::resolve(&args.target)?;
-    let config = model_config(&dir)?;
+    let config = sharpdraft_model::ModelConfig::from_folder(&dir)?;
     ensure_within("prompts", args.prompts, 1, MAX_PROMPTS)?;
-    ensure_within("max-new-tokens", args.max_new_tokens, 1, positions(&config))?;
+    ensure_within("max-new-tokens", args.max_new_tokens, 1, config.positions())?;
     for &batch in &args.batch {
         // A batch larger than the prompts packs them all, as `--batch PROMPTS` does.
         ensure_within("batch", batch, 1, args.prompts)?;

@@ -68,8 +68,8 @@ struct Row {
 
 #[derive(Serialize)]
 struct Report {
-    /// The form of the few-row kernel that ran (`avx512`, `avx2`, `libtorch`; `SHARPDRAFT_KERNEL`
-    /// forces one).
+    /// The form of the few-row kernel whose products ran (`avx512`, `avx2`; `libtorch` when none did;
+    /// `SHARPDRAFT_KERNEL` forces one).
     kernel: &'static str,
     threads: i32,
     weight_bytes: usize,
@@ -122,14 +122,13 @@ fn matmul_rate() -> f64 {
 /// Every flag within the target's positions, read from its config alone, before anything is measured.
 fn check(args: &RowsBenchArgs) -> Result<()> {
     super::bounds::ensure_repeats(args.repeats)?;
-    let config = super::bounds::model_config(&registry::resolve(&args.target)?)?;
-    let positions = config.max_position_embeddings;
-    ensure_within("context", args.context, 1, positions)?;
+    let config = super::bounds::target_config(&args.target)?;
+    ensure_context(&config, "context", args.context as i128, 0)?;
     anyhow::ensure!(!args.rows.is_empty(), "--rows: give at least one row count");
     for &rows in &args.rows {
         // A pass's ids are the context's first rows, placed after the context.
         ensure_within("rows", rows, 1, args.context)?;
-        ensure_context(&config, "context", args.context as usize, rows as usize)?;
+        ensure_context(&config, "context", args.context as i128, rows as usize)?;
     }
     let _guard = tch::no_grad_guard();
     Ok(())
@@ -229,7 +228,7 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
         rows.push(row);
     }
     let report = Report {
-        kernel: sharpdraft_model::kernel_form::current().name(),
+        kernel: few_rows::form_that_ran().name(),
         threads: tch::get_num_threads(),
         weight_bytes,
         read_bytes,

@@ -5,7 +5,7 @@
 //! ratio, so machine noise mostly cancels); the cost of the path does not depend on beta's value. The bytes
 //! the drafter's caches hold are reported too (equal: scaling adds no memory).
 
-use super::bounds::{ensure_context, ensure_repeats, ensure_within, model_config, positions};
+use super::bounds::{ensure_context, ensure_repeats, ensure_within, target_config};
 use super::generate::{DrafterArgs, ModelArgs};
 use super::scaling::{ScalingArgs, ScalingKind};
 use anyhow::{Context, Result};
@@ -13,7 +13,7 @@ use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::speculative_generate;
 use sharpdraft_lab::drafter_spec;
-use sharpdraft_model::{registry, Sampling};
+use sharpdraft_model::Sampling;
 
 #[derive(Args, Debug)]
 pub struct ScalingBenchArgs {
@@ -70,11 +70,10 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
         "bench scaling times the drafter unscaled against fixed scaling with beta 0 and n0 1 itself: it takes no --scaling, --schedule, --beta or --n0"
     );
     ensure_repeats(args.repeats)?;
-    let config = model_config(&registry::resolve(&args.target)?)?;
-    ensure_within("new-tokens", args.new_tokens, 1, positions(&config))?;
+    let config = target_config(&args.target)?;
+    ensure_within("new-tokens", args.new_tokens, 1, config.positions())?;
     for &context in &args.contexts {
-        ensure_within("contexts", context, 1, positions(&config))?;
-        ensure_context(&config, "contexts", context, args.new_tokens)?;
+        ensure_context(&config, "contexts", context as i128, args.new_tokens)?;
     }
     // Every row past n0 = 1: the factors are computed and multiplied for every query, all equal to 1.
     let mut draft = args.draft.clone();

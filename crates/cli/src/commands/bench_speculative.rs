@@ -130,7 +130,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     let tokenizer = target.tokenizer()?;
     let set = args
         .set
-        .load(tokenizer, target.net.config.max_position_embeddings.max(1) as usize)?;
+        .load(tokenizer, target.net.config.positions())?;
     let mut requests = Vec::new();
     for &requested in &args.set.contexts {
         for (i, question) in set.questions.iter().enumerate() {

@@ -3,6 +3,7 @@
 
 use anyhow::{ensure, Context, Result};
 use sharpdraft_model::config::ModelConfig;
+use sharpdraft_model::registry;
 use std::fmt::Display;
 
 /// Repeats of one measurement: the median of up to this many is all a benchmark needs, and more would
@@ -31,27 +32,22 @@ pub fn ensure_repeats(repeats: usize) -> Result<()> {
     ensure_within("repeats", repeats, 1, MAX_REPEATS)
 }
 
-/// A context of `prompt` tokens (the value of `--flag`) followed by `new_tokens` more must fit the
-/// target's positions, and hold at least one token.
+/// A context of `prompt` tokens (the value of `--flag`, any integer a flag parses to) followed by
+/// `new_tokens` more: at least one token, and all of them within the target's positions.
 pub fn ensure_context(
     config: &ModelConfig,
     flag: &str,
-    prompt: usize,
+    prompt: i128,
     new_tokens: usize,
 ) -> Result<()> {
-    ensure!(prompt >= 1, "--{flag} {prompt}: a context holds at least 1 token");
+    ensure_within(flag, prompt, 1, config.positions() as i128)?;
     config
-        .ensure_positions(prompt, new_tokens)
+        .ensure_positions(prompt as usize, new_tokens)
         .with_context(|| format!("--{flag} {prompt} with {new_tokens} new tokens"))
 }
 
-/// The configuration of the model in `dir`, read from its config.json alone (no weights), so that
-/// flags are checked against it before a benchmark loads or measures anything.
-pub fn model_config(dir: &std::path::Path) -> Result<ModelConfig> {
-    Ok(sharpdraft_model::HfConfig::load(&dir.join("config.json"))?.resolve()?)
-}
-
-/// The model's positions, as a count.
-pub fn positions(config: &ModelConfig) -> usize {
-    config.max_position_embeddings.max(0) as usize
+/// The configuration of the target `name` (a known name or a folder), from its config.json alone, so
+/// that flags are checked against it before a benchmark loads or measures anything.
+pub fn target_config(name: &str) -> Result<ModelConfig> {
+    Ok(ModelConfig::from_folder(&registry::resolve(name)?)?)
 }

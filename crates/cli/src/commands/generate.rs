@@ -187,8 +187,8 @@ struct GenerateReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     adaptation: Option<AdaptationReport>,
     process: ProcessMemory,
-    /// The form of the few-row kernel passes could take (`avx512`, `avx2`, `libtorch`;
-    /// `SHARPDRAFT_KERNEL` forces one).
+    /// The form of the few-row kernel whose products ran (`avx512`, `avx2`; `libtorch` when none
+    /// did, as for a model below `few_rows::MIN_WEIGHT_BYTES`; `SHARPDRAFT_KERNEL` forces one).
     kernel: &'static str,
 }
 
@@ -285,7 +285,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 memory: None,
                 adaptation: None,
                 process: process_memory(load_peak_rss_bytes),
-                kernel: sharpdraft_model::kernel_form::current().name(),
+                kernel: sharpdraft_model::few_rows::form_that_ran().name(),
             }
         }
         Some(drafter_name) => {
@@ -332,7 +332,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 ids: spec.ids,
                 cycles: Some(spec.cycles),
                 process: process_memory(load_peak_rss_bytes),
-                kernel: sharpdraft_model::kernel_form::current().name(),
+                kernel: sharpdraft_model::few_rows::form_that_ran().name(),
             }
         }
     };

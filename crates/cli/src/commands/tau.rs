@@ -74,7 +74,7 @@ pub fn run(args: &TauArgs) -> Result<()> {
     let tokenizer = target.tokenizer()?;
     let set = args
         .set
-        .load(tokenizer, target.net.config.max_position_embeddings.max(1) as usize)?;
+        .load(tokenizer, target.net.config.positions())?;
     let sampling = Sampling::greedy();
     let scalings = args.draft.scaling.kinds();
     let (mut rows, mut summaries) = (Vec::new(), Vec::new());

@@ -48,7 +48,7 @@ fn build_requests(
         .prompts
         .load(workload.skip, workload.count)
         .with_context(at)?;
-    let positions = target.net.config.max_position_embeddings.max(1) as usize;
+    let positions = target.net.config.positions();
     for (i, text) in texts.iter().enumerate() {
         ensure_text_can_fit(text, positions)
             .with_context(|| format!("{}: prompt {}", at(), workload.skip + i))?;

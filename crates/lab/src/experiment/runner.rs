@@ -122,9 +122,8 @@ fn ensure_drafters(experiment: &Experiment) -> Result<()> {
                 config.out
             );
             // A folder left by a killed training run is resumed, not trained anew: say which.
-            let unfinished = [registry::model_dir(checkpoint), PathBuf::from(checkpoint)]
-                .iter()
-                .any(|dir| output_folder::is_unfinished(dir));
+            let unfinished = registry::locate(checkpoint)
+                .is_some_and(|dir| output_folder::is_unfinished(&dir));
             eprintln!(
                 "drafter {:?}: {checkpoint} {}; training it with {}",
                 drafter.name,
