@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn fetched() -> bool {
-    let ok = sharpdraft_model::registry::resolve("smollm2-135m-instruct").is_ok();
+    let ok = sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").is_ok();
     if !ok {
         eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
     }

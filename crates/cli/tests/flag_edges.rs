@@ -91,7 +91,7 @@ fn is_flattened(long: &str) -> bool {
     const SHARED: &[&str] = &[
         "draft-len", "draft-stop-below", "tree-depth", "tree-topk", "tree-tokens", "beta", "n0", "drafter-window",
         "retrieval-chunk", "retrieval-top-chunks", "retrieval-recent", "retrieval-every", "adapt-every",
-        "adapt-lr", "adapt-steps", "adapt-buffer", "adapt-seed", "lora-rank", "lora-alpha", "skip", "count",
+        "adapt-lr", "adapt-steps", "adapt-buffer", "adapt-top-k", "adapt-clip", "adapt-seed", "lora-rank", "lora-alpha", "skip", "count",
         "contexts", "filler-offset",
     ];
     SHARED.contains(&long)
@@ -264,7 +264,7 @@ fn judge(flag: &str, value: &str, must_refuse: bool, ended: &Ended) -> Option<St
 
 #[test]
 fn every_numeric_flag_at_every_edge_succeeds_or_names_itself_and_touches_no_users_file() {
-    if sharpdraft_model::registry::resolve(TARGET).is_err() {
+    if sharpdraft_model::store::registry::resolve(TARGET).is_err() {
         eprintln!("skipped: {TARGET} is not fetched (make test fetches it)");
         return;
     }

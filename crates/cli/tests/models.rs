@@ -13,7 +13,7 @@ fn sharpdraft(args: &[&str], home: Option<&std::path::Path>) -> Output {
 }
 
 fn smollm2_fetched() -> bool {
-    let fetched = sharpdraft_model::registry::resolve("smollm2-135m-instruct").is_ok();
+    let fetched = sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").is_ok();
     if !fetched {
         eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
     }

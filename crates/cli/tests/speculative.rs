@@ -28,7 +28,7 @@ fn prompt_file(dir: &std::path::Path, prompts: &[&str]) -> std::path::PathBuf {
 }
 
 fn fetched() -> bool {
-    let ok = sharpdraft_model::registry::resolve("smollm2-135m-instruct").is_ok();
+    let ok = sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").is_ok();
     if !ok {
         eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
     }
@@ -102,7 +102,7 @@ fn eagle3_trees_from_a_published_layout_checkpoint_run_from_the_cli() {
     }
     let dir = tempfile::tempdir().unwrap();
     let target = sharpdraft_model::CausalLm::load(
-        &sharpdraft_model::registry::resolve("smollm2-135m-instruct").unwrap(),
+        &sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").unwrap(),
         tch::Device::Cpu,
         tch::Kind::Float,
     )

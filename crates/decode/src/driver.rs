@@ -289,17 +289,18 @@ pub fn speculative_generate(
     while !session.finished {
         session.cycle(drafter)?;
     }
+    let drafter_stats = drafter.stats();
     Ok(SpecReport {
         prompt_ids: prompt.to_vec(),
         ids: session.generated().to_vec(),
         prefill_seconds,
         total_seconds: started.elapsed().as_secs_f64(),
         target_forward_seconds: session.target_forward_seconds,
-        drafter_forward_seconds: drafter.forward_seconds(),
+        drafter_forward_seconds: drafter_stats.forward_seconds,
         target_cache_bytes: session.cache.bytes_allocated(),
-        drafter_cache_bytes: drafter.cache_bytes(),
-        drafter_weight_bytes: drafter.weight_bytes(),
-        adaptation: drafter.adaptation(),
+        drafter_cache_bytes: drafter_stats.cache_bytes,
+        drafter_weight_bytes: drafter_stats.weight_bytes,
+        adaptation: drafter_stats.adaptation,
         peak_rss_bytes: peak_rss_bytes(),
         cycles: session.cycles,
     })

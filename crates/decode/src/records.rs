@@ -37,7 +37,7 @@ pub struct SpecReport {
     /// The drafter's own weights (what query scaling adds nothing to and adaptation trains).
     pub drafter_weight_bytes: usize,
     /// Online adaptation's updates, time and memory; `None` for a drafter that does not adapt.
-    pub adaptation: Option<sharpdraft_draft::adaptation::AdaptationReport>,
+    pub adaptation: Option<sharpdraft_draft::AdaptationReport>,
     /// Peak resident memory of the process (VmHWM), bytes; 0 where not available.
     pub peak_rss_bytes: u64,
 }

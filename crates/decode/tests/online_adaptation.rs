@@ -141,7 +141,7 @@ fn one_update_lowers_the_loss_on_its_own_buffer_for_every_method_full_and_lora()
                 after < before,
                 "{method:?} {mode:?}: loss {before} -> {after}"
             );
-            let report = drafter.adaptation().unwrap();
+            let report = drafter.stats().adaptation.unwrap();
             assert_eq!(report.updates, 1);
             assert_eq!(report.losses, vec![before], "{method:?} {mode:?}");
         }
@@ -166,7 +166,7 @@ fn an_adapting_eagle_tree_keeps_the_targets_greedy_output() {
         let mut drafter = AdaptingDrafter::new(tree, objective, eager(mode)).unwrap();
         let got = spec(&target, &mut drafter, &PROMPT, 32, Sampling::greedy());
         assert_eq!(got.ids, greedy_ar(&target, &PROMPT, 32), "{mode:?}");
-        assert!(drafter.adaptation().unwrap().updates >= 3, "{mode:?}");
+        assert!(drafter.stats().adaptation.unwrap().updates >= 3, "{mode:?}");
     }
 }
 
@@ -183,7 +183,7 @@ fn greedy_output_with_adaptation_on_equals_the_targets_greedy_output() {
             let got = spec(&target, &mut drafter, &PROMPT, 32, Sampling::greedy());
             assert_eq!(got.ids, want, "{method:?} {mode:?}");
             assert!(
-                drafter.adaptation().unwrap().updates >= 3,
+                drafter.stats().adaptation.unwrap().updates >= 3,
                 "{method:?} {mode:?}: no updates"
             );
         }
@@ -262,7 +262,7 @@ fn unmerged_lora_takes_the_updates_of_merged_lora_and_leaves_the_weights_untouch
             (
                 report.ids,
                 accepted,
-                drafter.adaptation().unwrap(),
+                drafter.stats().adaptation.unwrap(),
                 unchanged,
             )
         };
@@ -308,7 +308,7 @@ fn a_run_with_adaptation_is_reproducible_from_its_seed() {
             let report = spec(&target, &mut drafter, &PROMPT, 24, sampling);
             (
                 report.ids,
-                drafter.adaptation().unwrap().losses,
+                drafter.stats().adaptation.unwrap().losses,
                 snapshot(drafter.variables()),
             )
         };
@@ -365,7 +365,7 @@ fn updating_every_n_requests_learns_between_requests_only() {
     let mut updates = Vec::new();
     for _ in 0..5 {
         spec(&target, &mut drafter, &PROMPT, 16, Sampling::greedy());
-        updates.push(drafter.adaptation().unwrap().updates);
+        updates.push(drafter.stats().adaptation.unwrap().updates);
     }
     // Requests 3 and 5 start after 2 and 4 finished ones.
     assert_eq!(updates, vec![0, 0, 1, 1, 2]);
@@ -397,7 +397,7 @@ fn sampled_decoding_stays_lossless_while_the_drafter_adapts() {
             let out = spec(&target, &mut drafter, &SHORT_PROMPT, 8, sampled(seed));
             counts[out.ids[1] as usize] += 1;
         }
-        assert!(drafter.adaptation().unwrap().updates > 100, "{method:?}");
+        assert!(drafter.stats().adaptation.unwrap().updates > 100, "{method:?}");
         assert!(
             chi_square_p_value(&counts, &exact) > 1e-3,
             "{method:?}: {counts:?}"

@@ -55,11 +55,8 @@ impl Drafter for Recording<'_> {
     fn set_query_scaling(&mut self, scaling: QueryScaling) {
         self.inner.set_query_scaling(scaling)
     }
-    fn cache_bytes(&self) -> usize {
-        self.inner.cache_bytes()
-    }
-    fn forward_seconds(&self) -> f64 {
-        self.inner.forward_seconds()
+    fn stats(&self) -> sharpdraft_draft::DrafterStats {
+        self.inner.stats()
     }
     fn variables(&self) -> Vec<(String, tch::Tensor)> {
         self.inner.variables()
@@ -216,7 +213,7 @@ fn drafts_under(
     };
     drafter.set_key_selection(selection).unwrap();
     let proposals = proposals_of(drafter.as_mut());
-    (proposals, drafter.cache_bytes())
+    (proposals, drafter.stats().cache_bytes)
 }
 
 const METHOD_NAMES: [&str; 4] = ["vanilla", "eagle3 tree", "pard", "dflash"];
@@ -435,11 +432,8 @@ fn a_drafter_that_asks_gets_the_targets_root_attention_over_the_committed_keys()
         ) -> sharpdraft_draft::drafter::Result<()> {
             self.inner.set_key_selection(selection)
         }
-        fn cache_bytes(&self) -> usize {
-            self.inner.cache_bytes()
-        }
-        fn forward_seconds(&self) -> f64 {
-            self.inner.forward_seconds()
+        fn stats(&self) -> sharpdraft_draft::DrafterStats {
+            self.inner.stats()
         }
         fn variables(&self) -> Vec<(String, Tensor)> {
             self.inner.variables()

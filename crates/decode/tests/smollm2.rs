@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use sharpdraft_draft::{TreeShape, VanillaDrafter};
-use sharpdraft_model::{registry, CausalLm, ChatMessage, Sampling};
+use sharpdraft_model::{store::registry, CausalLm, ChatMessage, Sampling};
 use tch::{Device, Kind};
 
 fn smollm2() -> Option<CausalLm> {

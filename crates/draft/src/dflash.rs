@@ -10,6 +10,7 @@
 //! and dropped before `propose` returns.
 
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use crate::random_init::{
     random_norm, random_weight, save_trained, write_config, write_f32_safetensors,
@@ -625,12 +626,8 @@ impl Drafter for DFlashDrafter {
         self.query_scaling = scaling;
     }
 
-    fn cache_bytes(&self) -> usize {
-        self.cache.bytes_allocated()
-    }
-
-    fn forward_seconds(&self) -> f64 {
-        self.forward_seconds
+    fn stats(&self) -> DrafterStats {
+        DrafterStats::of(self.cache.bytes_allocated(), self.forward_seconds, &self.variables())
     }
 
     /// The selection's window on every layer (the narrower one where a layer has its own) and its

@@ -6,6 +6,7 @@
 //!
 //! The drafter owns its own cache and state; it never touches the target's cache.
 
+use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Tap, Transformer};
 use tch::Tensor;
@@ -105,12 +106,6 @@ pub trait Drafter {
         false
     }
 
-    /// Bytes held by the drafter's caches (for memory reports).
-    fn cache_bytes(&self) -> usize;
-
-    /// Cumulative seconds spent inside the drafter's model forward passes (for the engine-overhead figure).
-    fn forward_seconds(&self) -> f64;
-
     /// The drafter's own weights by checkpoint name (shallow handles on the live tensors); tensors it
     /// borrows from the target (embedding, LM head) are not among them.
     fn variables(&self) -> Vec<(String, Tensor)>;
@@ -121,16 +116,6 @@ pub trait Drafter {
         Vec::new()
     }
 
-    /// Bytes of [`Self::variables`] (for memory reports).
-    fn weight_bytes(&self) -> usize {
-        self.variables()
-            .iter()
-            .map(|(_, t)| t.numel() * t.kind().elt_size_in_bytes())
-            .sum()
-    }
-
-    /// What online adaptation did so far; `None` for a drafter that does not adapt.
-    fn adaptation(&self) -> Option<crate::adaptation::AdaptationReport> {
-        None
-    }
+    /// What the drafter holds and has spent so far: caches, forward time, weights, adaptation.
+    fn stats(&self) -> DrafterStats;
 }

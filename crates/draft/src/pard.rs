@@ -9,6 +9,7 @@
 
 use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use crate::vanilla::check_same_vocabulary;
 use sharpdraft_model::{CausalLm, KeySelection, KvCache, LogitRows, QueryScaling, Sampler};
@@ -131,12 +132,8 @@ impl Drafter for PardDrafter {
         self.model.net.set_query_scaling(scaling);
     }
 
-    fn cache_bytes(&self) -> usize {
-        self.cache.bytes_allocated()
-    }
-
-    fn forward_seconds(&self) -> f64 {
-        self.forward_seconds
+    fn stats(&self) -> DrafterStats {
+        DrafterStats::of(self.cache.bytes_allocated(), self.forward_seconds, &self.variables())
     }
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {

@@ -6,27 +6,33 @@
 //! drafter sees its `recent` window alone. The selection is a mask: every key stays cached.
 
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use serde::{Deserialize, Serialize};
 use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Tap};
 use tch::{Kind, Tensor};
 
-/// The `retrieval:` block of a drafter specification (SpecExtend's defaults: chunks of 32, 64 of them,
-/// every 8 cycles).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The `retrieval:` block of a drafter specification, and the `--retrieval-*` flags of the commands that
+/// draft (`--retrieval` itself turns it on): SpecExtend's defaults, chunks of 32, 64 of them, every 8
+/// cycles; one default and one validation for both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct RetrievalConfig {
-    /// Keys per chunk.
+    /// Retrieval: keys per chunk.
     #[serde(default = "default_chunk")]
+    #[arg(id = "retrieval_chunk", value_name = "RETRIEVAL_CHUNK", long = "retrieval-chunk", default_value_t = default_chunk())]
     pub chunk: i64,
-    /// Chunks kept.
+    /// Retrieval: chunks kept.
     #[serde(default = "default_top_chunks")]
+    #[arg(id = "retrieval_top_chunks", value_name = "RETRIEVAL_TOP_CHUNKS", long = "retrieval-top-chunks", default_value_t = default_top_chunks())]
     pub top_chunks: usize,
-    /// The recent window every row also sees.
+    /// Retrieval: the recent window every row also sees.
     #[serde(default = "default_recent")]
+    #[arg(id = "retrieval_recent", value_name = "RETRIEVAL_RECENT", long = "retrieval-recent", default_value_t = default_recent())]
     pub recent: i64,
-    /// Cycles between retrievals.
+    /// Retrieval: cycles between retrievals.
     #[serde(default = "default_every")]
+    #[arg(id = "retrieval_every", value_name = "RETRIEVAL_EVERY", long = "retrieval-every", default_value_t = default_every())]
     pub every: usize,
 }
 
@@ -213,20 +219,12 @@ impl Drafter for RetrievingDrafter<'_> {
         ))
     }
 
-    fn cache_bytes(&self) -> usize {
-        self.inner.cache_bytes()
-    }
-
-    fn forward_seconds(&self) -> f64 {
-        self.inner.forward_seconds()
+    fn stats(&self) -> DrafterStats {
+        self.inner.stats()
     }
 
     fn variables(&self) -> Vec<(String, Tensor)> {
         self.inner.variables()
-    }
-
-    fn adaptation(&self) -> Option<crate::adaptation::AdaptationReport> {
-        self.inner.adaptation()
     }
 }
 

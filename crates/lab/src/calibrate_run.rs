@@ -27,8 +27,8 @@ use sharpdraft_math::{
     calibrate, Beta, Calibration, CalibrationConfig, Estimator, ExactScales, HeadStats,
     MassReference, ScaleSchedule, TargetDilution,
 };
-use sharpdraft_model::output_folder;
-use sharpdraft_model::registry;
+use sharpdraft_model::store::output_folder;
+use sharpdraft_model::store::registry;
 use sharpdraft_probe::head_stats;
 use statrs::statistics::Statistics;
 use std::collections::BTreeMap;

@@ -27,10 +27,10 @@ use sharpdraft_draft::retrieval::{RetrievalConfig, RetrievingDrafter};
 use sharpdraft_draft::{
     DFlashDrafter, Drafter, Eagle3Drafter, Method, PardDrafter, TreeShape, VanillaDrafter,
 };
-use sharpdraft_model::{parse_kind, registry, CausalLm, KeySelection, Sampling};
+use sharpdraft_model::{parse_kind, store::registry, CausalLm, KeySelection, QueryScaling, Sampling};
 
 fn default_draft_len() -> usize {
-    4
+    DrafterSpec::DEFAULT_DRAFT_LEN
 }
 
 /// A drafter and how it drafts.
@@ -74,6 +74,9 @@ pub struct DrafterSpec {
 }
 
 impl DrafterSpec {
+    /// Chains of 4 unless `draft_len` (`--draft-len`) says otherwise.
+    pub const DEFAULT_DRAFT_LEN: usize = 4;
+
     /// The plain drafter: `method` from `checkpoint`, chains of 4, no tree, no scaling.
     pub fn new(method: Method, checkpoint: impl Into<String>) -> Self {
         Self {
@@ -215,6 +218,19 @@ pub fn load(
     sampling: Sampling,
     positions: i64,
 ) -> Result<LoadedDrafter> {
+    let (mut loaded, scaling) = load_unscaled(spec, target, sampling, positions)?;
+    loaded.as_drafter_mut().set_query_scaling(scaling);
+    Ok(loaded)
+}
+
+/// The drafter of `spec` without its query scaling, and that scaling, built (and checked against the
+/// drafter's attention layout) once: [`load`] sets it on the drafter, [`build`] on whatever wraps it.
+fn load_unscaled(
+    spec: &DrafterSpec,
+    target: &CausalLm,
+    sampling: Sampling,
+    positions: i64,
+) -> Result<(LoadedDrafter, QueryScaling)> {
     spec.validate()?;
     let name = &spec.checkpoint;
     let dir = registry::resolve(name)?;
@@ -264,8 +280,7 @@ pub fn load(
         drafter.training_length(),
         &format!("the {} drafter {name}", spec.method.name()),
     )?;
-    drafter.set_query_scaling(scaling);
-    Ok(loaded)
+    Ok((loaded, scaling))
 }
 
 /// [`load`], boxed (and adapting online when `spec.adapt` says so), with the largest proposal the
@@ -276,7 +291,7 @@ pub fn build<'t>(
     sampling: Sampling,
     positions: i64,
 ) -> Result<(Box<dyn Drafter + 't>, usize)> {
-    let loaded = load(spec, target, sampling, positions)?;
+    let (loaded, scaling) = load_unscaled(spec, target, sampling, positions)?;
     let max_proposal = loaded.max_proposal(spec);
     let objective = loaded.online_objective(spec);
     let mut drafter: Box<dyn Drafter + 't> = loaded.boxed();
@@ -284,6 +299,7 @@ pub fn build<'t>(
         drafter = Box::new(RetrievingDrafter::new(drafter, retrieval.clone())?);
     }
     let Some(adapt) = &spec.adapt else {
+        drafter.set_query_scaling(scaling);
         return Ok((drafter, max_proposal));
     };
     let name = &spec.checkpoint;
@@ -293,14 +309,7 @@ pub fn build<'t>(
         .with_context(|| format!("loading the training objective of drafter {name}"))?;
     let mut adapting = AdaptingDrafter::new(drafter, objective, adapt.clone())
         .with_context(|| format!("adapting drafter {name}"))?;
-    // The objective trains with the scaling the drafter drafts with.
-    let (layers, heads) = adapting.query_layout();
-    let scaling = spec.scaling.build(
-        layers,
-        heads,
-        adapting.training_length(),
-        &format!("the {} drafter {name}", spec.method.name()),
-    )?;
+    // The objective trains with the scaling the drafter drafts with (the adapting drafter sets both).
     adapting.set_query_scaling(scaling);
     Ok((Box::new(adapting), max_proposal))
 }
@@ -422,7 +431,8 @@ impl<'t> RequestDecoder<'t> {
         }
         config.sampling = sampling;
         let before = drafter
-            .adaptation()
+            .stats()
+            .adaptation
             .map_or((0, 0.0), |a| (a.updates, a.update_seconds));
         let report = speculative_generate(&self.target.net, drafter.as_mut(), ids, config)?;
         let (updates, update_seconds) = report.adaptation.as_ref().map_or((0, 0.0), |a| {

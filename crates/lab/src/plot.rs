@@ -38,9 +38,10 @@ impl Series {
         }
     }
 
-    pub fn push(&mut self, x: f64, value: &crate::experiment::intervals::Interval) {
-        self.points.push((x, value.estimate));
-        self.intervals.push((value.lo, value.hi));
+    /// Adds the point `(x, estimate)` with its interval `lo..hi` (NaN ends: no bar).
+    pub fn push(&mut self, x: f64, estimate: f64, (lo, hi): (f64, f64)) {
+        self.points.push((x, estimate));
+        self.intervals.push((lo, hi));
     }
 
     /// Orders the points (and their intervals) by x.

@@ -26,8 +26,8 @@ use crate::scaling::ScalingSpec;
 use crate::table::{Column, Table};
 use serde::{Deserialize, Serialize};
 use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter};
-use sharpdraft_model::output_folder;
-use sharpdraft_model::{registry, CausalLm, Sampling};
+use sharpdraft_model::store::output_folder;
+use sharpdraft_model::{store::registry, CausalLm, Sampling};
 use sharpdraft_probe::{
     probe_sequence, BinRecord, CurveRecord, LengthBins, ProbeRecorder, ProbeSettings, RowFilter,
     Subject,

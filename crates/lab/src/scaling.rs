@@ -140,7 +140,7 @@ pub fn resolve_schedule(path: &std::path::Path) -> PathBuf {
     if !is_calibration_name(path) {
         path.to_path_buf()
     } else {
-        sharpdraft_model::registry::home()
+        sharpdraft_model::store::registry::home()
             .join("calibrations")
             .join(path)
             .join("schedule.yaml")

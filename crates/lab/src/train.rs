@@ -25,7 +25,7 @@ use sharpdraft_draft::Method;
 use sharpdraft_draft::training::{
     extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState,
 };
-use sharpdraft_model::{output_folder, registry, CausalLm, Tap};
+use sharpdraft_model::{store::output_folder, store::registry, CausalLm, Tap};
 use std::path::{Path, PathBuf};
 use tch::Kind;
 

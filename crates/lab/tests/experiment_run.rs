@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 fn fetched() -> bool {
-    let ok = sharpdraft_model::registry::resolve("smollm2-135m-instruct").is_ok();
+    let ok = sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").is_ok();
     if !ok {
         eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
     }

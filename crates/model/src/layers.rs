@@ -83,8 +83,8 @@ impl Linear {
     /// `[.., in] -> [.., out]`.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         // A few rows on a CPU (a verification pass): a kernel that reads the weight once (few_rows.rs).
-        let few_rows = crate::few_rows::kernel_threads()
-            .and_then(|threads| crate::few_rows::linear(x, &self.weight, threads));
+        let few_rows = crate::cpu::few_rows::kernel_threads()
+            .and_then(|threads| crate::cpu::few_rows::linear(x, &self.weight, threads));
         let y = match few_rows {
             Some(y) => match &self.bias {
                 Some(bias) => y + bias,

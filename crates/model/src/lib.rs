@@ -1,29 +1,24 @@
-//! The model layer of SharpDraft on libtorch: HF-format llama/qwen2/qwen3 checkpoints (and GGUF import),
-//! an explicit KV cache, attention masks for chains, trees and blocks, hidden-state taps, the SharpDraft
-//! query-scale hook, an attention observer, tokenizers and generation.
+//! The model layer of SharpDraft on libtorch: HF-format llama/qwen2/qwen3 checkpoints, an explicit KV
+//! cache, attention masks for chains, trees and blocks, hidden-state taps, SharpDraft query scaling, an
+//! attention observer, tokenizers and generation. Beside the model, two module trees: [`store`] (where
+//! checkpoints come from and live: registry, GGUF import, output folders) and [`cpu`] (the few-row
+//! kernel and its instruction-set forms).
 
 pub mod attention_mass;
 pub mod causal_lm;
 pub mod config;
+pub mod cpu;
 pub mod device;
 pub mod error;
-pub mod few_rows;
-#[cfg(target_arch = "x86_64")]
-mod few_rows_avx2;
 pub mod generate;
-pub mod gguf;
-pub mod gguf_check;
-pub mod kernel_form;
-pub mod kernel_workers;
 pub mod kv_cache;
 pub mod layers;
 pub mod mask;
-pub mod output_folder;
 pub mod packed_generate;
 pub mod query_scaling;
-pub mod registry;
 pub mod rope;
 pub mod sampling;
+pub mod store;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;

@@ -143,11 +143,12 @@ impl QueryScaling {
     /// counts n_i (see [`visible_counts`]). Nothing happens when off.
     pub fn apply(&self, q: &mut Tensor, layer: usize, counts: &[i64]) -> Result<()> {
         self.check(q, layer, counts)?;
-        if !self.is_off() {
-            let factors = self.upload(layer..layer + 1, counts, q.device(), q.kind());
-            let _ = q.f_mul_(&factors.layer(0))?;
+        match self.is_off() {
+            true => Ok(()),
+            false => self
+                .upload(layer..layer + 1, counts, q.device(), q.kind())
+                .apply(q, layer),
         }
-        Ok(())
     }
 
     fn check(&self, q: &Tensor, layer: usize, counts: &[i64]) -> Result<()> {
@@ -219,7 +220,8 @@ impl PassFactors {
         })
     }
 
-    /// Multiplies `layer`'s queries `q` `[H, T, D]` in place.
+    /// Multiplies `layer`'s queries `q` `[H, T, D]` in place: the one place a drafting pass's queries
+    /// are scaled (after q_norm and RoPE, before attention; no buffer beyond the factors).
     pub fn apply(&self, q: &mut Tensor, layer: usize) -> Result<()> {
         let _ = q.f_mul_(&self.layer(layer))?;
         Ok(())

@@ -90,9 +90,6 @@ pub struct ForwardInput<'a> {
     pub mask: &'a AttentionMask,
     pub logits: LogitRows,
     pub taps: &'a [Tap],
-    /// The SharpDraft hook: `[T]` (one factor per row) or `[T, H]` (per row and query head), multiplied
-    /// into the queries in place after q_norm, before attention.
-    pub query_scale: Option<&'a Tensor>,
     pub observer: Option<&'a mut dyn AttentionObserver>,
 }
 
@@ -105,7 +102,6 @@ impl<'a> ForwardInput<'a> {
             mask: &AttentionMask::Causal,
             logits: LogitRows::All,
             taps: &[],
-            query_scale: None,
             observer: None,
         }
     }
@@ -308,10 +304,10 @@ impl Transformer {
             .first()
             .is_none_or(|l| !l.mlp.up_proj.weight.requires_grad());
         if frozen
-            && crate::few_rows::automatic()
-            && crate::few_rows::takes(rows, self.device, self.kind, self.linear_weight_bytes())
+            && crate::cpu::few_rows::automatic()
+            && crate::cpu::few_rows::takes(rows, self.device, self.kind, self.linear_weight_bytes())
         {
-            return crate::few_rows::with_kernel(|| self.forward(input, cache));
+            return crate::cpu::few_rows::with_kernel(|| self.forward(input, cache));
         }
         if input.ids.dim() != 1 || rows == 0 || input.positions.size() != [rows] {
             return Err(ModelError::tensor(
@@ -331,20 +327,6 @@ impl Transformer {
             )));
         }
         cache.reserve(rows)?;
-        let heads = self.config.num_heads;
-        let query_scale = match input.query_scale {
-            None => None,
-            Some(s) if s.size() == [rows] => Some(s.to_kind(self.kind).view([rows, 1, 1])),
-            Some(s) if s.size() == [rows, heads] => {
-                Some(s.to_kind(self.kind).view([rows, heads, 1]))
-            }
-            Some(s) => {
-                return Err(ModelError::tensor(
-                    "query_scale",
-                    format!("expected [{rows}] or [{rows}, {heads}], got {:?}", s.size()),
-                ))
-            }
-        };
         let past = cache.len();
         let windowed;
         let mask = match &self.key_selection {
@@ -379,7 +361,6 @@ impl Transformer {
                 past,
                 cos: &cos,
                 sin: &sin,
-                query_scale: query_scale.as_ref(),
                 factors: factors.as_ref(),
             };
             x = x + self.attention(&layer.self_attn, &attn_in, step, observer.as_deref_mut())?;
@@ -425,13 +406,8 @@ impl Transformer {
         observer: Option<&mut (dyn AttentionObserver + 'o)>,
     ) -> Result<Tensor> {
         let c = &self.config;
-        let mut q = attn.qkv.queries(x, step.cos, step.sin); // [T, H, D]
+        let q = attn.qkv.queries(x, step.cos, step.sin); // [T, H, D]
         let (k, v) = attn.qkv.keys_values(x, step.cos, step.sin); // [T, Hkv, D] each
-        if let Some(scale) = step.query_scale {
-            // In place on this pass's own query tensor: no extra buffer (derivations/top-k-mass-scaling.md §6). The returned
-            // handle aliases `q`.
-            let _same_q = q.f_mul_(scale)?;
-        }
         let mut q = q.permute([1, 0, 2]); // [H, T, D]
         let (keys, values) =
             step.cache
@@ -490,7 +466,6 @@ struct AttentionStep<'a> {
     past: i64,
     cos: &'a Tensor,
     sin: &'a Tensor,
-    query_scale: Option<&'a Tensor>,
     /// This pass's query-scaling factors (`None` when the queries are not scaled).
     factors: Option<&'a PassFactors>,
 }

@@ -1,9 +1,11 @@
-//! KV cache operations, attention masks, hidden-state taps, the query-scale hook and the observer.
+//! KV cache operations, attention masks, hidden-state taps, query scaling seen through the observer, and the observer.
 mod common;
 
 use common::{expected, forward, forward_masked, load, max_abs_diff, FAMILIES};
+use sharpdraft_math::{Beta, ScaleSchedule};
 use sharpdraft_model::{
-    AttentionMask, AttentionObserver, AttentionView, ForwardInput, KvCache, LogitRows, Tap,
+    AttentionMask, AttentionObserver, AttentionView, ForwardInput, KvCache, LogitRows, QueryScaling,
+    ScalingMode, Tap,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -159,8 +161,11 @@ impl AttentionObserver for Recorder {
     }
 }
 
-fn layer0_logits(family: &str, ids: &[i64], scale: Option<&Tensor>) -> (Tensor, Tensor) {
-    let model = load(family);
+/// Layer 0's softmax inputs `[H, rows, keys]` and the logits of a causal pass over `ids`, with the
+/// model's queries scaled by `scaling`.
+fn layer0_logits(family: &str, ids: &[i64], scaling: QueryScaling) -> (Tensor, Tensor) {
+    let mut model = load(family);
+    model.net.set_query_scaling(scaling);
     let ids_t = Tensor::from_slice(ids);
     let positions = Tensor::arange(ids.len() as i64, (Kind::Int64, Device::Cpu));
     let mut recorder = Recorder {
@@ -168,7 +173,6 @@ fn layer0_logits(family: &str, ids: &[i64], scale: Option<&Tensor>) -> (Tensor, 
         logits: None,
     };
     let input = ForwardInput {
-        query_scale: scale,
         observer: Some(&mut recorder),
         ..ForwardInput::causal(&ids_t, &positions)
     };
@@ -179,14 +183,34 @@ fn layer0_logits(family: &str, ids: &[i64], scale: Option<&Tensor>) -> (Tensor, 
     (recorder.logits.unwrap(), out.logits.unwrap())
 }
 
+/// `fixed` scaling with `beta[h]` for head h of every layer, from n0 = 1 (so row i, which sees i + 1
+/// keys, gets `1 + beta[h] ln(i + 1)`).
+fn per_head(family: &str, beta: &[f64]) -> QueryScaling {
+    let config = load(family).net.config.clone();
+    let layers = config.num_layers;
+    let schedule = ScaleSchedule {
+        n0: 1.0,
+        beta: Beta::PerHead(vec![beta.to_vec(); layers]),
+        exact: None,
+    };
+    QueryScaling::new(ScalingMode::Fixed(schedule), layers, config.num_heads as usize).unwrap()
+}
+
 #[test]
-fn a_per_row_query_scale_is_a_softmax_temperature_of_one_over_s_on_that_row() {
+fn a_scaled_query_row_is_a_softmax_temperature_of_one_over_s_on_that_row_and_head() {
     for family in FAMILIES {
         let ids = &expected(family).ids[..6];
-        let scale = Tensor::from_slice(&[1.0f32, 1.5, 0.5, 2.0, 1.0, 1.25]);
-        let (plain, _) = layer0_logits(family, ids, None);
-        let (scaled, _) = layer0_logits(family, ids, Some(&scale));
-        let want = &plain * scale.view([1, 6, 1]);
+        let heads = load(family).net.config.num_heads;
+        let (plain, _) = layer0_logits(family, ids, QueryScaling::off());
+        let betas: Vec<f64> = (0..heads).map(|h| 0.25 + 0.5 * h as f64).collect();
+        let (scaled, _) = layer0_logits(family, ids, per_head(family, &betas));
+        // s[h][i] = 1 + beta_h ln(i + 1): row i sees i + 1 keys.
+        let s: Vec<f32> = betas
+            .iter()
+            .flat_map(|b| (0..6).map(move |i| (1.0 + b * ((i + 1) as f64).ln()) as f32))
+            .collect();
+        let s = Tensor::from_slice(&s).view([heads, 6, 1]);
+        let want = &plain * &s;
         let finite = plain.isfinite();
         assert!(
             max_abs_diff(&scaled.masked_select(&finite), &want.masked_select(&finite)) < 1e-4,
@@ -196,28 +220,15 @@ fn a_per_row_query_scale_is_a_softmax_temperature_of_one_over_s_on_that_row() {
             scaled.isfinite().eq_tensor(&finite).all().int64_value(&[]) == 1,
             "the mask is unchanged"
         );
-        // Per-head scales act on their own head.
-        let heads = plain.size()[0];
-        let per_head = Tensor::linspace(0.5, 2.0, heads, (Kind::Float, Device::Cpu))
-            .unsqueeze(0)
-            .repeat([6, 1]);
-        let (by_head, _) = layer0_logits(family, ids, Some(&per_head));
-        let want = &plain * per_head.transpose(0, 1).unsqueeze(2);
-        assert!(
-            max_abs_diff(
-                &by_head.masked_select(&finite),
-                &want.masked_select(&finite)
-            ) < 1e-4
-        );
     }
 }
 
 #[test]
-fn a_unit_query_scale_changes_nothing() {
+fn a_scaling_of_beta_zero_changes_nothing() {
     let ids = &expected("llama").ids[..8];
-    let ones = Tensor::ones([8], (Kind::Float, Device::Cpu));
-    let (_, plain) = layer0_logits("llama", ids, None);
-    let (_, unit) = layer0_logits("llama", ids, Some(&ones));
+    let heads = load("llama").net.config.num_heads as usize;
+    let (_, plain) = layer0_logits("llama", ids, QueryScaling::off());
+    let (_, unit) = layer0_logits("llama", ids, per_head("llama", &vec![0.0; heads]));
     assert_eq!(max_abs_diff(&plain, &unit), 0.0);
 }
 

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{load, max_abs_diff};
-use sharpdraft_model::kernel_form::{self, KernelForm};
-use sharpdraft_model::{few_rows, ForwardInput, LogitRows};
+use sharpdraft_model::cpu::kernel_form::{self, KernelForm};
+use sharpdraft_model::{cpu::few_rows, ForwardInput, LogitRows};
 use tch::{Device, Kind, Tensor};
 
 /// Runs `check` once in each kernel form this CPU runs; says which it cannot.

@@ -1,7 +1,7 @@
 //! The few-row kernel's spinning workers run every part exactly once, report a part that panics, wake
 //! from parking, and step aside (the caller does the work) while another thread holds them.
 
-use sharpdraft_model::kernel_workers::{self, Part};
+use sharpdraft_model::cpu::kernel_workers::{self, Part};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Output folders: a command writes only what it can prove is its own, never the current folder or one
 //! holding its input, replaces a result whole or not at all, and refuses unfinished runs.
 
-use sharpdraft_model::output_folder::{
+use sharpdraft_model::store::output_folder::{
     claim, ensure_finished, is_unfinished, Claim, Marker, Staging, MARKER,
 };
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! alone gives, on the real SmolLM2 (skipped with a message when it is not fetched).
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::packed_generate::generate_packed;
-use sharpdraft_model::{registry, CausalLm, ChatMessage, Sampler, Sampling};
+use sharpdraft_model::{store::registry, CausalLm, ChatMessage, Sampler, Sampling};
 use tch::{Device, Kind};
 
 fn chat(model: &CausalLm, text: &str) -> Vec<i64> {

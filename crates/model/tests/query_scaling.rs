@@ -5,7 +5,8 @@ mod common;
 use common::load;
 use sharpdraft_math::{scale_at, ScaleSchedule};
 use sharpdraft_model::{
-    AttentionMask, ForwardInput, HfConfig, QueryScaling, ScalingMode, Transformer,
+    AttentionMask, AttentionObserver, AttentionView, ForwardInput, HfConfig, QueryScaling,
+    ScalingMode, Transformer,
 };
 use tch::{nn, Device, Kind, Tensor};
 
@@ -35,45 +36,58 @@ fn each_row_is_scaled_by_s_of_its_visible_key_count() {
     assert_eq!(got, want);
 }
 
+/// Layer 0's softmax inputs `[H, rows, keys]` of the last pass it saw.
+struct Layer0 {
+    logits: Option<Tensor>,
+}
+
+impl AttentionObserver for Layer0 {
+    fn wants(&self, layer: usize) -> bool {
+        layer == 0
+    }
+    fn observe(&mut self, _layer: usize, view: &AttentionView<'_>) {
+        let rows = view.queries.size()[1];
+        self.logits = Some(view.logits(0..rows, 0..view.keys.size()[1]));
+    }
+}
+
 #[test]
 fn a_causal_pass_scales_row_i_by_s_of_past_plus_i_plus_one() {
     let mut model = load("llama");
-    let ids = Tensor::from_slice(&[5i64, 17, 42, 3, 3, 60, 21, 9, 33, 11]);
-    let positions = Tensor::arange(10, (Kind::Int64, Device::Cpu));
-    let (beta, n0) = (0.7, 3.0);
-    // The same factors through the raw per-row hook.
-    let factors: Vec<f32> = (1..=10)
-        .map(|n| scale_at(beta, n as f64, n0) as f32)
-        .collect();
-    let hook = Tensor::from_slice(&factors);
-    let by_hook = model
-        .net
-        .forward(
-            ForwardInput {
-                query_scale: Some(&hook),
-                ..ForwardInput::causal(&ids, &positions)
-            },
-            &mut model.net.new_cache(16),
-        )
-        .unwrap();
+    let (beta, n0, past) = (0.7, 3.0, 4);
     let (layers, heads) = (
         model.net.config.num_layers,
         model.net.config.num_heads as usize,
     );
-    model.net.set_query_scaling(fixed(beta, n0, layers, heads));
-    let by_mode = model
-        .net
-        .forward(
-            ForwardInput::causal(&ids, &positions),
-            &mut model.net.new_cache(16),
-        )
-        .unwrap();
-    let (a, b) = (by_hook.logits.unwrap(), by_mode.logits.unwrap());
-    assert!(
-        a.allclose(&b, 1e-5, 1e-5, false),
-        "max diff {}",
-        (a - b).abs().max().double_value(&[])
-    );
+    // Layer 0's softmax inputs of 6 rows after `past` cached keys.
+    let mut layer0_with = |scaling: QueryScaling| {
+        model.net.set_query_scaling(scaling);
+        let mut cache = model.net.new_cache(16);
+        let prefix = Tensor::from_slice(&[5i64, 17, 42, 3]);
+        let at = |range: std::ops::Range<i64>| Tensor::arange_start(range.start, range.end, (Kind::Int64, Device::Cpu));
+        let _ = model.net.forward(ForwardInput::causal(&prefix, &at(0..past)), &mut cache).unwrap();
+        let ids = Tensor::from_slice(&[3i64, 60, 21, 9, 33, 11]);
+        let positions = at(past..past + 6);
+        let mut observer = Layer0 { logits: None };
+        let input = ForwardInput {
+            observer: Some(&mut observer),
+            ..ForwardInput::causal(&ids, &positions)
+        };
+        let _ = model.net.forward(input, &mut cache).unwrap();
+        observer.logits.unwrap()
+    };
+    let plain = layer0_with(QueryScaling::off());
+    let scaled = layer0_with(fixed(beta, n0, layers, heads));
+    let factors: Vec<f32> = (0..6)
+        .map(|i| scale_at(beta, (past + i + 1) as f64, n0) as f32)
+        .collect();
+    let want = &plain * Tensor::from_slice(&factors).view([1, 6, 1]);
+    let finite = plain.isfinite();
+    let diff = (scaled.masked_select(&finite) - want.masked_select(&finite))
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(diff < 1e-4, "max diff {diff}");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! tests/fixtures/make_smollm2_greedy.py). `make test` fetches the model first; a bare `cargo test` on a
 //! machine without it skips with a message.
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{registry, CausalLm, ChatMessage, Sampler, Sampling};
+use sharpdraft_model::{store::registry, CausalLm, ChatMessage, Sampler, Sampling};
 use tch::{Device, Kind};
 
 fn smollm2() -> Option<CausalLm> {

@@ -11,7 +11,7 @@
 //! Nothing here needs the CUDA toolkit to build: cudarc opens `libnvrtc` and `libcuda` on first use.
 
 use crate::row_statistics::{RowStatistics, TopKStatistics};
-use crate::subjects::{ProbeError, Result};
+use crate::error::{ProbeError, Result};
 use cudarc::driver::{CudaContext, CudaFunction, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 use sharpdraft_model::AttentionView;

@@ -6,6 +6,7 @@
 
 pub mod attention_stats_kernel;
 pub mod calibration_input;
+pub mod error;
 pub mod length_bins;
 pub mod recorder;
 pub mod row_statistics;
@@ -15,4 +16,5 @@ pub use attention_stats_kernel::AttentionStatsKernel;
 pub use calibration_input::head_stats;
 pub use length_bins::LengthBins;
 pub use recorder::{BinRecord, CurveRecord, ProbeRecorder, ProbeSettings, RowFilter};
-pub use subjects::{probe_sequence, ProbeError, Subject};
+pub use error::ProbeError;
+pub use subjects::{probe_sequence, Subject};

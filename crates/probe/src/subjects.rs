@@ -2,24 +2,13 @@
 //! model whose attention is measured: a causal LM (the target, a vanilla or PARD drafter), an EAGLE-3
 //! head on the target's features, or a DFlash drafter's block passes.
 
+use crate::error::{ProbeError, Result};
 use crate::recorder::{ProbeRecorder, RowFilter};
 use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter};
 use sharpdraft_model::generate::prefill_with_taps;
 use sharpdraft_model::{ForwardInput, LogitRows, Transformer};
 use std::collections::BTreeSet;
 use tch::{Kind, Tensor};
-
-pub type Result<T> = std::result::Result<T, ProbeError>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
-    #[error(transparent)]
-    Model(#[from] sharpdraft_model::ModelError),
-    #[error(transparent)]
-    Draft(#[from] sharpdraft_draft::DraftError),
-    #[error("probe: {0}")]
-    Input(String),
-}
 
 pub enum Subject<'a> {
     /// A causal LM over the tokens themselves; row p sees p + 1 keys.

@@ -6,7 +6,7 @@ use super::bounds::{ensure_context, ensure_within, MAX_THREADS};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{parse_device, parse_kind, registry, CausalLm, Sampler, Sampling};
+use sharpdraft_model::{parse_device, parse_kind, store::registry, CausalLm, Sampler, Sampling};
 use std::process::Command;
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};

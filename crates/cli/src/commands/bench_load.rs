@@ -11,7 +11,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{parse_kind, registry, CausalLm, Sampler, Sampling, WeightLoading};
+use sharpdraft_model::{parse_kind, store::registry, CausalLm, Sampler, Sampling, WeightLoading};
 use std::process::Command;
 use std::time::Instant;
 use tch::Device;

@@ -17,7 +17,7 @@ use serde::Serialize;
 use sharpdraft_draft::Method;
 use sharpdraft_lab::drafter_spec;
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{registry, Sampler, Sampling};
+use sharpdraft_model::{store::registry, Sampler, Sampling};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -7,14 +7,14 @@ use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
 use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
-use sharpdraft_draft::adaptation::AdaptationReport;
+use sharpdraft_draft::AdaptationReport;
 use sharpdraft_draft::retrieval::RetrievalConfig;
 use sharpdraft_draft::TreeShape;
 use sharpdraft_draft::Method;
 use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{
-    parse_device, parse_kind, registry, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler,
+    parse_device, parse_kind, store::registry, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler,
     Sampling,
 };
 use tch::{Kind, Tensor};
@@ -83,7 +83,7 @@ pub struct DrafterArgs {
     #[arg(long, default_value = "vanilla", requires = "drafter")]
     pub method: Method,
     /// Chain length K (vanilla, pard; eagle3 without tree options). DFlash drafts block_size - 1.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = DrafterSpec::DEFAULT_DRAFT_LEN)]
     pub draft_len: usize,
     /// Vanilla: end a chain at the first draft whose drafter probability falls below this (that draft
     /// kept); --draft-len is then the longest chain.
@@ -107,18 +107,8 @@ pub struct DrafterArgs {
     /// attended to most at the latest verification, plus a recent window.
     #[arg(long, requires = "drafter", conflicts_with = "drafter_window")]
     pub retrieval: bool,
-    /// Retrieval: keys per chunk.
-    #[arg(long, default_value_t = 32)]
-    pub retrieval_chunk: i64,
-    /// Retrieval: chunks kept.
-    #[arg(long, default_value_t = 64)]
-    pub retrieval_top_chunks: usize,
-    /// Retrieval: the recent window every row also sees.
-    #[arg(long, default_value_t = 256)]
-    pub retrieval_recent: i64,
-    /// Retrieval: cycles between retrievals.
-    #[arg(long, default_value_t = 8)]
-    pub retrieval_every: usize,
+    #[command(flatten)]
+    pub retrieval_options: RetrievalConfig,
     #[command(flatten)]
     pub adapt: AdaptArgs,
     /// The drafter's own dtype (vanilla, PARD): f32, bf16 or f16; the target's (--dtype) by default.
@@ -133,9 +123,9 @@ impl DrafterArgs {
         let tree =
             (self.tree_depth.is_some() || self.tree_topk.is_some() || self.tree_tokens.is_some())
                 .then(|| TreeShape {
-                    depth: self.tree_depth.unwrap_or(5),
-                    top_k: self.tree_topk.unwrap_or(8),
-                    total_tokens: self.tree_tokens.unwrap_or(48),
+                    depth: self.tree_depth.unwrap_or(TreeShape::EAGLE.depth),
+                    top_k: self.tree_topk.unwrap_or(TreeShape::EAGLE.top_k),
+                    total_tokens: self.tree_tokens.unwrap_or(TreeShape::EAGLE.total_tokens),
                 });
         DrafterSpec {
             method: self.method,
@@ -145,12 +135,7 @@ impl DrafterArgs {
             tree,
             scaling: self.scaling.spec(scaling),
             window: self.drafter_window,
-            retrieval: self.retrieval.then(|| RetrievalConfig {
-                chunk: self.retrieval_chunk,
-                top_chunks: self.retrieval_top_chunks,
-                recent: self.retrieval_recent,
-                every: self.retrieval_every,
-            }),
+            retrieval: self.retrieval.then(|| self.retrieval_options.clone()),
             adapt: self.adapt.config(),
             dtype: self.drafter_dtype.clone(),
         }
@@ -285,7 +270,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 memory: None,
                 adaptation: None,
                 process: process_memory(load_peak_rss_bytes),
-                kernel: sharpdraft_model::few_rows::form_that_ran().name(),
+                kernel: sharpdraft_model::cpu::few_rows::form_that_ran().name(),
             }
         }
         Some(drafter_name) => {
@@ -332,7 +317,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
                 ids: spec.ids,
                 cycles: Some(spec.cycles),
                 process: process_memory(load_peak_rss_bytes),
-                kernel: sharpdraft_model::few_rows::form_that_ran().name(),
+                kernel: sharpdraft_model::cpu::few_rows::form_that_ran().name(),
             }
         }
     };

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::MemoryReport;
-use sharpdraft_draft::adaptation::AdaptationReport;
+use sharpdraft_draft::AdaptationReport;
 use sharpdraft_lab::drafter_spec;
 use sharpdraft_model::Sampling;
 

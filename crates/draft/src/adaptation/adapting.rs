@@ -1,11 +1,9 @@
 //! A drafter that learns from verification as it drafts: any [`Drafter`] with its training objective.
 
-use super::{
-    AdaptConfig, AdaptMode, AdaptationReport, LearnFrom, LoraAdapters, LoraForm, UpdateUnit,
-    VerifiedBuffer,
-};
+use super::{AdaptConfig, AdaptMode, LearnFrom, LoraAdapters, LoraForm, UpdateUnit, VerifiedBuffer};
 use crate::adamw::AdamW;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::drafter_stats::{AdaptationReport, DrafterStats};
 use crate::proposal::Proposal;
 use crate::training::Objective;
 use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Tap};
@@ -178,6 +176,33 @@ impl<'t> AdaptingDrafter<'t> {
         }
         Ok(())
     }
+
+    /// What adaptation cost and did so far, its memory read from the live learner and buffer.
+    fn report(&self) -> AdaptationReport {
+        let mut report = self.report.clone();
+        let bytes = |t: &Tensor| t.numel() * t.kind().elt_size_in_bytes();
+        match &self.learner {
+            Learner::Full(optimizer) => {
+                report.trained_elements =
+                    optimizer.parameters().iter().map(|(_, p)| p.numel()).sum();
+                report.optimizer_bytes = optimizer.state_bytes();
+                if report.updates > 0 {
+                    report.gradient_bytes =
+                        optimizer.parameters().iter().map(|(_, p)| bytes(p)).sum();
+                }
+            }
+            Learner::Lora(adapters) => {
+                report.trained_elements = adapters.elements();
+                report.adapter_bytes = adapters.adapter_bytes();
+                report.optimizer_bytes = adapters.optimizer_bytes();
+                if report.updates > 0 {
+                    report.gradient_bytes = adapters.gradient_bytes();
+                }
+            }
+        }
+        report.buffer_bytes = self.buffer.peak_bytes();
+        report
+    }
 }
 
 impl Drafter for AdaptingDrafter<'_> {
@@ -289,41 +314,14 @@ impl Drafter for AdaptingDrafter<'_> {
         self.inner.wants_target_attention()
     }
 
-    fn cache_bytes(&self) -> usize {
-        self.inner.cache_bytes()
-    }
-
-    fn forward_seconds(&self) -> f64 {
-        self.inner.forward_seconds()
+    fn stats(&self) -> DrafterStats {
+        DrafterStats {
+            adaptation: Some(self.report()),
+            ..self.inner.stats()
+        }
     }
 
     fn variables(&self) -> Vec<(String, Tensor)> {
         self.inner.variables()
-    }
-
-    fn adaptation(&self) -> Option<AdaptationReport> {
-        let mut report = self.report.clone();
-        let bytes = |t: &Tensor| t.numel() * t.kind().elt_size_in_bytes();
-        match &self.learner {
-            Learner::Full(optimizer) => {
-                report.trained_elements =
-                    optimizer.parameters().iter().map(|(_, p)| p.numel()).sum();
-                report.optimizer_bytes = optimizer.state_bytes();
-                if report.updates > 0 {
-                    report.gradient_bytes =
-                        optimizer.parameters().iter().map(|(_, p)| bytes(p)).sum();
-                }
-            }
-            Learner::Lora(adapters) => {
-                report.trained_elements = adapters.elements();
-                report.adapter_bytes = adapters.adapter_bytes();
-                report.optimizer_bytes = adapters.optimizer_bytes();
-                if report.updates > 0 {
-                    report.gradient_bytes = adapters.gradient_bytes();
-                }
-            }
-        }
-        report.buffer_bytes = self.buffer.peak_bytes();
-        Some(report)
     }
 }

@@ -19,6 +19,7 @@ pub use buffer::VerifiedBuffer;
 pub use lora::{LoraAdapters, LoraForm, LoraTarget};
 pub use objective::OnlineObjective;
 
+use crate::option_value::{display_as_yaml, yaml_value};
 use crate::training::Divergence;
 use serde::{Deserialize, Serialize};
 
@@ -61,51 +62,74 @@ pub enum LearnFrom {
 /// The largest `every`, `steps`, `buffer` and `top_k` an adaptation configuration may name.
 pub const MAX_ADAPT_COUNT: usize = 1 << 20;
 
-/// The `adapt:` block of a drafter specification.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The `adapt:` block of a drafter specification, and the flags of the commands that draft (`--adapt-*`,
+/// `--lora-*`; `--adapt` itself names the mode): one default and one validation for both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct AdaptConfig {
+    /// full or lora (a command line names it with `--adapt`).
+    #[arg(skip = AdaptMode::Full)]
     pub mode: AdaptMode,
-    /// Updates happen every `every` units.
+    /// Update every N units (cycles, or requests with unit `requests`).
     #[serde(default = "default_every")]
+    #[arg(id = "adapt_every", value_name = "ADAPT_EVERY", long = "adapt-every", default_value_t = default_every())]
     pub every: usize,
+    /// cycles (within a request: test-time speculation) or requests (OSD).
     #[serde(default)]
+    #[arg(id = "adapt_unit", value_name = "ADAPT_UNIT", long = "adapt-unit", value_parser = yaml_value::<UpdateUnit>, default_value_t)]
     pub unit: UpdateUnit,
     /// AdamW learning rate (OSD: 1e-4, constant), no weight decay.
     #[serde(default = "default_lr")]
+    #[arg(id = "adapt_lr", value_name = "ADAPT_LR", long = "adapt-lr", default_value_t = default_lr())]
     pub lr: f64,
     /// Optimizer steps per update.
     #[serde(default = "default_steps")]
+    #[arg(id = "adapt_steps", value_name = "ADAPT_STEPS", long = "adapt-steps", default_value_t = default_steps())]
     pub steps: usize,
-    /// Verified rows kept (the most recent).
+    /// Verified rows kept for updates (the most recent).
     #[serde(default = "default_buffer")]
+    #[arg(id = "adapt_buffer", value_name = "ADAPT_BUFFER", long = "adapt-buffer", default_value_t = default_buffer())]
     pub buffer: usize,
+    /// all (every verified row) or rejected (only where the draft was wrong, as OSD).
     #[serde(default)]
+    #[arg(id = "adapt_learn_from", value_name = "ADAPT_LEARN_FROM", long = "adapt-learn-from", value_parser = yaml_value::<LearnFrom>, default_value_t)]
     pub learn_from: LearnFrom,
+    /// forward_kl (soft cross-entropy, OSD's default), reverse_kl or jsd.
     #[serde(default)]
+    #[arg(id = "adapt_loss", value_name = "ADAPT_LOSS", long = "adapt-loss", value_parser = yaml_value::<Divergence>, default_value_t)]
     pub loss: Divergence,
     /// Target probabilities kept per row (the top-k, renormalised).
     #[serde(default = "default_top_k")]
+    #[arg(id = "adapt_top_k", value_name = "ADAPT_TOP_K", long = "adapt-top-k", default_value_t = default_top_k())]
     pub top_k: i64,
     /// Global gradient-norm clip.
     #[serde(default = "default_clip")]
+    #[arg(id = "adapt_clip", value_name = "ADAPT_CLIP", long = "adapt-clip", default_value_t = default_clip())]
     pub clip: f64,
     /// LoRA rank r.
     #[serde(default = "default_rank")]
+    #[arg(id = "lora_rank", value_name = "LORA_RANK", long = "lora-rank", default_value_t = default_rank())]
     pub rank: i64,
     /// LoRA alpha (scale alpha / r); default 2 r.
     #[serde(default)]
+    #[arg(id = "lora_alpha", value_name = "LORA_ALPHA", long = "lora-alpha")]
     pub alpha: Option<f64>,
-    /// Which projections get adapters.
+    /// Projections with LoRA adapters (a comma-separated list on the command line): attention, mlp, fc.
     #[serde(default = "default_lora_on")]
+    #[arg(id = "lora_on", value_name = "LORA_ON", long = "lora-on", value_parser = yaml_value::<LoraTarget>, value_delimiter = ',', default_values_t = default_lora_on())]
     pub lora_on: Vec<LoraTarget>,
-    /// Adapters merged into the weights after each update (default) or kept as branches.
+    /// merged (adapters folded into the weights after each update) or unmerged (kept as branches of
+    /// the drafter's linear maps).
     #[serde(default)]
+    #[arg(id = "lora_form", value_name = "LORA_FORM", long = "lora-form", value_parser = yaml_value::<LoraForm>, default_value_t)]
     pub lora_form: LoraForm,
     /// Seeds the adapters' initialisation and the objective's sampling (anchors, dropped tokens).
     #[serde(default)]
+    #[arg(id = "adapt_seed", value_name = "ADAPT_SEED", long = "adapt-seed", default_value_t = 0)]
     pub seed: u64,
 }
+
+display_as_yaml!(AdaptMode, UpdateUnit, LearnFrom, Divergence, LoraForm, LoraTarget);
 
 fn default_every() -> usize {
     8
@@ -214,25 +238,3 @@ impl AdaptConfig {
     }
 }
 
-/// What adaptation cost and did, for reports next to the unmodified drafter's figures.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct AdaptationReport {
-    /// `full`, `lora` (merged) or `lora_unmerged`.
-    pub mode: String,
-    pub updates: usize,
-    /// Wall-clock seconds inside updates (also part of the cycles' draft time and of the total).
-    pub update_seconds: f64,
-    /// The loss on the buffer at each update, before its first step.
-    pub losses: Vec<f64>,
-    /// Elements trained (every drafter weight the objective trains, or the adapters').
-    pub trained_elements: usize,
-    /// LoRA A and B matrices (0 for full: it updates the weights in place).
-    pub adapter_bytes: usize,
-    /// AdamW's two moments per trained element.
-    pub optimizer_bytes: usize,
-    /// Gradient buffers kept between updates (full: the trained weights'; merged LoRA: the adapted
-    /// weights'; unmerged LoRA: the adapters').
-    pub gradient_bytes: usize,
-    /// The verification buffer at its largest.
-    pub buffer_bytes: usize,
-}

@@ -3,6 +3,7 @@
 use super::tree::{grow, rerank, Child, Node};
 use super::*;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
+use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use sharpdraft_model::{
     AttentionMask, AttentionObserver, KeySelection, KvCache, QueryScaling, Sampler, Sampling, Tap,
@@ -324,12 +325,8 @@ impl Drafter for Eagle3Drafter {
         self.head.query_scaling = scaling;
     }
 
-    fn cache_bytes(&self) -> usize {
-        self.cache.bytes_allocated()
-    }
-
-    fn forward_seconds(&self) -> f64 {
-        self.forward_seconds.get()
+    fn stats(&self) -> DrafterStats {
+        DrafterStats::of(self.cache.bytes_allocated(), self.forward_seconds.get(), &self.variables())
     }
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {

@@ -4,16 +4,30 @@
 use crate::drafter::{DraftError, Result};
 use serde::Deserialize;
 
-/// Tree (or chain) shape of one proposal.
+/// Tree (or chain) shape of one proposal. A `tree:` block (or the `--tree-*` flags) names any of its
+/// fields; the others take EAGLE's defaults ([`TreeShape::EAGLE`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TreeShape {
     /// Expansion steps after the first layer (a chain of K tokens has depth K - 1).
+    #[serde(default = "eagle_depth")]
     pub depth: usize,
     /// Children kept per node and frontier width; 1 means a chain.
+    #[serde(default = "eagle_top_k")]
     pub top_k: usize,
     /// Draft nodes kept after re-ranking (EAGLE's total_token - 1).
+    #[serde(default = "eagle_total_tokens")]
     pub total_tokens: usize,
+}
+
+fn eagle_depth() -> usize {
+    TreeShape::EAGLE.depth
+}
+fn eagle_top_k() -> usize {
+    TreeShape::EAGLE.top_k
+}
+fn eagle_total_tokens() -> usize {
+    TreeShape::EAGLE.total_tokens
 }
 
 /// The deepest tree a drafter expands: each step is one head pass over the frontier.
@@ -23,6 +37,13 @@ pub const MAX_TREE_DEPTH: usize = 64;
 pub const MAX_TREE_TOKENS: usize = 1024;
 
 impl TreeShape {
+    /// EAGLE's dynamic tree: depth 5, 8 children a node, 48 draft tokens kept.
+    pub const EAGLE: TreeShape = TreeShape {
+        depth: 5,
+        top_k: 8,
+        total_tokens: 48,
+    };
+
     /// Checks the shape against a draft vocabulary of `draft_vocab` tokens: every option at least 1 (depth
     /// at least 0), top-k at most the vocabulary, and bounds that keep one tree's passes and cache rows
     /// small. Errors name the command-line option.

@@ -7,8 +7,8 @@
 
 use crate::error::{bail, Context, Result};
 use sha2::{Digest, Sha256};
-use sharpdraft_model::output_folder::absolute;
-use sharpdraft_model::registry;
+use sharpdraft_model::store::output_folder::absolute;
+use sharpdraft_model::store::registry;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@ use super::report::SummaryRow;
 use super::run_folder::{recorded_experiment, EXPERIMENT_RECORD, RUN_KIND, UNITS};
 use super::runner::{grid_finished, publish};
 use crate::error::{ensure, Context, Result};
-use sharpdraft_model::output_folder::{self, Claim, Marker};
+use sharpdraft_model::store::output_folder::{self, Claim, Marker};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug)]

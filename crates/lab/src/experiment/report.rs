@@ -426,7 +426,7 @@ fn charts(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<Ve
         let name = format!("{} {} / {}", r.workload, r.drafter, r.method);
         tau.entry(name.clone())
             .or_insert_with(|| Series::new(name, colour(&r.method)))
-            .push(x, &r.tau);
+            .push(x, r.tau.estimate, (r.tau.lo, r.tau.hi));
     }
     if !tau.is_empty() {
         line_chart(
@@ -452,7 +452,7 @@ fn charts(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<Ve
         speedup
             .entry(name.clone())
             .or_insert_with(|| Series::new(name, colour(&r.method)))
-            .push(r.mean_prompt_tokens.max(1.0), &r.speedup);
+            .push(r.mean_prompt_tokens.max(1.0), r.speedup.estimate, (r.speedup.lo, r.speedup.hi));
     }
     if !speedup.is_empty() {
         line_chart(

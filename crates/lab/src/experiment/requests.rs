@@ -12,8 +12,8 @@ use super::prompts::{chat_ids, ensure_text_can_fit, excerpt_offset, long_prompt_
 use crate::error::{Context, Result};
 use crate::scaling::resolve_schedule;
 use sha2::{Digest, Sha256};
-use sharpdraft_model::output_folder::{content_digest, sha256_of};
-use sharpdraft_model::{registry, CausalLm};
+use sharpdraft_model::store::output_folder::{content_digest, sha256_of};
+use sharpdraft_model::{store::registry, CausalLm};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

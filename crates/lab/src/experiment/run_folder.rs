@@ -5,7 +5,7 @@
 use super::config::Experiment;
 use crate::atomic_write::write_whole;
 use crate::error::{bail, Context, Result};
-use sharpdraft_model::output_folder::Marker;
+use sharpdraft_model::store::output_folder::Marker;
 use std::path::Path;
 
 /// The marker kind of run folders.

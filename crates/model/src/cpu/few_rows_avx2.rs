@@ -2,7 +2,7 @@
 //! share): the same weight streams, with 8 f32 lanes a register and 16 registers, so one sweep carries
 //! at most [`ROWS_PER_SWEEP`] rows and more rows go over each cached block of weights in turns.
 
-use crate::few_rows::{x_row, Pointers, Shape};
+use crate::cpu::few_rows::{x_row, Pointers, Shape};
 
 /// The most rows one sweep carries: 6 rows of accumulators for 2 weight streams, with the 2 weights
 /// and an input 15 of AVX2's 16 registers.

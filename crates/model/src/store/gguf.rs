@@ -8,7 +8,7 @@
 //! permutation of Q/K rows (see [`unpermute_rows`]).
 
 use crate::error::{ModelError, Result};
-use crate::output_folder;
+use crate::store::output_folder;
 use candle_core::quantized::gguf_file::{Content, Value};
 use serde_json::json;
 use std::collections::HashMap;
@@ -139,7 +139,7 @@ impl Metadata<'_> {
 }
 
 /// Imports `gguf_path` into `out_dir`: a new folder, an empty one, or this command's own earlier import
-/// (see [`crate::output_folder`]); never the current folder, one above it, or the folder holding the
+/// (see [`crate::store::output_folder`]); never the current folder, one above it, or the folder holding the
 /// input. The result is staged beside `out_dir` and renamed into place when complete.
 pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
     output_folder::claim(out_dir, "import", &[gguf_path])?;
@@ -157,7 +157,7 @@ pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
 /// Converts `gguf_path` into the files of an HF-format folder written into `dir` (which exists and is
 /// the caller's own: a staging folder).
 pub fn import_into(gguf_path: &Path, dir: &Path) -> Result<()> {
-    crate::gguf_check::check_gguf(gguf_path)?;
+    crate::store::gguf_check::check_gguf(gguf_path)?;
     let file = File::open(gguf_path).map_err(|e| ModelError::io(gguf_path, e))?;
     let mut reader = BufReader::new(file);
     let content = Content::read(&mut reader)

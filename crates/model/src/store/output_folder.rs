@@ -477,7 +477,7 @@ fn folder_identity(dir: &Path) -> Result<(u64, u64)> {
 /// Where the workbench records a proof id: `$SHARPDRAFT_HOME/outputs/<id>`.
 fn proof_record(id: &str) -> PathBuf {
     let safe = !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit());
-    crate::registry::home()
+    crate::store::registry::home()
         .join("outputs")
         .join(if safe { id } else { "invalid" })
 }

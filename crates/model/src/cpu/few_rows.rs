@@ -14,7 +14,7 @@
 //! read of each weight; more go over each block of weights in turns while it is in cache. Anything
 //! else returns `None` and goes through libtorch.
 
-use crate::kernel_form::{self, KernelForm};
+use crate::cpu::kernel_form::{self, KernelForm};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::LocalKey;
@@ -251,10 +251,10 @@ pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
                 // SAFETY: the tensors are contiguous, of `shape`, and alive until `run` has waited
                 // for every part; each part writes only its own columns of the fresh `out`.
                 Box::new(move || unsafe { multiply(pointers, shape, columns) })
-                    as crate::kernel_workers::Part
+                    as crate::cpu::kernel_workers::Part
             })
             .collect();
-        match crate::kernel_workers::run(parts) {
+        match crate::cpu::kernel_workers::run(parts) {
             Some(true) => {}
             // A part panicked: its columns are not all written, so libtorch does the product.
             Some(false) => return None,
@@ -321,7 +321,7 @@ const MIN_BLOCK_COLUMNS: usize = 12;
 #[cfg(target_arch = "x86_64")]
 unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
     let most_rows = match p.form {
-        KernelForm::Avx2 => crate::few_rows_avx2::ROWS_PER_SWEEP,
+        KernelForm::Avx2 => crate::cpu::few_rows_avx2::ROWS_PER_SWEEP,
         _ => ROWS_PER_SWEEP,
     };
     if shape.rows <= most_rows {
@@ -353,7 +353,7 @@ unsafe fn multiply(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
 #[cfg(target_arch = "x86_64")]
 unsafe fn sweep(p: Pointers, shape: Shape, columns: std::ops::Range<usize>) {
     if p.form == KernelForm::Avx2 {
-        return crate::few_rows_avx2::sweep(p, shape, columns);
+        return crate::cpu::few_rows_avx2::sweep(p, shape, columns);
     }
     // As many weight streams as the registers allow: M x S accumulators, S weights and an input
     // within AVX-512's 32. More streams keep more of the weights' reads in flight: a 5-row pass over
