@@ -148,16 +148,8 @@ fn fill(
     let mut variables: BTreeMap<String, Tensor> = vs.variables().into_iter().collect();
     let mut problems = Vec::new();
     let mut unexpected = Vec::new();
-    let mut maps = Vec::new();
+    let maps = map_files(files)?;
     let mut in_place_bytes = 0;
-    for file in files {
-        let handle = std::fs::File::open(file).map_err(|e| ModelError::io(file, e))?;
-        // SAFETY: the file is not expected to change while it is mapped; the mapping is private
-        // (copy-on-write), so writes through a variable stay in this process.
-        let map = unsafe { memmap2::MmapOptions::new().map_copy(&handle) }
-            .map_err(|e| ModelError::io(file, e))?;
-        maps.push((file.clone(), map));
-    }
     tch::no_grad(|| -> Result<()> {
         for (file, map) in &maps {
             let base = map.as_ptr() as usize;
@@ -206,49 +198,7 @@ fn fill(
                     ));
                     continue;
                 }
-                let mut target = var;
-                let data = view.data();
-                let aligned = (data.as_ptr() as usize).is_multiple_of(kind.elt_size_in_bytes());
-                // SAFETY: `data` lies inside `map`, alive for this whole function; the shape matches
-                // its length. A view, not a copy: the bytes are read once, by whatever uses it.
-                let file_view = || unsafe {
-                    Tensor::f_from_blob(
-                        data.as_ptr(),
-                        &shape,
-                        &contiguous_strides(&shape),
-                        kind,
-                        Device::Cpu,
-                    )
-                };
-                if in_place && aligned && target.kind() == kind && target.device() == Device::Cpu {
-                    // The returned MappedCheckpoint keeps `map` alive as long as the caller keeps
-                    // the variables.
-                    target.set_data(&file_view()?);
-                    in_place_bytes += data.len();
-                } else {
-                    // Converted straight from the mapped bytes (an unaligned tensor via one copy).
-                    let source = match aligned {
-                        true => file_view()?,
-                        false => Tensor::f_from_data_size(data, &shape, kind)?,
-                    };
-                    target.f_copy_(&source)?;
-                    drop(source);
-                    // The pages read for this tensor are in the variable now: give them back, so
-                    // that the model is never resident twice. Page-aligned inside the tensor's bytes.
-                    let start = (data.as_ptr() as usize - base).next_multiple_of(PAGE);
-                    let end = (data.as_ptr() as usize - base + data.len()) / PAGE * PAGE;
-                    if end > start {
-                        // SAFETY: a private file mapping; DONTNEED drops this process's clean copies
-                        // (nothing was written), and the bytes are re-read from the file if touched.
-                        let _ = unsafe {
-                            map.unchecked_advise_range(
-                                memmap2::UncheckedAdvice::DontNeed,
-                                start,
-                                end - start,
-                            )
-                        };
-                    }
-                }
+                in_place_bytes += set_variable(var, view.data(), &shape, kind, in_place, map, base)?;
             }
         }
         Ok(())
@@ -259,25 +209,96 @@ fn fill(
             .map(|(name, t)| format!("missing tensor {name} {:?}", t.size())),
     );
     problems.extend(unexpected);
-    if problems.is_empty() {
-        let maps = if in_place_bytes > 0 {
-            maps.into_iter().map(|(_, map)| map).collect()
-        } else {
-            Vec::new()
-        };
-        Ok((
-            side,
-            MappedCheckpoint {
-                _maps: maps,
-                in_place_bytes,
-            },
-        ))
-    } else {
+    if !problems.is_empty() {
         let path = files
             .iter()
             .map(|f| f.display().to_string())
             .collect::<Vec<_>>()
             .join(", ");
-        Err(ModelError::Checkpoint { path, problems })
+        return Err(ModelError::Checkpoint { path, problems });
+    }
+    // The mappings stay alive only when some variable reads from them.
+    let maps = if in_place_bytes > 0 {
+        maps.into_iter().map(|(_, map)| map).collect()
+    } else {
+        Vec::new()
+    };
+    Ok((
+        side,
+        MappedCheckpoint {
+            _maps: maps,
+            in_place_bytes,
+        },
+    ))
+}
+
+/// Fills variable `var` from `data`, a tensor's bytes of `shape` and `kind` inside `map` (which starts at
+/// address `base`): in place (the variable reads the mapping) when `in_place` and the bytes allow it,
+/// else converted into the variable's own storage and the pages given back. Returns the bytes read in
+/// place.
+fn set_variable(
+    mut target: Tensor,
+    data: &[u8],
+    shape: &[i64],
+    kind: Kind,
+    in_place: bool,
+    map: &memmap2::MmapMut,
+    base: usize,
+) -> Result<usize> {
+    let aligned = (data.as_ptr() as usize).is_multiple_of(kind.elt_size_in_bytes());
+    // SAFETY: `data` lies inside `map`, which the caller keeps alive past this call; the shape matches
+    // its length. A view, not a copy: the bytes are read once, by whatever uses it.
+    let file_view = || unsafe {
+        Tensor::f_from_blob(
+            data.as_ptr(),
+            shape,
+            &contiguous_strides(shape),
+            kind,
+            Device::Cpu,
+        )
+    };
+    if in_place && aligned && target.kind() == kind && target.device() == Device::Cpu {
+        // The returned MappedCheckpoint keeps `map` alive as long as the caller keeps the variables.
+        target.set_data(&file_view()?);
+        return Ok(data.len());
+    }
+    // Converted straight from the mapped bytes (an unaligned tensor via one copy).
+    let source = match aligned {
+        true => file_view()?,
+        false => Tensor::f_from_data_size(data, shape, kind)?,
+    };
+    target.f_copy_(&source)?;
+    drop(source);
+    // The pages read for this tensor are in the variable now: give them back, so that the model is
+    // never resident twice.
+    release_pages(map, base, data);
+    Ok(0)
+}
+
+/// Maps every checkpoint file privately (copy-on-write), in order.
+fn map_files(files: &[PathBuf]) -> Result<Vec<(PathBuf, memmap2::MmapMut)>> {
+    let mut maps = Vec::with_capacity(files.len());
+    for file in files {
+        let handle = std::fs::File::open(file).map_err(|e| ModelError::io(file, e))?;
+        // SAFETY: the file is not expected to change while it is mapped; the mapping is private
+        // (copy-on-write), so writes through a variable stay in this process.
+        let map = unsafe { memmap2::MmapOptions::new().map_copy(&handle) }
+            .map_err(|e| ModelError::io(file, e))?;
+        maps.push((file.clone(), map));
+    }
+    Ok(maps)
+}
+
+/// Gives back the pages of `data` (bytes inside `map`, which starts at address `base`) once they have
+/// been copied: page-aligned inside the tensor's bytes, so a neighbour's pages stay.
+fn release_pages(map: &memmap2::MmapMut, base: usize, data: &[u8]) {
+    let start = (data.as_ptr() as usize - base).next_multiple_of(PAGE);
+    let end = (data.as_ptr() as usize - base + data.len()) / PAGE * PAGE;
+    if end > start {
+        // SAFETY: a private file mapping; DONTNEED drops this process's clean copies (nothing was
+        // written), and the bytes are re-read from the file if touched.
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+        };
     }
 }

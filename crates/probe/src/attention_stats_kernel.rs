@@ -145,6 +145,59 @@ fn cuda_error(what: &str) -> impl Fn(cudarc::driver::DriverError) -> ProbeError 
     move |e| ProbeError::Input(format!("CUDA {what}: {e}"))
 }
 
+/// Input the kernel cannot take, named.
+fn input(what: String) -> ProbeError {
+    ProbeError::Input(format!("attention statistics kernel: {what}"))
+}
+
+/// The sizes of one attention view: queries `[heads, query_rows, dim]`, keys `[kv_heads, key_count, dim]`.
+struct ViewShape {
+    heads: i64,
+    kv_heads: i64,
+    query_rows: i64,
+    key_count: i64,
+    dim: i64,
+}
+
+/// The view's tensors as the kernel reads them: f32 queries and keys whose last axis is contiguous
+/// (other strides are passed through) and a one-byte `[T, L]` visibility mask.
+fn kernel_layout(
+    queries: &Tensor,
+    keys: &Tensor,
+    visible: Option<&Tensor>,
+    query_rows: i64,
+    key_count: i64,
+) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+    // The kernel reads f32 rows whose last axis is contiguous; other strides are passed through.
+    let as_rows = |t: &Tensor| {
+        let t = t.to_kind(Kind::Float);
+        if t.stride()[2] == 1 {
+            t
+        } else {
+            t.contiguous()
+        }
+    };
+    let visible = match visible {
+        None => None,
+        Some(mask) => {
+            if mask.size() != [query_rows, key_count] {
+                return Err(input(format!(
+                    "visibility is {:?}, not [T, L] = [{query_rows}, {key_count}]",
+                    mask.size()
+                )));
+            }
+            // Bool is one byte of 0 or 1: the kernel's `unsigned char`.
+            let mask = mask.to_kind(Kind::Bool);
+            Some(if mask.stride()[1] == 1 {
+                mask
+            } else {
+                mask.contiguous()
+            })
+        }
+    };
+    Ok((as_rows(queries), as_rows(keys), visible))
+}
+
 /// The compiled kernel, loaded on one CUDA device.
 pub struct AttentionStatsKernel {
     context: Arc<CudaContext>,
@@ -181,20 +234,16 @@ impl AttentionStatsKernel {
         })
     }
 
-    /// The statistics of query rows `rows` (indices into the view's T) for each k of `ks` and each scale
-    /// of `scales`, from the view's queries `[H, T, D]`, keys `[Hkv, L, D]` and visibility `[T, L]`, all
-    /// on this kernel's device: the same numbers as [`crate::row_statistics`] over the rows' logits.
-    pub fn row_statistics(
+    /// Checks a view and the asked-for rows, ks and scales against what the kernel can compute (grouped
+    /// heads, head dim, ks and scales it holds, rows inside the view, every tensor on its device).
+    fn check_view(
         &self,
         view: &AttentionView<'_>,
         rows: &[i64],
         ks: &[i64],
         scales: &[f64],
-    ) -> Result<RowStatistics> {
-        let (queries, keys, visible, softmax_scale) =
-            (view.queries, view.keys, view.visible, view.softmax_scale);
-        let input =
-            |what: String| ProbeError::Input(format!("attention statistics kernel: {what}"));
+    ) -> Result<ViewShape> {
+        let (queries, keys, visible) = (view.queries, view.keys, view.visible);
         let (heads, query_rows, dim) = queries
             .size3()
             .map_err(|_| input(format!("queries are {:?}, not [H, T, D]", queries.size())))?;
@@ -237,6 +286,34 @@ impl AttentionStatsKernel {
                 )));
             }
         }
+        Ok(ViewShape {
+            heads,
+            kv_heads,
+            query_rows,
+            key_count,
+            dim,
+        })
+    }
+
+    /// The statistics of query rows `rows` (indices into the view's T) for each k of `ks` and each scale
+    /// of `scales`, from the view's queries `[H, T, D]`, keys `[Hkv, L, D]` and visibility `[T, L]`, all
+    /// on this kernel's device: the same numbers as [`crate::row_statistics`] over the rows' logits.
+    pub fn row_statistics(
+        &self,
+        view: &AttentionView<'_>,
+        rows: &[i64],
+        ks: &[i64],
+        scales: &[f64],
+    ) -> Result<RowStatistics> {
+        let (queries, keys, visible, softmax_scale) =
+            (view.queries, view.keys, view.visible, view.softmax_scale);
+        let ViewShape {
+            heads,
+            kv_heads,
+            query_rows,
+            key_count,
+            dim,
+        } = self.check_view(view, rows, ks, scales)?;
         if rows.is_empty() {
             return Ok(OutputLayout {
                 ks: ks.len(),
@@ -245,34 +322,7 @@ impl AttentionStatsKernel {
             .unpack(&[], heads as usize, 0, ks));
         }
 
-        // The kernel reads f32 rows whose last axis is contiguous; other strides are passed through.
-        let as_rows = |t: &Tensor| {
-            let t = t.to_kind(Kind::Float);
-            if t.stride()[2] == 1 {
-                t
-            } else {
-                t.contiguous()
-            }
-        };
-        let (queries, keys) = (as_rows(queries), as_rows(keys));
-        let visible = match visible {
-            None => None,
-            Some(mask) => {
-                if mask.size() != [query_rows, key_count] {
-                    return Err(input(format!(
-                        "visibility is {:?}, not [T, L] = [{query_rows}, {key_count}]",
-                        mask.size()
-                    )));
-                }
-                // Bool is one byte of 0 or 1: the kernel's `unsigned char`.
-                let mask = mask.to_kind(Kind::Bool);
-                Some(if mask.stride()[1] == 1 {
-                    mask
-                } else {
-                    mask.contiguous()
-                })
-            }
-        };
+        let (queries, keys, visible) = kernel_layout(queries, keys, visible, query_rows, key_count)?;
         let on_device = |t: Tensor| t.to_device(self.device);
         let row_index = on_device(Tensor::from_slice(
             &rows.iter().map(|&r| r as i32).collect::<Vec<_>>(),

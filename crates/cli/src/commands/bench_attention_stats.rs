@@ -155,76 +155,9 @@ pub fn run(args: &AttentionStatsBenchArgs) -> Result<()> {
             Some("the kernel runs on CUDA devices only".to_string()),
         ),
     };
-    let softmax_scale = 1.0 / (args.head_dim as f64).sqrt();
-    let rows: Vec<i64> = (0..args.rows).collect();
     let mut measurements = Vec::new();
     for &keys in &args.keys {
-        tch::manual_seed(0);
-        // Queries spread like a trained head's (logit std about 2), keys unit normal; causal rows at the
-        // end of the context: row r sees keys - rows + r + 1 keys.
-        let queries = Tensor::randn(
-            [args.heads, args.rows, args.head_dim],
-            (Kind::Float, device),
-        ) * 2.0;
-        let key_tensor = Tensor::randn([args.kv_heads, keys, args.head_dim], (Kind::Float, device));
-        let key_index = Tensor::arange(keys, (Kind::Int64, device)).unsqueeze(0);
-        let row_end =
-            Tensor::arange(args.rows, (Kind::Int64, device)).unsqueeze(1) + (keys - args.rows);
-        let visible = key_index.le_tensor(&row_end);
-        let view = AttentionView {
-            queries: &queries,
-            keys: &key_tensor,
-            visible: Some(&visible),
-            past: keys - args.rows,
-            softmax_scale,
-        };
-        // The probe's libtorch path: logits tiles of ROWS_PER_TILE rows.
-        let (libtorch_ms, ()) = median_ms(
-            || {
-                for start in (0..args.rows).step_by(ROWS_PER_TILE as usize) {
-                    let end = (start + ROWS_PER_TILE).min(args.rows);
-                    row_statistics(&view.logits(start..end, 0..keys), &args.ks, &scales);
-                }
-                Ok(())
-            },
-            args.repeats,
-        )?;
-        let (mut kernel_ms, mut max_mass_difference, mut nan_mismatches) = (None, None, None);
-        if let Some(kernel) = &kernel {
-            let timed = median_ms(
-                || Ok(kernel.row_statistics(&view, &rows, &args.ks, &scales)?),
-                args.repeats,
-            );
-            match timed {
-                Ok((ms, stats)) => {
-                    kernel_ms = Some(ms);
-                    // Untimed, every row at once: the same head-major [H, rows] layout as the kernel's.
-                    let reference =
-                        row_statistics(&view.logits(0..args.rows, 0..keys), &args.ks, &scales);
-                    let (largest, mismatches) = mass_differences(&stats, &reference);
-                    max_mass_difference = Some(largest);
-                    nan_mismatches = Some(mismatches);
-                }
-                Err(e) => {
-                    // Inputs the kernel refuses (more than 64 scales, k above 64): said, not fatal.
-                    kernel_unavailable.get_or_insert_with(|| format!("at {keys} keys: {e:#}"));
-                }
-            }
-        }
-        let measurement = Measurement {
-            keys,
-            libtorch_ms,
-            kernel_speedup: kernel_ms.map(|k| libtorch_ms / k),
-            kernel_ms,
-            max_mass_difference,
-            nan_mismatches,
-        };
-        if !args.json {
-            eprintln!(
-                "keys {keys}: libtorch {libtorch_ms:.2} ms, kernel {}",
-                kernel_ms.map_or("-".to_string(), |k| format!("{k:.2} ms"))
-            );
-        }
+        let measurement = measure_at(args, keys, kernel.as_ref(), &scales, device, &mut kernel_unavailable)?;
         measurements.push(measurement);
     }
     let report = Report {
@@ -241,34 +174,121 @@ pub fn run(args: &AttentionStatsBenchArgs) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!(
-            "{} rows x {} heads ({} KV, dim {}) on {}, ks {:?}, {} scales",
-            report.rows,
-            report.heads,
-            report.kv_heads,
-            report.head_dim,
-            report.device,
-            report.ks,
-            report.scales
-        );
-        if let Some(why) = &report.kernel_unavailable {
-            println!("kernel not timed: {why}");
-        }
-        println!("| keys | libtorch ms | kernel ms | kernel speed-up | max |M_k diff| |");
-        println!("|---|---|---|---|---|");
-        let cell =
-            |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
-        for m in &report.measurements {
-            println!(
-                "| {} | {:.2} | {} | {} | {} |",
-                m.keys,
-                m.libtorch_ms,
-                cell(m.kernel_ms, 2),
-                cell(m.kernel_speedup, 2),
-                m.max_mass_difference
-                    .map_or("-".into(), |d| format!("{d:.1e}"))
-            );
-        }
+        print_table(&report);
     }
     Ok(())
+}
+
+/// Times the probe's statistics at `keys` keys over synthetic heads: the libtorch path, and the CUDA
+/// kernel (checked against libtorch's numbers) when there is one. A kernel that refuses these inputs
+/// says why in `kernel_unavailable` (the first reason kept).
+fn measure_at(
+    args: &AttentionStatsBenchArgs,
+    keys: i64,
+    kernel: Option<&AttentionStatsKernel>,
+    scales: &[f64],
+    device: Device,
+    kernel_unavailable: &mut Option<String>,
+) -> Result<Measurement> {
+    let softmax_scale = 1.0 / (args.head_dim as f64).sqrt();
+    let rows: Vec<i64> = (0..args.rows).collect();
+    tch::manual_seed(0);
+    // Queries spread like a trained head's (logit std about 2), keys unit normal; causal rows at the
+    // end of the context: row r sees keys - rows + r + 1 keys.
+    let queries = Tensor::randn(
+        [args.heads, args.rows, args.head_dim],
+        (Kind::Float, device),
+    ) * 2.0;
+    let key_tensor = Tensor::randn([args.kv_heads, keys, args.head_dim], (Kind::Float, device));
+    let key_index = Tensor::arange(keys, (Kind::Int64, device)).unsqueeze(0);
+    let row_end =
+        Tensor::arange(args.rows, (Kind::Int64, device)).unsqueeze(1) + (keys - args.rows);
+    let visible = key_index.le_tensor(&row_end);
+    let view = AttentionView {
+        queries: &queries,
+        keys: &key_tensor,
+        visible: Some(&visible),
+        past: keys - args.rows,
+        softmax_scale,
+    };
+    // The probe's libtorch path: logits tiles of ROWS_PER_TILE rows.
+    let (libtorch_ms, ()) = median_ms(
+        || {
+            for start in (0..args.rows).step_by(ROWS_PER_TILE as usize) {
+                let end = (start + ROWS_PER_TILE).min(args.rows);
+                row_statistics(&view.logits(start..end, 0..keys), &args.ks, &scales);
+            }
+            Ok(())
+        },
+        args.repeats,
+    )?;
+    let (mut kernel_ms, mut max_mass_difference, mut nan_mismatches) = (None, None, None);
+    if let Some(kernel) = &kernel {
+        let timed = median_ms(
+            || Ok(kernel.row_statistics(&view, &rows, &args.ks, &scales)?),
+            args.repeats,
+        );
+        match timed {
+            Ok((ms, stats)) => {
+                kernel_ms = Some(ms);
+                // Untimed, every row at once: the same head-major [H, rows] layout as the kernel's.
+                let reference =
+                    row_statistics(&view.logits(0..args.rows, 0..keys), &args.ks, &scales);
+                let (largest, mismatches) = mass_differences(&stats, &reference);
+                max_mass_difference = Some(largest);
+                nan_mismatches = Some(mismatches);
+            }
+            Err(e) => {
+                // Inputs the kernel refuses (more than 64 scales, k above 64): said, not fatal.
+                kernel_unavailable.get_or_insert_with(|| format!("at {keys} keys: {e:#}"));
+            }
+        }
+    }
+    let measurement = Measurement {
+        keys,
+        libtorch_ms,
+        kernel_speedup: kernel_ms.map(|k| libtorch_ms / k),
+        kernel_ms,
+        max_mass_difference,
+        nan_mismatches,
+    };
+    if !args.json {
+        eprintln!(
+            "keys {keys}: libtorch {libtorch_ms:.2} ms, kernel {}",
+            kernel_ms.map_or("-".to_string(), |k| format!("{k:.2} ms"))
+        );
+    }
+    Ok(measurement)
+}
+
+/// The report as a markdown table, after a line naming the shape and device.
+fn print_table(report: &Report) {
+    println!(
+        "{} rows x {} heads ({} KV, dim {}) on {}, ks {:?}, {} scales",
+        report.rows,
+        report.heads,
+        report.kv_heads,
+        report.head_dim,
+        report.device,
+        report.ks,
+        report.scales
+    );
+    if let Some(why) = &report.kernel_unavailable {
+        println!("kernel not timed: {why}");
+    }
+    println!("| keys | libtorch ms | kernel ms | kernel speed-up | max |M_k diff| |");
+    println!("|---|---|---|---|---|");
+    let cell =
+        |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+    for m in &report.measurements {
+        println!(
+            "| {} | {:.2} | {} | {} | {} |",
+            m.keys,
+            m.libtorch_ms,
+            cell(m.kernel_ms, 2),
+            cell(m.kernel_speedup, 2),
+            m.max_mass_difference
+                .map_or("-".into(), |d| format!("{d:.1e}"))
+        );
+    }
 }

@@ -10,14 +10,14 @@
 //! and tau are reported.
 
 use super::generate::{DrafterArgs, ModelArgs};
-use super::prompt_set::PromptSetArgs;
+use super::prompt_set::{PromptSet, PromptSetArgs};
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_draft::Method;
 use sharpdraft_lab::drafter_spec;
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{store::registry, Sampler, Sampling};
+use sharpdraft_model::{store::registry, CausalLm, Sampler, Sampling};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -131,29 +131,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     let set = args
         .set
         .load(tokenizer, target.net.config.positions())?;
-    let mut requests = Vec::new();
-    for &requested in &args.set.contexts {
-        for (i, question) in set.questions.iter().enumerate() {
-            let question = match &args.prefix {
-                Some(prefix) => format!("{prefix}\n\n{question}"),
-                None => question.clone(),
-            };
-            let ids = set.ids(tokenizer, i, &question, requested)?;
-            target
-                .net
-                .config
-                .ensure_positions(ids.len(), args.max_new_tokens)
-                .with_context(|| format!("--contexts {requested}, prompt {}", args.set.skip + i))?;
-            for &temperature in &args.temperatures {
-                requests.push(Request {
-                    requested_context: requested,
-                    prompt: args.set.skip + i,
-                    ids: ids.clone(),
-                    sampling: sampling(temperature, args.seed + i as u64),
-                });
-            }
-        }
-    }
+    let requests = build_requests(args, &target, &set)?;
 
     let mut rows = Vec::new();
     for request in &requests {
@@ -210,8 +188,49 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     if let Some(python) = &args.hf_python {
         rows.extend(run_hf(python, args, drafter_name, &requests)?);
     }
-    let summaries = summarise(&rows);
-    if args.json {
+    print_summaries(&rows, args.json);
+    Ok(())
+}
+
+/// One request per context x prompt x temperature: the prompt's ids (with `--prefix`), checked against
+/// the target's positions with room for the new tokens.
+fn build_requests(
+    args: &SpeculativeBenchArgs,
+    target: &CausalLm,
+    set: &PromptSet,
+) -> Result<Vec<Request>> {
+    let tokenizer = target.tokenizer()?;
+    let mut requests = Vec::new();
+    for &requested in &args.set.contexts {
+        for (i, question) in set.questions.iter().enumerate() {
+            let question = match &args.prefix {
+                Some(prefix) => format!("{prefix}\n\n{question}"),
+                None => question.clone(),
+            };
+            let ids = set.ids(tokenizer, i, &question, requested)?;
+            target
+                .net
+                .config
+                .ensure_positions(ids.len(), args.max_new_tokens)
+                .with_context(|| format!("--contexts {requested}, prompt {}", args.set.skip + i))?;
+            for &temperature in &args.temperatures {
+                requests.push(Request {
+                    requested_context: requested,
+                    prompt: args.set.skip + i,
+                    ids: ids.clone(),
+                    sampling: sampling(temperature, args.seed + i as u64),
+                });
+            }
+        }
+    }
+
+    Ok(requests)
+}
+
+/// The summary of every (engine, decoding, context, temperature) group: JSON with the rows, or a table.
+fn print_summaries(rows: &[Row], json: bool) {
+    let summaries = summarise(rows);
+    if json {
         println!(
             "{}",
             serde_json::json!({"rows": rows, "summary": summaries})
@@ -254,7 +273,6 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
             );
         }
     }
-    Ok(())
 }
 
 struct Request {

@@ -208,20 +208,9 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
         args.top_p
     );
     let model = args.model.load(&args.target)?;
-    let mut load_peak_rss_bytes = peak_rss_bytes();
+    let load_peak_rss_bytes = peak_rss_bytes();
     let tokenizer = model.tokenizer()?;
-    let text = if args.raw || !tokenizer.has_chat_template() {
-        args.prompt.clone()
-    } else {
-        tokenizer.apply_chat_template(
-            &[ChatMessage {
-                role: "user".into(),
-                content: args.prompt.clone(),
-            }],
-            true,
-        )?
-    };
-    let prompt_ids = tokenizer.encode(&text, false)?;
+    let prompt_ids = prompt_ids(args, tokenizer)?;
     anyhow::ensure!(!prompt_ids.is_empty(), "the prompt encodes to no tokens");
     // With a drafter the first token comes from the prefill before any limit is looked at: zero
     // would give one token there and none without, so it is refused for both.
@@ -245,83 +234,123 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
         "--compare-ar needs --drafter"
     );
     let report = match &args.draft.drafter {
-        None => {
-            let result = generate(
-                &model.net,
-                &prompt_ids,
-                args.max_new_tokens,
-                &mut Sampler::new(sampling),
-                &model.stop_tokens(),
-            )?;
-            GenerateReport {
-                text: tokenizer.decode(&result.ids)?,
-                tokens_per_s: result.tokens_per_second(),
-                prefill_tokens_per_s: prompt_ids.len() as f64 / result.prefill_seconds.max(1e-9),
-                prompt_ids,
-                ids: result.ids,
-                method: None,
-                scaling: None,
-                tau: None,
-                cycles: None,
-                engine_overhead: None,
-                ar_tokens_per_s: None,
-                speedup_vs_ar: None,
-                identical_to_ar: None,
-                memory: None,
-                adaptation: None,
-                process: process_memory(load_peak_rss_bytes),
-                kernel: sharpdraft_model::cpu::few_rows::form_that_ran().name(),
-            }
-        }
+        None => autoregressive_report(args, &model, prompt_ids, sampling, load_peak_rss_bytes)?,
         Some(drafter_name) => {
-            let spec = args.draft.spec(drafter_name, args.draft.scaling.single()?);
-            let (mut drafter, config) = drafter_spec::prepare(
-                &spec,
-                &model,
-                sampling,
-                prompt_ids.len(),
-                args.max_new_tokens,
-            )?;
-            load_peak_rss_bytes = peak_rss_bytes();
-            let spec = speculative_generate(&model.net, drafter.as_mut(), &prompt_ids, &config)?;
-            let ar = if args.compare_ar {
-                Some(generate(
-                    &model.net,
-                    &prompt_ids,
-                    args.max_new_tokens,
-                    &mut Sampler::new(sampling),
-                    &model.stop_tokens(),
-                )?)
-            } else {
-                None
-            };
-            GenerateReport {
-                text: tokenizer.decode(&spec.ids)?,
-                tokens_per_s: spec.tokens_per_second(),
-                prefill_tokens_per_s: prompt_ids.len() as f64 / spec.prefill_seconds.max(1e-9),
-                method: Some(drafter.method().name()),
-                scaling: Some(args.draft.scaling.single()?.name()),
-                tau: Some(spec.tau()),
-                engine_overhead: Some(spec.engine_overhead()),
-                ar_tokens_per_s: ar.as_ref().map(|a| a.tokens_per_second()),
-                speedup_vs_ar: ar
-                    .as_ref()
-                    .map(|a| spec.tokens_per_second() / a.tokens_per_second()),
-                identical_to_ar: ar
-                    .as_ref()
-                    .filter(|_| sampling.is_greedy())
-                    .map(|a| a.ids == spec.ids),
-                memory: Some(spec.memory()),
-                adaptation: spec.adaptation.clone(),
-                prompt_ids,
-                ids: spec.ids,
-                cycles: Some(spec.cycles),
-                process: process_memory(load_peak_rss_bytes),
-                kernel: sharpdraft_model::cpu::few_rows::form_that_ran().name(),
-            }
+            speculative_report(args, &model, drafter_name, prompt_ids, sampling)?
         }
     };
     print_report(&report, args.json)
+}
+
+/// The prompt's token ids: the text itself with `--raw` or without a chat template, else one user turn
+/// of the target's chat template.
+fn prompt_ids(args: &GenerateArgs, tokenizer: &sharpdraft_model::TextTokenizer) -> anyhow::Result<Vec<i64>> {
+    let text = if args.raw || !tokenizer.has_chat_template() {
+        args.prompt.clone()
+    } else {
+        tokenizer.apply_chat_template(
+            &[ChatMessage {
+                role: "user".into(),
+                content: args.prompt.clone(),
+            }],
+            true,
+        )?
+    };
+    Ok(tokenizer.encode(&text, false)?)
+}
+
+/// Plain autoregressive decoding of the prompt, reported.
+fn autoregressive_report(
+    args: &GenerateArgs,
+    model: &CausalLm,
+    prompt_ids: Vec<i64>,
+    sampling: Sampling,
+    load_peak_rss_bytes: u64,
+) -> anyhow::Result<GenerateReport> {
+    let tokenizer = model.tokenizer()?;
+    let result = generate(
+        &model.net,
+        &prompt_ids,
+        args.max_new_tokens,
+        &mut Sampler::new(sampling),
+        &model.stop_tokens(),
+    )?;
+    Ok(GenerateReport {
+        text: tokenizer.decode(&result.ids)?,
+        tokens_per_s: result.tokens_per_second(),
+        prefill_tokens_per_s: prompt_ids.len() as f64 / result.prefill_seconds.max(1e-9),
+        prompt_ids,
+        ids: result.ids,
+        method: None,
+        scaling: None,
+        tau: None,
+        cycles: None,
+        engine_overhead: None,
+        ar_tokens_per_s: None,
+        speedup_vs_ar: None,
+        identical_to_ar: None,
+        memory: None,
+        adaptation: None,
+        process: process_memory(load_peak_rss_bytes),
+        kernel: sharpdraft_model::cpu::few_rows::form_that_ran().name(),
+    })
+}
+
+/// Speculative decoding of the prompt with `drafter_name` (and AR beside it with `--compare-ar`),
+/// reported; the process's peak memory is read once the drafter is loaded.
+fn speculative_report(
+    args: &GenerateArgs,
+    model: &CausalLm,
+    drafter_name: &str,
+    prompt_ids: Vec<i64>,
+    sampling: Sampling,
+) -> anyhow::Result<GenerateReport> {
+    let tokenizer = model.tokenizer()?;
+    let spec = args.draft.spec(drafter_name, args.draft.scaling.single()?);
+    let (mut drafter, config) = drafter_spec::prepare(
+        &spec,
+        &model,
+        sampling,
+        prompt_ids.len(),
+        args.max_new_tokens,
+    )?;
+    let load_peak_rss_bytes = peak_rss_bytes();
+    let spec = speculative_generate(&model.net, drafter.as_mut(), &prompt_ids, &config)?;
+    let ar = if args.compare_ar {
+        Some(generate(
+            &model.net,
+            &prompt_ids,
+            args.max_new_tokens,
+            &mut Sampler::new(sampling),
+            &model.stop_tokens(),
+        )?)
+    } else {
+        None
+    };
+    Ok(GenerateReport {
+        text: tokenizer.decode(&spec.ids)?,
+        tokens_per_s: spec.tokens_per_second(),
+        prefill_tokens_per_s: prompt_ids.len() as f64 / spec.prefill_seconds.max(1e-9),
+        method: Some(drafter.method().name()),
+        scaling: Some(args.draft.scaling.single()?.name()),
+        tau: Some(spec.tau()),
+        engine_overhead: Some(spec.engine_overhead()),
+        ar_tokens_per_s: ar.as_ref().map(|a| a.tokens_per_second()),
+        speedup_vs_ar: ar
+            .as_ref()
+            .map(|a| spec.tokens_per_second() / a.tokens_per_second()),
+        identical_to_ar: ar
+            .as_ref()
+            .filter(|_| sampling.is_greedy())
+            .map(|a| a.ids == spec.ids),
+        memory: Some(spec.memory()),
+        adaptation: spec.adaptation.clone(),
+        prompt_ids,
+        ids: spec.ids,
+        cycles: Some(spec.cycles),
+        process: process_memory(load_peak_rss_bytes),
+        kernel: sharpdraft_model::cpu::few_rows::form_that_ran().name(),
+    })
 }
 
 /// The report as one JSON line (`--json`), or the text on stdout and the figures on stderr.

@@ -95,6 +95,42 @@ pub fn write_random_head(
     } else {
         "midlayer"
     };
+    let mut tensors = random_head_tensors(c, options, block, inter, draft_vocab);
+    take_initial_tensors(&mut tensors, options, dir)?;
+    let d2t: Vec<i64> = used
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| t - i as i64)
+        .collect();
+    let t2d: Vec<u8> = (0..vocab)
+        .map(|t| u8::from(used.binary_search(&t).is_ok()))
+        .collect();
+    let mut extra: Vec<RawTensor> = Vec::new();
+    if options.reduced_vocab || options.used_tokens.is_some() {
+        extra.push((
+            "d2t".into(),
+            safetensors::Dtype::I64,
+            vec![d2t.len()],
+            d2t.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ));
+        extra.push(("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d));
+    }
+    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &extra)
+        .map_err(|e| checkpoint_error(dir, e))
+}
+
+/// The f32 tensors of a random head in block `block` (`midlayer` or `layers.0`), in checkpoint order:
+/// `fc`, the layer's norms, attention (with zero biases when asked) and MLP, the final norm, the draft
+/// LM head `[draft_vocab, H]`, and EAGLE 3.1's feature norms.
+fn random_head_tensors(
+    c: &sharpdraft_model::ModelConfig,
+    options: &RandomHeadOptions,
+    block: &str,
+    inter: i64,
+    draft_vocab: i64,
+) -> Vec<(String, Tensor)> {
+    let h = c.hidden_size;
+    let (heads, kv_heads, head_dim) = (c.num_heads, c.num_kv_heads, c.head_dim);
     let (random, norm) = (random_weight, random_norm);
     let mut tensors: Vec<(String, Tensor)> = vec![
         ("fc.weight".into(), random(&[h, 3 * h], 0.1)),
@@ -148,6 +184,16 @@ pub fn write_random_head(
             tensors.push((format!("{block}.self_attn.{name}.bias"), zeros(width)));
         }
     }
+    tensors
+}
+
+/// Replaces the random tensors `options.initial` names (a warm start) with the given values, checking
+/// each name and shape.
+fn take_initial_tensors(
+    tensors: &mut [(String, Tensor)],
+    options: &RandomHeadOptions,
+    dir: &Path,
+) -> Result<()> {
     for (name, initial) in &options.initial {
         let slot = tensors
             .iter_mut()
@@ -165,24 +211,5 @@ pub fn write_random_head(
         }
         slot.1 = initial.to_kind(Kind::Float).to_device(tch::Device::Cpu);
     }
-    let d2t: Vec<i64> = used
-        .iter()
-        .enumerate()
-        .map(|(i, &t)| t - i as i64)
-        .collect();
-    let t2d: Vec<u8> = (0..vocab)
-        .map(|t| u8::from(used.binary_search(&t).is_ok()))
-        .collect();
-    let mut extra: Vec<RawTensor> = Vec::new();
-    if options.reduced_vocab || options.used_tokens.is_some() {
-        extra.push((
-            "d2t".into(),
-            safetensors::Dtype::I64,
-            vec![d2t.len()],
-            d2t.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        ));
-        extra.push(("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d));
-    }
-    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &extra)
-        .map_err(|e| checkpoint_error(dir, e))
+    Ok(())
 }

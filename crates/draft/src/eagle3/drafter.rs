@@ -24,6 +24,43 @@ pub struct Eagle3Drafter {
 }
 
 impl Eagle3Drafter {
+    /// Step 1 of a proposal: feeds the (token, target feature) pairs of newly committed tokens into the
+    /// stable cache. Returns the stable length and the last pair's hidden state `[1, H]` and draft
+    /// log-probabilities `[draft_vocab]`, where expansion starts.
+    fn catch_up(&mut self, ctx: &DraftContext<'_>) -> Result<(i64, Tensor, Tensor)> {
+        let device = ctx.target.device();
+        // Every cached row is committed here: the moment a bounded cache may drop old keys.
+        self.cache.slide();
+        // 1. Catch up: feed the pairs of newly committed tokens into the stable cache.
+        let features = self.pending.take().ok_or_else(|| {
+            DraftError::Protocol(
+                "EAGLE-3 has no target features to pair (prefill not called?)".into(),
+            )
+        })?;
+        let fed = self.cache.len();
+        let count = features.size()[0];
+        let tokens = &ctx.committed[fed as usize + 1..fed as usize + 1 + count as usize];
+        let embeddings = ctx
+            .target
+            .embed(&Tensor::from_slice(tokens).to_device(device));
+        let positions = Tensor::arange_start(fed, fed + count, (Kind::Int64, device));
+        let head = &self.head;
+        let fused = head.fuse(&features.to_kind(ctx.target.kind()));
+        let timer = std::time::Instant::now();
+        let (hidden, log_probs) = head.forward(
+            &embeddings,
+            &fused,
+            &positions,
+            &AttentionMask::Causal,
+            &mut self.cache,
+            None,
+        )?;
+        self.forward_seconds
+            .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
+        let stable = self.cache.len();
+        Ok((stable, hidden.narrow(0, count - 1, 1), log_probs.get(count - 1)))
+    }
+
     /// Loads a head in the published layout (config.json + model.safetensors; `midlayer.` or `layers.0.`)
     /// for `target`.
     pub fn load(
@@ -134,37 +171,8 @@ impl Drafter for Eagle3Drafter {
     fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
         let _guard = tch::no_grad_guard();
         let device = ctx.target.device();
-        // Every cached row is committed here: the moment a bounded cache may drop old keys.
-        self.cache.slide();
-        // 1. Catch up: feed the pairs of newly committed tokens into the stable cache.
-        let features = self.pending.take().ok_or_else(|| {
-            DraftError::Protocol(
-                "EAGLE-3 has no target features to pair (prefill not called?)".into(),
-            )
-        })?;
-        let fed = self.cache.len();
-        let count = features.size()[0];
-        let tokens = &ctx.committed[fed as usize + 1..fed as usize + 1 + count as usize];
-        let embeddings = ctx
-            .target
-            .embed(&Tensor::from_slice(tokens).to_device(device));
-        let positions = Tensor::arange_start(fed, fed + count, (Kind::Int64, device));
+        let (stable, last_hidden, last_log_probs) = self.catch_up(ctx)?;
         let head = &self.head;
-        let fused = head.fuse(&features.to_kind(ctx.target.kind()));
-        let timer = std::time::Instant::now();
-        let (hidden, log_probs) = head.forward(
-            &embeddings,
-            &fused,
-            &positions,
-            &AttentionMask::Causal,
-            &mut self.cache,
-            None,
-        )?;
-        self.forward_seconds
-            .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
-        let stable = self.cache.len();
-        let last_hidden = hidden.narrow(0, count - 1, 1);
-        let last_log_probs = log_probs.get(count - 1);
 
         // 2. Expand. Chains with sampling draw from q; everything else is deterministic top-k.
         let vocab = ctx.target.config.vocab_size;
@@ -211,28 +219,7 @@ impl Drafter for Eagle3Drafter {
         for depth in 0..self.shape.depth {
             let rows = frontier.len() as i64;
             let first_row = speculation.len();
-            // Each frontier node sees the stable context, its fed ancestors and itself.
-            let mut visible = vec![false; (rows * (first_row + rows)) as usize];
-            for (r, &node) in frontier.iter().enumerate() {
-                let row_mask = &mut visible[(r as i64 * (first_row + rows)) as usize
-                    ..((r as i64 + 1) * (first_row + rows)) as usize];
-                row_mask[..stable as usize]
-                    .iter_mut()
-                    .for_each(|v| *v = true);
-                let mut ancestor = nodes[node].parent;
-                while let Some(a) = ancestor {
-                    if let Some(row) = nodes[a].row {
-                        row_mask[row as usize] = true;
-                    }
-                    ancestor = nodes[a].parent;
-                }
-                row_mask[(first_row + r as i64) as usize] = true;
-            }
-            let mask = AttentionMask::Rows(
-                Tensor::from_slice(&visible)
-                    .view([rows, first_row + rows])
-                    .to_device(device),
-            );
+            let mask = frontier_mask(&nodes, &frontier, stable, first_row, device);
             let tokens: Vec<i64> = frontier.iter().map(|&n| nodes[n].token).collect();
             let embeddings = ctx
                 .target
@@ -268,21 +255,7 @@ impl Drafter for Eagle3Drafter {
                     }
                 }
             } else {
-                // One top-k over all frontier rows and one copy to the host: [rows, k] each.
-                let (values, indices) = log_probs.f_topk(k, -1, true, true)?;
-                let values = Vec::<f32>::try_from(values.flatten(0, -1).to_device(Device::Cpu))?;
-                let indices = Vec::<i64>::try_from(indices.flatten(0, -1).to_device(Device::Cpu))?;
-                for (r, &node) in frontier.iter().enumerate() {
-                    for c in 0..k as usize {
-                        let i = r * k as usize + c;
-                        children.push(Child {
-                            parent: node,
-                            token: head.to_target(indices[i]),
-                            score: nodes[node].score + values[i] as f64,
-                            row: r,
-                        });
-                    }
-                }
+                children = top_k_children(head, &log_probs, &frontier, &nodes, k)?;
             }
             let (next, next_rows) = grow(&mut nodes, children, self.shape.top_k);
             frontier_hidden =
@@ -339,4 +312,62 @@ impl Drafter for Eagle3Drafter {
     fn variables(&self) -> Vec<(String, Tensor)> {
         self.head.vars.variables().into_iter().collect()
     }
+}
+
+/// The draft-tree rows of one expansion step, `[rows, first_row + rows]`: each frontier node sees the
+/// stable context (`stable` keys), its fed ancestors and itself.
+fn frontier_mask(
+    nodes: &[Node],
+    frontier: &[usize],
+    stable: i64,
+    first_row: i64,
+    device: Device,
+) -> AttentionMask {
+    let rows = frontier.len() as i64;
+    let mut visible = vec![false; (rows * (first_row + rows)) as usize];
+    for (r, &node) in frontier.iter().enumerate() {
+        let row_mask = &mut visible
+            [(r as i64 * (first_row + rows)) as usize..((r as i64 + 1) * (first_row + rows)) as usize];
+        row_mask[..stable as usize].iter_mut().for_each(|v| *v = true);
+        let mut ancestor = nodes[node].parent;
+        while let Some(a) = ancestor {
+            if let Some(row) = nodes[a].row {
+                row_mask[row as usize] = true;
+            }
+            ancestor = nodes[a].parent;
+        }
+        row_mask[(first_row + r as i64) as usize] = true;
+    }
+    AttentionMask::Rows(
+        Tensor::from_slice(&visible)
+            .view([rows, first_row + rows])
+            .to_device(device),
+    )
+}
+
+/// The `k` best children of every frontier node by cumulative score, from the step's draft
+/// log-probabilities `[rows, draft_vocab]`: one top-k over all rows and one copy to the host.
+fn top_k_children(
+    head: &Eagle3Head,
+    log_probs: &Tensor,
+    frontier: &[usize],
+    nodes: &[Node],
+    k: i64,
+) -> Result<Vec<Child>> {
+    let (values, indices) = log_probs.f_topk(k, -1, true, true)?; // [rows, k] each
+    let values = Vec::<f32>::try_from(values.flatten(0, -1).to_device(Device::Cpu))?;
+    let indices = Vec::<i64>::try_from(indices.flatten(0, -1).to_device(Device::Cpu))?;
+    let mut children = Vec::with_capacity(frontier.len() * k as usize);
+    for (r, &node) in frontier.iter().enumerate() {
+        for c in 0..k as usize {
+            let i = r * k as usize + c;
+            children.push(Child {
+                parent: node,
+                token: head.to_target(indices[i]),
+                score: nodes[node].score + values[i] as f64,
+                row: r,
+            });
+        }
+    }
+    Ok(children)
 }

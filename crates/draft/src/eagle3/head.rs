@@ -79,100 +79,14 @@ impl Eagle3Head {
         let de = &mut serde_json::Deserializer::from_str(&text);
         let config: Eagle3Config = serde_path_to_error::deserialize(de)
             .map_err(|e| checkpoint_error(&config_path, format!("{}: {}", e.path(), e.inner())))?;
-        let t = &target.config;
-        if config.num_hidden_layers != 1 {
-            return Err(checkpoint_error(
-                &config_path,
-                format!(
-                    "num_hidden_layers = {}: an EAGLE-3 head has one layer",
-                    config.num_hidden_layers
-                ),
-            ));
-        }
-        let target_hidden = config.target_hidden_size.unwrap_or(config.hidden_size);
-        if target_hidden != t.hidden_size {
-            return Err(DraftError::Mismatch(format!(
-                "EAGLE-3 target_hidden_size {target_hidden} but the target's hidden_size is {}",
-                t.hidden_size
-            )));
-        }
-        if config.hidden_size != t.hidden_size {
-            return Err(DraftError::Mismatch(format!(
-                "EAGLE-3 hidden_size {} must equal the target's {} (it shares the embedding)",
-                config.hidden_size, t.hidden_size
-            )));
-        }
-        if config.vocab_size != t.vocab_size {
-            return Err(DraftError::Mismatch(format!(
-                "EAGLE-3 vocab_size {} differs from the target's {}",
-                config.vocab_size, t.vocab_size
-            )));
-        }
-        let layers = t.num_layers;
-        let ids = config
-            .eagle_config
-            .as_ref()
-            .and_then(|e| e.eagle_aux_hidden_state_layer_ids.clone())
-            .unwrap_or_else(|| default_capture_layers(layers));
-        if ids.len() != 3 || ids.iter().any(|&i| i > layers) {
-            return Err(DraftError::Mismatch(format!(
-                "EAGLE-3 capture layers {ids:?} do not fit a {layers}-layer target"
-            )));
-        }
+        let ids = check_fits_target(&config, &target.config, &config_path)?;
         let heads = config.num_attention_heads;
         let kv_heads = config.num_key_value_heads.unwrap_or(heads);
         let head_dim = config.head_dim.unwrap_or(config.hidden_size / heads);
-        let hidden = config.hidden_size;
         let draft_vocab = config.draft_vocab_size.unwrap_or(config.vocab_size);
         let device = target.device();
         let mut vars = nn::VarStore::new(device);
-        let root = vars.root();
-        let m = &root / "midlayer";
-        let a = &m / "self_attn";
-        let mlp = &m / "mlp";
-        let eps = config.rms_norm_eps;
-        let t = trainable;
-        let trainable_layer = if t { Trainable::Yes } else { Trainable::No };
-        let layer = Layer {
-            hidden_norm: RmsNorm::with_grad(&m / "hidden_norm", hidden, eps, t),
-            input_layernorm: RmsNorm::with_grad(&m / "input_layernorm", hidden, eps, t),
-            post_attention_layernorm: RmsNorm::with_grad(
-                &m / "post_attention_layernorm",
-                hidden,
-                eps,
-                t,
-            ),
-            qkv: QkvProjection::new(
-                &a,
-                QkvShape {
-                    input: 2 * hidden,
-                    heads,
-                    kv_heads,
-                    head_dim,
-                    bias: config.attention_bias,
-                    qk_norm: None,
-                },
-                trainable_layer,
-            ),
-            o_proj: Linear::with_grad(
-                &a / "o_proj",
-                heads * head_dim,
-                hidden,
-                config.attention_bias,
-                t,
-            ),
-            mlp: SwiGlu::new(&mlp, hidden, config.intermediate_size, trainable_layer),
-        };
-        let fc = Linear::with_grad(&root / "fc", 3 * target_hidden, hidden, false, t);
-        let fc_norm = if config.fc_norm {
-            (0..3)
-                .map(|i| RmsNorm::with_grad(&root / "fc_norm" / i, target_hidden, eps, t))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let norm = RmsNorm::with_grad(&root / "norm", hidden, eps, t);
-        let lm_head = Linear::with_grad(&root / "lm_head", hidden, draft_vocab, false, t);
+        let weights = HeadWeights::new(&vars.root(), &config, trainable);
         vars.set_kind(target.kind());
         let route = |name: &str| -> Route {
             let name = name
@@ -188,42 +102,17 @@ impl Eagle3Head {
         };
         let files = checkpoint_files(dir)?;
         let side = load_strict(&mut vars, &files, route)?;
-        let d2t = match side.get("d2t") {
-            Some(d2t) if d2t.size() == [draft_vocab] => Vec::<i64>::try_from(d2t.to_kind(Kind::Int64))?,
-            Some(d2t) => return Err(checkpoint_error(dir, format!("tensor d2t has shape {:?}, [{draft_vocab}] expected", d2t.size()))),
-            None if draft_vocab == config.vocab_size => vec![0; draft_vocab as usize],
-            None => return Err(checkpoint_error(dir, format!("missing tensor d2t [{draft_vocab}] (draft_vocab_size {draft_vocab} < vocab_size {})", config.vocab_size))),
-        };
-        if let Some((i, _)) = d2t
-            .iter()
-            .enumerate()
-            .find(|(i, off)| *i as i64 + **off < 0 || *i as i64 + **off >= config.vocab_size)
-        {
-            return Err(checkpoint_error(
-                dir,
-                format!("d2t[{i}] maps outside the target vocabulary"),
-            ));
-        }
-        let scaling = config
-            .rope_scaling
-            .as_ref()
-            .filter(|s| s.rope_type == "llama3")
-            .map(|s| sharpdraft_model::config::Llama3Scaling {
-                factor: s.factor.unwrap_or(1.0),
-                low_freq_factor: s.low_freq_factor.unwrap_or(1.0),
-                high_freq_factor: s.high_freq_factor.unwrap_or(4.0),
-                original_max_position_embeddings: s
-                    .original_max_position_embeddings
-                    .unwrap_or(config.max_position_embeddings as f64),
-            });
-        let rope = Rope::with_base(
-            head_dim,
-            config.rope_theta.unwrap_or(10_000.0),
-            scaling,
-            device,
-        );
+        let d2t = read_d2t(&side, &config, draft_vocab, dir)?;
+        let rope = rope_of(&config, head_dim, device);
         let raw_config: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
+        let HeadWeights {
+            layer,
+            fc,
+            fc_norm,
+            norm,
+            lm_head,
+        } = weights;
         let head = Eagle3Head {
             config,
             raw_config,
@@ -433,4 +322,177 @@ impl Eagle3Head {
             .scatter(0, &index, log_probs);
         sampling.probabilities(&full)
     }
+}
+
+/// Checks that an EAGLE-3 config fits its target (one layer, the target's hidden size and vocabulary,
+/// three capture layers inside the target) and returns the capture layers.
+fn check_fits_target(
+    config: &Eagle3Config,
+    t: &sharpdraft_model::ModelConfig,
+    config_path: &Path,
+) -> Result<Vec<usize>> {
+        if config.num_hidden_layers != 1 {
+            return Err(checkpoint_error(
+                &config_path,
+                format!(
+                    "num_hidden_layers = {}: an EAGLE-3 head has one layer",
+                    config.num_hidden_layers
+                ),
+            ));
+        }
+        let target_hidden = config.target_hidden_size.unwrap_or(config.hidden_size);
+        if target_hidden != t.hidden_size {
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 target_hidden_size {target_hidden} but the target's hidden_size is {}",
+                t.hidden_size
+            )));
+        }
+        if config.hidden_size != t.hidden_size {
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 hidden_size {} must equal the target's {} (it shares the embedding)",
+                config.hidden_size, t.hidden_size
+            )));
+        }
+        if config.vocab_size != t.vocab_size {
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 vocab_size {} differs from the target's {}",
+                config.vocab_size, t.vocab_size
+            )));
+        }
+        let layers = t.num_layers;
+        let ids = config
+            .eagle_config
+            .as_ref()
+            .and_then(|e| e.eagle_aux_hidden_state_layer_ids.clone())
+            .unwrap_or_else(|| default_capture_layers(layers));
+        if ids.len() != 3 || ids.iter().any(|&i| i > layers) {
+            return Err(DraftError::Mismatch(format!(
+                "EAGLE-3 capture layers {ids:?} do not fit a {layers}-layer target"
+            )));
+        }
+        Ok(ids)
+}
+
+/// The head's variables, created (untrained) under `root` with the checkpoint's names: the layer,
+/// the feature fusion `fc` (and its optional norms), the final norm and the draft LM head.
+struct HeadWeights {
+    layer: Layer,
+    fc: Linear,
+    fc_norm: Vec<RmsNorm>,
+    norm: RmsNorm,
+    lm_head: Linear,
+}
+
+impl HeadWeights {
+    fn new(root: &nn::Path<'_>, config: &Eagle3Config, trainable: bool) -> Self {
+        let heads = config.num_attention_heads;
+        let kv_heads = config.num_key_value_heads.unwrap_or(heads);
+        let head_dim = config.head_dim.unwrap_or(config.hidden_size / heads);
+        let hidden = config.hidden_size;
+        let target_hidden = config.target_hidden_size.unwrap_or(config.hidden_size);
+        let draft_vocab = config.draft_vocab_size.unwrap_or(config.vocab_size);
+        let root = root.clone();
+        let m = &root / "midlayer";
+        let a = &m / "self_attn";
+        let mlp = &m / "mlp";
+        let eps = config.rms_norm_eps;
+        let t = trainable;
+        let trainable_layer = if t { Trainable::Yes } else { Trainable::No };
+        let layer = Layer {
+            hidden_norm: RmsNorm::with_grad(&m / "hidden_norm", hidden, eps, t),
+            input_layernorm: RmsNorm::with_grad(&m / "input_layernorm", hidden, eps, t),
+            post_attention_layernorm: RmsNorm::with_grad(
+                &m / "post_attention_layernorm",
+                hidden,
+                eps,
+                t,
+            ),
+            qkv: QkvProjection::new(
+                &a,
+                QkvShape {
+                    input: 2 * hidden,
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    bias: config.attention_bias,
+                    qk_norm: None,
+                },
+                trainable_layer,
+            ),
+            o_proj: Linear::with_grad(
+                &a / "o_proj",
+                heads * head_dim,
+                hidden,
+                config.attention_bias,
+                t,
+            ),
+            mlp: SwiGlu::new(&mlp, hidden, config.intermediate_size, trainable_layer),
+        };
+        let fc = Linear::with_grad(&root / "fc", 3 * target_hidden, hidden, false, t);
+        let fc_norm = if config.fc_norm {
+            (0..3)
+                .map(|i| RmsNorm::with_grad(&root / "fc_norm" / i, target_hidden, eps, t))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let norm = RmsNorm::with_grad(&root / "norm", hidden, eps, t);
+        let lm_head = Linear::with_grad(&root / "lm_head", hidden, draft_vocab, false, t);
+        HeadWeights {
+            layer,
+            fc,
+            fc_norm,
+            norm,
+            lm_head,
+        }
+    }
+}
+
+/// The draft-to-target vocabulary offsets `d2t` (`[draft_vocab]`, target id = i + d2t[i]): read from
+/// the checkpoint, all zero when the head drafts over the whole vocabulary; every id must land inside it.
+fn read_d2t(
+    side: &std::collections::BTreeMap<String, Tensor>,
+    config: &Eagle3Config,
+    draft_vocab: i64,
+    dir: &Path,
+) -> Result<Vec<i64>> {
+        let d2t = match side.get("d2t") {
+            Some(d2t) if d2t.size() == [draft_vocab] => Vec::<i64>::try_from(d2t.to_kind(Kind::Int64))?,
+            Some(d2t) => return Err(checkpoint_error(dir, format!("tensor d2t has shape {:?}, [{draft_vocab}] expected", d2t.size()))),
+            None if draft_vocab == config.vocab_size => vec![0; draft_vocab as usize],
+            None => return Err(checkpoint_error(dir, format!("missing tensor d2t [{draft_vocab}] (draft_vocab_size {draft_vocab} < vocab_size {})", config.vocab_size))),
+        };
+        if let Some((i, _)) = d2t
+            .iter()
+            .enumerate()
+            .find(|(i, off)| *i as i64 + **off < 0 || *i as i64 + **off >= config.vocab_size)
+        {
+            return Err(checkpoint_error(
+                dir,
+                format!("d2t[{i}] maps outside the target vocabulary"),
+            ));
+        }
+    Ok(d2t)
+}
+
+/// The head's rotary embedding: the config's theta, and llama3 scaling when it names it.
+fn rope_of(config: &Eagle3Config, head_dim: i64, device: tch::Device) -> Rope {
+        let scaling = config
+            .rope_scaling
+            .as_ref()
+            .filter(|s| s.rope_type == "llama3")
+            .map(|s| sharpdraft_model::config::Llama3Scaling {
+                factor: s.factor.unwrap_or(1.0),
+                low_freq_factor: s.low_freq_factor.unwrap_or(1.0),
+                high_freq_factor: s.high_freq_factor.unwrap_or(4.0),
+                original_max_position_embeddings: s
+                    .original_max_position_embeddings
+                    .unwrap_or(config.max_position_embeddings as f64),
+            });
+        Rope::with_base(
+            head_dim,
+            config.rope_theta.unwrap_or(10_000.0),
+            scaling,
+            device,
+        )
 }
