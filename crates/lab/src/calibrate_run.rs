@@ -223,66 +223,9 @@ pub fn calibrate_probe(
     inputs.extend(target.map(|t| t.dir.as_path()));
     output_folder::claim(&dir, "calibrate", &inputs)?;
     let reference = target_dilution(config, target)?;
-    let heads = head_stats(&probe.bins, &probe.curves, config.k);
-    ensure!(
-        !heads.is_empty(),
-        "{}: the probe recorded no k = {} (its ks: {:?})",
-        probe.dir.display(),
-        config.k,
-        probe
-            .bins
-            .iter()
-            .map(|b| b.k)
-            .collect::<std::collections::BTreeSet<_>>()
-    );
+    let heads = heads_at_k(config, probe)?;
     let n0 = probe.n0;
-    let mut fits = Vec::new();
-    println!(
-        "{:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "estimator", "pooled", "mean", "min", "max", "guarded"
-    );
-    for estimator in ESTIMATORS {
-        match calibrate(
-            &heads,
-            &CalibrationConfig {
-                n0,
-                estimator,
-                beta_max: config.beta_max,
-                // The target reference is defined for (iii); the other estimators are shown as they are.
-                reference: if estimator == Estimator::ExactLeastSquares {
-                    reference.clone()
-                } else {
-                    MassReference::Drafter
-                },
-            },
-        ) {
-            Ok(fit) => {
-                let betas: Vec<f64> = fit.heads.iter().map(|h| h.beta).collect();
-                let mean = betas.iter().sum::<f64>() / betas.len() as f64;
-                let (min, max) = betas
-                    .iter()
-                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
-                        (a.min(x), b.max(x))
-                    });
-                let guarded = fit.heads.iter().filter(|h| h.guard.is_some()).count();
-                println!(
-                    "{:<28} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>5}/{}",
-                    estimator_name(estimator),
-                    fit.pooled,
-                    mean,
-                    min,
-                    max,
-                    guarded,
-                    betas.len()
-                );
-                fits.push(fit);
-            }
-            Err(e) if estimator == config.estimator => {
-                return Err(e).context(format!("estimator {}", estimator_name(estimator)))
-            }
-            Err(e) => println!("{:<28} not formed: {e}", estimator_name(estimator)),
-        }
-    }
+    let fits = fit_estimators(config, &heads, &reference, n0)?;
     let chosen = fits
         .iter()
         .find(|f| f.estimator == config.estimator)
@@ -295,28 +238,7 @@ pub fn calibrate_probe(
             .find(|f| f.estimator == Estimator::ExactLeastSquares),
         n0,
     )?;
-    // Everything is written into a staging folder and renamed into place: the schedule, its table and
-    // plots always belong together.
-    let staging = output_folder::Staging::new(&dir)?;
-    let staged = staging.path();
-    write_betas(&staged.join("betas.parquet"), &fits)?;
-    let bins = bin_summaries(&heads, &schedule);
-    print_bins(&bins, n0, config.k);
-    plot_mass(
-        &staged.join("mass_vs_n.png"),
-        &bins,
-        schedule.exact.is_some(),
-        n0,
-        config.k,
-    )?;
-    plot_betas(&staged.join("beta_per_head.png"), &fits)?;
-    schedule.save(&staged.join("schedule.yaml"))?;
-    let mut marker = output_folder::Marker::new(
-        "calibrate",
-        true,
-        format!("calibration of the probe in {}", probe.dir.display()),
-    );
-    staging.commit(&mut marker, true)?;
+    write_calibration(config, probe, &dir, &heads, &fits, &schedule)?;
     let schedule_path = dir.join("schedule.yaml");
     println!(
         "schedule ({} beta{}): {}",
@@ -334,6 +256,122 @@ pub fn calibrate_probe(
         schedule,
         fits,
     })
+}
+
+/// The probe's per-head statistics at the config's k; an error lists the ks it did record.
+fn heads_at_k(config: &CalibrateConfig, probe: &ProbeOutput) -> Result<Vec<HeadStats>> {
+    let heads = head_stats(&probe.bins, &probe.curves, config.k);
+    ensure!(
+        !heads.is_empty(),
+        "{}: the probe recorded no k = {} (its ks: {:?})",
+        probe.dir.display(),
+        config.k,
+        probe
+            .bins
+            .iter()
+            .map(|b| b.k)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    Ok(heads)
+}
+
+/// Fits each estimator, printing a row of its betas; one that cannot be formed is printed and
+/// skipped, unless it is the config's own estimator (an error).
+fn fit_estimators(
+    config: &CalibrateConfig,
+    heads: &[HeadStats],
+    reference: &MassReference,
+    n0: f64,
+) -> Result<Vec<Calibration>> {
+    let mut fits = Vec::new();
+    println!(
+        "{:<28} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "estimator", "pooled", "mean", "min", "max", "guarded"
+    );
+    for estimator in ESTIMATORS {
+        match calibrate(
+            heads,
+            &CalibrationConfig {
+                n0,
+                estimator,
+                beta_max: config.beta_max,
+                // The target reference is defined for (iii); the other estimators are shown as they are.
+                reference: if estimator == Estimator::ExactLeastSquares {
+                    reference.clone()
+                } else {
+                    MassReference::Drafter
+                },
+            },
+        ) {
+            Ok(fit) => {
+                print_fit(estimator, &fit);
+                fits.push(fit);
+            }
+            Err(e) if estimator == config.estimator => {
+                return Err(e).context(format!("estimator {}", estimator_name(estimator)))
+            }
+            Err(e) => println!("{:<28} not formed: {e}", estimator_name(estimator)),
+        }
+    }
+    Ok(fits)
+}
+
+/// One row of the estimator table: pooled beta, mean / min / max over heads, heads guarded.
+fn print_fit(estimator: Estimator, fit: &Calibration) {
+    let betas: Vec<f64> = fit.heads.iter().map(|h| h.beta).collect();
+    let mean = betas.iter().sum::<f64>() / betas.len() as f64;
+    let (min, max) = betas
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        });
+    let guarded = fit.heads.iter().filter(|h| h.guard.is_some()).count();
+    println!(
+        "{:<28} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>5}/{}",
+        estimator_name(estimator),
+        fit.pooled,
+        mean,
+        min,
+        max,
+        guarded,
+        betas.len()
+    );
+}
+
+/// Writes the betas table, the plots and the schedule into a staging folder renamed into `dir`, and
+/// prints the mass by length bin.
+fn write_calibration(
+    config: &CalibrateConfig,
+    probe: &ProbeOutput,
+    dir: &Path,
+    heads: &[HeadStats],
+    fits: &[Calibration],
+    schedule: &ScaleSchedule,
+) -> Result<()> {
+    let n0 = probe.n0;
+    // Everything is written into a staging folder and renamed into place: the schedule, its table and
+    // plots always belong together.
+    let staging = output_folder::Staging::new(dir)?;
+    let staged = staging.path();
+    write_betas(&staged.join("betas.parquet"), fits)?;
+    let bins = bin_summaries(heads, schedule);
+    print_bins(&bins, n0, config.k);
+    plot_mass(
+        &staged.join("mass_vs_n.png"),
+        &bins,
+        schedule.exact.is_some(),
+        n0,
+        config.k,
+    )?;
+    plot_betas(&staged.join("beta_per_head.png"), fits)?;
+    schedule.save(&staged.join("schedule.yaml"))?;
+    let mut marker = output_folder::Marker::new(
+        "calibrate",
+        true,
+        format!("calibration of the probe in {}", probe.dir.display()),
+    );
+    staging.commit(&mut marker, true)?;
+    Ok(())
 }
 
 /// The schedule: the chosen estimator's betas (per head, or pooled), plus the exact table of (iii) when

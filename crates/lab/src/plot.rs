@@ -3,6 +3,7 @@
 //! warning says so.
 
 use crate::error::{Context, LabError, Result};
+use plotters::coord::{ranged1d::ValueFormatter, types::RangedCoordf64};
 use plotters::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -145,8 +146,49 @@ fn png(
     Ok(())
 }
 
+/// A chart builder on `root` with a margin and, when a font is there (`text`), the title and label
+/// areas (`y_label_area` pixels for the y axis's labels).
+fn titled_builder<'a, 'b>(
+    root: &'a DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>,
+    title: &str,
+    y_label_area: u32,
+    text: bool,
+) -> ChartBuilder<'a, 'b, BitMapBackend<'b>> {
+    let mut builder = ChartBuilder::on(root);
+    builder.margin(16);
+    if text {
+        builder
+            .caption(title, ("sans-serif", 22))
+            .x_label_area_size(44)
+            .y_label_area_size(y_label_area);
+    }
+    builder
+}
+
 /// Draws `series` as lines into a 900 x 560 PNG at `path` (written through a temporary file).
 pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
+    let (x0, x1, y0, y1) = axis_ranges(chart, series);
+    let text = font_available();
+    png(path, (900, 560), |root, plot| {
+        let mut builder = titled_builder(root, chart.title, 64, text);
+        if chart.log_x {
+            let ctx = builder
+                .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+                .map_err(|e| plot(&e))?;
+            draw_lines(ctx, chart, series, (x0, x1), text, plot)?;
+        } else {
+            let ctx = builder
+                .build_cartesian_2d(x0..x1, y0..y1)
+                .map_err(|e| plot(&e))?;
+            draw_lines(ctx, chart, series, (x0, x1), text, plot)?;
+        }
+        Ok(())
+    })
+}
+
+/// The chart's `(x0, x1, y0, y1)`: the finite points' extent (positive x on a log axis), interval ends
+/// and the reference line included, y padded by 5%; `0..1` on both axes when nothing is finite.
+fn axis_ranges(chart: &Chart<'_>, series: &[Series]) -> (f64, f64, f64, f64) {
     // Interval ends count toward the y range, and so does the reference line.
     let ends = series.iter().flat_map(|s| {
         s.points
@@ -180,98 +222,101 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
         x1 = x0 + 1.0;
     }
     let pad = ((y1 - y0) * 0.05).max(1e-9);
-    let (y0, y1) = (y0 - pad, y1 + pad);
-    let text = font_available();
-    png(path, (900, 560), |root, plot| {
-        let mut builder = ChartBuilder::on(root);
-        builder.margin(16);
-        if text {
-            builder
-                .caption(chart.title, ("sans-serif", 22))
-                .x_label_area_size(44)
-                .y_label_area_size(64);
+    (x0, x1, y0 - pad, y1 + pad)
+}
+
+/// Draws the mesh, the dashed reference line over `x0..x1`, every series and (with text, for more
+/// than one series) the legend on a linear or logarithmic x axis.
+fn draw_lines<'a, 'b: 'a, X>(
+    mut ctx: ChartContext<'a, BitMapBackend<'b>, Cartesian2d<X, RangedCoordf64>>,
+    chart: &Chart<'_>,
+    series: &[Series],
+    (x0, x1): (f64, f64),
+    text: bool,
+    plot: &dyn Fn(&dyn std::fmt::Debug) -> LabError,
+) -> Result<()>
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let mut mesh = ctx.configure_mesh();
+    // `{}` prints 200 rather than 200.0, and keeps fractions where the axis has them.
+    let x_format = |x: &f64| format!("{}", (x * 1e6).round() / 1e6);
+    if text {
+        mesh.x_desc(chart.x_label)
+            .y_desc(chart.y_label)
+            .x_label_formatter(&x_format);
+    } else {
+        mesh.disable_x_axis().disable_y_axis();
+    }
+    mesh.draw().map_err(|e| plot(&e))?;
+    if let Some(y) = chart.reference_y {
+        ctx.draw_series(DashedLineSeries::new(
+            [(x0, y), (x1, y)],
+            6,
+            4,
+            BLACK.mix(0.6).stroke_width(1),
+        ))
+        .map_err(|e| plot(&e))?;
+    }
+    for (i, s) in series.iter().enumerate() {
+        draw_one_series(&mut ctx, i, s, text, plot)?;
+    }
+    if text && series.len() > 1 {
+        ctx.configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| plot(&e))?;
+    }
+    Ok(())
+}
+
+/// Series `i`'s interval bars, markers (shape by position) and line, labelled for the legend with text.
+fn draw_one_series<X>(
+    ctx: &mut ChartContext<'_, BitMapBackend<'_>, Cartesian2d<X, RangedCoordf64>>,
+    i: usize,
+    s: &Series,
+    text: bool,
+    plot: &dyn Fn(&dyn std::fmt::Debug) -> LabError,
+) -> Result<()>
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let color = PALETTE[s.colour.unwrap_or(i) % PALETTE.len()];
+    let finite: Vec<(f64, f64)> = s
+        .points
+        .iter()
+        .copied()
+        .filter(|(x, y)| x.is_finite() && y.is_finite())
+        .collect();
+    let bars = s
+        .points
+        .iter()
+        .zip(&s.intervals)
+        .filter(|((x, _), (lo, hi))| x.is_finite() && lo.is_finite() && hi.is_finite())
+        .map(|(&(x, _), &(lo, hi))| {
+            PathElement::new(vec![(x, lo), (x, hi)], color.stroke_width(2))
+        });
+    ctx.draw_series(bars).map_err(|e| plot(&e))?;
+    // Markers of a different shape per series, so lines that coincide stay visible.
+    let shape = i % 3;
+    ctx.draw_series(finite.iter().map(|&p| -> DynElement<_, _> {
+        match shape {
+            0 => Circle::new(p, 4, color.filled()).into_dyn(),
+            1 => TriangleMarker::new(p, 5, color.filled()).into_dyn(),
+            _ => Cross::new(p, 5, color.stroke_width(2)).into_dyn(),
         }
-        macro_rules! draw {
-            ($ctx:expr) => {{
-                let mut ctx = $ctx;
-                let mut mesh = ctx.configure_mesh();
-                // `{}` prints 200 rather than 200.0, and keeps fractions where the axis has them.
-                let x_format = |x: &f64| format!("{}", (x * 1e6).round() / 1e6);
-                if text {
-                    mesh.x_desc(chart.x_label)
-                        .y_desc(chart.y_label)
-                        .x_label_formatter(&x_format);
-                } else {
-                    mesh.disable_x_axis().disable_y_axis();
-                }
-                mesh.draw().map_err(|e| plot(&e))?;
-                if let Some(y) = chart.reference_y {
-                    ctx.draw_series(DashedLineSeries::new(
-                        [(x0, y), (x1, y)],
-                        6,
-                        4,
-                        BLACK.mix(0.6).stroke_width(1),
-                    ))
-                    .map_err(|e| plot(&e))?;
-                }
-                for (i, s) in series.iter().enumerate() {
-                    let color = PALETTE[s.colour.unwrap_or(i) % PALETTE.len()];
-                    let finite: Vec<(f64, f64)> = s
-                        .points
-                        .iter()
-                        .copied()
-                        .filter(|(x, y)| x.is_finite() && y.is_finite())
-                        .collect();
-                    let bars = s
-                        .points
-                        .iter()
-                        .zip(&s.intervals)
-                        .filter(|((x, _), (lo, hi))| {
-                            x.is_finite() && lo.is_finite() && hi.is_finite()
-                        })
-                        .map(|(&(x, _), &(lo, hi))| {
-                            PathElement::new(vec![(x, lo), (x, hi)], color.stroke_width(2))
-                        });
-                    ctx.draw_series(bars).map_err(|e| plot(&e))?;
-                    // Markers of a different shape per series, so lines that coincide stay visible.
-                    let shape = i % 3;
-                    ctx.draw_series(finite.iter().map(|&p| -> DynElement<_, _> {
-                        match shape {
-                            0 => Circle::new(p, 4, color.filled()).into_dyn(),
-                            1 => TriangleMarker::new(p, 5, color.filled()).into_dyn(),
-                            _ => Cross::new(p, 5, color.stroke_width(2)).into_dyn(),
-                        }
-                    }))
-                    .map_err(|e| plot(&e))?;
-                    let line = ctx
-                        .draw_series(LineSeries::new(finite, color.stroke_width(2)))
-                        .map_err(|e| plot(&e))?;
-                    if text {
-                        line.label(s.name.as_str()).legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                        });
-                    }
-                }
-                if text && series.len() > 1 {
-                    ctx.configure_series_labels()
-                        .background_style(WHITE.mix(0.8))
-                        .border_style(BLACK)
-                        .draw()
-                        .map_err(|e| plot(&e))?;
-                }
-            }};
-        }
-        if chart.log_x {
-            draw!(builder
-                .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
-                .map_err(|e| plot(&e))?);
-        } else {
-            draw!(builder
-                .build_cartesian_2d(x0..x1, y0..y1)
-                .map_err(|e| plot(&e))?);
-        }
-        Ok(())
-    })
+    }))
+    .map_err(|e| plot(&e))?;
+    let line = ctx
+        .draw_series(LineSeries::new(finite, color.stroke_width(2)))
+        .map_err(|e| plot(&e))?;
+    if text {
+        line.label(s.name.as_str()).legend(move |(x, y)| {
+            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+        });
+    }
+    Ok(())
 }
 
 /// Draws one horizontal bar per `(label, value)` into a PNG at `path` (written through a temporary
@@ -288,14 +333,7 @@ pub fn bar_chart(path: &Path, chart: &Chart<'_>, bars: &[(String, f64)]) -> Resu
     let text = font_available();
     // Wide enough for labels of the form "workload drafter / method @context".
     png(path, (1200, height), |root, plot| {
-        let mut builder = ChartBuilder::on(root);
-        builder.margin(16);
-        if text {
-            builder
-                .caption(chart.title, ("sans-serif", 22))
-                .x_label_area_size(44)
-                .y_label_area_size(480);
-        }
+        let mut builder = titled_builder(root, chart.title, 480, text);
         let mut ctx = builder
             .build_cartesian_2d(0.0..top, (0..bars.len().max(1)).into_segmented())
             .map_err(|e| plot(&e))?;

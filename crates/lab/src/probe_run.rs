@@ -532,73 +532,187 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
     let target_dir = registry::resolve(&config.target)?;
     let claim = output_folder::claim(&dir, "probe", &[&model_dir, &target_dir])?;
     if let output_folder::Claim::Own(_) = claim {
-        // Reused only when its summary reads back and names the same config and weights.
-        let summary = std::fs::read_to_string(dir.join("probe.json"))
-            .ok()
-            .and_then(|text| serde_json::from_str::<ProbeSummary>(&text).ok());
-        if summary.is_some_and(|s| s.config == *config && s.model_fingerprint == fingerprint) {
-            eprintln!("probe: reusing the finished probe in {}", dir.display());
+        if finished_probe_matches(config, &dir, &fingerprint) {
             return read_probe(&dir);
         }
-        eprintln!(
-            "probe: {} holds a probe of another config or of other weights; probing again (it is replaced when the new probe is complete)",
-            dir.display()
-        );
     }
     let started = std::time::Instant::now();
     let device = sharpdraft_model::parse_device(&config.device)?;
     let target = CausalLm::load(&registry::resolve(&config.target)?, device, Kind::Float)
         .with_context(|| format!("loading target {}", config.target))?;
+    let scaling_spec = resolved_scaling_spec(config, base);
+
+    // The model probed; it also tells n0 (for the bins) when the config does not. Capacity for the
+    // longest context the target allows.
+    let max_positions = target.net.config.max_position_embeddings;
+    let load = || ProbeModel::load(config, &target, device, max_positions);
+    let mut first = Some(load()?);
+    let n0 = probe_n0(config, first.as_ref().and_then(ProbeModel::training_length))?;
+    let bins = LengthBins {
+        n0,
+        lowest: config.bins.lowest,
+        highest: config.bins.highest,
+    };
+    let length = sequence_length(&bins, max_positions);
+    let stream = token_stream(&config.text, base, &target)?;
+    ensure_enough_text(config, stream.len(), length)?;
+    let max_k = *config.ks.iter().max().expect("validated");
+    let counts = bins.sample_counts(config.rows_per_bin, max_k + 1, length as i64);
+    let mut recorder = new_recorder(config, bins);
+
+    // A fresh model (and cache) per sequence; the first reuses the one loaded above. Scaling
+    // defaults to the probe's n0.
+    let mut next_model = || -> Result<ProbeModel> {
+        let mut model = match first.take() {
+            Some(model) => model,
+            None => load()?,
+        };
+        scale_queries(&mut model, config, &scaling_spec, n0)?;
+        Ok(model)
+    };
+    probe_sequences(
+        config,
+        &target,
+        &stream,
+        length,
+        &counts,
+        &mut next_model,
+        &mut recorder,
+    )?;
+    let (bin_records, curves) = recorder.records();
+    ensure!(
+        !bin_records.is_empty(),
+        "probe recorded no rows: are the bins beyond the text length {length}?"
+    );
+    // The whole result goes into a staging folder, renamed into place at the end: tables and their
+    // probe.json are always one probe's.
+    let staging = output_folder::Staging::new(&dir)?;
+    write_tables(staging.path(), &bin_records, &curves)?;
+    let summary = ProbeSummary {
+        config: config.clone(),
+        n0,
+        sequence_tokens: length,
+        rows: recorder.rows_recorded(),
+        seconds: started.elapsed().as_secs_f64(),
+        peak_resident_mib: sharpdraft_decode::records::peak_rss_bytes() as f64 / (1024.0 * 1024.0),
+        model_fingerprint: fingerprint,
+        statistics: recorder.statistics_path().to_string(),
+    };
+    commit_probe(staging, &summary, &model_dir)?;
+    eprintln!(
+        "probe: {} rows over {} sequences of {length} tokens in {:.0} s ({}); peak resident memory {:.0} MiB",
+        summary.rows, config.sequences, summary.seconds, summary.statistics, summary.peak_resident_mib
+    );
+    Ok(ProbeOutput {
+        dir,
+        n0,
+        bins: bin_records,
+        curves,
+    })
+}
+
+/// Whether the finished probe in `dir` may be reused: its summary reads back and names the same config
+/// and weights. Says which on stderr.
+fn finished_probe_matches(config: &ProbeConfig, dir: &Path, fingerprint: &str) -> bool {
+    let summary = std::fs::read_to_string(dir.join("probe.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<ProbeSummary>(&text).ok());
+    if summary.is_some_and(|s| s.config == *config && s.model_fingerprint == fingerprint) {
+        eprintln!("probe: reusing the finished probe in {}", dir.display());
+        return true;
+    }
+    eprintln!(
+        "probe: {} holds a probe of another config or of other weights; probing again (it is replaced when the new probe is complete)",
+        dir.display()
+    );
+    false
+}
+
+/// The config's scaling (none by default), with a schedule path that has a separator read from `base`.
+fn resolved_scaling_spec(config: &ProbeConfig, base: &Path) -> ScalingSpec {
     let mut scaling_spec = config.scaling.clone().unwrap_or_default();
     if let Some(schedule) = &scaling_spec.schedule {
         if schedule.to_string_lossy().contains('/') {
             scaling_spec.schedule = Some(base.join(schedule));
         }
     }
+    scaling_spec
+}
 
-    // The model probed; it also tells n0 (for the bins) when the config does not. Capacity for the
-    // longest context the target allows.
+/// The probe's n0: the config's, else the probed model's recorded training length.
+fn probe_n0(config: &ProbeConfig, training_length: Option<i64>) -> Result<f64> {
     let drafter_name = config.drafter.clone().unwrap_or_default();
-    let max_positions = target.net.config.max_position_embeddings;
-    let load = || ProbeModel::load(config, &target, device, max_positions);
-    let mut first = Some(load()?);
-    let training_length = first.as_ref().and_then(ProbeModel::training_length);
-    let n0 = match (config.n0, training_length) {
+    Ok(match (config.n0, training_length) {
         (Some(n0), _) => n0,
         (None, Some(n0)) => n0 as f64,
         (None, None) => bail!("n0: drafter {drafter_name} records no training length; give n0"),
-    };
-    let bins = LengthBins {
-        n0,
-        lowest: config.bins.lowest,
-        highest: config.bins.highest,
-    };
+    })
+}
+
+/// Tokens per probed sequence: up to the top of the highest bin, capped at the target's positions.
+fn sequence_length(bins: &LengthBins, max_positions: i64) -> usize {
+    let n0 = bins.n0;
     let wanted = bins.range(bins.highest).1.ceil() as i64;
     let length = wanted.min(max_positions) as usize;
     if wanted > max_positions {
         eprintln!("probe: the target sees at most {max_positions} positions; the longest bins stop there ({:.1} n0)", max_positions as f64 / n0);
     }
-    let stream = token_stream(&config.text, base, &target)?;
+    length
+}
+
+/// The text must hold `skip_tokens` plus every sequence of `length` tokens.
+fn ensure_enough_text(config: &ProbeConfig, stream_tokens: usize, length: usize) -> Result<()> {
     let needed = config
         .skip_tokens
         .saturating_add(config.sequences.saturating_mul(length));
     ensure!(
-        stream.len() >= needed,
+        stream_tokens >= needed,
         "text: {} tokens, fewer than skip_tokens {} + {} sequences x {length}",
-        stream.len(),
+        stream_tokens,
         config.skip_tokens,
         config.sequences
     );
-    let max_k = *config.ks.iter().max().expect("validated");
-    let counts = bins.sample_counts(config.rows_per_bin, max_k + 1, length as i64);
+    Ok(())
+}
+
+/// A recorder of every row over the config's bins, ks, scale grid and layers.
+fn new_recorder(config: &ProbeConfig, bins: LengthBins) -> ProbeRecorder {
     let settings = ProbeSettings {
         bins,
         ks: config.ks.clone(),
         scales: config.scale_grid(),
     };
     let layers = config.layers.as_ref().map(|l| l.iter().copied().collect());
-    let mut recorder = ProbeRecorder::new(settings, RowFilter::All, layers);
+    ProbeRecorder::new(settings, RowFilter::All, layers)
+}
 
+/// Applies the probe's query scaling to `model`, its n0 defaulting to the probe's.
+fn scale_queries(
+    model: &mut ProbeModel,
+    config: &ProbeConfig,
+    scaling_spec: &ScalingSpec,
+    n0: f64,
+) -> Result<()> {
+    let (layers, heads) = model.query_layout();
+    let what = format!(
+        "the probed {} model",
+        config.method.map_or("target", Method::name)
+    );
+    model.set_query_scaling(scaling_spec.build(layers, heads, Some(n0 as i64), &what)?);
+    Ok(())
+}
+
+/// Probes each sequence of `length` tokens after `skip_tokens` with a model from `next_model`, behind
+/// a progress bar over all their tokens.
+fn probe_sequences(
+    config: &ProbeConfig,
+    target: &CausalLm,
+    stream: &[i64],
+    length: usize,
+    counts: &[i64],
+    next_model: &mut dyn FnMut() -> Result<ProbeModel>,
+    recorder: &mut ProbeRecorder,
+) -> Result<()> {
     let bar = indicatif::ProgressBar::new((config.sequences * length) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -621,63 +735,33 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
                 );
             }
         };
-        // A fresh model (and cache) per sequence; the first reuses the one loaded above. Scaling
-        // defaults to the probe's n0.
-        let mut model = match first.take() {
-            Some(model) => model,
-            None => load()?,
-        };
-        let (layers, heads) = model.query_layout();
-        let what = format!(
-            "the probed {} model",
-            config.method.map_or("target", Method::name)
-        );
-        model.set_query_scaling(scaling_spec.build(layers, heads, Some(n0 as i64), &what)?);
+        let mut model = next_model()?;
         probe_sequence(
             model.subject(),
             &target.net,
             tokens,
-            &counts,
+            counts,
             config.chunk,
-            &mut recorder,
+            recorder,
             &mut progress,
         )?;
     }
     bar.finish_and_clear();
-    let (bin_records, curves) = recorder.records();
-    ensure!(
-        !bin_records.is_empty(),
-        "probe recorded no rows: are the bins beyond the text length {length}?"
-    );
-    // The whole result goes into a staging folder, renamed into place at the end: tables and their
-    // probe.json are always one probe's.
-    let staging = output_folder::Staging::new(&dir)?;
-    write_tables(staging.path(), &bin_records, &curves)?;
-    let summary = ProbeSummary {
-        config: config.clone(),
-        n0,
-        sequence_tokens: length,
-        rows: recorder.rows_recorded(),
-        seconds: started.elapsed().as_secs_f64(),
-        peak_resident_mib: sharpdraft_decode::records::peak_rss_bytes() as f64 / (1024.0 * 1024.0),
-        model_fingerprint: fingerprint,
-        statistics: recorder.statistics_path().to_string(),
-    };
+    Ok(())
+}
+
+/// Writes probe.json into the staging folder and renames it into place with a finished marker.
+fn commit_probe(
+    staging: output_folder::Staging,
+    summary: &ProbeSummary,
+    model_dir: &Path,
+) -> Result<()> {
     std::fs::write(
         staging.path().join("probe.json"),
-        serde_json::to_string_pretty(&summary)?,
+        serde_json::to_string_pretty(summary)?,
     )?;
     let mut marker =
         output_folder::Marker::new("probe", true, format!("probe of {}", model_dir.display()));
     staging.commit(&mut marker, true)?;
-    eprintln!(
-        "probe: {} rows over {} sequences of {length} tokens in {:.0} s ({}); peak resident memory {:.0} MiB",
-        summary.rows, config.sequences, summary.seconds, summary.statistics, summary.peak_resident_mib
-    );
-    Ok(ProbeOutput {
-        dir,
-        n0,
-        bins: bin_records,
-        curves,
-    })
+    Ok(())
 }

@@ -23,9 +23,9 @@ use sharpdraft_draft::eagle3_train::{self, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, PardObjective, PardOptions};
 use sharpdraft_draft::Method;
 use sharpdraft_draft::training::{
-    extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState,
+    extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState, TrainWindow,
 };
-use sharpdraft_model::{store::output_folder, store::registry, CausalLm, Tap};
+use sharpdraft_model::{store::output_folder, store::registry, CausalLm, ModelConfig, Tap};
 use std::path::{Path, PathBuf};
 use tch::Kind;
 
@@ -147,6 +147,20 @@ impl TrainConfig {
     /// context, sizes that fit, and a starting drafter (if named) whose geometry fits the target.
     pub fn validate(&self, target: &CausalLm) -> Result<()> {
         let t = &target.net.config;
+        self.validate_sizes(t)?;
+        match &self.method {
+            MethodConfig::Eagle3(e) => validate_eagle3(e, t)?,
+            MethodConfig::Pard(p) => self.validate_pard(p, t)?,
+            MethodConfig::Dflash(d) => self.validate_dflash(d, t)?,
+        }
+        if let Some(init) = &self.init {
+            self.validate_init(init, t)?;
+        }
+        Ok(())
+    }
+
+    /// The method-independent keys: counts, data, n0, optimiser settings and top-k against the target.
+    fn validate_sizes(&self, t: &ModelConfig) -> Result<()> {
         ensure!(
             self.windows >= 1,
             "windows = {} must be at least 1",
@@ -176,126 +190,136 @@ impl TrainConfig {
             self.top_k_targets,
             t.vocab_size
         );
-        let in_vocab = |key: &str, id: i64| -> Result<()> {
-            ensure!(
-                id >= 0 && id < t.vocab_size,
-                "{key} = {id} lies outside the target's vocabulary of {}",
-                t.vocab_size
-            );
-            Ok(())
-        };
-        match &self.method {
-            MethodConfig::Eagle3(e) => {
-                ensure!(
-                    e.draft_vocab >= 2 && e.draft_vocab <= t.vocab_size,
-                    "eagle3.draft_vocab = {} must lie in 2..={}",
-                    e.draft_vocab,
-                    t.vocab_size
-                );
-                ensure!(e.ttt_steps >= 1, "eagle3.ttt_steps must be at least 1");
-                match &e.capture_layers {
-                    Some(layers) => ensure!(
-                        layers.len() == 3 && layers.iter().all(|&i| i <= t.num_layers),
-                        "eagle3.capture_layers {layers:?} must name 3 layers of the {}-layer target (0..={})",
-                        t.num_layers,
-                        t.num_layers
-                    ),
-                    None => ensure!(
-                        t.num_layers >= 4,
-                        "EAGLE-3 captures layers 2, L/2 and L-3 by default: the target needs at least 4 layers (or give eagle3.capture_layers)"
-                    ),
-                }
-            }
-            MethodConfig::Pard(p) => {
-                ensure!(
-                    p.layers >= 1 && p.layers <= t.num_layers,
-                    "pard.layers = {} must lie in 1..={} (the target's layers)",
-                    p.layers,
-                    t.num_layers
-                );
-                in_vocab("pard.mask_token", p.mask_token)?;
-                let sources = p.source_layers();
-                ensure!(
-                    sources.len() == p.layers && sources.windows(2).all(|w| w[0] < w[1]) && sources.iter().all(|&j| j < t.num_layers),
-                    "pard.from_layers {sources:?} must name {} increasing layers of the {}-layer target",
-                    p.layers,
-                    t.num_layers
-                );
-                ensure!(
-                    p.trainable_from < p.layers,
-                    "pard.trainable_from = {} leaves none of the {} layers to train",
-                    p.trainable_from,
-                    p.layers
-                );
-                ensure!(
-                    p.copies >= 1 && (p.copies as i64) < self.n0,
-                    "pard.copies = {} must lie in 1..n0",
-                    p.copies
-                );
-                ensure!(
-                    p.keep_ratio > 0.0
-                        && p.keep_ratio <= 1.0
-                        && p.min_keep > 0.0
-                        && p.min_keep <= 1.0,
-                    "pard.keep_ratio and pard.min_keep must lie in (0, 1]"
-                );
-            }
-            MethodConfig::Dflash(d) => {
-                ensure!(
-                    d.layers >= 1 && d.layers <= t.num_layers,
-                    "dflash.layers = {} must lie in 1..={} (the target's layers)",
-                    d.layers,
-                    t.num_layers
-                );
-                ensure!(
-                    d.block_size >= 2 && d.block_size < self.n0,
-                    "dflash.block_size = {} must lie in 2..n0",
-                    d.block_size
-                );
-                in_vocab("dflash.mask_token", d.mask_token)?;
-                ensure!(
-                    d.gamma > 0.0 && d.anchors >= 1,
-                    "dflash.gamma must be > 0 and dflash.anchors at least 1"
-                );
-                let ids = d.target_layers(t.num_layers);
-                ensure!(
-                    ids.iter().all(|&i| i < t.num_layers),
-                    "dflash.target_layer_ids {ids:?} do not fit a {}-layer target",
-                    t.num_layers
-                );
-            }
-        }
-        if let Some(init) = &self.init {
-            let dir = registry::resolve(init).with_context(|| format!("init: {init}"))?;
-            let path = dir.join("config.json");
-            let raw: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(&path)
-                    .with_context(|| format!("reading {}", path.display()))?,
-            )
-            .with_context(|| format!("{}: not JSON", path.display()))?;
-            let hidden = raw["hidden_size"]
-                .as_i64()
-                .with_context(|| format!("{}: no hidden_size", path.display()))?;
-            if self.method.method() != Method::Pard {
-                ensure!(
-                    hidden == t.hidden_size,
-                    "init {}: hidden_size {hidden} does not fit the target's {}",
-                    path.display(),
-                    t.hidden_size
-                );
-            }
-            let vocab = raw["vocab_size"]
-                .as_i64()
-                .with_context(|| format!("{}: no vocab_size", path.display()))?;
-            ensure!(
-                vocab == t.vocab_size,
-                "init {}: vocab_size {vocab} differs from the target's {}",
-                path.display(),
-                t.vocab_size
-            );
-        }
         Ok(())
     }
+
+    /// The `pard:` block: layer count and sources within the target, mask token, copies below n0.
+    fn validate_pard(&self, p: &PardOptions, t: &ModelConfig) -> Result<()> {
+        ensure!(
+            p.layers >= 1 && p.layers <= t.num_layers,
+            "pard.layers = {} must lie in 1..={} (the target's layers)",
+            p.layers,
+            t.num_layers
+        );
+        ensure_in_vocab("pard.mask_token", p.mask_token, t)?;
+        let sources = p.source_layers();
+        ensure!(
+            sources.len() == p.layers && sources.windows(2).all(|w| w[0] < w[1]) && sources.iter().all(|&j| j < t.num_layers),
+            "pard.from_layers {sources:?} must name {} increasing layers of the {}-layer target",
+            p.layers,
+            t.num_layers
+        );
+        ensure!(
+            p.trainable_from < p.layers,
+            "pard.trainable_from = {} leaves none of the {} layers to train",
+            p.trainable_from,
+            p.layers
+        );
+        ensure!(
+            p.copies >= 1 && (p.copies as i64) < self.n0,
+            "pard.copies = {} must lie in 1..n0",
+            p.copies
+        );
+        ensure!(
+            p.keep_ratio > 0.0 && p.keep_ratio <= 1.0 && p.min_keep > 0.0 && p.min_keep <= 1.0,
+            "pard.keep_ratio and pard.min_keep must lie in (0, 1]"
+        );
+        Ok(())
+    }
+
+    /// The `dflash:` block: layers within the target, a block shorter than n0, mask token, layer ids.
+    fn validate_dflash(&self, d: &DFlashOptions, t: &ModelConfig) -> Result<()> {
+        ensure!(
+            d.layers >= 1 && d.layers <= t.num_layers,
+            "dflash.layers = {} must lie in 1..={} (the target's layers)",
+            d.layers,
+            t.num_layers
+        );
+        ensure!(
+            d.block_size >= 2 && d.block_size < self.n0,
+            "dflash.block_size = {} must lie in 2..n0",
+            d.block_size
+        );
+        ensure_in_vocab("dflash.mask_token", d.mask_token, t)?;
+        ensure!(
+            d.gamma > 0.0 && d.anchors >= 1,
+            "dflash.gamma must be > 0 and dflash.anchors at least 1"
+        );
+        let ids = d.target_layers(t.num_layers);
+        ensure!(
+            ids.iter().all(|&i| i < t.num_layers),
+            "dflash.target_layer_ids {ids:?} do not fit a {}-layer target",
+            t.num_layers
+        );
+        Ok(())
+    }
+
+    /// The `init:` drafter's config.json: its hidden size (except for PARD) and vocabulary must be the
+    /// target's.
+    fn validate_init(&self, init: &str, t: &ModelConfig) -> Result<()> {
+        let dir = registry::resolve(init).with_context(|| format!("init: {init}"))?;
+        let path = dir.join("config.json");
+        let raw: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("{}: not JSON", path.display()))?;
+        let hidden = raw["hidden_size"]
+            .as_i64()
+            .with_context(|| format!("{}: no hidden_size", path.display()))?;
+        if self.method.method() != Method::Pard {
+            ensure!(
+                hidden == t.hidden_size,
+                "init {}: hidden_size {hidden} does not fit the target's {}",
+                path.display(),
+                t.hidden_size
+            );
+        }
+        let vocab = raw["vocab_size"]
+            .as_i64()
+            .with_context(|| format!("{}: no vocab_size", path.display()))?;
+        ensure!(
+            vocab == t.vocab_size,
+            "init {}: vocab_size {vocab} differs from the target's {}",
+            path.display(),
+            t.vocab_size
+        );
+        Ok(())
+    }
+}
+
+/// A token id named by `key` must lie in the target's vocabulary.
+fn ensure_in_vocab(key: &str, id: i64, t: &ModelConfig) -> Result<()> {
+    ensure!(
+        id >= 0 && id < t.vocab_size,
+        "{key} = {id} lies outside the target's vocabulary of {}",
+        t.vocab_size
+    );
+    Ok(())
+}
+
+/// The `eagle3:` block: draft vocabulary within the target's, TTT steps, and capture layers.
+fn validate_eagle3(e: &Eagle3Options, t: &ModelConfig) -> Result<()> {
+    ensure!(
+        e.draft_vocab >= 2 && e.draft_vocab <= t.vocab_size,
+        "eagle3.draft_vocab = {} must lie in 2..={}",
+        e.draft_vocab,
+        t.vocab_size
+    );
+    ensure!(e.ttt_steps >= 1, "eagle3.ttt_steps must be at least 1");
+    match &e.capture_layers {
+        Some(layers) => ensure!(
+            layers.len() == 3 && layers.iter().all(|&i| i <= t.num_layers),
+            "eagle3.capture_layers {layers:?} must name 3 layers of the {}-layer target (0..={})",
+            t.num_layers,
+            t.num_layers
+        ),
+        None => ensure!(
+            t.num_layers >= 4,
+            "EAGLE-3 captures layers 2, L/2 and L-3 by default: the target needs at least 4 layers (or give eagle3.capture_layers)"
+        ),
+    }
+    Ok(())
 }
 
 /// Progress bar (or a log line every 50 steps without a terminal) and the loss curve at checkpoints.
@@ -303,6 +327,30 @@ struct Progress {
     bar: indicatif::ProgressBar,
     tokens_per_step: f64,
     title: String,
+}
+
+impl Progress {
+    /// A bar of `steps` positions titled with the method, target and n0 (the loss curve's title).
+    fn new(config: &TrainConfig) -> Self {
+        let bar = indicatif::ProgressBar::new(config.steps as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} steps, loss {msg} [{elapsed_precise} < {eta}]",
+            )
+            .expect("valid template"),
+        );
+        let title = format!(
+            "{} drafter for {} (n0 = {})",
+            config.method.method(),
+            config.target,
+            config.n0
+        );
+        Progress {
+            bar,
+            tokens_per_step: config.n0 as f64,
+            title,
+        }
+    }
 }
 
 impl TrainObserver for Progress {
@@ -358,36 +406,7 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     config.validate(&target)?;
     let record = out_dir.join(CONFIG_RECORD);
     let about = format!("training run of {}", config_path.display());
-    let resuming = match claim {
-        output_folder::Claim::Fresh => {
-            std::fs::create_dir_all(&out_dir)
-                .with_context(|| format!("creating {}", out_dir.display()))?;
-            false
-        }
-        output_folder::Claim::Own(_) => {
-            if record.exists() {
-                let previous: TrainConfig = serde_norway::from_str(
-                    &std::fs::read_to_string(&record)
-                        .with_context(|| format!("reading {}", record.display()))?,
-                )
-                .with_context(|| format!("{}: unreadable", record.display()))?;
-                // More steps (or another checkpoint interval) continue the run; anything else is
-                // another run.
-                let comparable = |c: &TrainConfig| TrainConfig {
-                    steps: 0,
-                    checkpoint_every: 0,
-                    ..c.clone()
-                };
-                ensure!(
-                    comparable(&previous) == comparable(&config),
-                    "{} holds a run of another config ({}); give this one another `out` or delete that folder",
-                    out_dir.display(),
-                    record.display()
-                );
-            }
-            TrainState::load(&out_dir)?.is_some()
-        }
-    };
+    let resuming = prepare_out_folder(&config, claim, &out_dir, &record)?;
     // Unfinished until the last step is saved: a run killed before then is refused by every loader.
     output_folder::Marker::new("train", false, about.clone()).write(&out_dir)?;
     if resuming {
@@ -399,109 +418,28 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
         config_path.parent().unwrap_or(Path::new(".")),
         &target,
     )?;
-    let extract = |taps: &[Tap]| -> Result<Vec<sharpdraft_draft::training::TrainWindow>> {
-        eprintln!(
-            "extracting target features: {} tokens, up to {} windows of {}",
-            stream.len(),
-            config.windows,
-            config.n0
-        );
-        let windows = extract_windows(
-            &target.net,
-            taps,
-            &stream,
-            config.n0,
-            config.windows,
-            config.top_k_targets,
-        )?;
-        eprintln!(
-            "{} windows ({} tokens)",
-            windows.len(),
-            windows.len() as i64 * config.n0
-        );
-        Ok(windows)
-    };
     // The drafter's checkpoint decides which target layers it reads. A run that resumes, or starts from
     // an `init:` drafter, loads that checkpoint first and extracts features at its layers; a fresh run
     // writes a drafter with the configured (or default) layers and checks that it reads those.
     let starts_from_checkpoint = resuming || init_dir.is_some();
-    let (objective, windows) = if starts_from_checkpoint {
-        if let (false, Some(init)) = (resuming, &init_dir) {
-            copy_checkpoint(init, &out_dir)?;
-        }
-        let objective = load_objective(&config, &out_dir, &target, device)?;
-        let taps = objective.target_taps();
-        let source = if resuming {
-            format!("this run's checkpoint in {}", out_dir.display())
-        } else {
-            format!(
-                "the init: checkpoint {}",
-                config.init.as_deref().unwrap_or_default()
-            )
-        };
-        ensure_configured_layers_match(&config, &taps, &source)?;
-        (objective, extract(&taps)?)
+    let (mut objective, windows) = if starts_from_checkpoint {
+        start_from_checkpoint(
+            &config,
+            resuming,
+            init_dir.as_deref(),
+            &out_dir,
+            &target,
+            &stream,
+            device,
+        )?
     } else {
-        let taps = configured_taps(&config, target.net.config.num_layers);
-        let windows = extract(&taps)?;
-        match &config.method {
-            MethodConfig::Eagle3(e) => {
-                eagle3_train::init(&out_dir, &target, &windows, e, config.seed)?
-            }
-            MethodConfig::Pard(p) => pard_train::init(&out_dir, &target, p)?,
-            MethodConfig::Dflash(d) => dflash_train::init(&out_dir, &target, d)?,
-        }
-        let objective = load_objective(&config, &out_dir, &target, device)?;
-        ensure!(
-            objective.target_taps() == taps,
-            "the drafter written in {} reads target features {:?}, not the {:?} extracted for it",
-            out_dir.display(),
-            objective.target_taps(),
-            taps
-        );
-        (objective, windows)
+        start_fresh(&config, &out_dir, &target, &stream, device)?
     };
-    let mut objective = objective;
-    let tmp = record.with_extension("tmp");
-    let writing = || format!("writing the resume record {}", record.display());
-    std::fs::write(&tmp, serde_norway::to_string(&config)?).with_context(writing)?;
-    std::fs::rename(&tmp, &record).with_context(writing)?;
+    write_config_record(&config, &record)?;
     if let Some(spec) = &config.scaling {
-        let mut spec = spec.clone();
-        if let Some(schedule) = spec
-            .schedule
-            .as_ref()
-            .filter(|s| s.to_string_lossy().contains('/'))
-        {
-            spec.schedule = Some(
-                config_path
-                    .parent()
-                    .unwrap_or(Path::new("."))
-                    .join(schedule),
-            );
-        }
-        let (layers, heads) = objective.query_layout();
-        let what = format!("the {} drafter in training", config.method.method());
-        objective.set_query_scaling(spec.build(layers, heads, Some(config.n0), &what)?);
+        apply_query_scaling(&config, spec, config_path, objective.as_mut())?;
     }
-    let bar = indicatif::ProgressBar::new(config.steps as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} steps, loss {msg} [{elapsed_precise} < {eta}]",
-        )
-        .expect("valid template"),
-    );
-    let title = format!(
-        "{} drafter for {} (n0 = {})",
-        config.method.method(),
-        config.target,
-        config.n0
-    );
-    let mut progress = Progress {
-        bar,
-        tokens_per_step: config.n0 as f64,
-        title,
-    };
+    let mut progress = Progress::new(&config);
     let state = train(
         objective.as_ref(),
         &windows,
@@ -515,6 +453,170 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     }
     output_folder::Marker::new("train", true, about).write(&out_dir)?;
     Ok(out_dir)
+}
+
+/// Makes a fresh folder, or checks that an own folder holds a run of this config; returns whether a
+/// checkpoint is there to resume.
+fn prepare_out_folder(
+    config: &TrainConfig,
+    claim: output_folder::Claim,
+    out_dir: &Path,
+    record: &Path,
+) -> Result<bool> {
+    Ok(match claim {
+        output_folder::Claim::Fresh => {
+            std::fs::create_dir_all(out_dir)
+                .with_context(|| format!("creating {}", out_dir.display()))?;
+            false
+        }
+        output_folder::Claim::Own(_) => {
+            if record.exists() {
+                let previous: TrainConfig = serde_norway::from_str(
+                    &std::fs::read_to_string(record)
+                        .with_context(|| format!("reading {}", record.display()))?,
+                )
+                .with_context(|| format!("{}: unreadable", record.display()))?;
+                // More steps (or another checkpoint interval) continue the run; anything else is
+                // another run.
+                let comparable = |c: &TrainConfig| TrainConfig {
+                    steps: 0,
+                    checkpoint_every: 0,
+                    ..c.clone()
+                };
+                ensure!(
+                    comparable(&previous) == comparable(config),
+                    "{} holds a run of another config ({}); give this one another `out` or delete that folder",
+                    out_dir.display(),
+                    record.display()
+                );
+            }
+            TrainState::load(out_dir)?.is_some()
+        }
+    })
+}
+
+/// Target windows of `n0` tokens with the features at `taps` (`[n0, taps * H]` each) and top-k targets.
+fn extract_target_windows(
+    config: &TrainConfig,
+    target: &CausalLm,
+    stream: &[i64],
+    taps: &[Tap],
+) -> Result<Vec<TrainWindow>> {
+    eprintln!(
+        "extracting target features: {} tokens, up to {} windows of {}",
+        stream.len(),
+        config.windows,
+        config.n0
+    );
+    let windows = extract_windows(
+        &target.net,
+        taps,
+        stream,
+        config.n0,
+        config.windows,
+        config.top_k_targets,
+    )?;
+    eprintln!(
+        "{} windows ({} tokens)",
+        windows.len(),
+        windows.len() as i64 * config.n0
+    );
+    Ok(windows)
+}
+
+/// Resuming, or starting from `init:`: loads that checkpoint (copied in first for `init:`) and extracts
+/// features at the layers it reads.
+fn start_from_checkpoint<'t>(
+    config: &TrainConfig,
+    resuming: bool,
+    init_dir: Option<&Path>,
+    out_dir: &Path,
+    target: &'t CausalLm,
+    stream: &[i64],
+    device: tch::Device,
+) -> Result<(Box<dyn Objective + 't>, Vec<TrainWindow>)> {
+    if let (false, Some(init)) = (resuming, init_dir) {
+        copy_checkpoint(init, out_dir)?;
+    }
+    let objective = load_objective(config, out_dir, target, device)?;
+    let taps = objective.target_taps();
+    let source = if resuming {
+        format!("this run's checkpoint in {}", out_dir.display())
+    } else {
+        format!(
+            "the init: checkpoint {}",
+            config.init.as_deref().unwrap_or_default()
+        )
+    };
+    ensure_configured_layers_match(config, &taps, &source)?;
+    Ok((
+        objective,
+        extract_target_windows(config, target, stream, &taps)?,
+    ))
+}
+
+/// A fresh run: extracts features at the configured layers, writes the method's initial drafter and
+/// checks that it reads those layers.
+fn start_fresh<'t>(
+    config: &TrainConfig,
+    out_dir: &Path,
+    target: &'t CausalLm,
+    stream: &[i64],
+    device: tch::Device,
+) -> Result<(Box<dyn Objective + 't>, Vec<TrainWindow>)> {
+    let taps = configured_taps(config, target.net.config.num_layers);
+    let windows = extract_target_windows(config, target, stream, &taps)?;
+    match &config.method {
+        MethodConfig::Eagle3(e) => eagle3_train::init(out_dir, target, &windows, e, config.seed)?,
+        MethodConfig::Pard(p) => pard_train::init(out_dir, target, p)?,
+        MethodConfig::Dflash(d) => dflash_train::init(out_dir, target, d)?,
+    }
+    let objective = load_objective(config, out_dir, target, device)?;
+    ensure!(
+        objective.target_taps() == taps,
+        "the drafter written in {} reads target features {:?}, not the {:?} extracted for it",
+        out_dir.display(),
+        objective.target_taps(),
+        taps
+    );
+    Ok((objective, windows))
+}
+
+/// Writes the config beside the checkpoint (through a temporary file) so that a rerun can tell its own
+/// run from another.
+fn write_config_record(config: &TrainConfig, record: &Path) -> Result<()> {
+    let tmp = record.with_extension("tmp");
+    let writing = || format!("writing the resume record {}", record.display());
+    std::fs::write(&tmp, serde_norway::to_string(config)?).with_context(writing)?;
+    std::fs::rename(&tmp, record).with_context(writing)?;
+    Ok(())
+}
+
+/// Sets the configured query scaling on the objective; a schedule path with a separator is read
+/// relative to the config's folder.
+fn apply_query_scaling(
+    config: &TrainConfig,
+    spec: &crate::scaling::ScalingSpec,
+    config_path: &Path,
+    objective: &mut dyn Objective,
+) -> Result<()> {
+    let mut spec = spec.clone();
+    if let Some(schedule) = spec
+        .schedule
+        .as_ref()
+        .filter(|s| s.to_string_lossy().contains('/'))
+    {
+        spec.schedule = Some(
+            config_path
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join(schedule),
+        );
+    }
+    let (layers, heads) = objective.query_layout();
+    let what = format!("the {} drafter in training", config.method.method());
+    objective.set_query_scaling(spec.build(layers, heads, Some(config.n0), &what)?);
+    Ok(())
 }
 
 /// The method's objective over the drafter in `dir`.

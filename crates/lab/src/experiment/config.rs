@@ -440,9 +440,20 @@ impl Experiment {
 
     /// Checks that need no model: names, counts, lengths, options that fit their drafter's method.
     pub fn validate(&self) -> Result<()> {
+        file_name_safe(&self.name, "experiment", &self.file)?;
+        self.validate_run_settings()?;
+        self.validate_names()?;
+        self.validate_method_specs()?;
+        for w in &self.workloads {
+            self.validate_workload(w)?;
+        }
+        Ok(())
+    }
+
+    /// Temperature, seeds, repeats, non-empty methods and workloads, timing and bins_n0.
+    fn validate_run_settings(&self) -> Result<()> {
         let file = &self.file;
         let f = file.display();
-        file_name_safe(&self.name, "experiment", file)?;
         ensure!(
             self.temperature.is_finite() && self.temperature >= 0.0,
             "{f}: temperature {} must be >= 0",
@@ -483,6 +494,12 @@ impl Experiment {
             "{f}: bins_n0 {:?} must be positive and increasing",
             self.bins_n0
         );
+        Ok(())
+    }
+
+    /// Drafter, method and workload names are unique within their list.
+    fn validate_names(&self) -> Result<()> {
+        let file = &self.file;
         names_unique(
             self.drafters.iter().map(|d| d.name.as_str()),
             "drafter",
@@ -494,6 +511,14 @@ impl Experiment {
             "workload",
             file,
         )?;
+        Ok(())
+    }
+
+    /// Drafting methods have a drafter, target_only methods take no drafting options, and every
+    /// drafter-method pair makes a valid drafter specification.
+    fn validate_method_specs(&self) -> Result<()> {
+        let file = &self.file;
+        let f = file.display();
         let drafting = self.methods.iter().any(|m| !m.target_only);
         ensure!(
             !drafting || !self.drafters.is_empty(),
@@ -522,53 +547,58 @@ impl Experiment {
                 })?;
             }
         }
-        for w in &self.workloads {
-            let at = |key: &str| format!("{f}: workload {:?}: {key}", w.name);
-            ensure!(
-                (1..=MAX_PROMPTS).contains(&w.count),
-                "{} {} must lie in 1..={MAX_PROMPTS}",
-                at("count"),
-                w.count
-            );
-            ensure!(
-                w.skip.checked_add(w.count).is_some_and(|end| end <= i64::MAX as usize),
-                "{} {} with count {}: prompt indices must stay below {}",
-                at("skip"),
-                w.skip,
-                w.count,
-                i64::MAX
-            );
-            no_duplicates(&w.contexts, &format!("workload {:?}: contexts", w.name), file)?;
-            if let Some(c) = w.contexts.iter().find(|&&c| c > i64::MAX as usize) {
-                bail!("{} {c} is above {}", at("contexts"), i64::MAX);
-            }
-            ensure!(
-                w.max_new_tokens >= 1,
-                "{} {} must be >= 1",
-                at("max_new_tokens"),
-                w.max_new_tokens
-            );
-            match w.setting {
-                Setting::LongPrompt => {
-                    ensure!(
-                        !w.contexts.is_empty(),
-                        "{}: a long_prompt workload needs at least one context length",
-                        at("contexts")
-                    );
-                    if w.contexts.iter().any(|&c| c > 0) {
-                        ensure!(
-                            w.filler.is_some(),
-                            "{}: contexts beyond the prompt need a filler text",
-                            at("filler")
-                        );
-                    }
-                }
-                Setting::LongGeneration => ensure!(
-                    w.contexts.is_empty() && w.filler.is_none(),
-                    "{}: a long_generation workload starts from the prompt alone (no contexts, no filler)",
+        Ok(())
+    }
+
+    /// One workload: prompt count and indices, contexts, max_new_tokens, and what its setting needs.
+    fn validate_workload(&self, w: &Workload) -> Result<()> {
+        let file = &self.file;
+        let f = file.display();
+        let at = |key: &str| format!("{f}: workload {:?}: {key}", w.name);
+        ensure!(
+            (1..=MAX_PROMPTS).contains(&w.count),
+            "{} {} must lie in 1..={MAX_PROMPTS}",
+            at("count"),
+            w.count
+        );
+        ensure!(
+            w.skip.checked_add(w.count).is_some_and(|end| end <= i64::MAX as usize),
+            "{} {} with count {}: prompt indices must stay below {}",
+            at("skip"),
+            w.skip,
+            w.count,
+            i64::MAX
+        );
+        no_duplicates(&w.contexts, &format!("workload {:?}: contexts", w.name), file)?;
+        if let Some(c) = w.contexts.iter().find(|&&c| c > i64::MAX as usize) {
+            bail!("{} {c} is above {}", at("contexts"), i64::MAX);
+        }
+        ensure!(
+            w.max_new_tokens >= 1,
+            "{} {} must be >= 1",
+            at("max_new_tokens"),
+            w.max_new_tokens
+        );
+        match w.setting {
+            Setting::LongPrompt => {
+                ensure!(
+                    !w.contexts.is_empty(),
+                    "{}: a long_prompt workload needs at least one context length",
                     at("contexts")
-                ),
+                );
+                if w.contexts.iter().any(|&c| c > 0) {
+                    ensure!(
+                        w.filler.is_some(),
+                        "{}: contexts beyond the prompt need a filler text",
+                        at("filler")
+                    );
+                }
             }
+            Setting::LongGeneration => ensure!(
+                w.contexts.is_empty() && w.filler.is_none(),
+                "{}: a long_generation workload starts from the prompt alone (no contexts, no filler)",
+                at("contexts")
+            ),
         }
         Ok(())
     }

@@ -159,8 +159,6 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
     let mut cells: Cells = BTreeMap::new();
     for record in units {
         let base = baseline(experiment, record);
-        let m = &record.machine;
-        let p = &record.provenance;
         for arm in &record.arms {
             let cell = cells
                 .entry((
@@ -178,66 +176,91 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
                     base: base.and_then(|b| b.requests.iter().find(|x| x.prompt == r.prompt)),
                 };
                 cell.0.push(sample);
-                results.s("target", record.target.as_str());
-                results.request_key(record, arm, r.prompt);
-                results.u("slot", r.slot as u64);
-                results.u("attempts", r.attempts as u64);
-                results.f("other_cpu_share", r.other_cpu_share);
-                results.u("prompt_tokens", r.prompt_tokens as u64);
-                results.u("generated", r.generated as u64);
-                results.u("cycles", r.cycles.len() as u64);
-                let sum = |f: fn(&sharpdraft_decode::CycleRecord) -> usize| {
-                    r.cycles.iter().map(f).sum::<usize>() as u64
-                };
-                results.u("drafted", sum(|c| c.drafted));
-                results.u("accepted", sum(|c| c.accepted));
-                results.u("emitted", sum(|c| c.accepted + c.bonus));
-                results.f("tau", r.tau());
-                results.f("distinct_4grams", r.distinct_4grams());
-                results.f("prefill_seconds", r.prefill_seconds);
-                results.f("decode_seconds", r.decode_seconds());
-                results.f("total_seconds", r.total_seconds);
-                results.f("tokens_per_s", r.tokens_per_second());
-                results.f("speedup", sample.speedup());
-                results.f("decode_speedup", sample.decode_speedup());
-                results.i("matches_target", sample.matches_target(greedy));
-                results.f("update_seconds", r.update_seconds);
-                results.u("updates", r.updates as u64);
-                results.u("drafter_weight_bytes", r.drafter_weight_bytes as u64);
-                results.u("drafter_cache_bytes", r.drafter_cache_bytes as u64);
-                results.u("target_cache_bytes", r.target_cache_bytes as u64);
-                results.u("adaptation_bytes", r.adaptation_bytes as u64);
-                results.u("peak_rss_bytes", r.peak_rss_bytes);
-                results.i("n0", arm.n0.unwrap_or(0));
-                results.f("unit_load_average", m.load_average_start.max(m.load_average_end));
-                results.f("unit_other_cpu_share", m.other_share());
-                results.f("unit_lost_cpu_share", m.lost_share());
-                results.i("unit_loaded", i64::from(m.loaded()));
-                results.s("config_hash", p.config_hash.as_str());
-                results.s("git_revision", p.git_revision.as_str());
-                results.s("machine", p.machine.as_str());
-                results.s("device", p.device.as_str());
-                results.s("dtype", p.dtype.as_str());
-                results.u("started_unix", p.started_unix);
-                for (i, c) in r.cycles.iter().enumerate() {
-                    cycles.request_key(record, arm, r.prompt);
-                    cycles.u("cycle", i as u64);
-                    cycles.i("cycle_context", c.context);
-                    cycles.f(
-                        "cycle_context_n0",
-                        arm.n0.map_or(f64::NAN, |n0| c.context as f64 / n0 as f64),
-                    );
-                    cycles.u("drafted", c.drafted as u64);
-                    cycles.u("accepted", c.accepted as u64);
-                    cycles.u("bonus", c.bonus as u64);
-                    cycles.f("draft_seconds", c.draft_seconds);
-                    cycles.f("verify_seconds", c.verify_seconds);
-                }
+                push_result_row(&mut results, arm, &sample, greedy);
+                push_cycle_rows(&mut cycles, record, arm, r);
             }
         }
     }
+    let summary = summary_rows(experiment, &cells, greedy);
+    RunTables {
+        results: results.table(),
+        cycles: cycles.table(),
+        summary: summary.table(),
+    }
+}
+
+/// One `results` row: the request's counters, its paired speed-ups, the unit's machine state and
+/// provenance.
+fn push_result_row(results: &mut Rows, arm: &ArmRecord, sample: &PairedRow, greedy: bool) {
+    let (record, r) = (sample.record, sample.row);
+    let m = &record.machine;
+    let p = &record.provenance;
+    results.s("target", record.target.as_str());
+    results.request_key(record, arm, r.prompt);
+    results.u("slot", r.slot as u64);
+    results.u("attempts", r.attempts as u64);
+    results.f("other_cpu_share", r.other_cpu_share);
+    results.u("prompt_tokens", r.prompt_tokens as u64);
+    results.u("generated", r.generated as u64);
+    results.u("cycles", r.cycles.len() as u64);
+    let sum = |f: fn(&sharpdraft_decode::CycleRecord) -> usize| {
+        r.cycles.iter().map(f).sum::<usize>() as u64
+    };
+    results.u("drafted", sum(|c| c.drafted));
+    results.u("accepted", sum(|c| c.accepted));
+    results.u("emitted", sum(|c| c.accepted + c.bonus));
+    results.f("tau", r.tau());
+    results.f("distinct_4grams", r.distinct_4grams());
+    results.f("prefill_seconds", r.prefill_seconds);
+    results.f("decode_seconds", r.decode_seconds());
+    results.f("total_seconds", r.total_seconds);
+    results.f("tokens_per_s", r.tokens_per_second());
+    results.f("speedup", sample.speedup());
+    results.f("decode_speedup", sample.decode_speedup());
+    results.i("matches_target", sample.matches_target(greedy));
+    results.f("update_seconds", r.update_seconds);
+    results.u("updates", r.updates as u64);
+    results.u("drafter_weight_bytes", r.drafter_weight_bytes as u64);
+    results.u("drafter_cache_bytes", r.drafter_cache_bytes as u64);
+    results.u("target_cache_bytes", r.target_cache_bytes as u64);
+    results.u("adaptation_bytes", r.adaptation_bytes as u64);
+    results.u("peak_rss_bytes", r.peak_rss_bytes);
+    results.i("n0", arm.n0.unwrap_or(0));
+    results.f("unit_load_average", m.load_average_start.max(m.load_average_end));
+    results.f("unit_other_cpu_share", m.other_share());
+    results.f("unit_lost_cpu_share", m.lost_share());
+    results.i("unit_loaded", i64::from(m.loaded()));
+    results.s("config_hash", p.config_hash.as_str());
+    results.s("git_revision", p.git_revision.as_str());
+    results.s("machine", p.machine.as_str());
+    results.s("device", p.device.as_str());
+    results.s("dtype", p.dtype.as_str());
+    results.u("started_unix", p.started_unix);
+}
+
+/// One `cycles` row per verification cycle of request `r`, with the context it drafted at.
+fn push_cycle_rows(cycles: &mut Rows, record: &UnitRecord, arm: &ArmRecord, r: &RequestRow) {
+    for (i, c) in r.cycles.iter().enumerate() {
+        cycles.request_key(record, arm, r.prompt);
+        cycles.u("cycle", i as u64);
+        cycles.i("cycle_context", c.context);
+        cycles.f(
+            "cycle_context_n0",
+            arm.n0.map_or(f64::NAN, |n0| c.context as f64 / n0 as f64),
+        );
+        cycles.u("drafted", c.drafted as u64);
+        cycles.u("accepted", c.accepted as u64);
+        cycles.u("bonus", c.bonus as u64);
+        cycles.f("draft_seconds", c.draft_seconds);
+        cycles.f("verify_seconds", c.verify_seconds);
+    }
+}
+
+/// The `summary` rows: per cell its whole requests, and for long generation with a drafter one row
+/// per context bin its cycles reach.
+fn summary_rows(experiment: &Experiment, cells: &Cells, greedy: bool) -> Rows {
     let mut summary = Rows::default();
-    for ((drafter, method, workload, context), (samples, n0, setting, target)) in &cells {
+    for ((drafter, method, workload, context), (samples, n0, setting, target)) in cells {
         let key = CellKey {
             target,
             drafter,
@@ -253,32 +276,41 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
         };
         summary_row(&mut summary, &key, samples, ("all".into(), 0.0, f64::INFINITY), whole, greedy);
         if *setting == Setting::LongGeneration && drafter != TARGET_ONLY && *n0 > 0 {
-            let mut bins: BTreeMap<u64, Bin> = BTreeMap::new();
-            for s in samples {
-                for c in &s.row.cycles {
-                    let bin = context_bin(c.context, *n0, &experiment.bins_n0);
-                    // Keyed by the low edge's bits, which order as the (non-negative) edges do.
-                    bins.entry(bin.1.to_bits()).or_insert(bin);
-                }
-            }
-            for bin in bins.into_values() {
-                let (lo, hi) = (bin.1, bin.2);
-                let in_bin = move |s: &PairedRow| {
-                    let x = |c: &&sharpdraft_decode::CycleRecord| {
-                        let at = c.context as f64 / *n0 as f64;
-                        at >= lo && at < hi
-                    };
-                    let emitted = s.row.cycles.iter().filter(x).map(|c| c.accepted + c.bonus).sum::<usize>();
-                    (emitted as f64, s.row.cycles.iter().filter(x).count() as f64)
-                };
-                summary_row(&mut summary, &key, samples, bin, in_bin, greedy);
-            }
+            push_context_bin_rows(&mut summary, &key, samples, &experiment.bins_n0, greedy);
         }
     }
-    RunTables {
-        results: results.table(),
-        cycles: cycles.table(),
-        summary: summary.table(),
+    summary
+}
+
+/// One summary row per context bin (edges `bins_n0`, in multiples of the cell's n0) that some cycle
+/// of the cell's samples drafted in, tau over the cycles in that bin.
+fn push_context_bin_rows(
+    summary: &mut Rows,
+    key: &CellKey,
+    samples: &[PairedRow],
+    bins_n0: &[f64],
+    greedy: bool,
+) {
+    let n0 = key.n0;
+    let mut bins: BTreeMap<u64, Bin> = BTreeMap::new();
+    for s in samples {
+        for c in &s.row.cycles {
+            let bin = context_bin(c.context, n0, bins_n0);
+            // Keyed by the low edge's bits, which order as the (non-negative) edges do.
+            bins.entry(bin.1.to_bits()).or_insert(bin);
+        }
+    }
+    for bin in bins.into_values() {
+        let (lo, hi) = (bin.1, bin.2);
+        let in_bin = move |s: &PairedRow| {
+            let x = |c: &&sharpdraft_decode::CycleRecord| {
+                let at = c.context as f64 / n0 as f64;
+                at >= lo && at < hi
+            };
+            let emitted = s.row.cycles.iter().filter(x).map(|c| c.accepted + c.bonus).sum::<usize>();
+            (emitted as f64, s.row.cycles.iter().filter(x).count() as f64)
+        };
+        summary_row(summary, key, samples, bin, in_bin, greedy);
     }
 }
 
