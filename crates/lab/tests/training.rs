@@ -9,7 +9,7 @@ use sharpdraft_draft::pard_train::{self, copy_layout, kept_offsets, PardObjectiv
 use sharpdraft_draft::training::{
     extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState, TrainWindow,
 };
-use sharpdraft_draft::Drafter;
+use sharpdraft_draft::{Drafter, Method};
 use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
 use sharpdraft_model::{CausalLm, Sampling, Tap};
 use std::path::{Path, PathBuf};
@@ -28,13 +28,6 @@ fn stream() -> Vec<i64> {
 }
 
 /// The methods this file trains (the vanilla drafter has its own recipe test).
-#[derive(Clone, Copy, Debug)]
-enum Method {
-    Eagle3,
-    Pard,
-    Dflash,
-}
-
 const ALL: [Method; 3] = [Method::Eagle3, Method::Pard, Method::Dflash];
 
 fn eagle3_options() -> Eagle3Options {
@@ -75,6 +68,7 @@ fn taps(method: Method) -> Vec<Tap> {
         Method::Eagle3 => vec![Tap::LayerInput(0), Tap::LayerInput(1), Tap::LayerInput(2)],
         Method::Pard => Vec::new(),
         Method::Dflash => dflash_options().taps(2),
+        Method::Vanilla => unreachable!("not trained here"),
     }
 }
 
@@ -100,6 +94,7 @@ fn init(method: Method, dir: &Path, target: &CausalLm, windows: &[TrainWindow]) 
         Method::Eagle3 => eagle3_train::init(dir, target, windows, &eagle3_options(), 1).unwrap(),
         Method::Pard => pard_train::init(dir, target, &pard_options()).unwrap(),
         Method::Dflash => dflash_train::init(dir, target, &dflash_options()).unwrap(),
+        Method::Vanilla => unreachable!("not trained here"),
     }
 }
 
@@ -114,6 +109,7 @@ fn objective<'t>(method: Method, dir: &Path, target: &'t CausalLm) -> Box<dyn Ob
         Method::Dflash => {
             Box::new(DFlashObjective::load(dir, &target.net, &dflash_options(), 1).unwrap())
         }
+        Method::Vanilla => unreachable!("not trained here"),
     }
 }
 
@@ -173,7 +169,7 @@ fn run_observed(
 fn drafter<'t>(method: Method, dir: &Path, target: &'t CausalLm) -> Box<dyn Drafter + 't> {
     let spec = DrafterSpec {
         draft_len: 3,
-        ..DrafterSpec::new(draft_method(method), dir.to_str().unwrap())
+        ..DrafterSpec::new(method, dir.to_str().unwrap())
     };
     drafter_spec::build(&spec, target, Sampling::greedy(), 256)
         .unwrap()
@@ -646,7 +642,7 @@ fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
                     every: 2,
                     ..AdaptConfig::new(mode)
                 }),
-                ..DrafterSpec::new(draft_method(method), dir.path().to_str().unwrap())
+                ..DrafterSpec::new(method, dir.path().to_str().unwrap())
             };
             let (mut drafter, config) =
                 drafter_spec::prepare(&spec, &target, Sampling::greedy(), prompt.len(), 24)
@@ -660,13 +656,5 @@ fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
             assert_eq!(adaptation.adapter_bytes == 0, mode == AdaptMode::Full);
             assert!(report.memory().adaptation_bytes >= adaptation.optimizer_bytes);
         }
-    }
-}
-
-fn draft_method(method: Method) -> sharpdraft_draft::Method {
-    match method {
-        Method::Eagle3 => sharpdraft_draft::Method::Eagle3,
-        Method::Pard => sharpdraft_draft::Method::Pard,
-        Method::Dflash => sharpdraft_draft::Method::Dflash,
     }
 }
