@@ -113,12 +113,12 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
                 config.stop_tokens.clear();
                 let report = speculative_generate(&target.net, drafter.as_mut(), &prompt, &config)?;
                 per_cycle[slot] =
-                    drafter.stats().forward_seconds * 1e3 / report.cycles.len().max(1) as f64;
+                    report.drafter_forward_seconds * 1e3 / report.cycles.len().max(1) as f64;
                 outputs.push((report.ids.clone(), report.cycles.len()));
                 if slot == 0 {
-                    cache_bytes.0 = drafter.stats().cache_bytes;
+                    cache_bytes.0 = report.drafter_cache_bytes;
                 } else {
-                    cache_bytes.1 = drafter.stats().cache_bytes;
+                    cache_bytes.1 = report.drafter_cache_bytes;
                 }
             }
             identical &= outputs[0] == outputs[1];

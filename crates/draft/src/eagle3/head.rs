@@ -391,8 +391,7 @@ impl HeadWeights {
         let hidden = config.hidden_size;
         let target_hidden = config.target_hidden_size.unwrap_or(config.hidden_size);
         let draft_vocab = config.draft_vocab_size.unwrap_or(config.vocab_size);
-        let root = root.clone();
-        let m = &root / "midlayer";
+        let m = root / "midlayer";
         let a = &m / "self_attn";
         let mlp = &m / "mlp";
         let eps = config.rms_norm_eps;
@@ -428,16 +427,16 @@ impl HeadWeights {
             ),
             mlp: SwiGlu::new(&mlp, hidden, config.intermediate_size, trainable_layer),
         };
-        let fc = Linear::with_grad(&root / "fc", 3 * target_hidden, hidden, false, t);
+        let fc = Linear::with_grad(root / "fc", 3 * target_hidden, hidden, false, t);
         let fc_norm = if config.fc_norm {
             (0..3)
-                .map(|i| RmsNorm::with_grad(&root / "fc_norm" / i, target_hidden, eps, t))
+                .map(|i| RmsNorm::with_grad(root / "fc_norm" / i, target_hidden, eps, t))
                 .collect()
         } else {
             Vec::new()
         };
-        let norm = RmsNorm::with_grad(&root / "norm", hidden, eps, t);
-        let lm_head = Linear::with_grad(&root / "lm_head", hidden, draft_vocab, false, t);
+        let norm = RmsNorm::with_grad(root / "norm", hidden, eps, t);
+        let lm_head = Linear::with_grad(root / "lm_head", hidden, draft_vocab, false, t);
         HeadWeights {
             layer,
             fc,
