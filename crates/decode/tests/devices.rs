@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use sharpdraft_draft::{
-    DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
+    DFlashDrafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
 };
 use sharpdraft_math::ScaleSchedule;
 use sharpdraft_model::{CausalLm, ForwardInput, QueryScaling, Sampling, ScalingMode};
@@ -77,7 +77,7 @@ fn assert_greedy(target: &CausalLm, got: &[i64], want: &[i64], what: &str) {
     );
 }
 
-fn with_scaling(drafter: &mut dyn Drafter, beta: Option<f64>) {
+fn with_scaling(drafter: &mut dyn ScaledDrafter, beta: Option<f64>) {
     let (layers, heads) = drafter.query_layout();
     let mode = match beta {
         None => ScalingMode::Off,
@@ -101,7 +101,7 @@ fn greedy_speculation_emits_the_targets_greedy_tokens_on_every_device() {
             write_pard(&pard_dir, "qwen2");
         }
         for beta in [None, Some(0.4)] {
-            let mut drafters: Vec<(&str, Box<dyn Drafter>)> = vec![
+            let mut drafters: Vec<(&str, Box<dyn ScaledDrafter>)> = vec![
                 (
                     "vanilla",
                     Box::new(

@@ -6,7 +6,7 @@ use common::*;
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal, TreeShape};
 use sharpdraft_math::ScaleSchedule;
 use sharpdraft_model::CausalLm;
-use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Sampling, ScalingMode, Tap};
+use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Sampling, ScaledQueries, ScalingMode, Tap};
 use std::path::Path;
 use tch::Tensor;
 
@@ -46,15 +46,6 @@ impl Drafter for Recording<'_> {
     ) -> sharpdraft_draft::drafter::Result<()> {
         self.inner.observe(ctx, feedback)
     }
-    fn query_layout(&self) -> (usize, usize) {
-        self.inner.query_layout()
-    }
-    fn training_length(&self) -> Option<i64> {
-        self.inner.training_length()
-    }
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.inner.set_query_scaling(scaling)
-    }
     fn stats(&self) -> sharpdraft_draft::DrafterStats {
         self.inner.stats()
     }
@@ -73,7 +64,7 @@ impl Drafter for Recording<'_> {
 }
 
 /// Drafts of a greedy run with `beta` at n0 = 4 (every pass of the 9-token prompt lies past n0).
-fn drafts_with(drafter: &mut dyn Drafter, beta: Option<f64>) -> (Vec<Vec<i64>>, Vec<i64>) {
+fn drafts_with(drafter: &mut dyn ScaledDrafter, beta: Option<f64>) -> (Vec<Vec<i64>>, Vec<i64>) {
     let target = load("llama");
     let (layers, heads) = drafter.query_layout();
     let mode = match beta {
@@ -89,7 +80,7 @@ fn drafts_with(drafter: &mut dyn Drafter, beta: Option<f64>) -> (Vec<Vec<i64>>, 
     (recording.proposals, report.ids)
 }
 
-fn check(name: &str, mut make: impl FnMut() -> Box<dyn Drafter>) {
+fn check(name: &str, mut make: impl FnMut() -> Box<dyn ScaledDrafter>) {
     let target = load("llama");
     let want = greedy_ar(&target, &PROMPT, 24);
     let (off, off_ids) = drafts_with(make().as_mut(), None);
@@ -416,15 +407,6 @@ fn a_drafter_that_asks_gets_the_targets_root_attention_over_the_committed_keys()
         }
         fn wants_target_attention(&self) -> bool {
             self.asks
-        }
-        fn query_layout(&self) -> (usize, usize) {
-            self.inner.query_layout()
-        }
-        fn training_length(&self) -> Option<i64> {
-            self.inner.training_length()
-        }
-        fn set_query_scaling(&mut self, scaling: QueryScaling) {
-            self.inner.set_query_scaling(scaling)
         }
         fn set_key_selection(
             &mut self,

@@ -15,7 +15,7 @@ use crate::training::{step_rng, weighted_mean, Objective, TrainWindow};
 use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
 use sharpdraft_model::transformer::attend;
-use sharpdraft_model::{visible_counts, CausalLm, Tap, Transformer};
+use sharpdraft_model::{visible_counts, CausalLm, QueryScaling, ScaledQueries, Tap, Transformer};
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
@@ -199,21 +199,27 @@ pub fn block_visibility(
     Tensor::from_slice(&visible).view([rows, keys])
 }
 
+impl ScaledQueries for DFlashObjective<'_> {
+    fn query_layout(&self) -> (usize, usize) {
+        self.drafter.query_layout()
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        ScaledQueries::training_length(&self.drafter)
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.drafter.set_query_scaling(scaling);
+    }
+}
+
 impl Objective for DFlashObjective<'_> {
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
         self.drafter.linears()
     }
 
-    fn query_layout(&self) -> (usize, usize) {
-        self.drafter.query_layout()
-    }
-
     fn target_taps(&self) -> Vec<Tap> {
         self.drafter.target_taps()
-    }
-
-    fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling) {
-        self.drafter.set_query_scaling(scaling);
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {

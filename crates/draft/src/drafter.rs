@@ -4,11 +4,13 @@
 //!    request, so one drafter can serve many in turn, as online adaptation across requests needs);
 //! 2. per cycle, `propose` a tree (or chain) after the root, then `observe` what verification kept.
 //!
-//! The drafter owns its own cache and state; it never touches the target's cache.
+//! The drafter owns its own cache and state; it never touches the target's cache. What is set once before
+//! decoding (query scaling: [`sharpdraft_model::ScaledQueries`], which every concrete drafter implements)
+//! is not part of this interface: wrappers (retrieval, online adaptation) take a drafter already set up.
 
 use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
-use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Tap, Transformer};
+use sharpdraft_model::{KeySelection, Sampler, Tap, Transformer};
 use tch::Tensor;
 
 pub type Result<T> = std::result::Result<T, DraftError>;
@@ -85,16 +87,6 @@ pub trait Drafter {
 
     /// Called after verification, with `ctx.committed` already extended by the accepted tokens and bonus.
     fn observe(&mut self, ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()>;
-
-    /// `(layers, query heads per layer)` of the attention this drafter runs: the shape a per-layer or
-    /// per-head scaling schedule must have.
-    fn query_layout(&self) -> (usize, usize);
-
-    /// The training length n0 recorded in the checkpoint, if any (the default n0 of query scaling).
-    fn training_length(&self) -> Option<i64>;
-
-    /// SharpDraft query scaling for every later pass (built with [`Self::query_layout`]).
-    fn set_query_scaling(&mut self, scaling: QueryScaling);
 
     /// Restricts the drafter's attention over the context to `selection` from the next pass on (a
     /// sliding window, retrieval's chosen keys); `None` lets it see every key its mask allows again.

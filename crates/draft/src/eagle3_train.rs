@@ -7,7 +7,7 @@ use crate::eagle3::{write_random_head, Eagle3Head, RandomHeadOptions};
 use crate::random_init::TargetWeights;
 use crate::training::{Objective, TrainWindow};
 use serde::{Deserialize, Serialize};
-use sharpdraft_model::{CausalLm, Tap, Transformer};
+use sharpdraft_model::{CausalLm, QueryScaling, ScaledQueries, Tap, Transformer};
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
@@ -229,21 +229,27 @@ impl<'t> Eagle3Objective<'t> {
     }
 }
 
+impl ScaledQueries for Eagle3Objective<'_> {
+    fn query_layout(&self) -> (usize, usize) {
+        (1, self.head.query_heads())
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        Some(self.head.training_length())
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.head.set_query_scaling(scaling);
+    }
+}
+
 impl Objective for Eagle3Objective<'_> {
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
         self.head.linears()
     }
 
-    fn query_layout(&self) -> (usize, usize) {
-        (1, self.head.query_heads())
-    }
-
     fn target_taps(&self) -> Vec<Tap> {
         self.taps.clone()
-    }
-
-    fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling) {
-        self.head.set_query_scaling(scaling);
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {

@@ -12,7 +12,9 @@ use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use crate::vanilla::check_same_vocabulary;
-use sharpdraft_model::{CausalLm, KeySelection, KvCache, LogitRows, QueryScaling, Sampler};
+use sharpdraft_model::{
+    CausalLm, KeySelection, KvCache, LogitRows, QueryScaling, Sampler, ScaledQueries,
+};
 use tch::{Device, Tensor};
 
 pub struct PardDrafter {
@@ -73,11 +75,6 @@ impl PardDrafter {
     pub fn cache(&self) -> &KvCache {
         &self.cache
     }
-
-    /// Training length n0 recorded in the checkpoint, if any.
-    pub fn training_length(&self) -> Option<i64> {
-        self.model.net.config.raw.training_length
-    }
 }
 
 impl Drafter for PardDrafter {
@@ -119,19 +116,6 @@ impl Drafter for PardDrafter {
         Ok(())
     }
 
-    fn query_layout(&self) -> (usize, usize) {
-        let c = &self.model.net.config;
-        (c.num_layers, c.num_heads as usize)
-    }
-
-    fn training_length(&self) -> Option<i64> {
-        self.model.net.config.raw.training_length
-    }
-
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.model.net.set_query_scaling(scaling);
-    }
-
     fn stats(&self) -> DrafterStats {
         DrafterStats::of(self.cache.bytes_allocated(), self.forward_seconds, &self.variables())
     }
@@ -145,5 +129,20 @@ impl Drafter for PardDrafter {
 
     fn variables(&self) -> Vec<(String, Tensor)> {
         self.model.vars.variables().into_iter().collect()
+    }
+}
+
+/// Scaled as the small LM it drafts with.
+impl ScaledQueries for PardDrafter {
+    fn query_layout(&self) -> (usize, usize) {
+        self.model.query_layout()
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        ScaledQueries::training_length(&self.model)
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.model.set_query_scaling(scaling);
     }
 }

@@ -14,7 +14,7 @@ use crate::random_init::{save_trained, write_config, write_f32_safetensors};
 use crate::training::{step_rng, weighted_mean, Objective, TrainWindow};
 use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
-use sharpdraft_model::{AttentionMask, CausalLm, ForwardInput, LogitRows};
+use sharpdraft_model::{AttentionMask, CausalLm, ForwardInput, LogitRows, QueryScaling, ScaledQueries};
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
@@ -204,6 +204,21 @@ impl PardObjective {
     }
 }
 
+impl ScaledQueries for PardObjective {
+    fn query_layout(&self) -> (usize, usize) {
+        self.drafter.query_layout()
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        ScaledQueries::training_length(&self.drafter)
+    }
+
+    /// The drafter is a causal LM: its forward passes scale every row by its mask row-sum.
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.drafter.set_query_scaling(scaling);
+    }
+}
+
 impl Objective for PardObjective {
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
         self.drafter.net.linears()
@@ -212,16 +227,6 @@ impl Objective for PardObjective {
     /// A PARD drafter reads tokens only.
     fn target_taps(&self) -> Vec<sharpdraft_model::Tap> {
         Vec::new()
-    }
-
-    fn query_layout(&self) -> (usize, usize) {
-        let c = &self.drafter.net.config;
-        (c.num_layers, c.num_heads as usize)
-    }
-
-    /// The drafter is a causal LM: its forward passes scale every row by its mask row-sum.
-    fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling) {
-        self.drafter.net.set_query_scaling(scaling);
     }
 
     /// The final norm and the layers from `trainable_from` on; embedding and head stay the target's.

@@ -9,7 +9,7 @@ use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use serde::{Deserialize, Serialize};
-use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Tap};
+use sharpdraft_model::{KeySelection, Sampler, Tap};
 use tch::{Kind, Tensor};
 
 /// The `retrieval:` block of a drafter specification, and the `--retrieval-*` flags of the commands that
@@ -199,17 +199,6 @@ impl Drafter for RetrievingDrafter<'_> {
         Ok(())
     }
 
-    fn query_layout(&self) -> (usize, usize) {
-        self.inner.query_layout()
-    }
-
-    fn training_length(&self) -> Option<i64> {
-        self.inner.training_length()
-    }
-
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.inner.set_query_scaling(scaling)
-    }
 
     /// Retrieval owns the selection; another one is a protocol error.
     fn set_key_selection(&mut self, _selection: Option<KeySelection>) -> Result<()> {

@@ -6,7 +6,7 @@
 use crate::adamw::AdamW;
 use crate::drafter::{DraftError, Result};
 use serde::{Deserialize, Serialize};
-use sharpdraft_model::{ForwardInput, LogitRows, Tap, Transformer};
+use sharpdraft_model::{ForwardInput, LogitRows, ScaledQueries, Tap, Transformer};
 use std::path::Path;
 use tch::{Kind, Tensor};
 
@@ -192,8 +192,10 @@ impl LoopConfig {
     }
 }
 
-/// A method's training objective over the drafter it trains.
-pub trait Objective {
+/// A method's training objective over the drafter it trains. Its query scaling ([`ScaledQueries`]) is
+/// applied in every training pass: rows past n0 are scaled as when drafting (training at longer
+/// windows, online adaptation).
+pub trait Objective: ScaledQueries {
     /// The trainable parameters by name (the optimizer marks them as taking gradients).
     fn parameters(&self) -> Vec<(String, Tensor)>;
     /// Every weight the objective holds, trained or frozen (online adaptation shares them with the
@@ -210,14 +212,9 @@ pub trait Objective {
     /// Writes the drafter in its published layout (config.json + model.safetensors) into `dir`,
     /// recording the training length `n0`.
     fn save(&self, dir: &Path, n0: i64) -> Result<()>;
-    /// `(layers, query heads)` of the drafter's attention (the shape a scaling schedule must have).
-    fn query_layout(&self) -> (usize, usize);
     /// The target features the drafter reads, as its checkpoint declares them (EAGLE-3's capture
     /// layers, DFlash's `target_layer_ids`); windows must be extracted at exactly these.
     fn target_taps(&self) -> Vec<sharpdraft_model::Tap>;
-    /// SharpDraft query scaling applied in every training pass (rows past n0 are scaled as when
-    /// drafting: training at longer windows, online adaptation).
-    fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling);
 }
 
 /// Progress of a run: written next to the checkpoint so that a run resumes where it stopped.

@@ -11,7 +11,7 @@ use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use sharpdraft_model::{
-    CausalLm, KeySelection, KvCache, LogitRows, QueryScaling, Sampler, Sampling,
+    CausalLm, KeySelection, KvCache, LogitRows, QueryScaling, Sampler, Sampling, ScaledQueries,
 };
 use tch::Tensor;
 
@@ -171,19 +171,6 @@ impl Drafter for VanillaDrafter {
         Ok(())
     }
 
-    fn query_layout(&self) -> (usize, usize) {
-        let c = &self.model.net.config;
-        (c.num_layers, c.num_heads as usize)
-    }
-
-    fn training_length(&self) -> Option<i64> {
-        self.model.net.config.raw.training_length
-    }
-
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.model.net.set_query_scaling(scaling);
-    }
-
     fn stats(&self) -> DrafterStats {
         DrafterStats::of(self.cache.bytes_allocated(), self.forward_seconds, &self.variables())
     }
@@ -197,5 +184,20 @@ impl Drafter for VanillaDrafter {
 
     fn variables(&self) -> Vec<(String, Tensor)> {
         self.model.vars.variables().into_iter().collect()
+    }
+}
+
+/// Scaled as the small LM it drafts with.
+impl ScaledQueries for VanillaDrafter {
+    fn query_layout(&self) -> (usize, usize) {
+        self.model.query_layout()
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        ScaledQueries::training_length(&self.model)
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.model.set_query_scaling(scaling);
     }
 }

@@ -5,7 +5,7 @@
 use crate::drafter::{DraftError, Result};
 use crate::random_init::save_trained;
 use crate::training::{weighted_mean, Objective, TrainWindow};
-use sharpdraft_model::{CausalLm, ForwardInput, LogitRows, QueryScaling, Tap};
+use sharpdraft_model::{CausalLm, ForwardInput, LogitRows, QueryScaling, ScaledQueries, Tap};
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
@@ -22,6 +22,20 @@ impl NextTokenObjective {
     }
 }
 
+impl ScaledQueries for NextTokenObjective {
+    fn query_layout(&self) -> (usize, usize) {
+        self.drafter.query_layout()
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        ScaledQueries::training_length(&self.drafter)
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.drafter.set_query_scaling(scaling);
+    }
+}
+
 impl Objective for NextTokenObjective {
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
         self.drafter.net.linears()
@@ -30,15 +44,6 @@ impl Objective for NextTokenObjective {
     /// A vanilla drafter reads tokens only.
     fn target_taps(&self) -> Vec<Tap> {
         Vec::new()
-    }
-
-    fn query_layout(&self) -> (usize, usize) {
-        let c = &self.drafter.net.config;
-        (c.num_layers, c.num_heads as usize)
-    }
-
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.drafter.net.set_query_scaling(scaling);
     }
 
     /// Every weight of the drafter: it owns its embedding and head (nothing is the target's).

@@ -27,7 +27,9 @@ use sharpdraft_draft::retrieval::{RetrievalConfig, RetrievingDrafter};
 use sharpdraft_draft::{
     DFlashDrafter, Drafter, Eagle3Drafter, Method, PardDrafter, TreeShape, VanillaDrafter,
 };
-use sharpdraft_model::{parse_kind, store::registry, CausalLm, KeySelection, QueryScaling, Sampling};
+use sharpdraft_model::{
+    parse_kind, store::registry, CausalLm, KeySelection, QueryScaling, Sampling, ScaledQueries,
+};
 
 fn default_draft_len() -> usize {
     DrafterSpec::DEFAULT_DRAFT_LEN
@@ -179,6 +181,25 @@ impl LoadedDrafter {
         }
     }
 
+    /// The drafter as query scaling sees it: its attention layout, training length, scaling.
+    pub fn scaled(&self) -> &dyn ScaledQueries {
+        match self {
+            Self::Vanilla(d) => d,
+            Self::Eagle3(d) => d,
+            Self::Pard(d) => d,
+            Self::Dflash(d) => d,
+        }
+    }
+
+    fn scaled_mut(&mut self) -> &mut dyn ScaledQueries {
+        match self {
+            Self::Vanilla(d) => d,
+            Self::Eagle3(d) => d,
+            Self::Pard(d) => d,
+            Self::Dflash(d) => d,
+        }
+    }
+
     /// The objective online adaptation trains this drafter with, as `spec` drafts it.
     pub fn online_objective(&self, spec: &DrafterSpec) -> OnlineObjective {
         match self {
@@ -219,7 +240,7 @@ pub fn load(
     positions: i64,
 ) -> Result<LoadedDrafter> {
     let (mut loaded, scaling) = load_unscaled(spec, target, sampling, positions)?;
-    loaded.as_drafter_mut().set_query_scaling(scaling);
+    loaded.scaled_mut().set_query_scaling(scaling);
     Ok(loaded)
 }
 
@@ -271,47 +292,61 @@ fn load_unscaled(
             LoadedDrafter::Dflash(DFlashDrafter::load(&dir, &target.net, capacity)?)
         }
     };
-    let drafter = loaded.as_drafter_mut();
-    drafter.set_key_selection(spec.window.map(KeySelection::window))?;
-    let (layers, heads) = drafter.query_layout();
-    let scaling = spec.scaling.build(
-        layers,
-        heads,
-        drafter.training_length(),
+    loaded
+        .as_drafter_mut()
+        .set_key_selection(spec.window.map(KeySelection::window))?;
+    let scaling = spec.scaling.build_for(
+        loaded.scaled(),
+        None,
         &format!("the {} drafter {name}", spec.method.name()),
     )?;
     Ok((loaded, scaling))
 }
 
-/// [`load`], boxed (and adapting online when `spec.adapt` says so), with the largest proposal the
-/// drafter makes.
+/// A drafter built from its specification, set up and ready to decode.
+pub struct BuiltDrafter<'t> {
+    pub drafter: Box<dyn Drafter + 't>,
+    /// The most draft tokens one proposal holds (the target verifies them in one pass).
+    pub max_proposal: usize,
+    /// The training length n0 the drafter's checkpoint records.
+    pub training_length: Option<i64>,
+}
+
+/// [`load`], boxed: wrapped in retrieval and online adaptation when `spec` says so. The query scaling
+/// is built once and set on the drafter, and on the objective that adapts it (which trains with the
+/// scaling the drafter drafts with).
 pub fn build<'t>(
     spec: &DrafterSpec,
     target: &'t CausalLm,
     sampling: Sampling,
     positions: i64,
-) -> Result<(Box<dyn Drafter + 't>, usize)> {
-    let (loaded, scaling) = load_unscaled(spec, target, sampling, positions)?;
+) -> Result<BuiltDrafter<'t>> {
+    let (mut loaded, scaling) = load_unscaled(spec, target, sampling, positions)?;
     let max_proposal = loaded.max_proposal(spec);
-    let objective = loaded.online_objective(spec);
+    let training_length = loaded.scaled().training_length();
+    let online_objective = loaded.online_objective(spec);
+    loaded.scaled_mut().set_query_scaling(scaling.clone());
     let mut drafter: Box<dyn Drafter + 't> = loaded.boxed();
     if let Some(retrieval) = &spec.retrieval {
         drafter = Box::new(RetrievingDrafter::new(drafter, retrieval.clone())?);
     }
-    let Some(adapt) = &spec.adapt else {
-        drafter.set_query_scaling(scaling);
-        return Ok((drafter, max_proposal));
-    };
-    let name = &spec.checkpoint;
-    let dir = registry::resolve(name)?;
-    let objective = objective
-        .load(&dir, &target.net, adapt.seed)
-        .with_context(|| format!("loading the training objective of drafter {name}"))?;
-    let mut adapting = AdaptingDrafter::new(drafter, objective, adapt.clone())
-        .with_context(|| format!("adapting drafter {name}"))?;
-    // The objective trains with the scaling the drafter drafts with (the adapting drafter sets both).
-    adapting.set_query_scaling(scaling);
-    Ok((Box::new(adapting), max_proposal))
+    if let Some(adapt) = &spec.adapt {
+        let name = &spec.checkpoint;
+        let dir = registry::resolve(name)?;
+        let mut objective = online_objective
+            .load(&dir, &target.net, adapt.seed)
+            .with_context(|| format!("loading the training objective of drafter {name}"))?;
+        objective.set_query_scaling(scaling);
+        drafter = Box::new(
+            AdaptingDrafter::new(drafter, objective, adapt.clone())
+                .with_context(|| format!("adapting drafter {name}"))?,
+        );
+    }
+    Ok(BuiltDrafter {
+        drafter,
+        max_proposal,
+        training_length,
+    })
 }
 
 /// Everything a speculative decode of `prompt_len` prompt tokens and up to `max_new_tokens` needs: the
@@ -323,13 +358,13 @@ pub fn prepare<'t>(
     sampling: Sampling,
     prompt_len: usize,
     max_new_tokens: usize,
-) -> Result<(Box<dyn Drafter + 't>, SpecConfig)> {
+) -> Result<(BuiltDrafter<'t>, SpecConfig)> {
     target
         .net
         .config
         .ensure_positions(prompt_len, max_new_tokens)
         .with_context(|| format!("max_new_tokens {max_new_tokens}"))?;
-    let (drafter, max_proposal) = build(
+    let built = build(
         spec,
         target,
         sampling,
@@ -339,9 +374,9 @@ pub fn prepare<'t>(
         max_new_tokens,
         sampling,
         stop_tokens: target.stop_tokens(),
-        max_proposal,
+        max_proposal: built.max_proposal,
     };
-    Ok((drafter, config))
+    Ok((built, config))
 }
 
 /// One request decoded by [`decode_requests`], with the online updates made during it.
@@ -364,7 +399,7 @@ pub struct RequestDecoder<'t> {
     target: &'t CausalLm,
     longest: usize,
     max_new_tokens: usize,
-    shared: Option<(Box<dyn Drafter + 't>, SpecConfig)>,
+    shared: Option<(BuiltDrafter<'t>, SpecConfig)>,
 }
 
 impl<'t> RequestDecoder<'t> {
@@ -403,7 +438,7 @@ impl<'t> RequestDecoder<'t> {
     ) -> Result<DecodedRequest> {
         let adapts_across_requests = self.keeps_state_across_requests();
         let mut own = None;
-        let (drafter, config) = if adapts_across_requests {
+        let (built, config) = if adapts_across_requests {
             if self.shared.is_none() {
                 let longest = self.longest.max(ids.len());
                 self.shared = Some(prepare(
@@ -414,27 +449,28 @@ impl<'t> RequestDecoder<'t> {
                     self.max_new_tokens,
                 )?);
             }
-            let (drafter, config) = self.shared.as_mut().expect("set above");
-            (drafter, config)
+            let (built, config) = self.shared.as_mut().expect("set above");
+            (built, config)
         } else {
-            let (drafter, config) = own.insert(prepare(
+            let (built, config) = own.insert(prepare(
                 &self.spec,
                 self.target,
                 sampling,
                 ids.len(),
                 self.max_new_tokens,
             )?);
-            (drafter, config)
+            (built, config)
         };
         if let Some(stop) = stop {
             config.stop_tokens = stop.to_vec();
         }
         config.sampling = sampling;
-        let before = drafter
+        let before = built
+            .drafter
             .stats()
             .adaptation
             .map_or((0, 0.0), |a| (a.updates, a.update_seconds));
-        let report = speculative_generate(&self.target.net, drafter.as_mut(), ids, config)?;
+        let report = speculative_generate(&self.target.net, built.drafter.as_mut(), ids, config)?;
         let (updates, update_seconds) = report.adaptation.as_ref().map_or((0, 0.0), |a| {
             (a.updates - before.0, a.update_seconds - before.1)
         });
@@ -442,7 +478,7 @@ impl<'t> RequestDecoder<'t> {
             report,
             updates,
             update_seconds,
-            training_length: drafter.training_length(),
+            training_length: built.training_length,
         })
     }
 }

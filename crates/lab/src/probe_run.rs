@@ -25,9 +25,9 @@ use crate::error::{bail, ensure, Context, Result};
 use crate::scaling::ScalingSpec;
 use crate::table::{Column, Table};
 use serde::{Deserialize, Serialize};
-use sharpdraft_draft::{DFlashDrafter, Drafter, Eagle3Drafter};
+use sharpdraft_draft::{DFlashDrafter, Eagle3Drafter};
 use sharpdraft_model::store::output_folder;
-use sharpdraft_model::{store::registry, CausalLm, Sampling};
+use sharpdraft_model::{store::registry, CausalLm, Sampling, ScaledQueries};
 use sharpdraft_probe::{
     probe_sequence, BinRecord, CurveRecord, LengthBins, ProbeRecorder, ProbeSettings, RowFilter,
     Subject,
@@ -327,28 +327,20 @@ impl ProbeModel {
         Ok(loaded)
     }
 
-    /// The recorded training length (none for the target).
-    fn training_length(&self) -> Option<i64> {
+    /// The probed model as query scaling sees it.
+    fn scaled(&self) -> &dyn ScaledQueries {
         match self {
-            Self::Lm(lm) => lm.net.config.raw.training_length,
-            Self::Eagle3(d) => Drafter::training_length(d),
-            Self::DFlash(d) => Drafter::training_length(d),
+            Self::Lm(lm) => lm,
+            Self::Eagle3(d) => d,
+            Self::DFlash(d) => d,
         }
     }
 
-    fn query_layout(&self) -> (usize, usize) {
+    fn scaled_mut(&mut self) -> &mut dyn ScaledQueries {
         match self {
-            Self::Lm(lm) => (lm.net.config.num_layers, lm.net.config.num_heads as usize),
-            Self::Eagle3(d) => d.query_layout(),
-            Self::DFlash(d) => d.query_layout(),
-        }
-    }
-
-    fn set_query_scaling(&mut self, scaling: sharpdraft_model::QueryScaling) {
-        match self {
-            Self::Lm(lm) => lm.net.set_query_scaling(scaling),
-            Self::Eagle3(d) => d.set_query_scaling(scaling),
-            Self::DFlash(d) => d.set_query_scaling(scaling),
+            Self::Lm(lm) => lm,
+            Self::Eagle3(d) => d,
+            Self::DFlash(d) => d,
         }
     }
 
@@ -547,7 +539,10 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
     let max_positions = target.net.config.max_position_embeddings;
     let load = || ProbeModel::load(config, &target, device, max_positions);
     let mut first = Some(load()?);
-    let n0 = probe_n0(config, first.as_ref().and_then(ProbeModel::training_length))?;
+    let n0 = probe_n0(
+        config,
+        first.as_ref().and_then(|model| model.scaled().training_length()),
+    )?;
     let bins = LengthBins {
         n0,
         lowest: config.bins.lowest,
@@ -693,12 +688,12 @@ fn scale_queries(
     scaling_spec: &ScalingSpec,
     n0: f64,
 ) -> Result<()> {
-    let (layers, heads) = model.query_layout();
     let what = format!(
         "the probed {} model",
         config.method.map_or("target", Method::name)
     );
-    model.set_query_scaling(scaling_spec.build(layers, heads, Some(n0 as i64), &what)?);
+    let scaling = scaling_spec.build_for(model.scaled(), Some(n0 as i64), &what)?;
+    model.scaled_mut().set_query_scaling(scaling);
     Ok(())
 }
 

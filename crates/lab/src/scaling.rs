@@ -4,7 +4,7 @@
 use crate::error::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::ScaleSchedule;
-use sharpdraft_model::{QueryScaling, ScalingMode};
+use sharpdraft_model::{QueryScaling, ScaledQueries, ScalingMode};
 use std::path::PathBuf;
 
 /// The query-scaling modes, one list for YAML (`mode:`) and the command line (`--scaling`).
@@ -94,14 +94,17 @@ impl ScalingSpec {
         Ok(ScaleSchedule::load(&resolve_schedule(path))?)
     }
 
-    /// Builds the scaling for a model of `layers` x `heads` query heads (`what` names it in errors).
-    pub fn build(
+    /// Builds the scaling for `model` (checked against its query layout; `what` names it in errors).
+    /// A `beta` or `logn` scaling without its own `n0` takes `n0`, else the model's recorded training
+    /// length.
+    pub fn build_for(
         &self,
-        layers: usize,
-        heads: usize,
-        training_length: Option<i64>,
+        model: &dyn ScaledQueries,
+        n0: Option<i64>,
         what: &str,
     ) -> Result<QueryScaling> {
+        let (layers, heads) = model.query_layout();
+        let training_length = n0.or_else(|| model.training_length());
         let mode = match self.mode {
             ScalingKind::Off => ScalingMode::Off,
             ScalingKind::Fixed => match (self.beta, &self.schedule) {

@@ -613,9 +613,9 @@ fn apply_query_scaling(
                 .join(schedule),
         );
     }
-    let (layers, heads) = objective.query_layout();
     let what = format!("the {} drafter in training", config.method.method());
-    objective.set_query_scaling(spec.build(layers, heads, Some(config.n0), &what)?);
+    let scaling = spec.build_for(objective, Some(config.n0), &what)?;
+    objective.set_query_scaling(scaling);
     Ok(())
 }
 

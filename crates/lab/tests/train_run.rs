@@ -4,7 +4,7 @@
 use sharpdraft_draft::PardDrafter;
 use sharpdraft_lab::table::Table;
 use sharpdraft_lab::train;
-use sharpdraft_model::{store::registry, CausalLm};
+use sharpdraft_model::{store::registry, CausalLm, ScaledQueries};
 use tch::{Device, Kind};
 
 const CONFIG: &str = "target: smollm2-135m-instruct

@@ -173,7 +173,7 @@ fn drafter<'t>(method: Method, dir: &Path, target: &'t CausalLm) -> Box<dyn Draf
     };
     drafter_spec::build(&spec, target, Sampling::greedy(), 256)
         .unwrap()
-        .0
+        .drafter
 }
 
 fn mean(values: &[f64]) -> f64 {
@@ -644,11 +644,12 @@ fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
                 }),
                 ..DrafterSpec::new(method, dir.path().to_str().unwrap())
             };
-            let (mut drafter, config) =
+            let (mut built, config) =
                 drafter_spec::prepare(&spec, &target, Sampling::greedy(), prompt.len(), 24)
                     .unwrap();
             let report =
-                speculative_generate(&target.net, drafter.as_mut(), &prompt, &config).unwrap();
+                speculative_generate(&target.net, built.drafter.as_mut(), &prompt, &config)
+                    .unwrap();
             assert_eq!(report.ids, want, "{method:?} {mode:?}");
             let adaptation = report.adaptation.clone().unwrap();
             assert!(adaptation.updates >= 1, "{method:?} {mode:?}: no update");

@@ -18,6 +18,7 @@ pub mod packed_generate;
 pub mod query_scaling;
 pub mod rope;
 pub mod sampling;
+pub mod scaled_queries;
 pub mod store;
 pub mod tokenizer;
 pub mod transformer;
@@ -32,6 +33,7 @@ pub use kv_cache::KvCache;
 pub use mask::{AttentionMask, KeySelection};
 pub use query_scaling::{visible_counts, PassFactors, QueryScaling, ScalingMode};
 pub use sampling::{Sampler, Sampling};
+pub use scaled_queries::ScaledQueries;
 pub use tokenizer::{ChatMessage, TextTokenizer};
 pub use transformer::{
     AttentionObserver, AttentionView, ForwardInput, ForwardOutput, LogitRows, Tap, Transformer,

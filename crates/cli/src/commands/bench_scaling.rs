@@ -102,7 +102,7 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
                 .into_iter()
                 .enumerate()
             {
-                let (mut drafter, mut config) = drafter_spec::prepare(
+                let (mut built, mut config) = drafter_spec::prepare(
                     &draft.spec(name, kind),
                     &target,
                     sampling,
@@ -111,7 +111,7 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
                 )?;
                 // Both runs generate exactly `new_tokens`: no stop token ends one early.
                 config.stop_tokens.clear();
-                let report = speculative_generate(&target.net, drafter.as_mut(), &prompt, &config)?;
+                let report = speculative_generate(&target.net, built.drafter.as_mut(), &prompt, &config)?;
                 per_cycle[slot] =
                     report.drafter_forward_seconds * 1e3 / report.cycles.len().max(1) as f64;
                 outputs.push((report.ids.clone(), report.cycles.len()));

@@ -307,7 +307,7 @@ fn speculative_report(
 ) -> anyhow::Result<GenerateReport> {
     let tokenizer = model.tokenizer()?;
     let spec = args.draft.spec(drafter_name, args.draft.scaling.single()?);
-    let (mut drafter, config) = drafter_spec::prepare(
+    let (mut built, config) = drafter_spec::prepare(
         &spec,
         &model,
         sampling,
@@ -315,7 +315,7 @@ fn speculative_report(
         args.max_new_tokens,
     )?;
     let load_peak_rss_bytes = peak_rss_bytes();
-    let spec = speculative_generate(&model.net, drafter.as_mut(), &prompt_ids, &config)?;
+    let spec = speculative_generate(&model.net, built.drafter.as_mut(), &prompt_ids, &config)?;
     let ar = if args.compare_ar {
         Some(generate(
             &model.net,
@@ -331,7 +331,7 @@ fn speculative_report(
         text: tokenizer.decode(&spec.ids)?,
         tokens_per_s: spec.tokens_per_second(),
         prefill_tokens_per_s: prompt_ids.len() as f64 / spec.prefill_seconds.max(1e-9),
-        method: Some(drafter.method().name()),
+        method: Some(built.drafter.method().name()),
         scaling: Some(args.draft.scaling.single()?.name()),
         tau: Some(spec.tau()),
         engine_overhead: Some(spec.engine_overhead()),

@@ -9,9 +9,13 @@ use sharpdraft_draft::{
     DFlashDrafter, Drafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
 };
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{CausalLm, Sampler, Sampling};
+use sharpdraft_model::{CausalLm, Sampler, Sampling, ScaledQueries};
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind};
+
+/// A concrete drafter as its set-up sees it: it drafts, and its queries can be scaled.
+pub trait ScaledDrafter: Drafter + ScaledQueries {}
+impl<T: Drafter + ScaledQueries> ScaledDrafter for T {}
 
 /// The tiny model `family` (llama, qwen2, qwen3) of crates/model/tests/fixtures: in the workspace this
 /// test was built in, or under `$SHARPDRAFT_SOURCE_ROOT` for a test binary carried to another machine

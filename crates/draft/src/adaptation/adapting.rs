@@ -6,7 +6,7 @@ use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::{AdaptationReport, DrafterStats};
 use crate::proposal::Proposal;
 use crate::training::Objective;
-use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Tap};
+use sharpdraft_model::{KeySelection, Sampler, Tap};
 use std::collections::HashMap;
 use std::time::Instant;
 use tch::{Device, Tensor};
@@ -292,19 +292,6 @@ impl Drafter for AdaptingDrafter<'_> {
         Ok(())
     }
 
-    fn query_layout(&self) -> (usize, usize) {
-        self.inner.query_layout()
-    }
-
-    fn training_length(&self) -> Option<i64> {
-        self.inner.training_length()
-    }
-
-    /// The drafter drafts, and its objective trains, with the same scaling.
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.objective.set_query_scaling(scaling.clone());
-        self.inner.set_query_scaling(scaling);
-    }
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
         self.inner.set_key_selection(selection)

@@ -12,7 +12,7 @@ use sharpdraft_model::transformer::attend;
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
 use sharpdraft_model::{
     visible_counts, AttentionObserver, AttentionView, KeySelection, KvCache, QueryScaling, Sampler,
-    Tap, Transformer,
+    ScaledQueries, Tap, Transformer,
 };
 use std::path::Path;
 use tch::{nn, Device, Kind, Tensor};
@@ -425,18 +425,6 @@ impl Drafter for DFlashDrafter {
         Ok(())
     }
 
-    fn query_layout(&self) -> (usize, usize) {
-        (self.layers.len(), self.heads as usize)
-    }
-
-    fn training_length(&self) -> Option<i64> {
-        Some(DFlashDrafter::training_length(self))
-    }
-
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.query_scaling = scaling;
-    }
-
     fn stats(&self) -> DrafterStats {
         DrafterStats::of(self.cache.bytes_allocated(), self.forward_seconds, &self.variables())
     }
@@ -473,5 +461,19 @@ impl Drafter for DFlashDrafter {
 
     fn variables(&self) -> Vec<(String, Tensor)> {
         self.vars.variables().into_iter().collect()
+    }
+}
+
+impl ScaledQueries for DFlashDrafter {
+    fn query_layout(&self) -> (usize, usize) {
+        (self.layers.len(), self.heads as usize)
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        Some(DFlashDrafter::training_length(self))
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.query_scaling = scaling;
     }
 }

@@ -7,7 +7,7 @@ use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use sharpdraft_model::{
     AttentionMask, AttentionObserver, KeySelection, KvCache, QueryScaling, Sampler, Sampling, Tap,
-    Transformer,
+    ScaledQueries, Transformer,
 };
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
@@ -95,10 +95,7 @@ impl Eagle3Drafter {
 
     /// Training length n0 recorded in the checkpoint, else `max_position_embeddings`.
     pub fn training_length(&self) -> i64 {
-        self.head
-            .config
-            .training_length
-            .unwrap_or(self.head.config.max_position_embeddings)
+        self.head.training_length()
     }
 }
 
@@ -286,18 +283,6 @@ impl Drafter for Eagle3Drafter {
         Ok(())
     }
 
-    fn query_layout(&self) -> (usize, usize) {
-        (1, self.head.heads as usize)
-    }
-
-    fn training_length(&self) -> Option<i64> {
-        Some(Eagle3Drafter::training_length(self))
-    }
-
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.head.query_scaling = scaling;
-    }
-
     fn stats(&self) -> DrafterStats {
         DrafterStats::of(self.cache.bytes_allocated(), self.forward_seconds.get(), &self.variables())
     }
@@ -370,4 +355,18 @@ fn top_k_children(
         }
     }
     Ok(children)
+}
+
+impl ScaledQueries for Eagle3Drafter {
+    fn query_layout(&self) -> (usize, usize) {
+        (1, self.head.heads as usize)
+    }
+
+    fn training_length(&self) -> Option<i64> {
+        Some(Eagle3Drafter::training_length(self))
+    }
+
+    fn set_query_scaling(&mut self, scaling: QueryScaling) {
+        self.head.query_scaling = scaling;
+    }
 }

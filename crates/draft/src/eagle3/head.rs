@@ -261,6 +261,13 @@ impl Eagle3Head {
         self.heads as usize
     }
 
+    /// Training length n0 recorded in the checkpoint, else `max_position_embeddings`.
+    pub fn training_length(&self) -> i64 {
+        self.config
+            .training_length
+            .unwrap_or(self.config.max_position_embeddings)
+    }
+
     pub fn set_query_scaling(&mut self, scaling: QueryScaling) {
         self.query_scaling = scaling;
     }
