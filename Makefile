@@ -1,7 +1,7 @@
 # SharpDraft: the two entry points of the README, and the set-up they share.
 #   make run    the main job: experiments/quickstart.yaml into runs/quickstart (trains and calibrates its
 #               drafter first when missing; resumes an unfinished run; prints the report's headline)
-#   make test   the whole test suite (what CI runs)
+#   make test   the whole test suite (what CI runs), the NEON kernel's under an emulator included
 # Each target installs what it needs first; the installs are cached and idempotent.
 
 TORCH_VERSION     := 2.11.0
@@ -21,7 +21,7 @@ CARGO             ?= cargo
 
 DEFAULT_MODEL     := smollm2-135m-instruct
 
-.PHONY: run test deps models fetch-qwen bench clean-deps
+.PHONY: run test test-neon deps models fetch-qwen bench clean-deps
 
 # The debug profile (optimised dependencies) is the one `make test` builds, so the two share one build.
 run: deps
@@ -33,6 +33,29 @@ test: deps
 	$(CARGO) test --workspace --no-run
 	$${CARGO_TARGET_DIR:-target}/debug/sharpdraft fetch $(DEFAULT_MODEL)
 	SHARPDRAFT_REQUIRE_NVRTC=1 $(CARGO) test --workspace
+	$(MAKE) --no-print-directory test-neon
+
+# The few-row kernel's NEON form, built for 64-bit ARM and run under qemu's user-mode emulator: the
+# kernel crate has no libtorch, so it cross-builds on its own. Installs rustup's aarch64 target, the
+# cross linker and qemu when it can (apt-get, as root); where it cannot, it says what it skipped.
+AARCH64 := aarch64-unknown-linux-gnu
+test-neon:
+	@rustup target list --installed 2>/dev/null | grep -qx $(AARCH64) || rustup target add $(AARCH64) >/dev/null 2>&1 || true
+	@if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing gcc-aarch64-linux-gnu and qemu-user from Debian (for the NEON kernel tests)"; \
+			export DEBIAN_FRONTEND=noninteractive; \
+			apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user >/dev/null 2>&1 || \
+				{ apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user >/dev/null 2>&1; } || true; \
+		fi; \
+	fi
+	@if rustup target list --installed 2>/dev/null | grep -qx $(AARCH64) && command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; then \
+		CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+		CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+		$(CARGO) test -p sharpdraft-kernel --target $(AARCH64); \
+	else \
+		echo "skipped: the NEON kernel tests need rustup's $(AARCH64) target, aarch64-linux-gnu-gcc and qemu-aarch64 (apt-get install gcc-aarch64-linux-gnu qemu-user)"; \
+	fi
 
 bench: deps models
 	$(CARGO) bench -p sharpdraft-math

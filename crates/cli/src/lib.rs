@@ -61,7 +61,7 @@ pub enum Command {
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     // A SHARPDRAFT_KERNEL this CPU cannot run stops every command here, before any work.
-    sharpdraft_model::cpu::kernel_form::check_requested()?;
+    sharpdraft_kernel::form::check_requested()?;
     sharpdraft_model::store::output_folder::set_allow_unfinished(cli.allow_unfinished);
     match cli.command {
         Command::Derive(args) => commands::derive::run(&args),

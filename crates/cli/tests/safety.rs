@@ -716,7 +716,7 @@ fn a_kernel_form_the_cpu_cannot_run_stops_a_command_and_the_one_that_ran_is_repo
         assert_success(&out);
         serde_json::from_slice(&out.stdout).unwrap()
     };
-    for form in sharpdraft_model::cpu::kernel_form::KernelForm::ALL.into_iter().filter(|f| f.available()) {
+    for form in sharpdraft_kernel::KernelForm::ALL.into_iter().filter(|f| f.available()) {
         // SmolLM2's passes are below the kernel's weight floor: libtorch ran them, whatever the form.
         let generated = run(
             form.name(),

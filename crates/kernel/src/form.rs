@@ -1,12 +1,20 @@
-//! Which form of the few-row products (`few_rows.rs`) this process runs: the widest this CPU has, or
-//! the one `SHARPDRAFT_KERNEL` names (`avx512`, `avx2`, `neon` or `libtorch`). Every command checks
-//! the variable when it starts ([`check_requested`]): a form the CPU cannot run is an error naming
-//! the variable, not a fallback that would change what a benchmark measures. (A library caller that
-//! skips the check gets libtorch's products, and the reports' `kernel` fields say so.)
+//! Which form of the few-row products ([`crate::products`]) this process runs: the widest this CPU
+//! has, or the one `SHARPDRAFT_KERNEL` names (`avx512`, `avx2`, `neon` or `libtorch`). Every command
+//! checks the variable when it starts ([`check_requested`]): a form the CPU cannot run is an error
+//! naming the variable, not a fallback that would change what a benchmark measures. (A library caller
+//! that skips the check gets libtorch's products, and the reports' `kernel` fields say so.)
 
-use crate::error::{ModelError, Result};
 use std::cell::Cell;
 use std::sync::OnceLock;
+
+/// A form this CPU cannot run, or a value that names none; says which forms it runs.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{VARIABLE}: {reason}")]
+pub struct FormError {
+    pub reason: String,
+}
+
+pub type Result<T> = std::result::Result<T, FormError>;
 
 /// The variable that forces a form.
 pub const VARIABLE: &str = "SHARPDRAFT_KERNEL";
@@ -17,38 +25,41 @@ pub enum KernelForm {
     Avx512,
     /// AVX2 with FMA: 8 f32 lanes, 16 registers (most laptops, AMD Zen 2 and 3).
     Avx2,
+    /// ARM's Advanced SIMD: 4 f32 lanes, 32 registers (Apple silicon, Graviton, Ampere).
+    Neon,
     /// No kernel: every product through libtorch.
     Libtorch,
 }
 
 impl KernelForm {
-    pub const ALL: [KernelForm; 3] = [Self::Avx512, Self::Avx2, Self::Libtorch];
+    /// Widest first.
+    pub const ALL: [KernelForm; 4] = [Self::Avx512, Self::Avx2, Self::Neon, Self::Libtorch];
 
     /// The name `SHARPDRAFT_KERNEL`, `bench rows` and `generate --json` use.
     pub fn name(self) -> &'static str {
         match self {
             Self::Avx512 => "avx512",
             Self::Avx2 => "avx2",
+            Self::Neon => "neon",
             Self::Libtorch => "libtorch",
         }
     }
 
     /// Whether this CPU runs the form.
     pub fn available(self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            match self {
-                Self::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
-                Self::Avx2 => {
-                    std::arch::is_x86_feature_detected!("avx2")
-                        && std::arch::is_x86_feature_detected!("fma")
-                }
-                Self::Libtorch => true,
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
             }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            self == Self::Libtorch
+            #[cfg(target_arch = "aarch64")]
+            Self::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            Self::Libtorch => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
         }
     }
 
@@ -68,15 +79,9 @@ pub fn parse(value: &str) -> Result<KernelForm> {
         .filter(|f| f.available())
         .map(|f| f.name())
         .collect();
-    let refuse = |reason: String| ModelError::Config {
-        field: VARIABLE.into(),
+    let refuse = |reason: String| FormError {
         reason: format!("{reason}; this CPU runs {}", names.join(", ")),
     };
-    if value == "neon" {
-        return Err(refuse(
-            "neon: the NEON form is not written yet (ARM CPUs take libtorch's products)".into(),
-        ));
-    }
     let form = KernelForm::ALL
         .into_iter()
         .find(|f| f.name() == value)
@@ -119,8 +124,7 @@ pub fn current() -> KernelForm {
 /// when the CPU cannot run it.
 pub fn with_form<T>(form: KernelForm, pass: impl FnOnce() -> T) -> Result<T> {
     if !form.available() {
-        return Err(ModelError::Config {
-            field: VARIABLE.into(),
+        return Err(FormError {
             reason: format!("{}: this CPU does not have it", form.name()),
         });
     }

@@ -1,11 +1,11 @@
-//! Threads that wait, spinning, for the few-row kernel's parts (few_rows.rs).
+//! Threads that wait, spinning, for the parts of a product ([`crate::products`]).
 //!
 //! A product of a few rows is 15 us to 2 ms of work. Handing part of it to a thread that sleeps costs
 //! more than the smaller ones on these machines: starting a thread for each part (`std::thread::scope`) took about
 //! 50 us, and waking a rayon worker 70-90 us (a 1.6 MB bf16 product: 28 us on one thread, 97-122 us
 //! split over two). So while a pass runs, each worker spins on its own slot, and only parks once it has
 //! had nothing to do for [`SPIN`]. The pass's own thread takes the first part; libtorch runs single
-//! threaded meanwhile (few_rows.rs), so a spinning worker takes no core that libtorch would use.
+//! threaded meanwhile (sharpdraft-model's `cpu/few_rows.rs`), so a spinning worker takes no core that libtorch would use.
 //!
 //! One caller at a time: the workers sit behind a lock that [`run`] only tries. While another thread
 //! holds it (or a part calls [`run`] again), `run` returns `None` and the caller does all the parts

@@ -1,7 +1,7 @@
 //! The few-row kernel's spinning workers run every part exactly once, report a part that panics, wake
 //! from parking, and step aside (the caller does the work) while another thread holds them.
 
-use sharpdraft_model::cpu::kernel_workers::{self, Part};
+use sharpdraft_kernel::workers::{self, Part};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -38,7 +38,7 @@ fn counting_parts(counts: &Arc<Vec<AtomicUsize>>) -> Vec<Part> {
 /// Runs `parts`, retrying while a test on another thread holds the workers.
 fn run_when_free(make: impl Fn() -> Vec<Part>) -> bool {
     loop {
-        if let Some(complete) = kernel_workers::run(make()) {
+        if let Some(complete) = workers::run(make()) {
             return complete;
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -127,7 +127,7 @@ fn a_second_caller_gets_none_while_the_workers_are_held() {
             let ran = Arc::clone(&ran);
             Box::new(move || ran.store(true, Ordering::SeqCst)) as Part
         };
-        assert_eq!(kernel_workers::run(vec![part]), None);
+        assert_eq!(workers::run(vec![part]), None);
         assert!(!ran.load(Ordering::SeqCst), "a refused call runs nothing");
         tried.store(true, Ordering::SeqCst);
         assert!(holder.join().unwrap());

@@ -1,16 +1,16 @@
 //! The few-row kernel (verification passes of a few rows on a CPU: f32 `ROWS`, bf16 `BF16_ROWS`)
-//! computes what libtorch computes, in every form this CPU runs (AVX-512, and AVX2 forced on the same
-//! CPU), and `SHARPDRAFT_KERNEL` names the form or is refused.
+//! computes what libtorch computes, in every form this CPU runs (AVX-512 and AVX2 forced on the same
+//! x86 CPU; NEON on ARM), and `SHARPDRAFT_KERNEL` names the form or is refused.
 mod common;
 
 use common::{load, max_abs_diff};
-use sharpdraft_model::cpu::kernel_form::{self, KernelForm};
+use sharpdraft_kernel::form::{self as kernel_form, KernelForm};
 use sharpdraft_model::{cpu::few_rows, ForwardInput, LogitRows};
 use tch::{Device, Kind, Tensor};
 
 /// Runs `check` once in each kernel form this CPU runs; says which it cannot.
 fn in_every_form(check: fn()) {
-    for form in [KernelForm::Avx512, KernelForm::Avx2] {
+    for form in KernelForm::ALL.into_iter().filter(|f| *f != KernelForm::Libtorch) {
         match kernel_form::with_form(form, check) {
             Ok(()) => {}
             Err(_) => eprintln!("skipped: this CPU has no {}", form.name()),
@@ -154,7 +154,7 @@ fn a_verification_pass_with_the_kernel_gives_libtorchs_logits_and_leaves_its_thr
     };
     // The fixture is tiny (it keeps libtorch's products by itself): the kernel is forced for the pass.
     let libtorch = few_rows::without_kernel(pass);
-    for form in [KernelForm::Avx512, KernelForm::Avx2] {
+    for form in KernelForm::ALL.into_iter().filter(|f| *f != KernelForm::Libtorch) {
         let Ok(with_kernel) = kernel_form::with_form(form, || few_rows::with_kernel(pass)) else {
             eprintln!("skipped: this CPU has no {}", form.name());
             continue;
@@ -177,9 +177,11 @@ fn the_libtorch_form_declines_every_product_and_unknown_or_missing_forms_are_ref
     let declined = kernel_form::with_form(KernelForm::Libtorch, || few_rows::linear(&x, &weight, 2));
     assert!(declined.unwrap().is_none(), "libtorch keeps every product");
     assert_eq!(kernel_form::parse("libtorch").unwrap(), KernelForm::Libtorch);
+    // A form of another architecture: this CPU does not have it.
+    let foreign = if cfg!(target_arch = "aarch64") { "avx2" } else { "neon" };
     for (value, words) in [
         ("sse", "not a kernel form"),
-        ("neon", "not written yet"),
+        (foreign, "does not have it"),
         ("AVX2", "not a kernel form"),
     ] {
         let error = kernel_form::parse(value).unwrap_err().to_string();

@@ -2,7 +2,7 @@
 //! carries (1 is a decode step, K + 1 a verification of K drafts), after a prompt of `--context`
 //! tokens, next to the memory bound (every weight read once) and the compute bound (2 flops per weight
 //! read, per row, at the machine's measured matmul rate), as the workbench runs it (the few-row kernel
-//! for `few_rows::ROWS` rows, see crates/model/src/cpu/few_rows.rs) and with libtorch's matrix products
+//! for `few_rows::ROWS` rows: crates/model/src/cpu/few_rows.rs and crates/kernel) and with libtorch's matrix products
 //! alone. The LM head (random weights of its shape) is timed alone too: through `linear`, against
 //! weights kept transposed, and through the kernel.
 

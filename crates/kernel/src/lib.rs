@@ -1,0 +1,25 @@
+//! The CPU's own products for passes of a few rows (a verification of a few drafts, a drafting step):
+//! on a CPU a pass is bound by reading the weights, and libtorch's f32 GEMM packs the whole weight
+//! matrix from 4 rows on, which doubles the bytes a pass moves. Here each weight is read once and
+//! multiplied into every row while it is in a register.
+//!
+//! - [`products`]: the product over raw operands ([`products::multiply`], one part of the columns)
+//!   or slices ([`products::product`]), the sweeps over the weights and the register blocking.
+//! - `streams`: the kernel's one body, generic over an instruction set's lanes (`lanes`: AVX-512,
+//!   AVX2 + FMA, NEON); `bf16_pairs`: AVX512-BF16's pair products.
+//! - [`form`]: which form this CPU runs, or `SHARPDRAFT_KERNEL` forces.
+//! - [`workers`]: threads that wait, spinning, for the parts of a product.
+//!
+//! No libtorch: `sharpdraft-model` applies it to tensors (`cpu/few_rows.rs`), and this crate builds
+//! and tests for every target on its own (the NEON form under an emulator on x86 machines).
+
+#[cfg(target_arch = "x86_64")]
+mod bf16_pairs;
+pub mod form;
+mod lanes;
+pub mod products;
+mod streams;
+pub mod workers;
+
+pub use form::{FormError, KernelForm};
+pub use products::{product, ProductError, Rows, Shape, Weights};
