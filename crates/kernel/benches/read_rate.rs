@@ -1,15 +1,16 @@
-//! Where the bf16 read rate goes: the rate at which one thread's products consume weight bytes, f32
-//! against bf16 (widened as read, and AVX512-BF16 pair products where the CPU has them), from weights
-//! that sit in the core's L2 cache and from weights far larger than every cache, in every form this
-//! CPU runs, interleaved over rounds. If bf16 is as slow from L2 as from memory while f32 from L2 is
-//! far faster, the bf16 products are bound by their arithmetic, not by the reads.
+//! Where the bf16 read rate goes: the rate at which the products consume weight bytes, f32 against
+//! bf16 (widened as read, and AVX512-BF16 pair products where the CPU has them), from weights that sit
+//! in the core's L2 cache (one thread) and from weights far larger than every cache (one thread, and
+//! split by columns over two as a pass splits them), in every form this CPU runs, interleaved over
+//! rounds. If bf16 were as slow from L2 as from memory while f32 from L2 is far faster, the bf16
+//! products would be bound by their arithmetic, not by the reads.
 //!
 //! ```sh
 //! cargo bench -p sharpdraft-kernel --bench read_rate -- [ROUNDS]
 //! ```
 
-use sharpdraft_kernel::products::pair_products_available;
-use sharpdraft_kernel::{product, KernelForm, Rows, Shape, Weights};
+use sharpdraft_kernel::products::{multiply, pair_products_available, Operands};
+use sharpdraft_kernel::{product, workers, KernelForm, Rows, Shape, Weights};
 use std::time::Instant;
 
 const INPUTS: usize = 1536;
@@ -38,8 +39,61 @@ impl Element {
     }
 }
 
-/// GB/s of weights one product over `outputs` rows of weights reads, the median of `repeats`.
-fn rate(form: KernelForm, element: Element, rows: usize, outputs: usize, repeats: usize) -> f64 {
+/// `out = x W^T` with its columns split over `threads` threads (the spinning workers, as a pass).
+fn split_product(
+    threads: usize,
+    form: KernelForm,
+    x: Rows<'_>,
+    w: Weights<'_>,
+    shape: Shape,
+    out: &mut [f32],
+) {
+    if threads == 1 {
+        return product(form, x, w, shape, out).unwrap();
+    }
+    let (x, x_bf16, pairs) = match x {
+        Rows::F32(r) => (r.as_ptr(), std::ptr::null(), false),
+        Rows::Bf16Pairs(r) => (std::ptr::null(), r.as_ptr(), true),
+    };
+    let (weight, bf16) = match w {
+        Weights::F32(w) => (w.as_ptr() as *const u8, false),
+        Weights::Bf16(w) => (w.as_ptr() as *const u8, true),
+    };
+    let operands = Operands {
+        form,
+        x,
+        x_bf16,
+        weight,
+        bf16,
+        pairs,
+        out: out.as_mut_ptr(),
+    };
+    let per = shape.outputs.div_ceil(threads);
+    let parts = (0..threads)
+        .map(|t| {
+            let columns = (t * per).min(shape.outputs)..((t + 1) * per).min(shape.outputs);
+            // SAFETY: the slices hold `shape` and outlive `run`, which waits for every part; each part
+            // writes its own columns.
+            Box::new(move || unsafe { multiply(operands, shape, columns) }) as workers::Part
+        })
+        .collect();
+    assert_eq!(
+        workers::run(parts),
+        Some(true),
+        "the workers are free and no part panics"
+    );
+}
+
+/// GB/s of weights one product over `outputs` rows of weights reads on `threads` threads, the median
+/// of `repeats`.
+fn rate(
+    form: KernelForm,
+    element: Element,
+    rows: usize,
+    outputs: usize,
+    threads: usize,
+    repeats: usize,
+) -> f64 {
     let shape = Shape {
         rows,
         inputs: INPUTS,
@@ -70,7 +124,7 @@ fn rate(form: KernelForm, element: Element, rows: usize, outputs: usize, repeats
                 Element::Bf16Pairs => (Rows::Bf16Pairs(&x_bf16), Weights::Bf16(&w16)),
             };
             let started = Instant::now();
-            product(form, rows_in, weights, shape, &mut out).unwrap();
+            split_product(threads, form, rows_in, weights, shape, &mut out);
             started.elapsed().as_secs_f64()
         })
         .skip(1) // the first brings the weights into cache (or not)
@@ -92,8 +146,13 @@ fn main() {
     if pair_products_available() {
         elements.push(Element::Bf16Pairs);
     }
-    // 256 KB of weights stay in L2; 1 GB of f32 (0.5 GB of bf16) in no cache.
-    let sizes = [("L2", 256 << 10), ("memory", 1 << 30)];
+    // 256 KB of weights stay in L2 (one thread); 1 GB of f32 (0.5 GB of bf16) in no cache (one
+    // thread, then two).
+    let sizes = [
+        ("L2", 256 << 10, 1),
+        ("memory", 1 << 30, 1),
+        ("memory", 1 << 30, 2),
+    ];
     let mut cases = Vec::new();
     for &form in &forms {
         for &element in &elements {
@@ -101,8 +160,8 @@ fn main() {
                 continue;
             }
             for rows in [1, 4] {
-                for (place, bytes) in sizes {
-                    cases.push((form, element, rows, place, bytes / (INPUTS * 4)));
+                for (place, bytes, threads) in sizes {
+                    cases.push((form, element, rows, place, bytes / (INPUTS * 4), threads));
                 }
             }
         }
@@ -116,15 +175,15 @@ fn main() {
             (0..cases.len()).rev().collect()
         };
         for c in order {
-            let (form, element, rows, place, outputs) = cases[c];
+            let (form, element, rows, place, outputs, threads) = cases[c];
             let repeats = if place == "L2" { 200 } else { 3 };
-            rates[c].push(rate(form, element, rows, outputs, repeats));
+            rates[c].push(rate(form, element, rows, outputs, threads, repeats));
         }
     }
-    println!("one thread, {INPUTS} inputs a weight row, {rounds} interleaved rounds; GB/s of weights read: median [min, max]");
-    println!("| form | weights | rows | from L2 (256 KB) | from memory (1 GB f32, 0.5 GB bf16) |");
-    println!("|---|---|---|---|---|");
-    for (c, &(form, element, rows, place, _)) in cases.iter().enumerate() {
+    println!("{INPUTS} inputs a weight row, {rounds} interleaved rounds; GB/s of weights read: median [min, max]");
+    println!("| form | weights | rows | from L2 (256 KB), 1 thread | from memory (1 GB f32, 0.5 GB bf16), 1 thread | the same, 2 threads |");
+    println!("|---|---|---|---|---|---|");
+    for (c, &(form, element, rows, place, _, _)) in cases.iter().enumerate() {
         if place != "L2" {
             continue;
         }
@@ -134,11 +193,12 @@ fn main() {
             format!("{:.1} [{:.1}, {:.1}]", r[r.len() / 2], r[0], r[r.len() - 1])
         };
         println!(
-            "| {} | {} | {rows} | {} | {} |",
+            "| {} | {} | {rows} | {} | {} | {} |",
             form.name(),
             element.name(),
             cell(&rates[c]),
-            cell(&rates[c + 1])
+            cell(&rates[c + 1]),
+            cell(&rates[c + 2])
         );
     }
 }
