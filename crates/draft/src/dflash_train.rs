@@ -199,19 +199,7 @@ pub fn block_visibility(
     Tensor::from_slice(&visible).view([rows, keys])
 }
 
-impl ScaledQueries for DFlashObjective<'_> {
-    fn query_layout(&self) -> (usize, usize) {
-        self.drafter.query_layout()
-    }
-
-    fn training_length(&self) -> Option<i64> {
-        ScaledQueries::training_length(&self.drafter)
-    }
-
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.drafter.set_query_scaling(scaling);
-    }
-}
+sharpdraft_model::scaled_through!(DFlashObjective<'_>, drafter);
 
 impl Objective for DFlashObjective<'_> {
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {

@@ -204,20 +204,7 @@ impl PardObjective {
     }
 }
 
-impl ScaledQueries for PardObjective {
-    fn query_layout(&self) -> (usize, usize) {
-        self.drafter.query_layout()
-    }
-
-    fn training_length(&self) -> Option<i64> {
-        ScaledQueries::training_length(&self.drafter)
-    }
-
-    /// The drafter is a causal LM: its forward passes scale every row by its mask row-sum.
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.drafter.set_query_scaling(scaling);
-    }
-}
+sharpdraft_model::scaled_through!(PardObjective, drafter);
 
 impl Objective for PardObjective {
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {

@@ -187,17 +187,4 @@ impl Drafter for VanillaDrafter {
     }
 }
 
-/// Scaled as the small LM it drafts with.
-impl ScaledQueries for VanillaDrafter {
-    fn query_layout(&self) -> (usize, usize) {
-        self.model.query_layout()
-    }
-
-    fn training_length(&self) -> Option<i64> {
-        ScaledQueries::training_length(&self.model)
-    }
-
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.model.set_query_scaling(scaling);
-    }
-}
+sharpdraft_model::scaled_through!(VanillaDrafter, model);

@@ -22,19 +22,7 @@ impl NextTokenObjective {
     }
 }
 
-impl ScaledQueries for NextTokenObjective {
-    fn query_layout(&self) -> (usize, usize) {
-        self.drafter.query_layout()
-    }
-
-    fn training_length(&self) -> Option<i64> {
-        ScaledQueries::training_length(&self.drafter)
-    }
-
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.drafter.set_query_scaling(scaling);
-    }
-}
+sharpdraft_model::scaled_through!(NextTokenObjective, drafter);
 
 impl Objective for NextTokenObjective {
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {

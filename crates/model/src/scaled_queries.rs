@@ -33,17 +33,26 @@ impl ScaledQueries for Transformer {
     }
 }
 
-/// A causal LM (the target probed, a vanilla or PARD drafter) is scaled through its transformer.
-impl ScaledQueries for CausalLm {
-    fn query_layout(&self) -> (usize, usize) {
-        self.net.query_layout()
-    }
+/// [`ScaledQueries`] for a type scaled through one of its fields: `scaled_through!(Type, field)` (a
+/// vanilla drafter through its small LM, an objective through the drafter it trains).
+#[macro_export]
+macro_rules! scaled_through {
+    ($type:ty, $field:ident) => {
+        impl $crate::ScaledQueries for $type {
+            fn query_layout(&self) -> (usize, usize) {
+                $crate::ScaledQueries::query_layout(&self.$field)
+            }
 
-    fn training_length(&self) -> Option<i64> {
-        ScaledQueries::training_length(&self.net)
-    }
+            fn training_length(&self) -> Option<i64> {
+                $crate::ScaledQueries::training_length(&self.$field)
+            }
 
-    fn set_query_scaling(&mut self, scaling: QueryScaling) {
-        self.net.set_query_scaling(scaling);
-    }
+            fn set_query_scaling(&mut self, scaling: $crate::QueryScaling) {
+                $crate::ScaledQueries::set_query_scaling(&mut self.$field, scaling)
+            }
+        }
+    };
 }
+
+// A causal LM (the target probed, a vanilla or PARD drafter) is scaled through its transformer.
+scaled_through!(CausalLm, net);
