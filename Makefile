@@ -52,7 +52,7 @@ test-neon:
 	@if rustup target list --installed 2>/dev/null | grep -qx $(AARCH64) && command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; then \
 		CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
 		CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
-		$(CARGO) test -p sharpdraft-kernel --target $(AARCH64); \
+		$(CARGO) test -p sharpdraft-kernel --target $(AARCH64) --tests; \
 	else \
 		echo "skipped: the NEON kernel tests need rustup's $(AARCH64) target, aarch64-linux-gnu-gcc and qemu-aarch64 (apt-get install gcc-aarch64-linux-gnu qemu-user)"; \
 	fi

@@ -21,7 +21,8 @@ case "$name" in
 esac
 
 marker='<!-- written by scripts/record.sh -->'
-folder=experiments/results/$name
+# SHARPDRAFT_RECORD_RESULTS moves the results folder (the script's own tests write into a scratch one).
+folder=${SHARPDRAFT_RECORD_RESULTS:-experiments/results}/$name
 report=$folder/report.md
 if [ -e "$report" ] && ! head -n 1 "$report" | grep -qxF "$marker"; then
   echo "record: $report was not written by this script; move it away first (nothing changed)" >&2

@@ -130,3 +130,52 @@ fn figures_are_read_as_a_reader_reads_them() {
     );
     assert_eq!(cited_reports("see [x](experiments/results/quickstart/report.md)"), ["quickstart"]);
 }
+
+/// Runs `scripts/record.sh NAME -- COMMAND...` with its results folder at `results`.
+fn record(results: &std::path::Path, name: &str, command: &[&str]) -> std::process::Output {
+    std::process::Command::new("bash")
+        .arg(project().join("scripts/record.sh"))
+        .arg(name)
+        .arg("--")
+        .args(command)
+        .env("SHARPDRAFT_RECORD_RESULTS", results)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_recorded_benchmark_keeps_its_command_revision_machine_and_output_and_replaces_only_its_own_report() {
+    let results = tempfile::tempdir().unwrap();
+    let first = record(results.path(), "echo-check", &["echo", "tau 1.23, 2.5x"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let path = results.path().join("echo-check/report.md");
+    let report = std::fs::read_to_string(&path).unwrap();
+    assert!(report.starts_with("<!-- written by scripts/record.sh -->"), "{report}");
+    for part in ["- command: `echo tau 1.23, 2.5x`", "- revision: ", "- machine: ", "\ntau 1.23, 2.5x\n"] {
+        assert!(report.contains(part), "{part:?} missing from:\n{report}");
+    }
+    let second = record(results.path(), "echo-check", &["echo", "second run"]);
+    assert!(second.status.success());
+    let report = std::fs::read_to_string(&path).unwrap();
+    assert!(report.contains("second run") && !report.contains("tau 1.23"), "{report}");
+    let names: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["report.md"], "no temporary file is left beside the report");
+}
+
+#[test]
+fn recording_never_replaces_a_report_it_did_not_write_and_a_failed_command_leaves_nothing() {
+    let results = tempfile::tempdir().unwrap();
+    let mine = results.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("report.md"), "# my notes\n").unwrap();
+    let refused = record(results.path(), "mine", &["echo", "x"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("was not written by this script"));
+    assert_eq!(std::fs::read_to_string(mine.join("report.md")).unwrap(), "# my notes\n");
+    let failed = record(results.path(), "failed", &["false"]);
+    assert!(!failed.status.success());
+    assert!(!results.path().join("failed").exists(), "a failed command leaves no folder");
+    let escaping = record(results.path(), "../escape", &["echo", "x"]);
+    assert_eq!(escaping.status.code(), Some(2), "a name that leaves the results folder is refused");
+    assert!(!results.path().parent().unwrap().join("escape").exists());
+}
