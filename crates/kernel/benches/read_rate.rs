@@ -9,7 +9,7 @@
 //! cargo bench -p sharpdraft-kernel --bench read_rate -- [ROUNDS]
 //! ```
 
-use sharpdraft_kernel::products::{multiply, pair_products_available, Operands};
+use sharpdraft_kernel::products::{checked_operands, multiply, pair_products_available};
 use sharpdraft_kernel::{product, workers, KernelForm, Rows, Shape, Weights};
 use std::time::Instant;
 
@@ -51,23 +51,7 @@ fn split_product(
     if threads == 1 {
         return product(form, x, w, shape, out).unwrap();
     }
-    let (x, x_bf16, pairs) = match x {
-        Rows::F32(r) => (r.as_ptr(), std::ptr::null(), false),
-        Rows::Bf16Pairs(r) => (std::ptr::null(), r.as_ptr(), true),
-    };
-    let (weight, bf16) = match w {
-        Weights::F32(w) => (w.as_ptr() as *const u8, false),
-        Weights::Bf16(w) => (w.as_ptr() as *const u8, true),
-    };
-    let operands = Operands {
-        form,
-        x,
-        x_bf16,
-        weight,
-        bf16,
-        pairs,
-        out: out.as_mut_ptr(),
-    };
+    let operands = checked_operands(form, x, w, shape, out).unwrap();
     let per = shape.outputs.div_ceil(threads);
     let parts = (0..threads)
         .map(|t| {

@@ -234,6 +234,22 @@ pub fn product(
     shape: Shape,
     out: &mut [f32],
 ) -> Result<(), ProductError> {
+    let operands = checked_operands(form, x, weight, shape, out)?;
+    // SAFETY: the slices hold `shape` (checked) and outlive the call; this thread writes every column.
+    unsafe { multiply(operands, shape, 0..shape.outputs) };
+    Ok(())
+}
+
+/// The operands of `out = x W^T` over slices, checked: a form this CPU runs, slices that hold
+/// `shape`, bf16 rows only for AVX512-BF16's pair products. [`multiply`] may then take any columns
+/// while the slices live (a caller that splits the columns over threads, as a pass does).
+pub fn checked_operands(
+    form: KernelForm,
+    x: Rows<'_>,
+    weight: Weights<'_>,
+    shape: Shape,
+    out: &mut [f32],
+) -> Result<Operands, ProductError> {
     if form == KernelForm::Libtorch || !form.available() {
         return Err(FormError {
             reason: format!("{}: this CPU has no products of that form", form.name()),
@@ -262,7 +278,7 @@ pub fn product(
     if pairs && !(bf16 && form == KernelForm::Avx512 && pair_products_available()) {
         return refuse("bf16 rows need bf16 weights and AVX512-BF16's pair products".into());
     }
-    let operands = Operands {
+    Ok(Operands {
         form,
         x,
         x_bf16,
@@ -270,9 +286,5 @@ pub fn product(
         bf16,
         pairs,
         out: out.as_mut_ptr(),
-    };
-    // SAFETY: the slices hold `shape` (checked above) and outlive the call; this thread writes every
-    // column.
-    unsafe { multiply(operands, shape, 0..shape.outputs) };
-    Ok(())
+    })
 }
