@@ -4,7 +4,8 @@ mod common;
 
 use common::*;
 use sharpdraft_draft::adaptation::{
-    AdaptConfig, AdaptMode, AdaptingDrafter, LearnFrom, LoraForm, OnlineObjective, UpdateUnit,
+    Adaptable, AdaptConfig, AdaptMode, AdaptingDrafter, LearnFrom, LoraForm, OnlineObjective,
+    UpdateUnit,
 };
 use sharpdraft_draft::{Drafter, TreeShape};
 use sharpdraft_model::{CausalLm, Sampling};
@@ -31,12 +32,28 @@ fn write(method: Method, dir: &Path, target: &CausalLm) {
 }
 
 /// The plain drafter of `method` from `dir`, drafting chains of 3.
-fn plain(method: Method, dir: &Path, target: &CausalLm, sampling: Sampling) -> Box<dyn Drafter> {
+fn plain(method: Method, dir: &Path, target: &CausalLm, sampling: Sampling) -> Box<dyn Adaptable> {
     match method {
         Method::Vanilla => Box::new(vanilla("qwen2", target, 3, sampling)),
         Method::Eagle3 => Box::new(eagle3(dir, target, TreeShape::chain(3), sampling)),
         Method::Pard => Box::new(pard(dir, target, 3)),
         Method::Dflash => Box::new(dflash(dir, target)),
+    }
+}
+
+/// The online objective of `method` in these tests.
+fn settings(method: Method) -> OnlineObjective {
+    match method {
+        Method::Vanilla => OnlineObjective::Vanilla,
+        Method::Eagle3 => OnlineObjective::Eagle3 { ttt_steps: 3 },
+        Method::Pard => OnlineObjective::Pard {
+            mask_token: 63,
+            copies: 3,
+        },
+        Method::Dflash => OnlineObjective::Dflash {
+            anchors: 4,
+            gamma: 4.0,
+        },
     }
 }
 
@@ -47,28 +64,8 @@ fn adapting<'t>(
     config: AdaptConfig,
     sampling: Sampling,
 ) -> AdaptingDrafter<'t> {
-    let (objective, checkpoint) = match method {
-        Method::Vanilla => (OnlineObjective::Vanilla, fixture("qwen2")),
-        Method::Eagle3 => (OnlineObjective::Eagle3 { ttt_steps: 3 }, dir.to_path_buf()),
-        Method::Pard => (
-            OnlineObjective::Pard {
-                mask_token: 63,
-                copies: 3,
-            },
-            dir.to_path_buf(),
-        ),
-        Method::Dflash => (
-            OnlineObjective::Dflash {
-                anchors: 4,
-                gamma: 4.0,
-            },
-            dir.to_path_buf(),
-        ),
-    };
-    let objective = objective
-        .load(&checkpoint, &target.net, config.seed)
-        .unwrap();
-    AdaptingDrafter::new(plain(method, dir, target, sampling), objective, config).unwrap()
+    let drafter = plain(method, dir, target, sampling);
+    AdaptingDrafter::new(drafter, &target.net, settings(method), config).unwrap()
 }
 
 /// Plain sampling at temperature 1 from `seed`.
@@ -160,10 +157,8 @@ fn an_adapting_eagle_tree_keeps_the_targets_greedy_output() {
     };
     for mode in [AdaptMode::Full, AdaptMode::Lora] {
         let tree = Box::new(eagle3(dir.path(), &target, shape, Sampling::greedy()));
-        let objective = OnlineObjective::Eagle3 { ttt_steps: 4 }
-            .load(dir.path(), &target.net, 0)
-            .unwrap();
-        let mut drafter = AdaptingDrafter::new(tree, objective, eager(mode)).unwrap();
+        let objective = OnlineObjective::Eagle3 { ttt_steps: 4 };
+        let mut drafter = AdaptingDrafter::new(tree, &target.net, objective, eager(mode)).unwrap();
         let got = spec(&target, &mut drafter, &PROMPT, 32, Sampling::greedy());
         assert_eq!(got.ids, greedy_ar(&target, &PROMPT, 32), "{mode:?}");
         assert!(drafter.stats().adaptation.unwrap().updates >= 3, "{mode:?}");
@@ -403,4 +398,44 @@ fn sampled_decoding_stays_lossless_while_the_drafter_adapts() {
             "{method:?}: {counts:?}"
         );
     }
+}
+
+#[test]
+fn every_methods_objective_trains_the_drafters_own_weights_not_a_copy() {
+    let target = load("llama");
+    for method in METHODS {
+        let dir = tempfile::tempdir().unwrap();
+        write(method, dir.path(), &target);
+        let drafter = plain(method, dir.path(), &target, Sampling::greedy());
+        let held: std::collections::HashMap<String, Tensor> =
+            drafter.variables().into_iter().collect();
+        let objective = drafter
+            .objective(settings(method), &target.net, 0)
+            .unwrap();
+        let trained = objective.parameters();
+        assert!(!trained.is_empty(), "{method:?}");
+        for (name, weight) in trained {
+            let drafted = held
+                .get(&name)
+                .unwrap_or_else(|| panic!("{method:?}: the drafter does not hold {name}"));
+            assert_eq!(
+                weight.data_ptr(),
+                drafted.data_ptr(),
+                "{method:?}: {name} is a second copy"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_drafter_asked_to_adapt_with_another_methods_objective_is_refused_by_name() {
+    let target = load("llama");
+    let dir = tempfile::tempdir().unwrap();
+    write(Method::Dflash, dir.path(), &target);
+    let drafter = plain(Method::Dflash, dir.path(), &target, Sampling::greedy());
+    let error = AdaptingDrafter::new(drafter, &target.net, OnlineObjective::Vanilla, eager(AdaptMode::Full))
+        .err()
+        .expect("a vanilla objective over a DFlash drafter is refused")
+        .to_string();
+    assert!(error.contains("dflash") && error.contains("Vanilla"), "{error}");
 }

@@ -15,7 +15,8 @@ use crate::training::{step_rng, weighted_mean, Objective, TrainWindow};
 use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
 use sharpdraft_model::transformer::attend;
-use sharpdraft_model::{visible_counts, CausalLm, QueryScaling, ScaledQueries, Tap, Transformer};
+use sharpdraft_model::{visible_counts, CausalLm, Tap, Transformer};
+use std::borrow::Borrow;
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
@@ -146,27 +147,41 @@ pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()
     })
 }
 
-pub struct DFlashObjective<'t> {
+/// The objective over a DFlash drafter `D`: owned when training offline, borrowed from the drafter that
+/// drafts with it when adapting online (one set of weights).
+pub struct DFlashObjective<'t, D: Borrow<DFlashDrafter> = DFlashDrafter> {
     target: &'t Transformer,
-    drafter: DFlashDrafter,
+    drafter: D,
     options: DFlashOptions,
     seed: u64,
 }
 
 impl<'t> DFlashObjective<'t> {
+    /// Loads the drafter in `dir` for training.
     pub fn load(
         dir: &Path,
         target: &'t Transformer,
         options: &DFlashOptions,
         seed: u64,
     ) -> Result<Self> {
-        let drafter = DFlashDrafter::load(dir, target, 1)?;
-        Ok(Self {
+        Ok(Self::over(
+            DFlashDrafter::load(dir, target, 1)?,
+            target,
+            options,
+            seed,
+        ))
+    }
+}
+
+impl<'t, D: Borrow<DFlashDrafter>> DFlashObjective<'t, D> {
+    /// The objective over `drafter`'s own weights; `seed` draws the anchors.
+    pub fn over(drafter: D, target: &'t Transformer, options: &DFlashOptions, seed: u64) -> Self {
+        Self {
             target,
             drafter,
             options: options.clone(),
             seed,
-        })
+        }
     }
 }
 
@@ -201,21 +216,21 @@ pub fn block_visibility(
 
 sharpdraft_model::scaled_through!(DFlashObjective<'_>, drafter);
 
-impl Objective for DFlashObjective<'_> {
+impl<D: Borrow<DFlashDrafter>> Objective for DFlashObjective<'_, D> {
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
-        self.drafter.linears()
+        self.drafter.borrow().linears()
     }
 
     fn target_taps(&self) -> Vec<Tap> {
-        self.drafter.target_taps()
+        self.drafter.borrow().target_taps()
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {
-        self.drafter.vars.variables().into_iter().collect()
+        self.drafter.borrow().vars.variables().into_iter().collect()
     }
 
     fn loss(&self, window: &TrainWindow, step: usize) -> Result<Tensor> {
-        let d = &self.drafter;
+        let d = self.drafter.borrow();
         let device = self.target.device();
         let t = window.tokens.len() as i64;
         let b = d.block_size;
@@ -323,6 +338,6 @@ impl Objective for DFlashObjective<'_> {
     }
 
     fn save(&self, dir: &Path, n0: i64) -> Result<()> {
-        self.drafter.save(dir, n0)
+        self.drafter.borrow().save(dir, n0)
     }
 }

@@ -8,6 +8,7 @@ use crate::random_init::TargetWeights;
 use crate::training::{Objective, TrainWindow};
 use serde::{Deserialize, Serialize};
 use sharpdraft_model::{CausalLm, QueryScaling, ScaledQueries, Tap, Transformer};
+use std::borrow::Borrow;
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
@@ -202,9 +203,11 @@ pub fn warm_start(
     Ok(initial)
 }
 
-pub struct Eagle3Objective<'t> {
+/// The objective over an EAGLE-3 head `H`: owned when training offline, borrowed from the drafter that
+/// drafts with it when adapting online (one set of weights).
+pub struct Eagle3Objective<'t, H: Borrow<Eagle3Head> = Eagle3Head> {
     target: &'t Transformer,
-    head: Eagle3Head,
+    head: H,
     /// The target layers the head reads (its checkpoint's capture layers).
     taps: Vec<Tap>,
     /// Target id -> draft id or -1, `[vocab]`.
@@ -216,16 +219,24 @@ impl<'t> Eagle3Objective<'t> {
     /// Loads the head in `dir` for training.
     pub fn load(dir: &Path, target: &'t Transformer, options: &Eagle3Options) -> Result<Self> {
         let (head, taps) = Eagle3Head::load(dir, target, true)?;
+        Ok(Self::over(head, taps, target, options))
+    }
+}
+
+impl<'t, H: Borrow<Eagle3Head>> Eagle3Objective<'t, H> {
+    /// The objective over `head`'s own weights, which read the target at `taps`.
+    pub fn over(head: H, taps: Vec<Tap>, target: &'t Transformer, options: &Eagle3Options) -> Self {
         let to_draft = head
+            .borrow()
             .target_to_draft(target.config.vocab_size)
             .to_device(target.device());
-        Ok(Self {
+        Self {
             target,
             head,
             taps,
             to_draft,
             options: options.clone(),
-        })
+        }
     }
 }
 
@@ -243,9 +254,9 @@ impl ScaledQueries for Eagle3Objective<'_> {
     }
 }
 
-impl Objective for Eagle3Objective<'_> {
+impl<H: Borrow<Eagle3Head>> Objective for Eagle3Objective<'_, H> {
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
-        self.head.linears()
+        self.head.borrow().linears()
     }
 
     fn target_taps(&self) -> Vec<Tap> {
@@ -253,7 +264,7 @@ impl Objective for Eagle3Objective<'_> {
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {
-        self.head.vars.variables().into_iter().collect()
+        self.head.borrow().vars.variables().into_iter().collect()
     }
 
     fn loss(&self, window: &TrainWindow, _step: usize) -> Result<Tensor> {
@@ -270,7 +281,7 @@ impl Objective for Eagle3Objective<'_> {
             .view_as(&window.top_ids);
         let probs = window.top_probs.to_device(device) * draft_ids.ge(0).to_kind(Kind::Float);
         let ids = draft_ids.clamp_min(0);
-        Ok(self.head.ttt_loss(
+        Ok(self.head.borrow().ttt_loss(
             &embeddings,
             &features.to_device(device),
             (&ids, &probs),
@@ -286,6 +297,6 @@ impl Objective for Eagle3Objective<'_> {
     }
 
     fn save(&self, dir: &Path, n0: i64) -> Result<()> {
-        self.head.save(dir, n0)
+        self.head.borrow().save(dir, n0)
     }
 }

@@ -12,9 +12,7 @@ use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use crate::vanilla::check_same_vocabulary;
-use sharpdraft_model::{
-    CausalLm, KeySelection, KvCache, LogitRows, QueryScaling, Sampler, ScaledQueries,
-};
+use sharpdraft_model::{CausalLm, KeySelection, KvCache, LogitRows, Sampler};
 use tch::{Device, Tensor};
 
 pub struct PardDrafter {
@@ -26,6 +24,11 @@ pub struct PardDrafter {
 }
 
 impl PardDrafter {
+    /// The drafter's LM (the weights online adaptation trains).
+    pub fn model(&self) -> &CausalLm {
+        &self.model
+    }
+
     /// `model`'s config must carry `pard_token` (or vLLM's `ptd_token_id`).
     pub fn new(
         model: CausalLm,
@@ -117,7 +120,11 @@ impl Drafter for PardDrafter {
     }
 
     fn stats(&self) -> DrafterStats {
-        DrafterStats::of(self.cache.bytes_allocated(), self.forward_seconds, &self.variables())
+        DrafterStats::of(
+            self.cache.bytes_allocated(),
+            self.forward_seconds,
+            &self.variables(),
+        )
     }
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {

@@ -14,7 +14,8 @@ use crate::random_init::{save_trained, write_config, write_f32_safetensors};
 use crate::training::{step_rng, weighted_mean, Objective, TrainWindow};
 use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
-use sharpdraft_model::{AttentionMask, CausalLm, ForwardInput, LogitRows, QueryScaling, ScaledQueries};
+use sharpdraft_model::{AttentionMask, CausalLm, ForwardInput, LogitRows};
+use std::borrow::Borrow;
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
@@ -187,28 +188,42 @@ pub fn copy_layout(copies: &[Vec<usize>]) -> (Vec<(usize, usize)>, Tensor) {
     )
 }
 
-pub struct PardObjective {
-    drafter: CausalLm,
+/// The objective over a PARD drafter's LM `M`: owned when training offline, borrowed from the drafting
+/// [`crate::PardDrafter`] when adapting online (one set of weights).
+pub struct PardObjective<M: Borrow<CausalLm> = CausalLm> {
+    drafter: M,
     options: PardOptions,
     seed: u64,
 }
 
 impl PardObjective {
+    /// Loads the drafter in `dir` in f32 for training.
     pub fn load(dir: &Path, device: Device, options: &PardOptions, seed: u64) -> Result<Self> {
         let drafter = CausalLm::load(dir, device, Kind::Float)?;
-        Ok(Self {
+        Ok(Self::over(drafter, options, seed))
+    }
+}
+
+impl<M: Borrow<CausalLm>> PardObjective<M> {
+    /// The objective over `drafter`'s own weights; `seed` draws the dropped offsets.
+    pub fn over(drafter: M, options: &PardOptions, seed: u64) -> Self {
+        Self {
             drafter,
             options: options.clone(),
             seed,
-        })
+        }
+    }
+
+    fn lm(&self) -> &CausalLm {
+        self.drafter.borrow()
     }
 }
 
 sharpdraft_model::scaled_through!(PardObjective, drafter);
 
-impl Objective for PardObjective {
+impl<M: Borrow<CausalLm>> Objective for PardObjective<M> {
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
-        self.drafter.net.linears()
+        self.lm().net.linears()
     }
 
     /// A PARD drafter reads tokens only.
@@ -226,7 +241,7 @@ impl Objective for PardObjective {
                 .is_some_and(|i| i >= self.options.trainable_from),
             None => name == "model.norm.weight",
         };
-        self.drafter
+        self.lm()
             .vars
             .variables()
             .into_iter()
@@ -234,12 +249,8 @@ impl Objective for PardObjective {
             .collect()
     }
 
-    fn variables(&self) -> Vec<(String, Tensor)> {
-        self.drafter.vars.variables().into_iter().collect()
-    }
-
     fn loss(&self, window: &TrainWindow, step: usize) -> Result<Tensor> {
-        let device = self.drafter.net.device();
+        let device = self.lm().net.device();
         let copies = kept_offsets(
             window.tokens.len(),
             &self.options,
@@ -260,7 +271,7 @@ impl Objective for PardObjective {
         let target_rows: Vec<i64> = positions.clone();
         let ids = Tensor::from_slice(&ids).to_device(device);
         let positions = Tensor::from_slice(&positions).to_device(device);
-        let mut cache = self.drafter.net.new_cache(rows.len() as i64);
+        let mut cache = self.lm().net.new_cache(rows.len() as i64);
         let mask = AttentionMask::Rows(visible.to_device(device));
         let input = ForwardInput {
             mask: &mask,
@@ -268,7 +279,7 @@ impl Objective for PardObjective {
             ..ForwardInput::causal(&ids, &positions)
         };
         let logits = self
-            .drafter
+            .lm()
             .net
             .forward(input, &mut cache)?
             .logits
@@ -290,7 +301,7 @@ impl Objective for PardObjective {
     }
 
     fn save(&self, dir: &Path, n0: i64) -> Result<()> {
-        let config_path = self.drafter.dir.join("config.json");
+        let config_path = self.lm().dir.join("config.json");
         let text = std::fs::read_to_string(&config_path).map_err(|e| DraftError::Checkpoint {
             path: config_path.display().to_string(),
             reason: e.to_string(),
@@ -300,6 +311,6 @@ impl Objective for PardObjective {
                 path: config_path.display().to_string(),
                 reason: e.to_string(),
             })?;
-        save_trained(dir, &config, "torch_dtype", n0, &self.drafter.vars, &[])
+        save_trained(dir, &config, "torch_dtype", n0, &self.lm().vars, &[])
     }
 }

@@ -192,19 +192,14 @@ impl LoopConfig {
     }
 }
 
-/// A method's training objective over the drafter it trains. Its query scaling ([`ScaledQueries`]) is
-/// applied in every training pass: rows past n0 are scaled as when drafting (training at longer
-/// windows, online adaptation).
-pub trait Objective: ScaledQueries {
+/// A method's training objective over the drafter it trains: the drafter's own model, owned (offline
+/// training) or borrowed from the drafter that drafts with it (online adaptation). The drafter's query
+/// scaling is applied in every training pass: rows past n0 are scaled as when drafting.
+pub trait Objective {
     /// The trainable parameters by name (the optimizer marks them as taking gradients).
     fn parameters(&self) -> Vec<(String, Tensor)>;
-    /// Every weight the objective holds, trained or frozen (online adaptation shares them with the
-    /// drafter); the trained ones by default.
-    fn variables(&self) -> Vec<(String, Tensor)> {
-        self.parameters()
-    }
     /// The drafter's linear maps in the objective's forward pass, named by checkpoint weight (unmerged
-    /// LoRA attaches the same branches here and to the drafter).
+    /// LoRA attaches its branches here).
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear>;
     /// The differentiable loss of one window at `step` (any randomness is seeded from `step`, so that a
     /// resumed run draws what an uninterrupted one would).
@@ -216,6 +211,12 @@ pub trait Objective: ScaledQueries {
     /// layers, DFlash's `target_layer_ids`); windows must be extracted at exactly these.
     fn target_taps(&self) -> Vec<sharpdraft_model::Tap>;
 }
+
+/// An objective that owns the drafter it trains (offline training), so that the run sets the drafter's
+/// query scaling through it.
+pub trait OwnedObjective: Objective + ScaledQueries {}
+
+impl<T: Objective + ScaledQueries> OwnedObjective for T {}
 
 /// Progress of a run: written next to the checkpoint so that a run resumes where it stopped.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -10,9 +10,7 @@ use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
-use sharpdraft_model::{
-    CausalLm, KeySelection, KvCache, LogitRows, QueryScaling, Sampler, Sampling, ScaledQueries,
-};
+use sharpdraft_model::{CausalLm, KeySelection, KvCache, LogitRows, Sampler, Sampling};
 use tch::Tensor;
 
 pub struct VanillaDrafter {
@@ -172,7 +170,11 @@ impl Drafter for VanillaDrafter {
     }
 
     fn stats(&self) -> DrafterStats {
-        DrafterStats::of(self.cache.bytes_allocated(), self.forward_seconds, &self.variables())
+        DrafterStats::of(
+            self.cache.bytes_allocated(),
+            self.forward_seconds,
+            &self.variables(),
+        )
     }
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {

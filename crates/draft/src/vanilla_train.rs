@@ -5,28 +5,41 @@
 use crate::drafter::{DraftError, Result};
 use crate::random_init::save_trained;
 use crate::training::{weighted_mean, Objective, TrainWindow};
-use sharpdraft_model::{CausalLm, ForwardInput, LogitRows, QueryScaling, ScaledQueries, Tap};
+use sharpdraft_model::{CausalLm, ForwardInput, LogitRows, Tap};
+use std::borrow::Borrow;
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
-pub struct NextTokenObjective {
-    drafter: CausalLm,
+/// The objective over a small LM `M`: owned when training it offline, borrowed from the drafting
+/// [`crate::VanillaDrafter`] when adapting online (one set of weights: an update is what the next
+/// proposal drafts with).
+pub struct NextTokenObjective<M: Borrow<CausalLm> = CausalLm> {
+    drafter: M,
 }
 
 impl NextTokenObjective {
     /// Loads the drafter in `dir` in f32 for training.
     pub fn load(dir: &Path, device: Device) -> Result<Self> {
-        Ok(Self {
-            drafter: CausalLm::load(dir, device, Kind::Float)?,
-        })
+        Ok(Self::over(CausalLm::load(dir, device, Kind::Float)?))
+    }
+}
+
+impl<M: Borrow<CausalLm>> NextTokenObjective<M> {
+    /// The objective over `drafter`'s own weights.
+    pub fn over(drafter: M) -> Self {
+        Self { drafter }
+    }
+
+    fn lm(&self) -> &CausalLm {
+        self.drafter.borrow()
     }
 }
 
 sharpdraft_model::scaled_through!(NextTokenObjective, drafter);
 
-impl Objective for NextTokenObjective {
+impl<M: Borrow<CausalLm>> Objective for NextTokenObjective<M> {
     fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
-        self.drafter.net.linears()
+        self.lm().net.linears()
     }
 
     /// A vanilla drafter reads tokens only.
@@ -36,17 +49,17 @@ impl Objective for NextTokenObjective {
 
     /// Every weight of the drafter: it owns its embedding and head (nothing is the target's).
     fn parameters(&self) -> Vec<(String, Tensor)> {
-        self.drafter.vars.variables().into_iter().collect()
+        self.lm().vars.variables().into_iter().collect()
     }
 
     fn loss(&self, window: &TrainWindow, _step: usize) -> Result<Tensor> {
-        let device = self.drafter.net.device();
+        let device = self.lm().net.device();
         let t = window.tokens.len() as i64;
         let ids = Tensor::from_slice(&window.tokens).to_device(device);
         let positions = Tensor::arange(t, (Kind::Int64, device));
-        let mut cache = self.drafter.net.new_cache(t);
+        let mut cache = self.lm().net.new_cache(t);
         let logits = self
-            .drafter
+            .lm()
             .net
             .forward(
                 ForwardInput {
@@ -66,7 +79,7 @@ impl Objective for NextTokenObjective {
     }
 
     fn save(&self, dir: &Path, n0: i64) -> Result<()> {
-        let config_path = self.drafter.dir.join("config.json");
+        let config_path = self.lm().dir.join("config.json");
         let checkpoint = |reason: String| DraftError::Checkpoint {
             path: config_path.display().to_string(),
             reason,
@@ -74,6 +87,6 @@ impl Objective for NextTokenObjective {
         let text = std::fs::read_to_string(&config_path).map_err(|e| checkpoint(e.to_string()))?;
         let config: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| checkpoint(e.to_string()))?;
-        save_trained(dir, &config, "torch_dtype", n0, &self.drafter.vars, &[])
+        save_trained(dir, &config, "torch_dtype", n0, &self.lm().vars, &[])
     }
 }

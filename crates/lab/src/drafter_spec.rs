@@ -20,7 +20,9 @@ use crate::error::{ensure, Context, LabError, Result};
 use crate::scaling::ScalingSpec;
 use serde::{Deserialize, Serialize};
 use sharpdraft_decode::{speculative_generate, SpecConfig, SpecReport};
-use sharpdraft_draft::adaptation::{AdaptConfig, AdaptingDrafter, OnlineObjective, UpdateUnit};
+use sharpdraft_draft::adaptation::{
+    AdaptConfig, Adaptable, AdaptingDrafter, OnlineObjective, UpdateUnit,
+};
 use sharpdraft_draft::checkpoint_kind::expect_kind;
 use sharpdraft_draft::eagle3::MAX_TREE_TOKENS;
 use sharpdraft_draft::retrieval::{RetrievalConfig, RetrievingDrafter};
@@ -163,7 +165,8 @@ pub enum LoadedDrafter {
 }
 
 impl LoadedDrafter {
-    pub fn boxed(self) -> Box<dyn Drafter> {
+    /// The drafter behind the trait online adaptation needs (every method can adapt).
+    pub fn boxed(self) -> Box<dyn Adaptable> {
         match self {
             Self::Vanilla(d) => Box::new(d),
             Self::Eagle3(d) => Box::new(d),
@@ -288,9 +291,7 @@ fn load_unscaled(
             spec.draft_len,
             capacity,
         )?),
-        Method::Dflash => {
-            LoadedDrafter::Dflash(DFlashDrafter::load(&dir, &target.net, capacity)?)
-        }
+        Method::Dflash => LoadedDrafter::Dflash(DFlashDrafter::load(&dir, &target.net, capacity)?),
     };
     loaded
         .as_drafter_mut()
@@ -312,9 +313,9 @@ pub struct BuiltDrafter<'t> {
     pub training_length: Option<i64>,
 }
 
-/// [`load`], boxed: wrapped in retrieval and online adaptation when `spec` says so. The query scaling
-/// is built once and set on the drafter, and on the objective that adapts it (which trains with the
-/// scaling the drafter drafts with).
+/// [`load`], boxed: wrapped in online adaptation and retrieval when `spec` says so. The query scaling
+/// is built once and set on the drafter (the objective that adapts it trains through the same weights
+/// and the same scaling).
 pub fn build<'t>(
     spec: &DrafterSpec,
     target: &'t CausalLm,
@@ -326,21 +327,17 @@ pub fn build<'t>(
     let training_length = loaded.scaled().training_length();
     let online_objective = loaded.online_objective(spec);
     loaded.scaled_mut().set_query_scaling(scaling.clone());
-    let mut drafter: Box<dyn Drafter + 't> = loaded.boxed();
+    // Adaptation wraps the drafter itself (its objective trains the drafter's own weights, with the
+    // drafter's query scaling); retrieval wraps whatever drafts.
+    let mut drafter: Box<dyn Drafter + 't> = match &spec.adapt {
+        Some(adapt) => Box::new(
+            AdaptingDrafter::new(loaded.boxed(), &target.net, online_objective, adapt.clone())
+                .with_context(|| format!("adapting drafter {}", spec.checkpoint))?,
+        ),
+        None => loaded.boxed(),
+    };
     if let Some(retrieval) = &spec.retrieval {
         drafter = Box::new(RetrievingDrafter::new(drafter, retrieval.clone())?);
-    }
-    if let Some(adapt) = &spec.adapt {
-        let name = &spec.checkpoint;
-        let dir = registry::resolve(name)?;
-        let mut objective = online_objective
-            .load(&dir, &target.net, adapt.seed)
-            .with_context(|| format!("loading the training objective of drafter {name}"))?;
-        objective.set_query_scaling(scaling);
-        drafter = Box::new(
-            AdaptingDrafter::new(drafter, objective, adapt.clone())
-                .with_context(|| format!("adapting drafter {name}"))?,
-        );
     }
     Ok(BuiltDrafter {
         drafter,

@@ -21,10 +21,11 @@ use serde::{Deserialize, Serialize};
 use sharpdraft_draft::dflash_train::{self, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3_train::{self, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, PardObjective, PardOptions};
-use sharpdraft_draft::Method;
 use sharpdraft_draft::training::{
-    extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState, TrainWindow,
+    extract_windows, train, LoopConfig, LrDecay, OwnedObjective, TrainObserver, TrainState,
+    TrainWindow,
 };
+use sharpdraft_draft::Method;
 use sharpdraft_model::{store::output_folder, store::registry, CausalLm, ModelConfig, Tap};
 use std::path::{Path, PathBuf};
 use tch::Kind;
@@ -204,7 +205,9 @@ impl TrainConfig {
         ensure_in_vocab("pard.mask_token", p.mask_token, t)?;
         let sources = p.source_layers();
         ensure!(
-            sources.len() == p.layers && sources.windows(2).all(|w| w[0] < w[1]) && sources.iter().all(|&j| j < t.num_layers),
+            sources.len() == p.layers
+                && sources.windows(2).all(|w| w[0] < w[1])
+                && sources.iter().all(|&j| j < t.num_layers),
             "pard.from_layers {sources:?} must name {} increasing layers of the {}-layer target",
             p.layers,
             t.num_layers
@@ -534,7 +537,7 @@ fn start_from_checkpoint<'t>(
     target: &'t CausalLm,
     stream: &[i64],
     device: tch::Device,
-) -> Result<(Box<dyn Objective + 't>, Vec<TrainWindow>)> {
+) -> Result<(Box<dyn OwnedObjective + 't>, Vec<TrainWindow>)> {
     if let (false, Some(init)) = (resuming, init_dir) {
         copy_checkpoint(init, out_dir)?;
     }
@@ -563,7 +566,7 @@ fn start_fresh<'t>(
     target: &'t CausalLm,
     stream: &[i64],
     device: tch::Device,
-) -> Result<(Box<dyn Objective + 't>, Vec<TrainWindow>)> {
+) -> Result<(Box<dyn OwnedObjective + 't>, Vec<TrainWindow>)> {
     let taps = configured_taps(config, target.net.config.num_layers);
     let windows = extract_target_windows(config, target, stream, &taps)?;
     match &config.method {
@@ -598,7 +601,7 @@ fn apply_query_scaling(
     config: &TrainConfig,
     spec: &crate::scaling::ScalingSpec,
     config_path: &Path,
-    objective: &mut dyn Objective,
+    objective: &mut dyn OwnedObjective,
 ) -> Result<()> {
     let mut spec = spec.clone();
     if let Some(schedule) = spec
@@ -625,7 +628,7 @@ fn load_objective<'t>(
     dir: &Path,
     target: &'t CausalLm,
     device: tch::Device,
-) -> Result<Box<dyn Objective + 't>> {
+) -> Result<Box<dyn OwnedObjective + 't>> {
     Ok(match &config.method {
         MethodConfig::Eagle3(e) => Box::new(Eagle3Objective::load(dir, &target.net, e)?),
         MethodConfig::Pard(p) => Box::new(PardObjective::load(dir, device, p, config.seed)?),

@@ -7,7 +7,8 @@ use sharpdraft_draft::dflash_train::{self, block_visibility, DFlashObjective, DF
 use sharpdraft_draft::eagle3_train::{self, frequent_tokens, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, copy_layout, kept_offsets, PardObjective, PardOptions};
 use sharpdraft_draft::training::{
-    extract_windows, train, LoopConfig, LrDecay, Objective, TrainObserver, TrainState, TrainWindow,
+    extract_windows, train, LoopConfig, LrDecay, OwnedObjective, TrainObserver, TrainState,
+    TrainWindow,
 };
 use sharpdraft_draft::{Drafter, Method};
 use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
@@ -98,7 +99,7 @@ fn init(method: Method, dir: &Path, target: &CausalLm, windows: &[TrainWindow]) 
     }
 }
 
-fn objective<'t>(method: Method, dir: &Path, target: &'t CausalLm) -> Box<dyn Objective + 't> {
+fn objective<'t>(method: Method, dir: &Path, target: &'t CausalLm) -> Box<dyn OwnedObjective + 't> {
     match method {
         Method::Eagle3 => {
             Box::new(Eagle3Objective::load(dir, &target.net, &eagle3_options()).unwrap())

@@ -1,15 +1,16 @@
 //! A drafter that learns from verification as it drafts: any [`Drafter`] with its training objective.
 
-use super::{AdaptConfig, AdaptMode, LearnFrom, LoraAdapters, LoraForm, UpdateUnit, VerifiedBuffer};
+use super::{
+    AdaptConfig, AdaptMode, Adaptable, LearnFrom, LoraAdapters, LoraForm, OnlineObjective,
+    UpdateUnit, VerifiedBuffer,
+};
 use crate::adamw::AdamW;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::{AdaptationReport, DrafterStats};
 use crate::proposal::Proposal;
-use crate::training::Objective;
-use sharpdraft_model::{KeySelection, Sampler, Tap};
-use std::collections::HashMap;
+use sharpdraft_model::{KeySelection, Sampler, Tap, Transformer};
 use std::time::Instant;
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
 enum Learner {
     Full(AdamW),
@@ -17,9 +18,12 @@ enum Learner {
 }
 
 pub struct AdaptingDrafter<'t> {
-    inner: Box<dyn Drafter + 't>,
-    /// The drafter's training objective, its weights sharing the drafter's storage.
-    objective: Box<dyn Objective + 't>,
+    /// The drafter, whose own weights its objective trains (one copy: every update is what the next
+    /// proposal drafts with).
+    inner: Box<dyn Adaptable + 't>,
+    target: &'t Transformer,
+    /// Which objective, with what settings, an update builds over `inner`.
+    objective: OnlineObjective,
     config: AdaptConfig,
     learner: Learner,
     buffer: VerifiedBuffer,
@@ -34,51 +38,35 @@ pub struct AdaptingDrafter<'t> {
 }
 
 impl<'t> AdaptingDrafter<'t> {
-    /// Wraps `inner`. `objective` is its method's training objective loaded from the same checkpoint;
-    /// its weights are re-pointed at the drafter's (one copy in memory, and every update is what the
-    /// next proposal drafts with). Both must hold their weights in the same dtype and device.
+    /// Wraps `inner`, which `objective` (its method's) trains in place over `target`'s features. The
+    /// drafter must hold its trained weights in f32.
     pub fn new(
-        inner: Box<dyn Drafter + 't>,
-        objective: Box<dyn Objective + 't>,
+        inner: Box<dyn Adaptable + 't>,
+        target: &'t Transformer,
+        objective: OnlineObjective,
         config: AdaptConfig,
     ) -> Result<Self> {
-        config
-            .validate()
-            .map_err(|reason| DraftError::InvalidOption {
-                option: "adapt".into(),
-                value: format!("{:?}", config.mode),
-                reason,
-            })?;
-        let live: HashMap<String, Tensor> = inner.variables().into_iter().collect();
-        let mut device = Device::Cpu;
-        for (name, mut weight) in objective.variables() {
-            let drafted = live.get(&name).ok_or_else(|| {
-                DraftError::Protocol(format!(
-                    "the {} objective trains {name}, which the drafter does not hold",
-                    inner.method()
-                ))
-            })?;
-            if drafted.size() != weight.size() || drafted.kind() != weight.kind() {
-                return Err(DraftError::InvalidOption {
-                    option: "adapt".into(),
-                    value: format!("{:?}", config.mode),
-                    reason: format!(
-                        "the drafter holds {name} as {:?} {:?}, training needs {:?} {:?} (adapt a drafter loaded in f32)",
-                        drafted.kind(),
-                        drafted.size(),
-                        weight.kind(),
-                        weight.size()
-                    ),
-                });
-            }
-            device = drafted.device();
-            tch::no_grad(|| weight.set_data(drafted));
+        let invalid = |reason: String| DraftError::InvalidOption {
+            option: "adapt".into(),
+            value: format!("{:?}", config.mode),
+            reason,
+        };
+        config.validate().map_err(invalid)?;
+        let trained = inner.objective(objective, target, config.seed)?;
+        let parameters = trained.parameters();
+        if let Some((name, weight)) = parameters.iter().find(|(_, w)| w.kind() != Kind::Float) {
+            return Err(invalid(format!(
+                "the drafter holds {name} as {:?}; training needs f32 (adapt a drafter loaded in f32)",
+                weight.kind()
+            )));
         }
+        let device = parameters.first().map_or(Device::Cpu, |(_, w)| w.device());
+        drop(trained);
         let learner = match config.mode {
-            AdaptMode::Full => Learner::Full(AdamW::new(objective.parameters(), config.lr, 0.0)),
+            AdaptMode::Full => Learner::Full(AdamW::new(parameters, config.lr, 0.0)),
             AdaptMode::Lora => {
                 let mut adapters = LoraAdapters::new(
-                    objective.parameters(),
+                    parameters,
                     &config.lora_on,
                     config.rank,
                     config.lora_scale(),
@@ -86,7 +74,7 @@ impl<'t> AdaptingDrafter<'t> {
                     config.seed,
                 )?;
                 if config.lora_form == LoraForm::Unmerged {
-                    adapters.unmerge(&inner.linears(), &objective.linears())?;
+                    adapters.unmerge(&inner.linears())?;
                 }
                 Learner::Lora(adapters)
             }
@@ -104,6 +92,7 @@ impl<'t> AdaptingDrafter<'t> {
         Ok(Self {
             buffer: VerifiedBuffer::new(config.buffer, config.top_k),
             inner,
+            target,
             objective,
             config,
             learner,
@@ -139,9 +128,12 @@ impl<'t> AdaptingDrafter<'t> {
             self.config.loss,
             self.device,
         );
+        let objective = self
+            .inner
+            .objective(self.objective, self.target, self.config.seed)?;
         let mut total: Option<Tensor> = None;
         for window in &windows {
-            let loss = self.objective.loss(window, step)?;
+            let loss = objective.loss(window, step)?;
             total = Some(match total {
                 Some(t) => t + loss,
                 None => loss,
@@ -291,7 +283,6 @@ impl Drafter for AdaptingDrafter<'_> {
         }
         Ok(())
     }
-
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
         self.inner.set_key_selection(selection)

@@ -147,33 +147,27 @@ impl LoraAdapters {
     }
 
     /// Switches to the unmerged form: the weights stop taking gradients and stay as they are, and A
-    /// and B are attached as low-rank branches to the linear map of each adapted weight, both in the
-    /// drafter (`drafter`, what drafts) and in its training objective (`objective`, what the loss runs
-    /// through). Fails, naming the weight, where either side has no such map.
-    pub fn unmerge(&mut self, drafter: &[&Linear], objective: &[&Linear]) -> Result<()> {
-        let find = |side: &[&Linear], name: &str, which: &str| -> Result<()> {
-            side.iter()
-                .any(|l| l.name() == name)
-                .then_some(())
-                .ok_or_else(|| DraftError::InvalidOption {
+    /// and B are attached as low-rank branches to the drafter's linear map of each adapted weight (what
+    /// drafts, and what the objective's loss runs through). Fails, naming the weight, where the drafter
+    /// has no such map.
+    pub fn unmerge(&mut self, drafter: &[&Linear]) -> Result<()> {
+        for x in &self.adapted {
+            if !drafter.iter().any(|l| l.name() == x.name) {
+                return Err(DraftError::InvalidOption {
                     option: "adapt.lora_form".into(),
                     value: "unmerged".into(),
-                    reason: format!("{which} has no linear map for {name} to carry the adapter"),
-                })
-        };
-        for x in &self.adapted {
-            find(drafter, &x.name, "the drafter")?;
-            find(objective, &x.name, "the drafter's training objective")?;
+                    reason: format!(
+                        "the drafter has no linear map for {} to carry the adapter",
+                        x.name
+                    ),
+                });
+            }
         }
         for x in &mut self.adapted {
             let _ = x.weight.requires_grad_(false);
             let _ = x.a.requires_grad_(true);
             let _ = x.b.requires_grad_(true);
-            for linear in drafter
-                .iter()
-                .chain(objective)
-                .filter(|l| l.name() == x.name)
-            {
+            for linear in drafter.iter().filter(|l| l.name() == x.name) {
                 linear
                     .attach_low_rank(LowRank {
                         a: x.a.shallow_clone(),

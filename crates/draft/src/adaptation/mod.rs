@@ -17,7 +17,7 @@ mod objective;
 pub use adapting::AdaptingDrafter;
 pub use buffer::VerifiedBuffer;
 pub use lora::{LoraAdapters, LoraForm, LoraTarget};
-pub use objective::OnlineObjective;
+pub use objective::{Adaptable, OnlineObjective};
 
 use crate::option_value::{display_as_yaml, yaml_value};
 use crate::training::Divergence;
@@ -125,7 +125,12 @@ pub struct AdaptConfig {
     pub lora_form: LoraForm,
     /// Seeds the adapters' initialisation and the objective's sampling (anchors, dropped tokens).
     #[serde(default)]
-    #[arg(id = "adapt_seed", value_name = "ADAPT_SEED", long = "adapt-seed", default_value_t = 0)]
+    #[arg(
+        id = "adapt_seed",
+        value_name = "ADAPT_SEED",
+        long = "adapt-seed",
+        default_value_t = 0
+    )]
     pub seed: u64,
 }
 
@@ -237,4 +242,3 @@ impl AdaptConfig {
         Ok(())
     }
 }
-
