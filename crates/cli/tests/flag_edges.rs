@@ -158,6 +158,7 @@ fn base_command(path: &[String], flag: &str) -> Option<Vec<String>> {
         ["bench", "scaling"] => drafting(&["bench", "scaling", "--target", TARGET, "--contexts", "64", "--new-tokens", "2", "--repeats", "1", "--json"]),
         ["bench", "continuations"] => vec!["bench", "continuations", "--target", TARGET, "--prompts", "2", "--max-new-tokens", "2", "--batch", "2"],
         ["bench", "load"] => vec!["bench", "load", "--target", TARGET, "--repeats", "1", "--json"],
+        ["bench", "draft-time"] => drafting(&["bench", "draft-time", "--target", TARGET, "--contexts", "64", "--new-tokens", "2", "--repeats", "2", "--json"]),
         ["bench", "rows"] => vec!["bench", "rows", "--target", TARGET, "--rows", "1,2", "--context", "16", "--repeats", "1", "--json"],
         ["bench", "speculative"] => drafting(&["bench", "speculative", "--target", TARGET, "--prompts", "prompts.jsonl", "--count", "1", "--max-new-tokens", "2", "--json"]),
         ["bench", "attention-stats"] => vec![

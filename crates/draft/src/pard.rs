@@ -7,6 +7,7 @@
 //! a proposal are cropped right after its forward pass; accepted drafts were never fed as real tokens, so
 //! the next proposal feeds them (with the bonus) first.
 
+use sharpdraft_model::time_split::{self, Step};
 use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
@@ -105,13 +106,11 @@ impl Drafter for PardDrafter {
         self.forward_seconds += seconds;
         // Drop the mask slots: the cache keeps exactly the committed tokens.
         self.cache.truncate(committed_len)?;
-        let predictions = logits
-            .narrow(0, real - 1, self.draft_len as i64)
-            .argmax(-1, false);
-        Ok(Proposal::chain(
-            Vec::<i64>::try_from(predictions.to_device(Device::Cpu))?,
-            None,
-        ))
+        let predictions = time_split::mark(Step::Sampling, || 0, || {
+            let rows = logits.narrow(0, real - 1, self.draft_len as i64);
+            Vec::<i64>::try_from(rows.argmax(-1, false).to_device(Device::Cpu))
+        })?;
+        Ok(Proposal::chain(predictions, None))
     }
 
     fn observe(&mut self, _ctx: &DraftContext<'_>, _feedback: &Feedback<'_>) -> Result<()> {

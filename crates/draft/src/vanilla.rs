@@ -6,6 +6,7 @@
 //! or fewer where a chain ends early, [`VanillaDrafter::with_stop_below`]); `observe` truncates back to
 //! the rows that the accepted tokens confirmed (the root, and d1..d(min(a, n-1))).
 
+use sharpdraft_model::time_split::{self, Step};
 use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
@@ -136,11 +137,13 @@ impl Drafter for VanillaDrafter {
             // `unsure`: the drafter gives its draft less than `stop_below`. The probability is
             // computed only where a chain may end early (greedy: a softmax over the vocabulary).
             let (token, unsure) = if ctx.greedy {
-                let token = logits.argmax(-1, false).int64_value(&[]);
-                let unsure = self.stop_below.is_some_and(|threshold| {
-                    logits.softmax(-1, tch::Kind::Float).double_value(&[token]) < threshold
-                });
-                (token, unsure)
+                time_split::mark(Step::Sampling, || 0, || {
+                    let token = logits.argmax(-1, false).int64_value(&[]);
+                    let unsure = self.stop_below.is_some_and(|threshold| {
+                        logits.softmax(-1, tch::Kind::Float).double_value(&[token]) < threshold
+                    });
+                    (token, unsure)
+                })
             } else {
                 let q = self.sampling.probabilities(&logits);
                 let token = sampler.sample_from(&q)?;

@@ -81,6 +81,11 @@ impl Linear {
     }
 
     /// `[.., in] -> [.., out]`.
+    /// Whether the map is its weight alone: no bias, no low-rank branch.
+    pub fn is_plain(&self) -> bool {
+        self.bias.is_none() && self.low_rank.get().is_none()
+    }
+
     pub fn forward(&self, x: &Tensor) -> Tensor {
         // A few rows on a CPU (a verification pass): a kernel that reads the weight once (few_rows.rs).
         let few_rows = crate::cpu::few_rows::kernel_threads()

@@ -20,6 +20,7 @@ pub mod rope;
 pub mod sampling;
 pub mod scaled_queries;
 pub mod store;
+pub mod time_split;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;

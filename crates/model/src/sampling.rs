@@ -1,6 +1,7 @@
 //! Turning logits into tokens: greedy, or seeded sampling with temperature, top-k and top-p. The
 //! filtered distribution is exposed on its own so that verification can use the very same one.
 
+use crate::time_split::{self, Step};
 use crate::error::{ModelError, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -34,6 +35,10 @@ impl Sampling {
     /// The distribution sampled from, `[.., vocab]` f32 probabilities: softmax(logits / T) restricted to
     /// the top-k and then to the smallest top-p prefix, renormalised.
     pub fn probabilities(&self, logits: &Tensor) -> Tensor {
+        time_split::mark(Step::Sampling, || 0, || self.restricted_softmax(logits))
+    }
+
+    fn restricted_softmax(&self, logits: &Tensor) -> Tensor {
         let mut scaled = logits.to_kind(Kind::Float) / self.temperature.max(1e-6);
         let vocab = *scaled.size().last().unwrap_or(&0);
         if self.top_k > 0 && self.top_k < vocab {
@@ -71,7 +76,9 @@ impl Sampler {
     /// One token from logits `[vocab]`.
     pub fn sample(&mut self, logits: &Tensor) -> Result<i64> {
         if self.sampling.is_greedy() {
-            return Ok(logits.f_argmax(-1, false)?.f_int64_value(&[])?);
+            return time_split::mark(Step::Sampling, || 0, || {
+                Ok(logits.f_argmax(-1, false)?.f_int64_value(&[])?)
+            });
         }
         let probs = self.sampling.probabilities(logits);
         self.sample_from(&probs)
@@ -80,6 +87,10 @@ impl Sampler {
     /// One token from probabilities `[vocab]` (not necessarily normalised) by inverse CDF with this
     /// sampler's seeded generator. A failed copy to the host is an error, never a default token.
     pub fn sample_from(&mut self, probs: &Tensor) -> Result<i64> {
+        time_split::mark(Step::Sampling, || 0, || self.draw_from(probs))
+    }
+
+    fn draw_from(&mut self, probs: &Tensor) -> Result<i64> {
         let probs: Vec<f64> = Vec::<f64>::try_from(
             probs
                 .f_to_kind(Kind::Double)?

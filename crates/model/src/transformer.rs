@@ -14,6 +14,7 @@ use crate::mask::AttentionMask;
 use crate::mask::KeySelection;
 use crate::query_scaling::{PassFactors, QueryScaling};
 use crate::rope::Rope;
+use crate::time_split::{self, Step};
 use std::ops::Range;
 use tch::{nn, Device, Kind, Tensor};
 
@@ -124,6 +125,16 @@ struct Layer {
     self_attn: Attention,
     post_attention_layernorm: RmsNorm,
     mlp: SwiGlu,
+}
+
+impl Layer {
+    /// The layer's linear maps: attention projections and MLP.
+    fn linears(&self) -> Vec<&Linear> {
+        let mut out = self.self_attn.qkv.linears();
+        out.push(&self.self_attn.o_proj);
+        out.extend(self.mlp.linears());
+        out
+    }
 }
 
 pub struct Transformer {
@@ -262,9 +273,7 @@ impl Transformer {
     pub fn linears(&self) -> Vec<&Linear> {
         let mut out = Vec::new();
         for layer in &self.layers {
-            out.extend(layer.self_attn.qkv.linears());
-            out.push(&layer.self_attn.o_proj);
-            out.extend(layer.mlp.linears());
+            out.extend(layer.linears());
         }
         out.extend(self.lm_head.as_ref());
         out
@@ -272,7 +281,7 @@ impl Transformer {
 
     /// Token embeddings `[T, hidden]` (drafters that share the target's embedding call this).
     pub fn embed(&self, ids: &Tensor) -> Tensor {
-        self.embed_tokens.index_select(0, ids)
+        time_split::mark(Step::Embedding, || 0, || self.embed_tokens.index_select(0, ids))
     }
 
     /// Final norm + LM head on hidden states `[T, hidden]` -> `[T, vocab]` f32.
@@ -283,11 +292,22 @@ impl Transformer {
     /// The LM head alone on already-normalised states `[T, hidden]` -> `[T, vocab]` f32 (DFlash applies
     /// its own final norm and then the target's head).
     pub fn lm_head(&self, normed: &Tensor) -> Tensor {
-        let logits = match &self.lm_head {
-            Some(head) => head.forward(normed),
-            None => normed.matmul(&self.embed_tokens.transpose(0, 1)),
-        };
-        logits.to_kind(Kind::Float)
+        let weight = self.lm_head.as_ref().map_or(&self.embed_tokens, |h| &h.weight);
+        time_split::mark(
+            Step::LmHead,
+            || time_split::bytes_of([weight]),
+            || {
+                // A few rows (a decode step, a drafter's block): the kernel reads the head once.
+                let plain = self.lm_head.as_ref().is_none_or(|h| h.is_plain());
+                let few_rows = plain.then(|| crate::cpu::few_rows::head(normed, weight)).flatten();
+                let logits = match (few_rows, &self.lm_head) {
+                    (Some(logits), _) => logits,
+                    (None, Some(head)) => head.forward(normed),
+                    (None, None) => normed.matmul(&self.embed_tokens.transpose(0, 1)),
+                };
+                logits.to_kind(Kind::Float)
+            },
+        )
     }
 
     /// Runs `T` new rows against `cache`, writes their keys and values, and advances the cache.
@@ -353,19 +373,26 @@ impl Transformer {
         let mut hidden: Vec<Option<Tensor>> = input.taps.iter().map(|_| None).collect();
         for (i, layer) in self.layers.iter().enumerate() {
             record_taps(input.taps, Tap::LayerInput(i), &x, &mut hidden);
-            let attn_in = layer.input_layernorm.forward(&x);
-            let step = AttentionStep {
-                cache: &mut *cache,
-                layer: i,
-                visible: visible.as_ref(),
-                past,
-                cos: &cos,
-                sin: &sin,
-                factors: factors.as_ref(),
-            };
-            x = x + self.attention(&layer.self_attn, &attn_in, step, observer.as_deref_mut())?;
-            let mlp_in = layer.post_attention_layernorm.forward(&x);
-            x = x + layer.mlp.forward(&mlp_in);
+            x = time_split::mark(
+                Step::Layer(i),
+                || time_split::bytes_of(layer.linears().iter().map(|l| &l.weight)),
+                || -> Result<Tensor> {
+                    let attn_in = layer.input_layernorm.forward(&x);
+                    let step = AttentionStep {
+                        cache: &mut *cache,
+                        layer: i,
+                        visible: visible.as_ref(),
+                        past,
+                        cos: &cos,
+                        sin: &sin,
+                        factors: factors.as_ref(),
+                    };
+                    let x = &x
+                        + self.attention(&layer.self_attn, &attn_in, step, observer.as_deref_mut())?;
+                    let mlp_in = layer.post_attention_layernorm.forward(&x);
+                    Ok(&x + layer.mlp.forward(&mlp_in))
+                },
+            )?;
             record_taps(input.taps, Tap::LayerOutput(i), &x, &mut hidden);
         }
         record_taps(

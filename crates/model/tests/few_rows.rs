@@ -231,3 +231,21 @@ fn products_do_not_depend_on_the_row_count() {
         }
     }
 }
+
+#[test]
+fn an_lm_head_of_any_few_rows_takes_the_kernel_and_gives_libtorchs_logits() {
+    in_every_form(|| {
+        let x = Tensor::randn([16, 96], (Kind::Float, Device::Cpu));
+        let weight = Tensor::randn([1000, 96], (Kind::Float, Device::Cpu));
+        for rows in 1..=few_rows::HEAD_ROWS {
+            let x = x.narrow(0, 0, rows);
+            let want = x.matmul(&weight.transpose(0, 1));
+            let got = few_rows::head(&x, &weight).expect("a head of up to 16 rows takes the kernel");
+            assert!(max_abs_diff(&got, &want) < 1e-4, "{rows} rows");
+        }
+        let many = Tensor::randn([few_rows::HEAD_ROWS + 1, 96], (Kind::Float, Device::Cpu));
+        assert!(few_rows::head(&many, &weight).is_none(), "more rows stay with libtorch");
+        let bypassed = few_rows::without_kernel(|| few_rows::head(&x.narrow(0, 0, 2), &weight));
+        assert!(bypassed.is_none(), "the libtorch baseline keeps its own head");
+    });
+}

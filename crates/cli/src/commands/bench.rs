@@ -23,6 +23,8 @@ pub enum BenchCommand {
     Load(super::bench_load::LoadBenchArgs),
     /// The cost of one target pass against its row count (decode step, verification), next to bounds.
     Rows(super::bench_rows::RowsBenchArgs),
+    /// Where a drafter's cycle goes: embedding, features, each layer, cache writes, LM head, sampling.
+    DraftTime(super::bench_draft_time::DraftTimeBenchArgs),
     /// A drafter's end-to-end speed-up over AR on a prompt set (and HF's assisted generation), side by side.
     Speculative(super::bench_speculative::SpeculativeBenchArgs),
     /// The probe's attention statistics, libtorch against the CUDA kernel, over growing contexts.
@@ -123,6 +125,7 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Continuations(args) => return super::bench_continuations::run(args),
         BenchCommand::Load(args) => return super::bench_load::run(args),
         BenchCommand::Rows(args) => return super::bench_rows::run(args),
+        BenchCommand::DraftTime(args) => return super::bench_draft_time::run(args),
         BenchCommand::Speculative(args) => return super::bench_speculative::run(args),
         BenchCommand::AttentionStats(args) => return super::bench_attention_stats::run(args),
     };

@@ -94,7 +94,7 @@ fn median_ms(mut run: impl FnMut(), repeats: usize) -> f64 {
 }
 
 /// Read bandwidth in bytes/s: summing a buffer far larger than the caches.
-fn read_bandwidth() -> f64 {
+pub(super) fn read_bandwidth() -> f64 {
     let elements = 128 * 1024 * 1024; // 512 MB of f32
     let x = Tensor::ones([elements], (Kind::Float, Device::Cpu));
     let ms = median_ms(

@@ -2,6 +2,7 @@ pub mod adapt;
 pub mod bench;
 pub mod bench_attention_stats;
 pub mod bench_continuations;
+pub mod bench_draft_time;
 pub mod bench_load;
 pub mod bench_rows;
 pub mod bench_scaling;

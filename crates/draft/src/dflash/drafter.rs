@@ -1,5 +1,6 @@
 //! The DFlash drafter: its layers, loading and saving, context K/V injection, and block passes.
 
+use sharpdraft_model::time_split::{self, Step};
 use super::config::CheckedConfig;
 use super::DFlashConfig;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
@@ -39,6 +40,19 @@ impl Layer {
     pub(crate) fn keys_values(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> (Tensor, Tensor) {
         let (k, v) = self.qkv.keys_values(x, cos, sin);
         (k.permute([1, 0, 2]), v.permute([1, 0, 2]))
+    }
+
+    /// The layer's linear maps: projections and MLP.
+    pub(crate) fn linears(&self) -> Vec<&Linear> {
+        let mut out = self.qkv.linears();
+        out.push(&self.o_proj);
+        out.extend(self.mlp.linears());
+        out
+    }
+
+    /// Bytes of the key and value projections' weights (what projecting context features reads).
+    fn key_value_bytes(&self) -> usize {
+        time_split::bytes_of(self.qkv.linears()[1..].iter().map(|l| &l.weight))
     }
 
     /// Residual of the attention output `[R, heads * head_dim]`, then the MLP block.
@@ -120,9 +134,7 @@ impl DFlashDrafter {
     pub fn linears(&self) -> Vec<&Linear> {
         let mut out = vec![&self.fc];
         for layer in &self.layers {
-            out.extend(layer.qkv.linears());
-            out.push(&layer.o_proj);
-            out.extend(layer.mlp.linears());
+            out.extend(layer.linears());
         }
         out
     }
@@ -243,7 +255,12 @@ impl DFlashDrafter {
         let positions = Tensor::arange_start(start, start + rows, (Kind::Int64, c.device()));
         let (cos, sin) = self.rope.tables(&positions, c.kind());
         for (i, layer) in self.layers.iter().enumerate() {
-            let (k, v) = layer.keys_values(c, &cos, &sin);
+            // The context's keys and values: features entering layer i.
+            let (k, v) = time_split::mark(
+                Step::Features,
+                || layer.key_value_bytes(),
+                || layer.keys_values(c, &cos, &sin),
+            );
             let (_keys, _values) = self.cache.write(i, &k, &v)?;
         }
         self.cache.advance(rows);
@@ -284,29 +301,32 @@ impl DFlashDrafter {
             .collect();
         let mut speculation = self.cache.speculate();
         for ((i, layer), mask) in self.layers.iter().enumerate().zip(&masks) {
-            let y = layer.input_layernorm.forward(&x);
-            let mut q = layer.queries(&y, &cos, &sin);
-            let (k, v) = layer.keys_values(&y, &cos, &sin);
-            let (keys, values) = speculation.write(i, &k, &v)?;
-            // Every row of a non-causal block sees context + B keys: one scalar per pass (derivations/top-k-mass-scaling.md §6).
-            if !self.query_scaling.is_off() {
-                let counts = visible_counts(mask.as_ref(), b, keys.size()[1])?;
-                self.query_scaling.apply(&mut q, i, &counts)?;
-            }
-            if let Some(observer) = observer.as_deref_mut().filter(|o| o.wants(i)) {
-                let view = AttentionView {
-                    queries: &q,
-                    keys: &keys,
-                    visible: mask.as_ref(),
-                    past: context,
-                    softmax_scale,
-                };
-                observer.observe(i, &view);
-            }
-            x = layer.finish(
-                &x,
-                &attend(&q, &keys, &values, mask.as_ref(), softmax_scale),
-            );
+            let bytes = || time_split::bytes_of(layer.linears().iter().map(|l| &l.weight));
+            x = time_split::mark(Step::Layer(i), bytes, || -> Result<Tensor> {
+                let y = layer.input_layernorm.forward(&x);
+                let mut q = layer.queries(&y, &cos, &sin);
+                let (k, v) = layer.keys_values(&y, &cos, &sin);
+                let (keys, values) = speculation.write(i, &k, &v)?;
+                // Every row of a non-causal block sees context + B keys: one scalar per pass (derivations/top-k-mass-scaling.md §6).
+                if !self.query_scaling.is_off() {
+                    let counts = visible_counts(mask.as_ref(), b, keys.size()[1])?;
+                    self.query_scaling.apply(&mut q, i, &counts)?;
+                }
+                if let Some(observer) = observer.as_deref_mut().filter(|o| o.wants(i)) {
+                    let view = AttentionView {
+                        queries: &q,
+                        keys: &keys,
+                        visible: mask.as_ref(),
+                        past: context,
+                        softmax_scale,
+                    };
+                    observer.observe(i, &view);
+                }
+                Ok(layer.finish(
+                    &x,
+                    &attend(&q, &keys, &values, mask.as_ref(), softmax_scale),
+                ))
+            })?;
         }
         Ok(x)
     }
@@ -398,9 +418,11 @@ impl Drafter for DFlashDrafter {
         let started = std::time::Instant::now();
         let kind = ctx.target.kind();
         if let Some(features) = self.pending.take() {
-            let c = self
-                .hidden_norm
-                .forward(&self.fc.forward(&features.to_kind(kind)));
+            let c = time_split::mark(
+                Step::Features,
+                || time_split::bytes_of([&self.fc.weight]),
+                || self.hidden_norm.forward(&self.fc.forward(&features.to_kind(kind))),
+            );
             let start = self.cache.len();
             self.write_context(&c, start)?;
         }
@@ -412,7 +434,9 @@ impl Drafter for DFlashDrafter {
         let logits = ctx
             .target
             .lm_head(&self.norm.forward(&x.narrow(0, 1, b - 1)));
-        let drafts = Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))?;
+        let drafts = time_split::mark(Step::Sampling, || 0, || {
+            Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))
+        })?;
         self.forward_seconds += started.elapsed().as_secs_f64();
         Ok(Proposal::chain(drafts, None))
     }

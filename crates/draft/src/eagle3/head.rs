@@ -1,6 +1,7 @@
 //! The trained part of an EAGLE-3 head: loading the published layout and the layer math
 //! (feature fusion, projection, attention and MLP, the draft-vocabulary LM head).
 
+use sharpdraft_model::time_split::{self, Step};
 use super::*;
 use crate::drafter::{DraftError, Result};
 use crate::random_init::{save_trained, RawTensor};
@@ -69,6 +70,15 @@ impl Eagle3Head {
         out
     }
 
+    /// Bytes of the layer's projections and MLP (one pass reads each once).
+    fn layer_bytes(&self) -> usize {
+        let layer = &self.layer;
+        let mut linears = layer.qkv.linears();
+        linears.push(&layer.o_proj);
+        linears.extend(layer.mlp.linears());
+        time_split::bytes_of(linears.iter().map(|l| &l.weight))
+    }
+
     /// Loads the head's weights; `trainable` makes every weight take gradients (training). Returns the
     /// target taps the head reads.
     pub fn load(dir: &Path, target: &Transformer, trainable: bool) -> Result<(Self, Vec<Tap>)> {
@@ -135,16 +145,22 @@ impl Eagle3Head {
 
     /// `[T, 3 Ht]` target features -> `[T, H]`.
     pub(crate) fn fuse(&self, features: &Tensor) -> Tensor {
-        if self.fc_norm.is_empty() {
-            return self.fc.forward(features);
-        }
-        let parts = features.chunk(3, -1);
-        let normed: Vec<Tensor> = parts
-            .iter()
-            .zip(&self.fc_norm)
-            .map(|(p, n)| n.forward(p))
-            .collect();
-        self.fc.forward(&Tensor::cat(&normed, -1))
+        time_split::mark(
+            Step::Features,
+            || time_split::bytes_of([&self.fc.weight]),
+            || {
+                if self.fc_norm.is_empty() {
+                    return self.fc.forward(features);
+                }
+                let parts = features.chunk(3, -1);
+                let normed: Vec<Tensor> = parts
+                    .iter()
+                    .zip(&self.fc_norm)
+                    .map(|(p, n)| n.forward(p))
+                    .collect();
+                self.fc.forward(&Tensor::cat(&normed, -1))
+            },
+        )
     }
 
     /// First half of the layer, shared by drafting and training: the residual, and RoPE'd queries
@@ -155,8 +171,16 @@ impl Eagle3Head {
         hidden: &Tensor,
         positions: &Tensor,
     ) -> (Tensor, Tensor, Tensor, Tensor) {
+        time_split::mark(Step::Layer(0), || 0, || self.project_rows(embeddings, hidden, positions))
+    }
+
+    fn project_rows(
+        &self,
+        embeddings: &Tensor,
+        hidden: &Tensor,
+        positions: &Tensor,
+    ) -> (Tensor, Tensor, Tensor, Tensor) {
         let l = &self.layer;
-        let _rows = embeddings.size()[0];
         let residual = if self.config.norm_before_residual {
             l.hidden_norm.forward(hidden)
         } else {
@@ -186,22 +210,27 @@ impl Eagle3Head {
         visible: Option<&Tensor>,
     ) -> (Tensor, Tensor) {
         let l = &self.layer;
-        let attn = l.o_proj.forward(&attend(
-            q,
-            keys,
-            values,
-            visible,
-            1.0 / (self.head_dim as f64).sqrt(),
-        ));
-        let h = residual + attn;
-        let post = l.post_attention_layernorm.forward(&h);
-        let h = &h + l.mlp.forward(&post);
+        let h = time_split::mark(Step::Layer(0), || self.layer_bytes(), || {
+            let attn = l.o_proj.forward(&attend(
+                q,
+                keys,
+                values,
+                visible,
+                1.0 / (self.head_dim as f64).sqrt(),
+            ));
+            let h = residual + attn;
+            let post = l.post_attention_layernorm.forward(&h);
+            &h + l.mlp.forward(&post)
+        });
         let normed = self.norm.forward(&h);
-        let log_probs = self
-            .lm_head
-            .forward(&normed)
-            .to_kind(Kind::Float)
-            .log_softmax(-1, Kind::Float);
+        let logits = time_split::mark(
+            Step::LmHead,
+            || time_split::bytes_of([&self.lm_head.weight]),
+            || self.lm_head.forward(&normed),
+        );
+        let log_probs = time_split::mark(Step::Sampling, || 0, || {
+            logits.to_kind(Kind::Float).log_softmax(-1, Kind::Float)
+        });
         (if self.config.norm_output { normed } else { h }, log_probs)
     }
 

@@ -203,11 +203,47 @@ fn cpu_has_kernel() -> bool {
 /// `x W^T` for `x [M, in]` with M in [`ROWS`] ([`BF16_ROWS`] in bf16) on `threads` threads, or
 /// `None` where this kernel does not apply.
 pub fn linear(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
+    let rows = x.size2().ok()?.0;
+    if !takes_rows(rows, Device::Cpu, weight.kind()) {
+        return None;
+    }
+    product(x, weight, threads)
+}
+
+/// The most rows [`head`] takes.
+pub const HEAD_ROWS: i64 = 16;
+
+/// An LM head's `x W^T` for `x [M, hidden]`, `W [vocab, hidden]` f32 or bf16, M in 1..=[`HEAD_ROWS`],
+/// on this CPU's kernel (on libtorch's thread count), or
+/// `None` where it does not apply (another device or kind, gradients, `SHARPDRAFT_KERNEL=libtorch`,
+/// inside [`without_kernel`]). Unlike a whole pass, the head pays at any row count and any model size:
+/// libtorch reads this short, wide matrix at a fraction of the bandwidth for a few rows (`bench rows`,
+/// SmolLM2-135M's 576 -> 49152 head: 3 rows 35 ms through libtorch, 4 rows 5.6 ms here).
+pub fn head(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
+    let rows = x.size2().ok()?.0;
+    let applies = (1..=HEAD_ROWS).contains(&rows)
+        && matches!(weight.kind(), Kind::Float | Kind::BFloat16)
+        && x.device() == Device::Cpu
+        && MODE.with(Cell::get) != Mode::Bypassed
+        && cpu_has_kernel();
+    if !applies {
+        return None;
+    }
+    let x = x.to_kind(weight.kind()).contiguous();
+    // Outside a kernel pass libtorch keeps its threads: switching its count is process-wide, and a
+    // reduction on another thread would then round differently (one product is too short to need it).
+    let threads = kernel_threads().unwrap_or_else(|| tch::get_num_threads().max(1) as usize);
+    product(&x, weight, threads)
+}
+
+/// `x W^T` on the kernel for operands it can read (same kind, contiguous, on the CPU, no gradients),
+/// whatever the row count up to what a sweep holds; `None` otherwise.
+fn product(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
     let (rows, inputs) = x.size2().ok()?;
     let (outputs, weight_inputs) = weight.size2().ok()?;
     let kind = weight.kind();
-    let applies = takes_rows(rows, Device::Cpu, kind)
-        && inputs == weight_inputs
+    let applies = inputs == weight_inputs
+        && (1..=HEAD_ROWS).contains(&rows)
         && [x, weight].iter().all(|t| {
             t.device() == Device::Cpu
                 && t.kind() == kind
