@@ -99,10 +99,6 @@ fn the_kernel_declines_what_it_does_not_take() {
     let weight = Tensor::randn([64, 32], (Kind::Float, Device::Cpu));
     let rows = |m: i64, kind: Kind| Tensor::randn([m, 32], (kind, Device::Cpu));
     assert!(
-        few_rows::linear(&rows(3, Kind::Float), &weight, 2).is_none(),
-        "3 rows: libtorch's"
-    );
-    assert!(
         few_rows::linear(&rows(17, Kind::Float), &weight, 2).is_none(),
         "17 rows: libtorch's"
     );
@@ -119,9 +115,9 @@ fn the_kernel_declines_what_it_does_not_take() {
         !few_rows::takes_rows(9, Device::Cpu, Kind::BFloat16),
         "9 bf16 rows: libtorch's"
     );
-    assert!(!few_rows::takes_rows(2, Device::Cpu, Kind::Float));
+    assert!(!few_rows::takes_rows(0, Device::Cpu, Kind::Float));
     assert!(!few_rows::takes_rows(4, Device::Cpu, Kind::Half));
-    let big = few_rows::MIN_WEIGHT_BYTES;
+    let big = few_rows::min_weight_bytes();
     assert_eq!(
         few_rows::takes(5, Device::Cpu, Kind::Float, big),
         few_rows::takes_rows(5, Device::Cpu, Kind::Float)
@@ -248,4 +244,14 @@ fn an_lm_head_of_any_few_rows_takes_the_kernel_and_gives_libtorchs_logits() {
         let bypassed = few_rows::without_kernel(|| few_rows::head(&x.narrow(0, 0, 2), &weight));
         assert!(bypassed.is_none(), "the libtorch baseline keeps its own head");
     });
+}
+
+#[test]
+fn cache_sizes_read_as_linux_reports_them() {
+    assert_eq!(few_rows::parse_cache_size("32768K"), Some(32 << 20));
+    assert_eq!(few_rows::parse_cache_size("480M"), Some(480 << 20));
+    assert_eq!(few_rows::parse_cache_size("1G"), Some(1 << 30));
+    assert_eq!(few_rows::parse_cache_size("4096"), Some(4096));
+    assert_eq!(few_rows::parse_cache_size("12Q"), None);
+    assert_eq!(few_rows::parse_cache_size(""), None);
 }

@@ -173,7 +173,8 @@ struct GenerateReport {
     adaptation: Option<AdaptationReport>,
     process: ProcessMemory,
     /// The form of the few-row kernel whose products ran (`avx512`, `avx2`; `libtorch` when none
-    /// did, as for a model below `few_rows::MIN_WEIGHT_BYTES`; `SHARPDRAFT_KERNEL` forces one).
+    /// did, as for a model that fits in the CPU's last-level cache (`few_rows::min_weight_bytes`);
+    /// `SHARPDRAFT_KERNEL` forces one).
     kernel: &'static str,
 }
 

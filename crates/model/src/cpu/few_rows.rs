@@ -41,11 +41,12 @@ pub fn form_that_ran() -> KernelForm {
     }
 }
 
-/// Row counts this kernel takes in f32. Up to 3 rows libtorch's own kernel is bandwidth-bound already.
-/// Qwen2.5-Coder-1.5B, one pass against one row (`bench rows`): 8 rows 1.2-1.3x (libtorch 2.9x), 12
-/// rows 1.6-1.8x (3.5x), 16 rows 2.0-2.2x (3.0-3.2x); from about 20 rows libtorch's packed GEMM costs
-/// about what this kernel does (24 rows 3.2x against 3.4x; 32 rows 3.6x against 3.5x).
-pub const ROWS: std::ops::RangeInclusive<i64> = 4..=16;
+/// Row counts this kernel takes in f32, from one row: libtorch's products of a few rows read far below
+/// the bandwidth (`bench rows`, Qwen2.5-Coder-1.5B on a 2-core AMD EPYC: 2 rows 937.7 ms with libtorch
+/// alone against 250.8 ms with the kernel, one row 431.5 ms against 374.9 ms). From about 20 rows
+/// libtorch's packed GEMM costs about what this kernel does (24 rows 3.2x one row against 3.4x; 32 rows
+/// 3.6x against 3.5x, on the machines of earlier measurements).
+pub const ROWS: std::ops::RangeInclusive<i64> = 1..=16;
 
 /// Row counts it takes in bf16: from one row, where libtorch's bf16 kernel reads at about half the
 /// machine's bandwidth (`bench rows --dtype bf16`); from 5 rows only on CPUs with AVX512-BF16, whose
@@ -163,17 +164,49 @@ pub fn automatic() -> bool {
     MODE.with(Cell::get) == Mode::Automatic
 }
 
-/// Models whose linear maps hold fewer bytes than this keep libtorch's products: their weights sit in
-/// the last-level cache of a large server CPU (480 MB on the machines measured) and a pass is bound by
-/// libtorch's per-op overhead, which the single-threaded libtorch of a kernel pass makes worse
-/// (SmolLM2-135M, 0.43 GB of linear weights in f32: 5 rows 68 ms with the kernel, 44 ms without;
-/// Qwen2.5-Coder-0.5B in bf16, 0.99 GB: one row 59 ms with, 73 ms without).
-pub const MIN_WEIGHT_BYTES: usize = 512 << 20;
+/// Models whose linear maps fit in this CPU's last-level cache keep libtorch's products: read from the
+/// cache, a pass is bound by libtorch's per-operation overhead, which the single-threaded libtorch of a
+/// kernel pass makes worse. Measured (`bench rows`, SmolLM2-135M, 0.43 GB of linear weights in f32): on
+/// CPUs whose cache reports 480 MB, 5 rows took 68 ms with the kernel and 44 ms without; on an AMD EPYC
+/// with 32 MiB of L3, where the weights stream from memory, 4 rows took 36.4 ms with it and 112.8 ms
+/// without, one row 36.5 ms against 65.9 ms. Where the cache size is unknown, 512 MiB.
+pub fn min_weight_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| last_level_cache_bytes().unwrap_or(512 << 20))
+}
+
+/// The largest cache level's size that Linux reports for CPU 0 (`/sys/devices/system/cpu/cpu0/cache`).
+fn last_level_cache_bytes() -> Option<usize> {
+    let caches = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    let read = |dir: &std::path::Path, name: &str| std::fs::read_to_string(dir.join(name)).ok();
+    caches
+        .filter_map(|entry| {
+            let dir = entry.ok()?.path();
+            let level: u32 = read(&dir, "level")?.trim().parse().ok()?;
+            let size = read(&dir, "size")?;
+            Some((level, parse_cache_size(size.trim())?))
+        })
+        .max()
+        .map(|(_, bytes)| bytes)
+}
+
+/// `32768K`, `480M`, `1G` or plain bytes.
+pub fn parse_cache_size(text: &str) -> Option<usize> {
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    digits.parse::<usize>().ok()?.checked_mul(scale)
+}
 
 /// Whether a pass of `rows` rows of a model in `kind` on `device`, whose linear maps hold
 /// `weight_bytes`, runs with this kernel on this CPU.
 pub fn takes(rows: i64, device: Device, kind: Kind, weight_bytes: usize) -> bool {
-    weight_bytes >= MIN_WEIGHT_BYTES && takes_rows(rows, device, kind)
+    weight_bytes >= min_weight_bytes() && takes_rows(rows, device, kind)
 }
 
 /// Whether [`linear`] takes `rows` rows in `kind` on `device` on this CPU.
