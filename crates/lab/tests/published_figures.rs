@@ -50,8 +50,10 @@ fn cited_reports(section: &str) -> Vec<String> {
         rest = &rest[at + marker.len()..];
         let name: String = rest
             .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
-            .collect();
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            .collect::<String>()
+            .trim_end_matches('.')
+            .to_string();
         if !name.is_empty() && !names.contains(&name) {
             names.push(name);
         }
@@ -143,6 +145,10 @@ fn figures_are_read_as_a_reader_reads_them() {
         ["1.24", "0.73", "0.69", "0.77", "1.9"]
     );
     assert_eq!(cited_reports("see [x](experiments/results/quickstart/report.md)"), ["quickstart"]);
+    assert_eq!(
+        cited_reports("in experiments/results/rows-qwen2.5-1.5b/ and experiments/results/quickstart."),
+        ["rows-qwen2.5-1.5b", "quickstart"]
+    );
     assert!(
         figures("EAGLE 3.1 and EAGLE-3.1 (arXiv 2503.01840), about 1.4 GB to download").is_empty(),
         "names, arXiv numbers and download sizes are not figures"
