@@ -1,5 +1,6 @@
 //! The DFlash drafter: its layers, loading and saving, context K/V injection, and block passes.
 
+use sharpdraft_model::cpu::few_rows;
 use sharpdraft_model::time_split::{self, Step};
 use super::config::CheckedConfig;
 use super::DFlashConfig;
@@ -363,6 +364,35 @@ impl DFlashDrafter {
         Ok(())
     }
 
+    /// Projects the target features of newly committed tokens into the context (in `kind`).
+    fn write_pending(&mut self, kind: Kind) -> Result<()> {
+        if let Some(features) = self.pending.take() {
+            let c = time_split::mark(
+                Step::Features,
+                || time_split::bytes_of([&self.fc.weight]),
+                || self.hidden_norm.forward(&self.fc.forward(&features.to_kind(kind))),
+            );
+            let start = self.cache.len();
+            self.write_context(&c, start)?;
+        }
+        Ok(())
+    }
+
+    /// Drafts one block after the root over the written context: the drafts `[B - 1]`, greedy.
+    fn draft_block(&mut self, ctx: &DraftContext<'_>) -> Result<Vec<i64>> {
+        // Every cached position is committed context: the moment a bounded cache may drop old keys.
+        self.cache.slide();
+        let root = *ctx.committed.last().expect("a root");
+        let x = self.block_pass(ctx.target, root, ctx.committed.len() as i64 - 1, None)?;
+        let b = self.block_size;
+        let logits = ctx
+            .target
+            .lm_head(&self.norm.forward(&x.narrow(0, 1, b - 1)));
+        Ok(time_split::mark(Step::Sampling, || 0, || {
+            Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))
+        })?)
+    }
+
     /// Visibility of the block's rows over `[context | block]` for one layer, or `None` for all-visible.
     fn block_mask(&self, layer: &Layer, context: i64, start: i64) -> Option<Tensor> {
         let b = self.block_size;
@@ -416,27 +446,15 @@ impl Drafter for DFlashDrafter {
     fn propose(&mut self, ctx: &DraftContext<'_>, _sampler: &mut Sampler) -> Result<Proposal> {
         let _guard = tch::no_grad_guard();
         let started = std::time::Instant::now();
-        let kind = ctx.target.kind();
-        if let Some(features) = self.pending.take() {
-            let c = time_split::mark(
-                Step::Features,
-                || time_split::bytes_of([&self.fc.weight]),
-                || self.hidden_norm.forward(&self.fc.forward(&features.to_kind(kind))),
-            );
-            let start = self.cache.len();
-            self.write_context(&c, start)?;
-        }
-        // Every cached position is committed context: the moment a bounded cache may drop old keys.
-        self.cache.slide();
-        let root = *ctx.committed.last().expect("a root");
-        let x = self.block_pass(ctx.target, root, ctx.committed.len() as i64 - 1, None)?;
-        let b = self.block_size;
-        let logits = ctx
-            .target
-            .lm_head(&self.norm.forward(&x.narrow(0, 1, b - 1)));
-        let drafts = time_split::mark(Step::Sampling, || 0, || {
-            Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))
-        })?;
+        // A block of a few rows through the drafter's maps and the target's head: the few-row kernel
+        // where the drafter's weights stream from memory. The context features go before, through
+        // libtorch on all its threads (a prompt's are many rows; measured, a few rows took longer in
+        // a kernel pass too).
+        let bytes = time_split::bytes_of(self.linears().iter().map(|l| &l.weight));
+        let (device, kind) = (ctx.target.device(), ctx.target.kind());
+        self.write_pending(kind)?;
+        let drafts =
+            few_rows::where_it_pays(self.block_size, device, kind, bytes, || self.draft_block(ctx))?;
         self.forward_seconds += started.elapsed().as_secs_f64();
         Ok(Proposal::chain(drafts, None))
     }

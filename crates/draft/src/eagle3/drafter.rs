@@ -1,5 +1,7 @@
 //! The EAGLE-3 drafter: catch-up on committed pairs, then tree expansion under a speculation guard.
 
+use sharpdraft_model::cpu::few_rows;
+use sharpdraft_model::time_split;
 use super::tree::{grow, rerank, Child, Node};
 use super::*;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
@@ -145,27 +147,9 @@ impl Eagle3Drafter {
     }
 }
 
-impl Drafter for Eagle3Drafter {
-    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
-        self.head.linears()
-    }
-
-    fn method(&self) -> crate::Method {
-        crate::Method::Eagle3
-    }
-
-    fn target_taps(&self) -> Vec<Tap> {
-        self.taps.clone()
-    }
-
-    fn prefill(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
-        // A new request: nothing of an earlier one stays in the cache.
-        self.cache.truncate(0)?;
-        self.pending = target_hidden.map(Tensor::shallow_clone);
-        Ok(())
-    }
-
-    fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
+impl Eagle3Drafter {
+    /// Catches up on committed tokens, then expands the chain or tree from the last one.
+    fn expand(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
         let _guard = tch::no_grad_guard();
         let device = ctx.target.device();
         let (stable, last_hidden, last_log_probs) = self.catch_up(ctx)?;
@@ -273,6 +257,43 @@ impl Drafter for Eagle3Drafter {
             },
         };
         Ok(proposal)
+    }
+
+}
+
+impl Drafter for Eagle3Drafter {
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        self.head.linears()
+    }
+
+    fn method(&self) -> crate::Method {
+        crate::Method::Eagle3
+    }
+
+    fn target_taps(&self) -> Vec<Tap> {
+        self.taps.clone()
+    }
+
+    fn prefill(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        // A new request: nothing of an earlier one stays in the cache.
+        self.cache.truncate(0)?;
+        self.pending = target_hidden.map(Tensor::shallow_clone);
+        Ok(())
+    }
+
+    fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
+        // Tree levels of a few rows through the head: the few-row kernel where its weights stream from
+        // memory. Not while a prompt's features wait to be fed: libtorch, single-threaded in a kernel
+        // pass, would run them on one core.
+        let bytes = time_split::bytes_of(self.head.linears().iter().map(|l| &l.weight));
+        let (device, kind) = (ctx.target.device(), ctx.target.kind());
+        let rows = self.shape.top_k.max(1) as i64;
+        match self.pending.as_ref().map_or(0, |p| p.size()[0]) {
+            0..=few_rows::HEAD_ROWS => {
+                few_rows::where_it_pays(rows, device, kind, bytes, || self.expand(ctx, sampler))
+            }
+            _ => self.expand(ctx, sampler),
+        }
     }
 
     fn observe(&mut self, _ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {

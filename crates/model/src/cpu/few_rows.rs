@@ -146,6 +146,23 @@ pub fn with_kernel<T>(pass: impl FnOnce() -> T) -> T {
     with_mode(Mode::Inside(threads), pass)
 }
 
+/// Runs `pass`, a pass of `rows` rows through linear maps of `weight_bytes` in `kind` on `device` (a
+/// drafter's block, a tree level), with this kernel where [`takes`] says it pays and no pass has it on
+/// already; as it is otherwise.
+pub fn where_it_pays<T>(
+    rows: i64,
+    device: Device,
+    kind: Kind,
+    weight_bytes: usize,
+    pass: impl FnOnce() -> T,
+) -> T {
+    if automatic() && takes(rows, device, kind, weight_bytes) {
+        with_kernel(pass)
+    } else {
+        pass()
+    }
+}
+
 /// Runs `pass` with libtorch's own matrix products only (the benchmark's side-by-side baseline).
 pub fn without_kernel<T>(pass: impl FnOnce() -> T) -> T {
     with_mode(Mode::Bypassed, pass)
