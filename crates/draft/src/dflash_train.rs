@@ -8,6 +8,8 @@
 //! `[context T | blocks A B]` with a block-diagonal mask.
 
 use crate::dflash::{default_target_layers, DFlashDrafter};
+use crate::draft_vocabulary::DraftVocabulary;
+use crate::eagle3_train::frequent_tokens;
 use crate::drafter::Drafter;
 use crate::drafter::{DraftError, Result};
 use crate::random_init::{write_config, write_f32_safetensors, TargetWeights};
@@ -39,6 +41,10 @@ pub struct DFlashOptions {
     /// Target layers whose outputs are fused; default DFlash's evenly spaced layers.
     #[serde(default)]
     pub target_layer_ids: Option<Vec<usize>>,
+    /// Draft over the V most frequent tokens of the training windows (their rows of the target's
+    /// head only); 0, the default, over the whole vocabulary.
+    #[serde(default)]
+    pub draft_vocab: i64,
 }
 
 fn default_gamma() -> f64 {
@@ -70,10 +76,26 @@ impl DFlashOptions {
 /// elsewhere), and q/k norms start at one (the target has none). A Qwen2 target's q/k/v biases come
 /// along: the drafter is written with `attention_bias`, which in DFlash's (Qwen3's) layout also gives
 /// o_proj a bias, started at zero.
-pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()> {
+pub fn init(
+    dir: &Path,
+    target: &CausalLm,
+    windows: &[TrainWindow],
+    options: &DFlashOptions,
+) -> Result<()> {
     let c = &target.net.config;
     let ids = options.target_layers(c.num_layers);
-    let config = serde_json::json!({
+    if options.draft_vocab < 0 || options.draft_vocab > c.vocab_size {
+        return Err(DraftError::InvalidOption {
+            option: "dflash.draft_vocab".into(),
+            value: options.draft_vocab.to_string(),
+            reason: format!("must be 0 (the whole vocabulary) up to the target's {}", c.vocab_size),
+        });
+    }
+    // The draft vocabulary: the most frequent tokens of the windows (the target's answers).
+    let vocabulary = (options.draft_vocab > 0 && options.draft_vocab < c.vocab_size).then(|| {
+        DraftVocabulary::of_target_ids(&frequent_tokens(windows, c.vocab_size, options.draft_vocab))
+    });
+    let mut config = serde_json::json!({
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
         "block_size": options.block_size, "num_target_layers": c.num_layers, "num_hidden_layers": options.layers,
         "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size, "num_attention_heads": c.num_heads,
@@ -83,6 +105,9 @@ pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()
         "layer_types": vec!["full_attention"; options.layers], "dtype": "float32",
         "dflash_config": {"mask_token_id": options.mask_token, "target_layer_ids": ids, "block_size": options.block_size},
     });
+    if let Some(vocabulary) = &vocabulary {
+        config["draft_vocab_size"] = vocabulary.len().into();
+    }
     write_config(dir, &config).map_err(|e| DraftError::Checkpoint {
         path: dir.display().to_string(),
         reason: e,
@@ -139,7 +164,11 @@ pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()
             ones(c.head_dim),
         ));
     }
-    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &[]).map_err(|e| {
+    let extra = match &vocabulary {
+        Some(vocabulary) => vocabulary.tensors(c.vocab_size),
+        None => Vec::new(),
+    };
+    write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &extra).map_err(|e| {
         DraftError::Checkpoint {
             path: dir.display().to_string(),
             reason: e,
@@ -152,6 +181,8 @@ pub fn init(dir: &Path, target: &CausalLm, options: &DFlashOptions) -> Result<()
 pub struct DFlashObjective<'t, D: Borrow<DFlashDrafter> = DFlashDrafter> {
     target: &'t Transformer,
     drafter: D,
+    /// Target id -> draft id or -1, `[vocab]`, when the drafter has a draft vocabulary.
+    to_draft: Option<Tensor>,
     options: DFlashOptions,
     seed: u64,
 }
@@ -176,9 +207,12 @@ impl<'t> DFlashObjective<'t> {
 impl<'t, D: Borrow<DFlashDrafter>> DFlashObjective<'t, D> {
     /// The objective over `drafter`'s own weights; `seed` draws the anchors.
     pub fn over(drafter: D, target: &'t Transformer, options: &DFlashOptions, seed: u64) -> Self {
+        let to_draft = (drafter.borrow().draft_vocabulary())
+            .map(|v| v.target_to_draft(target.config.vocab_size).to_device(target.device()));
         Self {
             target,
             drafter,
+            to_draft,
             options: options.clone(),
             seed,
         }
@@ -317,9 +351,8 @@ impl<D: Borrow<DFlashDrafter>> Objective for DFlashObjective<'_, D> {
             .view([a, b, -1])
             .narrow(1, 1, b - 1)
             .reshape([a * (b - 1), -1]);
-        let log_q = self
-            .target
-            .lm_head(&d.norm.forward(&drafted))
+        let log_q = d
+            .draft_logits(self.target, &d.norm.forward(&drafted))
             .log_softmax(-1, Kind::Float);
         // Block row k of anchor a predicts token a + k: the target's row a + k - 1.
         let rows: Vec<i64> = anchors
@@ -329,6 +362,15 @@ impl<D: Borrow<DFlashDrafter>> Objective for DFlashObjective<'_, D> {
         let rows = Tensor::from_slice(&rows).to_device(device);
         let ids = window.top_ids.to_device(device).index_select(0, &rows);
         let probs = window.top_probs.to_device(device).index_select(0, &rows);
+        // Over a draft vocabulary, the target's mass outside it trains nothing (as EAGLE-3's t2d).
+        let (ids, probs) = match &self.to_draft {
+            Some(to_draft) => {
+                let draft_ids = to_draft.index_select(0, &ids.flatten(0, -1)).view_as(&ids);
+                let held = draft_ids.ge(0).to_kind(Kind::Float);
+                (draft_ids.clamp_min(0), probs * held)
+            }
+            None => (ids, probs),
+        };
         let weights: Vec<f32> = (0..a)
             .flat_map(|_| (1..b).map(|k| (-((k - 1) as f64) / self.options.gamma).exp() as f32))
             .collect();

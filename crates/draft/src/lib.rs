@@ -7,6 +7,7 @@ mod causal_drafting;
 pub mod checkpoint_kind;
 pub mod dflash;
 pub mod dflash_train;
+pub mod draft_vocabulary;
 pub mod drafter;
 pub mod drafter_stats;
 pub mod eagle3;

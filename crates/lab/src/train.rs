@@ -572,7 +572,7 @@ fn start_fresh<'t>(
     match &config.method {
         MethodConfig::Eagle3(e) => eagle3_train::init(out_dir, target, &windows, e, config.seed)?,
         MethodConfig::Pard(p) => pard_train::init(out_dir, target, p)?,
-        MethodConfig::Dflash(d) => dflash_train::init(out_dir, target, d)?,
+        MethodConfig::Dflash(d) => dflash_train::init(out_dir, target, &windows, d)?,
     }
     let objective = load_objective(config, out_dir, target, device)?;
     ensure!(

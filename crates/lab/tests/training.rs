@@ -7,7 +7,7 @@ use sharpdraft_draft::dflash_train::{self, block_visibility, DFlashObjective, DF
 use sharpdraft_draft::eagle3_train::{self, frequent_tokens, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, copy_layout, kept_offsets, PardObjective, PardOptions};
 use sharpdraft_draft::training::{
-    extract_windows, train, LoopConfig, LrDecay, OwnedObjective, TrainObserver, TrainState,
+    extract_windows, train, LoopConfig, LrDecay, Objective, OwnedObjective, TrainObserver, TrainState,
     TrainWindow,
 };
 use sharpdraft_draft::{Drafter, Method};
@@ -60,6 +60,7 @@ fn dflash_options() -> DFlashOptions {
         gamma: 4.0,
         anchors: 8,
         target_layer_ids: Some(vec![0, 1]),
+        draft_vocab: 0,
     }
 }
 
@@ -94,7 +95,7 @@ fn init(method: Method, dir: &Path, target: &CausalLm, windows: &[TrainWindow]) 
     match method {
         Method::Eagle3 => eagle3_train::init(dir, target, windows, &eagle3_options(), 1).unwrap(),
         Method::Pard => pard_train::init(dir, target, &pard_options()).unwrap(),
-        Method::Dflash => dflash_train::init(dir, target, &dflash_options()).unwrap(),
+        Method::Dflash => dflash_train::init(dir, target, windows, &dflash_options()).unwrap(),
         Method::Vanilla => unreachable!("not trained here"),
     }
 }
@@ -659,4 +660,52 @@ fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
             assert!(report.memory().adaptation_bytes >= adaptation.optimizer_bytes);
         }
     }
+}
+
+#[test]
+fn a_dflash_drafter_over_a_draft_vocabulary_learns_round_trips_and_keeps_the_targets_output() {
+    let target = target();
+    let windows = windows(&target, Method::Dflash, 8);
+    let dir = tempfile::tempdir().unwrap();
+    let options = DFlashOptions {
+        draft_vocab: 16,
+        ..dflash_options()
+    };
+    dflash_train::init(dir.path(), &target, &windows, &options).unwrap();
+    assert_eq!(config_of(dir.path())["draft_vocab_size"], 16);
+    let objective = DFlashObjective::load(dir.path(), &target.net, &options, 1).unwrap();
+    let state = train(&objective, &windows, dir.path(), &loop_config(60), &mut Quiet).unwrap();
+    let (first, last) = (mean(&state.losses[..10]), mean(&state.losses[50..]));
+    assert!(last < 0.9 * first, "loss {first:.3} -> {last:.3}");
+
+    let vocab = target.net.config.vocab_size;
+    let frequent = frequent_tokens(&windows, vocab, 16);
+    let loaded = sharpdraft_draft::DFlashDrafter::load(dir.path(), &target.net, 256).unwrap();
+    let vocabulary = loaded.draft_vocabulary().expect("a draft vocabulary");
+    let drafted_over: Vec<i64> = (0..vocabulary.len() as i64).map(|d| vocabulary.to_target(d)).collect();
+    assert_eq!(drafted_over, frequent, "the 16 most frequent tokens of the windows");
+
+    let copy = tempfile::tempdir().unwrap();
+    objective.save(copy.path(), 64).unwrap();
+    assert_eq!(config_of(copy.path())["draft_vocab_size"], 16);
+    let saved = safetensors_of(copy.path());
+    assert!(saved["d2t"].equal(&safetensors_of(dir.path())["d2t"]), "d2t survives a save");
+
+    let prompt: Vec<i64> = stream()[..20].to_vec();
+    let config = SpecConfig {
+        max_new_tokens: 24,
+        sampling: Sampling::greedy(),
+        stop_tokens: vec![],
+        max_proposal: 64,
+    };
+    let report = speculative_generate(
+        &target.net,
+        drafter(Method::Dflash, dir.path(), &target).as_mut(),
+        &prompt,
+        &config,
+    )
+    .unwrap();
+    assert_eq!(report.ids, greedy_ids(&target, &prompt, 24));
+    let accepted: usize = report.cycles.iter().map(|c| c.accepted).sum();
+    assert!(accepted > 0, "a trained drafter over its vocabulary gets drafts accepted");
 }

@@ -289,10 +289,15 @@ impl Transformer {
         self.lm_head(&self.norm.forward(hidden))
     }
 
+    /// The LM head's weight `[vocab, hidden]` (the embedding when the head is tied to it).
+    pub fn lm_head_weight(&self) -> &Tensor {
+        self.lm_head.as_ref().map_or(&self.embed_tokens, |h| &h.weight)
+    }
+
     /// The LM head alone on already-normalised states `[T, hidden]` -> `[T, vocab]` f32 (DFlash applies
     /// its own final norm and then the target's head).
     pub fn lm_head(&self, normed: &Tensor) -> Tensor {
-        let weight = self.lm_head.as_ref().map_or(&self.embed_tokens, |h| &h.weight);
+        let weight = self.lm_head_weight();
         time_split::mark(
             Step::LmHead,
             || time_split::bytes_of([weight]),

@@ -127,6 +127,8 @@ impl Adaptable for DFlashDrafter {
             gamma,
             anchors: anchors.max(1),
             target_layer_ids: None,
+            // The draft vocabulary is the checkpoint's.
+            draft_vocab: 0,
         };
         Ok(Box::new(DFlashObjective::over(
             self, target, &options, seed,

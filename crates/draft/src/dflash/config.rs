@@ -47,6 +47,10 @@ pub struct DFlashConfig {
     #[serde(default)]
     pub sliding_window: Option<i64>,
     pub dflash_config: DFlashExtras,
+    /// SharpDraft's draft vocabulary size V (EAGLE-3's key): the drafter drafts over V tokens through
+    /// the target's head rows of `d2t`; absent, over the whole vocabulary.
+    #[serde(default)]
+    pub draft_vocab_size: Option<i64>,
     /// SharpDraft's record of the drafter's training length n0.
     #[serde(default)]
     pub training_length: Option<i64>,

@@ -1,5 +1,6 @@
 //! The DFlash drafter: its layers, loading and saving, context K/V injection, and block passes.
 
+use crate::draft_vocabulary::DraftVocabulary;
 use sharpdraft_model::cpu::few_rows;
 use sharpdraft_model::time_split::{self, Step};
 use super::config::CheckedConfig;
@@ -90,6 +91,9 @@ pub struct DFlashDrafter {
     /// Target features `[m, n_t * H]` of committed tokens whose context K/V are not cached yet.
     pending: Option<Tensor>,
     forward_seconds: f64,
+    /// The checkpoint's draft vocabulary and the target's head rows of it `[V, H]` (a copy, in the
+    /// target's kind); `None` when the drafter drafts over the whole vocabulary.
+    draft_head: Option<(DraftVocabulary, Tensor)>,
 }
 
 impl Layer {
@@ -181,9 +185,24 @@ impl DFlashDrafter {
             } else {
                 name.to_string()
             };
-            Route::Var(name)
+            match name.as_str() {
+                "d2t" => Route::Side,
+                "t2d" => Route::Ignore,
+                _ => Route::Var(name),
+            }
         };
-        load_strict(&mut vars, &checkpoint_files(dir)?, route)?;
+        let side = load_strict(&mut vars, &checkpoint_files(dir)?, route)?;
+        let vocab = target.config.vocab_size;
+        let vocabulary = DraftVocabulary::read(
+            &side,
+            config.draft_vocab_size.unwrap_or(vocab),
+            vocab,
+            dir,
+        )?;
+        let draft_head = (!vocabulary.is_whole(vocab)).then(|| {
+            let rows = target.lm_head_weight().index_select(0, &vocabulary.target_ids(device));
+            (vocabulary, rows)
+        });
         let rope = Rope::with_base(
             head_dim,
             config.rope_theta.unwrap_or(1_000_000.0),
@@ -219,6 +238,7 @@ impl DFlashDrafter {
             cache,
             pending: None,
             forward_seconds: 0.0,
+            draft_head,
         })
     }
 
@@ -240,13 +260,17 @@ impl DFlashDrafter {
     /// Writes the drafter in the published layout (config.json with `dflash_config` + model.safetensors),
     /// recording `training_length`.
     pub fn save(&self, dir: &Path, training_length: i64) -> Result<()> {
+        let extra = match &self.draft_head {
+            Some((vocabulary, _)) => vocabulary.tensors(self.config.vocab_size),
+            None => Vec::new(),
+        };
         save_trained(
             dir,
             &self.raw_config,
             "dtype",
             training_length,
             &self.vars,
-            &[],
+            &extra,
         )
     }
 
@@ -385,12 +409,37 @@ impl DFlashDrafter {
         let root = *ctx.committed.last().expect("a root");
         let x = self.block_pass(ctx.target, root, ctx.committed.len() as i64 - 1, None)?;
         let b = self.block_size;
-        let logits = ctx
-            .target
-            .lm_head(&self.norm.forward(&x.narrow(0, 1, b - 1)));
-        Ok(time_split::mark(Step::Sampling, || 0, || {
+        let logits = self.draft_logits(ctx.target, &self.norm.forward(&x.narrow(0, 1, b - 1)));
+        let drafts = time_split::mark(Step::Sampling, || 0, || {
             Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))
-        })?)
+        })?;
+        Ok(match &self.draft_head {
+            Some((vocabulary, _)) => drafts.into_iter().map(|d| vocabulary.to_target(d)).collect(),
+            None => drafts,
+        })
+    }
+
+    /// Logits `[R, V]` f32 of normalised block rows `[R, H]` over the draft vocabulary (the target's
+    /// head rows of it), or `[R, vocab]` through the target's head when the drafter has none.
+    pub(crate) fn draft_logits(&self, target: &Transformer, normed: &Tensor) -> Tensor {
+        let Some((_, rows)) = &self.draft_head else {
+            return target.lm_head(normed);
+        };
+        time_split::mark(
+            Step::LmHead,
+            || time_split::bytes_of([rows]),
+            || {
+                let few_rows = few_rows::head(normed, rows);
+                few_rows
+                    .unwrap_or_else(|| normed.to_kind(rows.kind()).matmul(&rows.transpose(0, 1)))
+                    .to_kind(Kind::Float)
+            },
+        )
+    }
+
+    /// The draft vocabulary, `None` for the whole vocabulary.
+    pub fn draft_vocabulary(&self) -> Option<&DraftVocabulary> {
+        self.draft_head.as_ref().map(|(v, _)| v)
     }
 
     /// Visibility of the block's rows over `[context | block]` for one layer, or `None` for all-visible.

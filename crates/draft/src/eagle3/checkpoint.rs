@@ -1,10 +1,11 @@
 //! A randomly initialised (or warm-started) EAGLE-3 head written in the published layout.
 
+use crate::draft_vocabulary::DraftVocabulary;
 use super::head::checkpoint_error;
 use super::*;
 use crate::drafter::Result;
 use crate::random_init::{
-    random_norm, random_weight, write_config, write_f32_safetensors, RawTensor,
+    random_norm, random_weight, write_config, write_f32_safetensors,
 };
 use sharpdraft_model::Transformer;
 use std::path::Path;
@@ -97,24 +98,11 @@ pub fn write_random_head(
     };
     let mut tensors = random_head_tensors(c, options, block, inter, draft_vocab);
     take_initial_tensors(&mut tensors, options, dir)?;
-    let d2t: Vec<i64> = used
-        .iter()
-        .enumerate()
-        .map(|(i, &t)| t - i as i64)
-        .collect();
-    let t2d: Vec<u8> = (0..vocab)
-        .map(|t| u8::from(used.binary_search(&t).is_ok()))
-        .collect();
-    let mut extra: Vec<RawTensor> = Vec::new();
-    if options.reduced_vocab || options.used_tokens.is_some() {
-        extra.push((
-            "d2t".into(),
-            safetensors::Dtype::I64,
-            vec![d2t.len()],
-            d2t.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        ));
-        extra.push(("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d));
-    }
+    let extra = if options.reduced_vocab || options.used_tokens.is_some() {
+        DraftVocabulary::of_target_ids(&used).tensors(vocab)
+    } else {
+        Vec::new()
+    };
     write_f32_safetensors(&dir.join("model.safetensors"), &tensors, &extra)
         .map_err(|e| checkpoint_error(dir, e))
 }

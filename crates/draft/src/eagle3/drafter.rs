@@ -73,7 +73,7 @@ impl Eagle3Drafter {
         capacity: i64,
     ) -> Result<Self> {
         let (head, taps) = Eagle3Head::load(dir, target, false)?;
-        shape.validate(head.d2t.len())?;
+        shape.validate(head.vocabulary.len())?;
         // The stable context plus one tree's rows: the first step and `top_k` per expansion step.
         let tree_rows = ((shape.depth + 1) * shape.top_k) as i64;
         let cache = KvCache::new(

@@ -1,10 +1,11 @@
 //! The trained part of an EAGLE-3 head: loading the published layout and the layer math
 //! (feature fusion, projection, attention and MLP, the draft-vocabulary LM head).
 
+use crate::draft_vocabulary::DraftVocabulary;
 use sharpdraft_model::time_split::{self, Step};
 use super::*;
 use crate::drafter::{DraftError, Result};
-use crate::random_init::{save_trained, RawTensor};
+use crate::random_init::save_trained;
 use sharpdraft_model::layers::{Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
 use sharpdraft_model::rope::Rope;
 use sharpdraft_model::transformer::attend;
@@ -39,8 +40,8 @@ pub struct Eagle3Head {
     pub(crate) layer: Layer,
     pub(crate) norm: RmsNorm,
     pub(crate) lm_head: Linear,
-    /// `[draft_vocab]` on the CPU: target id = draft id + d2t[draft id].
-    pub(crate) d2t: Vec<i64>,
+    /// The tokens the head drafts over.
+    pub(crate) vocabulary: DraftVocabulary,
     pub(crate) rope: Rope,
     pub(crate) heads: i64,
     pub(crate) kv_heads: i64,
@@ -112,7 +113,7 @@ impl Eagle3Head {
         };
         let files = checkpoint_files(dir)?;
         let side = load_strict(&mut vars, &files, route)?;
-        let d2t = read_d2t(&side, &config, draft_vocab, dir)?;
+        let vocabulary = DraftVocabulary::read(&side, draft_vocab, config.vocab_size, dir)?;
         let rope = rope_of(&config, head_dim, device);
         let raw_config: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;
@@ -132,7 +133,7 @@ impl Eagle3Head {
             layer,
             norm,
             lm_head,
-            d2t,
+            vocabulary,
             rope,
             heads,
             kv_heads,
@@ -283,7 +284,7 @@ impl Eagle3Head {
     }
 
     pub(crate) fn to_target(&self, draft_id: i64) -> i64 {
-        draft_id + self.d2t[draft_id as usize]
+        self.vocabulary.to_target(draft_id)
     }
 
     pub fn query_heads(&self) -> usize {
@@ -308,31 +309,13 @@ impl Eagle3Head {
 
     /// Target id -> draft id (or -1 when the draft vocabulary does not hold it), `[vocab]` i64.
     pub fn target_to_draft(&self, vocab: i64) -> Tensor {
-        let mut map = vec![-1i64; vocab as usize];
-        for (draft_id, offset) in self.d2t.iter().enumerate() {
-            map[(draft_id as i64 + offset) as usize] = draft_id as i64;
-        }
-        Tensor::from_slice(&map)
+        self.vocabulary.target_to_draft(vocab)
     }
 
     /// Writes this head in the published layout (config.json + model.safetensors with d2t and t2d),
     /// recording `training_length`.
     pub fn save(&self, dir: &Path, training_length: i64) -> Result<()> {
-        let vocab = self.config.vocab_size;
-        // A failed copy is an error: an empty t2d would save a head that masks every target.
-        let t2d: Vec<u8> = Vec::<i64>::try_from(self.target_to_draft(vocab))?
-            .iter()
-            .map(|&d| u8::from(d >= 0))
-            .collect();
-        let extra: Vec<RawTensor> = vec![
-            (
-                "d2t".into(),
-                safetensors::Dtype::I64,
-                vec![self.d2t.len()],
-                self.d2t.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            ),
-            ("t2d".into(), safetensors::Dtype::BOOL, vec![t2d.len()], t2d),
-        ];
+        let extra = self.vocabulary.tensors(self.config.vocab_size);
         save_trained(
             dir,
             &self.raw_config,
@@ -352,8 +335,7 @@ impl Eagle3Head {
         sampling: &Sampling,
     ) -> Tensor {
         let device = log_probs.device();
-        let index = Tensor::from_slice(&self.d2t).to_device(device)
-            + Tensor::arange(self.d2t.len() as i64, (Kind::Int64, device));
+        let index = self.vocabulary.target_ids(device);
         let full = Tensor::full([vocab], f64::NEG_INFINITY, (Kind::Float, device))
             .scatter(0, &index, log_probs);
         sampling.probabilities(&full)
@@ -481,33 +463,6 @@ impl HeadWeights {
             lm_head,
         }
     }
-}
-
-/// The draft-to-target vocabulary offsets `d2t` (`[draft_vocab]`, target id = i + d2t[i]): read from
-/// the checkpoint, all zero when the head drafts over the whole vocabulary; every id must land inside it.
-fn read_d2t(
-    side: &std::collections::BTreeMap<String, Tensor>,
-    config: &Eagle3Config,
-    draft_vocab: i64,
-    dir: &Path,
-) -> Result<Vec<i64>> {
-        let d2t = match side.get("d2t") {
-            Some(d2t) if d2t.size() == [draft_vocab] => Vec::<i64>::try_from(d2t.to_kind(Kind::Int64))?,
-            Some(d2t) => return Err(checkpoint_error(dir, format!("tensor d2t has shape {:?}, [{draft_vocab}] expected", d2t.size()))),
-            None if draft_vocab == config.vocab_size => vec![0; draft_vocab as usize],
-            None => return Err(checkpoint_error(dir, format!("missing tensor d2t [{draft_vocab}] (draft_vocab_size {draft_vocab} < vocab_size {})", config.vocab_size))),
-        };
-        if let Some((i, _)) = d2t
-            .iter()
-            .enumerate()
-            .find(|(i, off)| *i as i64 + **off < 0 || *i as i64 + **off >= config.vocab_size)
-        {
-            return Err(checkpoint_error(
-                dir,
-                format!("d2t[{i}] maps outside the target vocabulary"),
-            ));
-        }
-    Ok(d2t)
 }
 
 /// The head's rotary embedding: the config's theta, and llama3 scaling when it names it.
