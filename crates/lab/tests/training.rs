@@ -201,12 +201,7 @@ fn a_few_training_steps_lower_the_loss_of_every_drafter() {
 fn a_saved_checkpoint_reloads_bit_identically_and_drafts_the_same_tokens() {
     let target = target();
     let prompt: Vec<i64> = stream()[..20].to_vec();
-    let config = SpecConfig {
-        max_new_tokens: 24,
-        sampling: Sampling::greedy(),
-        stop_tokens: vec![],
-        max_proposal: 64,
-    };
+    let config = greedy_config(24);
     for method in ALL {
         let windows = windows(&target, method, 4);
         let dir = tempfile::tempdir().unwrap();
@@ -501,6 +496,27 @@ fn qwen2_target() -> CausalLm {
     target
 }
 
+/// Greedy speculative decoding of exactly `new_tokens` tokens.
+fn greedy_config(new_tokens: usize) -> SpecConfig {
+    SpecConfig {
+        max_new_tokens: new_tokens,
+        sampling: Sampling::greedy(),
+        stop_tokens: vec![],
+        max_proposal: 64,
+    }
+}
+
+/// Greedy speculative decoding of `prompt` by `method`'s trained drafter in `dir`.
+fn speculate(method: Method, dir: &Path, target: &CausalLm, prompt: &[i64], new_tokens: usize) -> sharpdraft_decode::SpecReport {
+    speculative_generate(
+        &target.net,
+        drafter(method, dir, target).as_mut(),
+        prompt,
+        &greedy_config(new_tokens),
+    )
+    .unwrap()
+}
+
 /// The target's own greedy continuation: what speculation must reproduce.
 fn greedy_ids(target: &CausalLm, prompt: &[i64], new_tokens: usize) -> Vec<i64> {
     sharpdraft_model::generate::generate(
@@ -609,19 +625,7 @@ fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_an
     // Its drafts go through real verification.
     let prompt: Vec<i64> = stream()[..20].to_vec();
     let want = greedy_ids(&target, &prompt, 16);
-    let config = SpecConfig {
-        max_new_tokens: 16,
-        sampling: Sampling::greedy(),
-        stop_tokens: vec![],
-        max_proposal: 64,
-    };
-    let report = speculative_generate(
-        &target.net,
-        drafter(Method::Dflash, dir.path(), &target).as_mut(),
-        &prompt,
-        &config,
-    )
-    .unwrap();
+    let report = speculate(Method::Dflash, dir.path(), &target, &prompt, 16);
     assert_eq!(report.ids, want);
 }
 
@@ -692,19 +696,7 @@ fn a_dflash_drafter_over_a_draft_vocabulary_learns_round_trips_and_keeps_the_tar
     assert!(saved["d2t"].equal(&safetensors_of(dir.path())["d2t"]), "d2t survives a save");
 
     let prompt: Vec<i64> = stream()[..20].to_vec();
-    let config = SpecConfig {
-        max_new_tokens: 24,
-        sampling: Sampling::greedy(),
-        stop_tokens: vec![],
-        max_proposal: 64,
-    };
-    let report = speculative_generate(
-        &target.net,
-        drafter(Method::Dflash, dir.path(), &target).as_mut(),
-        &prompt,
-        &config,
-    )
-    .unwrap();
+    let report = speculate(Method::Dflash, dir.path(), &target, &prompt, 24);
     assert_eq!(report.ids, greedy_ids(&target, &prompt, 24));
     let accepted: usize = report.cycles.iter().map(|c| c.accepted).sum();
     assert!(accepted > 0, "a trained drafter over its vocabulary gets drafts accepted");
