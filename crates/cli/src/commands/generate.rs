@@ -172,9 +172,9 @@ struct GenerateReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     adaptation: Option<AdaptationReport>,
     process: ProcessMemory,
-    /// The form of the few-row kernel whose products ran (`avx512`, `avx2`; `libtorch` when none
-    /// did, as for a model that fits in the CPU's last-level cache (`few_rows::min_weight_bytes`);
-    /// `SHARPDRAFT_KERNEL` forces one).
+    /// The form of the few-row kernel whose products ran (`avx512`, `avx2`, `neon`; the LM head of a
+    /// decode step takes it on any model; `libtorch` when none did: a CPU without a form, or
+    /// `SHARPDRAFT_KERNEL=libtorch`).
     kernel: &'static str,
 }
 
