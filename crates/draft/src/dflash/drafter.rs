@@ -94,6 +94,8 @@ pub struct DFlashDrafter {
     /// The checkpoint's draft vocabulary and the target's head rows of it `[V, H]` (a copy, in the
     /// target's kind); `None` when the drafter drafts over the whole vocabulary.
     draft_head: Option<(DraftVocabulary, Tensor)>,
+    /// Bytes of the drafter's linear maps, counted once (each proposal asks whether the kernel pays).
+    weight_bytes: std::sync::OnceLock<usize>,
 }
 
 impl Layer {
@@ -239,6 +241,7 @@ impl DFlashDrafter {
             pending: None,
             forward_seconds: 0.0,
             draft_head,
+            weight_bytes: std::sync::OnceLock::new(),
         })
     }
 
@@ -499,7 +502,8 @@ impl Drafter for DFlashDrafter {
         // where the drafter's weights stream from memory. The context features go before, through
         // libtorch on all its threads (a prompt's are many rows; measured, a few rows took longer in
         // a kernel pass too).
-        let bytes = time_split::bytes_of(self.linears().iter().map(|l| &l.weight));
+        let bytes = *(self.weight_bytes)
+            .get_or_init(|| time_split::bytes_of(self.linears().iter().map(|l| &l.weight)));
         let (device, kind) = (ctx.target.device(), ctx.target.kind());
         self.write_pending(kind)?;
         let drafts =

@@ -1,7 +1,6 @@
 //! The EAGLE-3 drafter: catch-up on committed pairs, then tree expansion under a speculation guard.
 
 use sharpdraft_model::cpu::few_rows;
-use sharpdraft_model::time_split;
 use super::tree::{grow, rerank, Child, Node};
 use super::*;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
@@ -285,7 +284,7 @@ impl Drafter for Eagle3Drafter {
         // Tree levels of a few rows through the head: the few-row kernel where its weights stream from
         // memory. Not while a prompt's features wait to be fed: libtorch, single-threaded in a kernel
         // pass, would run them on one core.
-        let bytes = time_split::bytes_of(self.head.linears().iter().map(|l| &l.weight));
+        let bytes = self.head.weight_bytes();
         let (device, kind) = (ctx.target.device(), ctx.target.kind());
         let rows = self.shape.top_k.max(1) as i64;
         match self.pending.as_ref().map_or(0, |p| p.size()[0]) {

@@ -42,6 +42,8 @@ pub struct Eagle3Head {
     pub(crate) lm_head: Linear,
     /// The tokens the head drafts over.
     pub(crate) vocabulary: DraftVocabulary,
+    /// Bytes of its linear maps, counted on first use.
+    weight_bytes: std::sync::OnceLock<usize>,
     pub(crate) rope: Rope,
     pub(crate) heads: i64,
     pub(crate) kv_heads: i64,
@@ -69,6 +71,12 @@ impl Eagle3Head {
         out.extend(layer.mlp.linears());
         out.push(&self.lm_head);
         out
+    }
+
+    /// Bytes of every linear map of the head, counted once (each proposal asks whether the kernel pays).
+    pub fn weight_bytes(&self) -> usize {
+        *(self.weight_bytes)
+            .get_or_init(|| time_split::bytes_of(self.linears().iter().map(|l| &l.weight)))
     }
 
     /// Bytes of the layer's projections and MLP (one pass reads each once).
@@ -134,6 +142,7 @@ impl Eagle3Head {
             norm,
             lm_head,
             vocabulary,
+            weight_bytes: std::sync::OnceLock::new(),
             rope,
             heads,
             kv_heads,
