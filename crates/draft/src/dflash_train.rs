@@ -16,7 +16,7 @@ use crate::random_init::{write_config, write_f32_safetensors, TargetWeights};
 use crate::training::{step_rng, weighted_mean, Objective, TrainWindow};
 use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
-use sharpdraft_model::transformer::attend;
+use sharpdraft_model::attention::attend;
 use sharpdraft_model::{visible_counts, CausalLm, Tap, Transformer};
 use std::borrow::Borrow;
 use std::path::Path;

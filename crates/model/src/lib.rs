@@ -4,6 +4,7 @@
 //! checkpoints come from and live: registry, GGUF import, output folders) and [`cpu`] (the few-row
 //! kernel and its instruction-set forms).
 
+pub mod attention;
 pub mod attention_mass;
 pub mod causal_lm;
 pub mod config;

@@ -6,6 +6,7 @@
 //! `T` for the new rows of a forward pass, `L` for all visible keys, `H`/`Hkv` for query/KV heads, `D` for
 //! the head dimension.
 
+use crate::attention::attend;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::kv_cache::KvCache;
@@ -464,73 +465,6 @@ impl Transformer {
             .o_proj
             .forward(&attend(&q, &keys, &values, step.visible, softmax_scale)))
     }
-}
-
-/// Grouped-query attention of queries `[H, T, D]` over keys and values `[Hkv, L, D]` with an optional
-/// `[T, L]` visibility mask; returns `[T, H * D]`. Shared by the target and the drafters.
-pub fn attend(
-    q: &Tensor,
-    keys: &Tensor,
-    values: &Tensor,
-    visible: Option<&Tensor>,
-    softmax_scale: f64,
-) -> Tensor {
-    let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
-    let kv_heads = keys.size()[0];
-    if rows <= GROUPED_ROWS && heads != kv_heads && !q.requires_grad() {
-        return attend_grouped(q, keys, values, visible, softmax_scale);
-    }
-    let out = Tensor::scaled_dot_product_attention(
-        &q.unsqueeze(0),
-        &keys.unsqueeze(0),
-        &values.unsqueeze(0),
-        visible.map(|m| m.view([1, 1, rows, -1])),
-        0.0,
-        false,
-        softmax_scale,
-        true,
-    ); // [1, H, T, D]
-    out.squeeze_dim(0)
-        .permute([1, 0, 2])
-        .reshape([rows, heads * head_dim])
-}
-
-/// Rows up to which grouped-query attention runs as grouped products (a decode step, a verification, a
-/// drafter's block): libtorch's attention with a mask repeats every key and value for each query head
-/// of its group first, which over a long context costs more than the attention itself (`bench rows
-/// --context 4096`).
-const GROUPED_ROWS: i64 = 16;
-
-/// [`attend`] for grouped-query heads without repeating keys and values: the `G = H / Hkv` query heads
-/// of a key head are its rows. `q` `[H, T, D]`, `keys`/`values` `[Hkv, L, D]`, `visible` `[T, L]`.
-fn attend_grouped(
-    q: &Tensor,
-    keys: &Tensor,
-    values: &Tensor,
-    visible: Option<&Tensor>,
-    softmax_scale: f64,
-) -> Tensor {
-    let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
-    let (kv_heads, length) = (keys.size()[0], keys.size()[1]);
-    let group = heads / kv_heads;
-    let grouped = q.contiguous().view([kv_heads, group * rows, head_dim]);
-    let scores = grouped.matmul(&keys.transpose(1, 2)).to_kind(Kind::Float) * softmax_scale; // [Hkv, G T, L]
-    let scores = match visible {
-        Some(visible) => scores.view([kv_heads, group, rows, length]).masked_fill(
-            &visible.logical_not().view([1, 1, rows, length]),
-            f64::NEG_INFINITY,
-        ),
-        None => scores.view([kv_heads, group, rows, length]),
-    };
-    let probs = scores
-        .softmax(-1, Kind::Float)
-        .to_kind(values.kind())
-        .view([kv_heads, group * rows, length]);
-    probs
-        .matmul(values) // [Hkv, G T, D]
-        .view([heads, rows, head_dim])
-        .permute([1, 0, 2])
-        .reshape([rows, heads * head_dim])
 }
 
 struct AttentionStep<'a> {

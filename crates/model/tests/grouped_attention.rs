@@ -1,7 +1,7 @@
 //! Grouped-query attention of a few rows (decode steps, verifications, drafter blocks) runs as grouped
 //! products without repeating keys and values; it must give what plain attention over repeated keys
 //! and values gives, with and without a mask.
-use sharpdraft_model::transformer::attend;
+use sharpdraft_model::attention::attend;
 use tch::{Device, Kind, Tensor};
 
 /// Plain attention: every query head over its key head's keys, repeated.

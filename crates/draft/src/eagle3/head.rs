@@ -8,7 +8,7 @@ use crate::drafter::{DraftError, Result};
 use crate::random_init::save_trained;
 use sharpdraft_model::layers::{Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
 use sharpdraft_model::rope::Rope;
-use sharpdraft_model::transformer::attend;
+use sharpdraft_model::attention::attend;
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
 use sharpdraft_model::{
     AttentionMask, AttentionObserver, AttentionView, KeySelection, KvCache, QueryScaling, Sampling,

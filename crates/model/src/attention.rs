@@ -1,0 +1,236 @@
+//! Attention of queries over cached keys and values, shared by the target and the drafters: libtorch's
+//! fused attention for many rows, grouped products for the few rows of a decode step, a verification or
+//! a drafter's block, and those products split over the keys across the kernel's threads when a
+//! few-row pass meets a long context.
+
+use crate::cpu::few_rows;
+use std::sync::{Arc, Mutex};
+use tch::{Device, Kind, Tensor};
+
+/// Rows up to which grouped-query attention runs as grouped products (a decode step, a verification, a
+/// drafter's block): libtorch's attention with a mask repeats every key and value for each query head
+/// of its group first, which over a long context costs more than the attention itself (`bench rows
+/// --context 4096`).
+const GROUPED_ROWS: i64 = 16;
+
+/// Keys from which a few-row pass on the kernel splits its attention over the kernel's threads. Inside
+/// such a pass libtorch runs single-threaded (`cpu/few_rows.rs`), so without the split the attention
+/// of every layer runs on one core while the others wait; below this many keys handing out the parts
+/// costs more than it saves.
+const SPLIT_KEYS: i64 = 1024;
+
+/// Grouped-query attention of queries `[H, T, D]` over keys and values `[Hkv, L, D]` with an optional
+/// `[T, L]` visibility mask; returns `[T, H * D]`.
+pub fn attend(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    visible: Option<&Tensor>,
+    softmax_scale: f64,
+) -> Tensor {
+    let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
+    let (kv_heads, length) = (keys.size()[0], keys.size()[1]);
+    if rows <= GROUPED_ROWS && heads != kv_heads && !q.requires_grad() {
+        let threads = few_rows::kernel_threads().unwrap_or(1);
+        if threads > 1 && length >= SPLIT_KEYS && q.device() == Device::Cpu {
+            if let Some(out) = attend_split(q, keys, values, visible, softmax_scale, threads) {
+                return out;
+            }
+        }
+        return attend_grouped(q, keys, values, visible, softmax_scale);
+    }
+    let out = Tensor::scaled_dot_product_attention(
+        &q.unsqueeze(0),
+        &keys.unsqueeze(0),
+        &values.unsqueeze(0),
+        visible.map(|m| m.view([1, 1, rows, -1])),
+        0.0,
+        false,
+        softmax_scale,
+        true,
+    ); // [1, H, T, D]
+    out.squeeze_dim(0)
+        .permute([1, 0, 2])
+        .reshape([rows, heads * head_dim])
+}
+
+/// [`attend`] for grouped-query heads without repeating keys and values: the `G = H / Hkv` query heads
+/// of a key head are its rows. `q` `[H, T, D]`, `keys`/`values` `[Hkv, L, D]`, `visible` `[T, L]`.
+fn attend_grouped(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    visible: Option<&Tensor>,
+    softmax_scale: f64,
+) -> Tensor {
+    let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
+    let kv_heads = keys.size()[0];
+    let grouped = q.contiguous().view([kv_heads, -1, head_dim]); // [Hkv, G T, D]
+    let scores = masked_scores(&grouped, keys, visible, rows, softmax_scale); // [Hkv, G T, L]
+    scores
+        .softmax(-1, Kind::Float)
+        .to_kind(values.kind())
+        .matmul(values) // [Hkv, G T, D]
+        .view([heads, rows, head_dim])
+        .permute([1, 0, 2])
+        .reshape([rows, heads * head_dim])
+}
+
+/// Scaled f32 scores `[Hkv, G T, L]` of grouped queries `[Hkv, G T, D]` over `keys` `[Hkv, L, D]`, with
+/// the keys `visible` `[T, L]` hides at minus infinity.
+fn masked_scores(
+    grouped: &Tensor,
+    keys: &Tensor,
+    visible: Option<&Tensor>,
+    rows: i64,
+    softmax_scale: f64,
+) -> Tensor {
+    let (kv_heads, length) = (keys.size()[0], keys.size()[1]);
+    let scores = grouped.matmul(&keys.transpose(1, 2)).to_kind(Kind::Float) * softmax_scale;
+    match visible {
+        Some(visible) => scores
+            .view([kv_heads, -1, rows, length])
+            .masked_fill(
+                &visible.logical_not().view([1, 1, rows, length]),
+                f64::NEG_INFINITY,
+            )
+            .view([kv_heads, -1, length]),
+        None => scores,
+    }
+}
+
+/// One part of a split attention: over its keys, the scores' maximum `m` `[Hkv, G T, 1]`, the sum of
+/// `exp(score - m)` `[Hkv, G T, 1]` and the values weighted by those exponentials `[Hkv, G T, D]` (f32).
+struct PartialAttention {
+    max: Tensor,
+    sum: Tensor,
+    weighted: Tensor,
+}
+
+impl PartialAttention {
+    fn over(
+        grouped: &Tensor,
+        keys: &Tensor,
+        values: &Tensor,
+        visible: Option<&Tensor>,
+        rows: i64,
+        softmax_scale: f64,
+    ) -> Self {
+        let scores = masked_scores(grouped, keys, visible, rows, softmax_scale);
+        // A row that sees none of these keys has maximum -inf; the finite floor keeps its
+        // exponentials at 0 rather than NaN, and its weight in the merge at 0.
+        let max = scores.amax([-1i64].as_slice(), true).clamp_min(f32::MIN as f64);
+        let exponentials = (scores - &max).exp();
+        let sum = exponentials.sum_dim_intlist([-1i64].as_slice(), true, Kind::Float);
+        let weighted = exponentials
+            .to_kind(values.kind())
+            .matmul(values)
+            .to_kind(Kind::Float);
+        Self { max, sum, weighted }
+    }
+}
+
+/// [`attend_grouped`] split along the keys into one part per kernel thread, each part's softmax kept
+/// unnormalised and the parts merged by their maxima (as flash-decoding does); `None` when the kernel's
+/// workers are taken by another pass.
+fn attend_split(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    visible: Option<&Tensor>,
+    softmax_scale: f64,
+    threads: usize,
+) -> Option<Tensor> {
+    let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
+    let (kv_heads, length) = (keys.size()[0], keys.size()[1]);
+    let grouped = q.contiguous().view([kv_heads, -1, head_dim]);
+    let parts = threads.min((length / (SPLIT_KEYS / 2)) as usize).max(1) as i64;
+    let chunk = (length + parts - 1) / parts;
+    let results: Vec<Arc<Mutex<Option<PartialAttention>>>> =
+        (0..parts).map(|_| Arc::new(Mutex::new(None))).collect();
+    let jobs: Vec<sharpdraft_kernel::workers::Part> = (0..parts)
+        .map(|p| {
+            let (start, len) = (p * chunk, chunk.min(length - p * chunk));
+            let grouped = grouped.shallow_clone();
+            let keys = keys.narrow(1, start, len);
+            let values = values.narrow(1, start, len);
+            let visible = visible.map(|m| m.narrow(1, start, len));
+            let slot = Arc::clone(&results[p as usize]);
+            Box::new(move || {
+                let _guard = tch::no_grad_guard();
+                let part = PartialAttention::over(
+                    &grouped,
+                    &keys,
+                    &values,
+                    visible.as_ref(),
+                    rows,
+                    softmax_scale,
+                );
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(part);
+            }) as sharpdraft_kernel::workers::Part
+        })
+        .collect();
+    if !sharpdraft_kernel::workers::run(jobs)? {
+        return None;
+    }
+    let parts: Vec<PartialAttention> = results
+        .iter()
+        .map(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).take())
+        .collect::<Option<_>>()?;
+    let max = Tensor::stack(&parts.iter().map(|p| &p.max).collect::<Vec<_>>(), 0)
+        .amax([0i64].as_slice(), false); // [Hkv, G T, 1]
+    let mut sum = Tensor::zeros_like(&max);
+    let mut weighted = Tensor::zeros([kv_heads, heads / kv_heads * rows, head_dim], (Kind::Float, q.device()));
+    for part in &parts {
+        let scale = (&part.max - &max).exp();
+        sum += &part.sum * &scale;
+        weighted += &part.weighted * &scale;
+    }
+    Some(
+        (weighted / sum)
+            .to_kind(values.kind())
+            .view([heads, rows, head_dim])
+            .permute([1, 0, 2])
+            .reshape([rows, heads * head_dim]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys `[Hkv, L, D]` and a mask under which row 0 sees only the last 16 keys (so the first part
+    /// of a split sees none for it) and the other rows see every key but a stripe.
+    fn inputs(kv_heads: i64, heads: i64, rows: i64, length: i64) -> (Tensor, Tensor, Tensor, Tensor) {
+        let options = (Kind::Float, Device::Cpu);
+        let q = Tensor::randn([heads, rows, 32], options) * 3.0;
+        let keys = Tensor::randn([kv_heads, length, 32], options);
+        let values = Tensor::randn([kv_heads, length, 32], options);
+        let visible = Tensor::ones([rows, length], (Kind::Bool, Device::Cpu));
+        let _ = visible.get(0).narrow(0, 0, length - 16).fill_(0);
+        let _ = visible.narrow(1, 100, 50).fill_(0);
+        (q, keys, values, visible)
+    }
+
+    #[test]
+    fn attention_split_over_the_keys_across_threads_equals_attention_in_one_piece() {
+        tch::manual_seed(5);
+        for (kv_heads, heads, rows, length, threads) in
+            [(3, 9, 4, 4100, 2), (2, 12, 1, 1024, 2), (1, 4, 16, 3000, 3)]
+        {
+            let (q, keys, values, visible) = inputs(kv_heads, heads, rows, length);
+            for mask in [None, Some(&visible)] {
+                let split = attend_split(&q, &keys, &values, mask, 0.125, threads)
+                    .expect("the kernel's workers are free");
+                let whole = attend_grouped(&q, &keys, &values, mask, 0.125);
+                let diff = (split - whole).abs().max().double_value(&[]);
+                assert!(
+                    diff < 1e-5,
+                    "{heads}/{kv_heads} heads, {rows} rows, {length} keys, {threads} threads, \
+                     mask {}: {diff}",
+                    mask.is_some()
+                );
+            }
+        }
+    }
+}
