@@ -9,6 +9,7 @@
 //!   AVX2 + FMA, NEON); `bf16_pairs`: AVX512-BF16's pair products.
 //! - [`form`]: which form this CPU runs, or `SHARPDRAFT_KERNEL` forces.
 //! - [`workers`]: threads that wait, spinning, for the parts of a product.
+//! - [`weighted_sum`]: attention's probabilities times its values for a few rows, each value read once.
 //!
 //! No libtorch: `sharpdraft-model` applies it to tensors (`cpu/few_rows.rs`), and this crate builds
 //! and tests for every target on its own (the NEON form under an emulator on x86 machines).
@@ -19,6 +20,7 @@ pub mod form;
 mod lanes;
 pub mod products;
 mod streams;
+pub mod weighted_sum;
 pub mod workers;
 
 pub use form::{FormError, KernelForm};

@@ -31,6 +31,11 @@ pub fn attend(
     let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
     let (kv_heads, length) = (keys.size()[0], keys.size()[1]);
     if rows <= GROUPED_ROWS && heads != kv_heads && !q.requires_grad() {
+        if let Some(threads) = few_rows::kernel_threads() {
+            if let Some(out) = attend_on_kernel(q, keys, values, visible, softmax_scale, threads) {
+                return out;
+            }
+        }
         let threads = few_rows::kernel_threads().unwrap_or(1);
         if threads > 1 && length >= SPLIT_KEYS && q.device() == Device::Cpu {
             if let Some(out) = attend_split(q, keys, values, visible, softmax_scale, threads) {
@@ -85,18 +90,68 @@ fn masked_scores(
     rows: i64,
     softmax_scale: f64,
 ) -> Tensor {
-    let (kv_heads, length) = (keys.size()[0], keys.size()[1]);
     let scores = grouped.matmul(&keys.transpose(1, 2)).to_kind(Kind::Float) * softmax_scale;
-    match visible {
-        Some(visible) => scores
-            .view([kv_heads, -1, rows, length])
-            .masked_fill(
-                &visible.logical_not().view([1, 1, rows, length]),
-                f64::NEG_INFINITY,
-            )
-            .view([kv_heads, -1, length]),
-        None => scores,
+    mask_scores(scores, visible, rows)
+}
+
+/// Scores `[Hkv, G T, L]` with the keys `visible` `[T, L]` hides at minus infinity.
+fn mask_scores(scores: Tensor, visible: Option<&Tensor>, rows: i64) -> Tensor {
+    let Some(visible) = visible else {
+        return scores;
+    };
+    let (kv_heads, length) = (scores.size()[0], scores.size()[2]);
+    scores
+        .view([kv_heads, -1, rows, length])
+        .masked_fill(
+            &visible.logical_not().view([1, 1, rows, length]),
+            f64::NEG_INFINITY,
+        )
+        .view([kv_heads, -1, length])
+}
+
+/// [`attend_grouped`] inside a kernel pass, its two products on the kernel: the scores with each key
+/// head's keys `[L, D]` as the weight rows of a product, the probabilities times the values as a
+/// weighted sum of value rows (`few_rows::weighted_sum`), so that keys and values are each read once,
+/// over the kernel's threads. libtorch's GEMM packs (copies) the whole key or value matrix before
+/// multiplying a few rows by it, which over a long context took most of a pass. The softmax stays
+/// libtorch's. f32 only (`None` otherwise, or where a tensor is not laid out for the kernel).
+fn attend_on_kernel(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    visible: Option<&Tensor>,
+    softmax_scale: f64,
+    threads: usize,
+) -> Option<Tensor> {
+    if [q, keys, values].iter().any(|t| t.kind() != Kind::Float) {
+        return None;
     }
+    let (heads, rows, head_dim) = q.size3().ok()?;
+    let kv_heads = keys.size()[0];
+    let grouped_rows = heads / kv_heads * rows;
+    let grouped = q.contiguous().view([kv_heads, grouped_rows, head_dim]);
+    let scores = (0..kv_heads)
+        .map(|h| {
+            let (queries, keys) = (grouped.get(h), keys.get(h)); // [G T, D], [L, D]
+            let chunks = (0..grouped_rows)
+                .step_by(few_rows::HEAD_ROWS as usize)
+                .map(|first| {
+                    let count = few_rows::HEAD_ROWS.min(grouped_rows - first);
+                    few_rows::product(&queries.narrow(0, first, count), &keys, threads)
+                })
+                .collect::<Option<Vec<Tensor>>>()?;
+            Some(Tensor::cat(&chunks, 0))
+        })
+        .collect::<Option<Vec<Tensor>>>()?;
+    let scores = Tensor::stack(&scores, 0) * softmax_scale; // [Hkv, G T, L]
+    let scores = mask_scores(scores, visible, rows);
+    let probs = scores.softmax(-1, Kind::Float).contiguous();
+    Some(
+        few_rows::weighted_sum(&probs, values, threads)? // [Hkv, G T, D]
+            .view([heads, rows, head_dim])
+            .permute([1, 0, 2])
+            .reshape([rows, heads * head_dim]),
+    )
 }
 
 /// One part of a split attention: over its keys, the scores' maximum `m` `[Hkv, G T, 1]`, the sum of
@@ -131,8 +186,8 @@ impl PartialAttention {
 }
 
 /// [`attend_grouped`] split along the keys into one part per kernel thread, each part's softmax kept
-/// unnormalised and the parts merged by their maxima (as flash-decoding does); `None` when the kernel's
-/// workers are taken by another pass.
+/// unnormalised and the parts merged by their maxima (as flash-decoding does); `None` when a part
+/// failed.
 fn attend_split(
     q: &Tensor,
     keys: &Tensor,
@@ -148,30 +203,31 @@ fn attend_split(
     let chunk = (length + parts - 1) / parts;
     let results: Vec<Arc<Mutex<Option<PartialAttention>>>> =
         (0..parts).map(|_| Arc::new(Mutex::new(None))).collect();
-    let jobs: Vec<sharpdraft_kernel::workers::Part> = (0..parts)
-        .map(|p| {
-            let (start, len) = (p * chunk, chunk.min(length - p * chunk));
-            let grouped = grouped.shallow_clone();
-            let keys = keys.narrow(1, start, len);
-            let values = values.narrow(1, start, len);
-            let visible = visible.map(|m| m.narrow(1, start, len));
-            let slot = Arc::clone(&results[p as usize]);
-            Box::new(move || {
-                let _guard = tch::no_grad_guard();
-                let part = PartialAttention::over(
-                    &grouped,
-                    &keys,
-                    &values,
-                    visible.as_ref(),
-                    rows,
-                    softmax_scale,
-                );
-                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(part);
-            }) as sharpdraft_kernel::workers::Part
+    let job = |p: i64| -> sharpdraft_kernel::workers::Part {
+        let (start, len) = (p * chunk, chunk.min(length - p * chunk));
+        let grouped = grouped.shallow_clone();
+        let keys = keys.narrow(1, start, len);
+        let values = values.narrow(1, start, len);
+        let visible = visible.map(|m| m.narrow(1, start, len));
+        let slot = Arc::clone(&results[p as usize]);
+        Box::new(move || {
+            let _guard = tch::no_grad_guard();
+            let part = PartialAttention::over(
+                &grouped,
+                &keys,
+                &values,
+                visible.as_ref(),
+                rows,
+                softmax_scale,
+            );
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(part);
         })
-        .collect();
-    if !sharpdraft_kernel::workers::run(jobs)? {
-        return None;
+    };
+    match sharpdraft_kernel::workers::run((0..parts).map(job).collect()) {
+        Some(true) => {}
+        Some(false) => return None,
+        // Another thread's pass holds the workers: this thread does every part.
+        None => (0..parts).for_each(|p| job(p)()),
     }
     let parts: Vec<PartialAttention> = results
         .iter()
@@ -221,13 +277,34 @@ mod tests {
             let (q, keys, values, visible) = inputs(kv_heads, heads, rows, length);
             for mask in [None, Some(&visible)] {
                 let split = attend_split(&q, &keys, &values, mask, 0.125, threads)
-                    .expect("the kernel's workers are free");
+                    .expect("every part ran");
                 let whole = attend_grouped(&q, &keys, &values, mask, 0.125);
                 let diff = (split - whole).abs().max().double_value(&[]);
                 assert!(
                     diff < 1e-5,
                     "{heads}/{kv_heads} heads, {rows} rows, {length} keys, {threads} threads, \
                      mask {}: {diff}",
+                    mask.is_some()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn attention_on_the_kernel_equals_attention_in_libtorch() {
+        tch::manual_seed(6);
+        for (kv_heads, heads, rows, length) in [(3, 9, 4, 4100), (3, 9, 1, 300), (2, 12, 4, 700), (1, 4, 16, 2000)] {
+            let (q, keys, values, visible) = inputs(kv_heads, heads, rows, length);
+            for mask in [None, Some(&visible)] {
+                let Some(kernel) = attend_on_kernel(&q, &keys, &values, mask, 0.125, 2) else {
+                    println!("skipped: this CPU has no form of the kernel");
+                    return;
+                };
+                let libtorch = attend_grouped(&q, &keys, &values, mask, 0.125);
+                let diff = (kernel - libtorch).abs().max().double_value(&[]);
+                assert!(
+                    diff < 1e-5,
+                    "{heads}/{kv_heads} heads, {rows} rows, {length} keys, mask {}: {diff}",
                     mask.is_some()
                 );
             }

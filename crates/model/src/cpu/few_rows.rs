@@ -16,6 +16,7 @@
 
 use sharpdraft_kernel::form::{self as kernel_form, KernelForm};
 use sharpdraft_kernel::products::{multiply, pair_products_available, Operands, Shape};
+use sharpdraft_kernel::weighted_sum::WeightedSum;
 use sharpdraft_kernel::workers;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -288,7 +289,7 @@ pub fn head(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
 
 /// `x W^T` on the kernel for operands it can read (same kind, contiguous, on the CPU, no gradients),
 /// whatever the row count up to what a sweep holds; `None` otherwise.
-fn product(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
+pub(crate) fn product(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
     let (rows, inputs) = x.size2().ok()?;
     let (outputs, weight_inputs) = weight.size2().ok()?;
     let kind = weight.kind();
@@ -353,4 +354,70 @@ fn product(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Tensor> {
     let out = out.to_kind(kind);
     KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     Some(out)
+}
+
+/// `probs [B, R, L] values [B, L, D]` -> `[B, R, D]` f32 on this kernel (`sharpdraft_kernel::weighted_sum`:
+/// each value row read once), the keys split over `threads`; `None` where it does not apply (not f32,
+/// not on the CPU, a batch whose values are not contiguous, gradients). Attention's second product
+/// for the few rows of a pass: libtorch's GEMM packs the whole value matrix first.
+pub fn weighted_sum(probs: &Tensor, values: &Tensor, threads: usize) -> Option<Tensor> {
+    let (batch, rows, keys) = probs.size3().ok()?;
+    let (value_batch, value_keys, width) = values.size3().ok()?;
+    let per_batch: Vec<Tensor> = (0..batch).map(|b| values.get(b)).collect();
+    let applies = (batch, keys) == (value_batch, value_keys)
+        && [probs, values].iter().all(|t| {
+            t.device() == Device::Cpu && t.kind() == Kind::Float && !t.requires_grad()
+        })
+        && probs.is_contiguous()
+        && per_batch.iter().all(Tensor::is_contiguous);
+    if !applies || !cpu_has_kernel() {
+        return None;
+    }
+    let started = std::time::Instant::now();
+    let (batch, rows, keys, width) = (batch as usize, rows as usize, keys as usize, width as usize);
+    let threads = threads.clamp(1, keys.div_ceil(512)).min(cores());
+    // One partial sum per thread `[threads, B, R, D]`, added up at the end.
+    let partial = Tensor::zeros(
+        [threads as i64, batch as i64, rows as i64, width as i64],
+        (Kind::Float, Device::Cpu),
+    );
+    let (probs_at, partial_at) = (probs.data_ptr() as usize, partial.data_ptr() as usize);
+    let values_at: Vec<usize> = per_batch.iter().map(|v| v.data_ptr() as usize).collect();
+    let form = kernel_form::current();
+    let per_thread = keys.div_ceil(threads);
+    let part = move |t: usize| {
+        let range = (t * per_thread).min(keys)..((t + 1) * per_thread).min(keys);
+        for (b, &values_at) in values_at.iter().enumerate() {
+            // SAFETY: `probs`, every batch's values and `partial` are contiguous f32 tensors of these
+            // shapes, alive until `run` has waited for every part; part t writes only its own slice
+            // of `partial`.
+            let (weights, values, out) = unsafe {
+                (
+                    std::slice::from_raw_parts((probs_at as *const f32).add(b * rows * keys), rows * keys),
+                    std::slice::from_raw_parts(values_at as *const f32, keys * width),
+                    std::slice::from_raw_parts_mut(
+                        (partial_at as *mut f32).add((t * batch + b) * rows * width),
+                        rows * width,
+                    ),
+                )
+            };
+            let sum = WeightedSum { weights, values, rows, keys, width };
+            sum.add_to(form, range.clone(), out)
+                .expect("the shapes were read from the tensors");
+        }
+    };
+    let parts: Vec<workers::Part> = (0..threads)
+        .map(|t| {
+            let part = part.clone();
+            Box::new(move || part(t)) as workers::Part
+        })
+        .collect();
+    match workers::run(parts) {
+        Some(true) => {}
+        Some(false) => return None,
+        // Another thread's pass holds the workers: this thread does every part.
+        None => (0..threads).for_each(part),
+    }
+    KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    Some(partial.sum_dim_intlist([0i64].as_slice(), false, Kind::Float))
 }

@@ -1,0 +1,152 @@
+//! `out [rows, width] += weights [rows, keys] values [keys, width]` over a range of keys: attention's
+//! product of a few rows' probabilities with the values, reading each value row once.
+//!
+//! libtorch's f32 GEMM packs (copies) the whole value matrix before multiplying, so for a decode step
+//! or a verification over a long context it moves the values three times; here each value row is read
+//! once and added, scaled, into every row's accumulator (an axpy per row: no sum across lanes, so the
+//! compiler vectorises the plain loop for the instruction set of each entry point below).
+
+use crate::form::KernelForm;
+use std::ops::Range;
+
+/// The operands of a weighted sum, as slices: `weights` `[rows, keys]` (row-major, every key of each
+/// row), `values` `[keys, width]` (row-major), `out` `[rows, width]`, added to.
+#[derive(Debug)]
+pub struct WeightedSum<'a> {
+    pub weights: &'a [f32],
+    pub values: &'a [f32],
+    pub rows: usize,
+    pub keys: usize,
+    pub width: usize,
+}
+
+/// Operands that do not make a weighted sum of the shape they give.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("weighted sum of {rows} rows over {keys} keys of width {width}: {reason}")]
+pub struct WeightedSumError {
+    rows: usize,
+    keys: usize,
+    width: usize,
+    reason: String,
+}
+
+impl WeightedSum<'_> {
+    /// Adds `weights[:, range] values[range, :]` to `out`, in `form` (any form: where it has no entry
+    /// point of its own, or this CPU cannot run it, the portable loop).
+    pub fn add_to(
+        &self,
+        form: KernelForm,
+        range: Range<usize>,
+        out: &mut [f32],
+    ) -> Result<(), WeightedSumError> {
+        let refuse = |reason: String| {
+            Err(WeightedSumError {
+                rows: self.rows,
+                keys: self.keys,
+                width: self.width,
+                reason,
+            })
+        };
+        if self.weights.len() != self.rows * self.keys
+            || self.values.len() != self.keys * self.width
+            || out.len() != self.rows * self.width
+        {
+            return refuse(format!(
+                "{} weights, {} values and {} outputs given",
+                self.weights.len(),
+                self.values.len(),
+                out.len()
+            ));
+        }
+        if range.start > range.end || range.end > self.keys {
+            return refuse(format!("keys {range:?} are not within 0..{}", self.keys));
+        }
+        match form {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the form is available, so the CPU has the instruction set.
+            KernelForm::Avx512 if form.available() => unsafe { add_avx512(self, range, out) },
+            #[cfg(target_arch = "x86_64")]
+            KernelForm::Avx2 if form.available() => unsafe { add_avx2(self, range, out) },
+            _ => add(self, range, out),
+        }
+        Ok(())
+    }
+}
+
+/// Keys per block of [`add_blocked`]: a block of value rows (32 KB at width 64) stays in the core's
+/// L1/L2 while each group of rows goes over it.
+const KEY_BLOCK: usize = 128;
+
+/// The body for the usual head widths: each group of `R` rows keeps its `R x W` accumulators in
+/// registers over a block of keys (an axpy per key and row), rather than adding into `out` in memory
+/// for every key, which bound the plain loop by its loads and stores from 4 rows on.
+#[inline(always)]
+fn add_blocked<const W: usize, const R: usize>(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
+    let rows = s.rows;
+    let mut block_start = range.start;
+    while block_start < range.end {
+        let block = block_start..(block_start + KEY_BLOCK).min(range.end);
+        for first in (0..rows).step_by(R) {
+            let mut acc = [[0f32; W]; R];
+            for key in block.clone() {
+                let value: &[f32; W] = s.values[key * W..(key + 1) * W].try_into().expect("W wide");
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    // Rows past the last of a group add nothing (weight 0) and are not stored.
+                    let weight = match first + r < rows {
+                        true => s.weights[(first + r) * s.keys + key],
+                        false => 0.0,
+                    };
+                    for (a, v) in acc.iter_mut().zip(value) {
+                        *a += weight * v;
+                    }
+                }
+            }
+            for (r, acc) in acc.iter().enumerate().take(rows - first) {
+                for (o, a) in out[(first + r) * W..(first + r + 1) * W].iter_mut().zip(acc) {
+                    *o += a;
+                }
+            }
+        }
+        block_start = block.end;
+    }
+}
+
+/// The one body: the register-blocked loop for widths 64 and 128, the plain one otherwise.
+#[inline(always)]
+fn add(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
+    match s.width {
+        64 => add_blocked::<64, 4>(s, range, out),
+        128 => add_blocked::<128, 2>(s, range, out),
+        _ => add_plain(s, range, out),
+    }
+}
+
+/// For each key of `range`, its value row added into every row's accumulator in `out`, scaled by that
+/// row's weight of the key.
+#[inline(always)]
+fn add_plain(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
+    let width = s.width;
+    for key in range {
+        let value = &s.values[key * width..(key + 1) * width];
+        for (row, acc) in out.chunks_exact_mut(width).enumerate() {
+            let weight = s.weights[row * s.keys + key];
+            for (a, v) in acc.iter_mut().zip(value) {
+                *a += weight * v;
+            }
+        }
+    }
+}
+
+// The body compiled for each instruction set (NEON is the baseline of aarch64: the portable entry).
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn add_avx512(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
+    add(s, range, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn add_avx2(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
+    add(s, range, out)
+}
