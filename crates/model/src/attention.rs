@@ -13,10 +13,11 @@ use tch::{Device, Kind, Tensor};
 /// --context 4096`).
 const GROUPED_ROWS: i64 = 16;
 
-/// Keys from which a few-row pass on the kernel splits its attention over the kernel's threads. Inside
-/// such a pass libtorch runs single-threaded (`cpu/few_rows.rs`), so without the split the attention
-/// of every layer runs on one core while the others wait; below this many keys handing out the parts
-/// costs more than it saves.
+/// Keys from which a few-row pass on the kernel takes its attention onto the kernel's threads (its own
+/// products, or libtorch's split over the keys where those do not apply). Inside such a pass libtorch
+/// runs single-threaded (`cpu/few_rows.rs`), so otherwise each layer's attention runs on one core while
+/// the others wait; below this many keys the parts' hand-offs and the extra operations cost about what
+/// they save (`bench rows --context 512`: within the noise).
 const SPLIT_KEYS: i64 = 1024;
 
 /// Grouped-query attention of queries `[H, T, D]` over keys and values `[Hkv, L, D]` with an optional
@@ -31,12 +32,13 @@ pub fn attend(
     let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
     let (kv_heads, length) = (keys.size()[0], keys.size()[1]);
     if rows <= GROUPED_ROWS && heads != kv_heads && !q.requires_grad() {
-        if let Some(threads) = few_rows::kernel_threads() {
+        let threads = few_rows::kernel_threads();
+        if let (Some(threads), true) = (threads, length >= SPLIT_KEYS) {
             if let Some(out) = attend_on_kernel(q, keys, values, visible, softmax_scale, threads) {
                 return out;
             }
         }
-        let threads = few_rows::kernel_threads().unwrap_or(1);
+        let threads = threads.unwrap_or(1);
         if threads > 1 && length >= SPLIT_KEYS && q.device() == Device::Cpu {
             if let Some(out) = attend_split(q, keys, values, visible, softmax_scale, threads) {
                 return out;
