@@ -159,13 +159,13 @@ EOF
     }
     # What query scaling costs a drafter's forward on CUDA (the measurement a fused-scale attention
     # kernel would have to beat: the scale is one in-place multiply of q today).
-    if [ -e "$models/smollm2-135m-instruct" ] && [ -e "$models/smollm2-135m-dflash-quick-v4k" ]; then
+    if [ -e "$models/smollm2-135m-instruct" ] && [ -e "$models/smollm2-135m-dflash-v4k" ]; then
         step scaling-cost 120 "$BUNDLE/sharpdraft" bench scaling --device cuda --target smollm2-135m-instruct \
-            --drafter smollm2-135m-dflash-quick-v4k --method dflash --contexts 1024,4096,16384 --json
+            --drafter smollm2-135m-dflash-v4k --method dflash --contexts 1024,4096,16384 --json
     else
-        skip scaling-cost "$models/smollm2-135m-instruct or $models/smollm2-135m-dflash-quick-v4k not found"
+        skip scaling-cost "$models/smollm2-135m-instruct or $models/smollm2-135m-dflash-v4k not found"
     fi
-    speculative smollm2-dflash smollm2-135m-instruct smollm2-135m-dflash-quick-v4k dflash smollm2-dflash-quick-v4k
+    speculative smollm2-dflash smollm2-135m-instruct smollm2-135m-dflash-v4k dflash smollm2-dflash-v4k
     speculative smollm2-eagle3 smollm2-135m-instruct smollm2-135m-eagle3 eagle3 smollm2-eagle3
     speculative smollm2-pard smollm2-135m-instruct smollm2-135m-pard pard smollm2-pard
     speculative qwen-vanilla qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct vanilla none --draft-len 6
