@@ -81,7 +81,11 @@ const KEY_BLOCK: usize = 128;
 /// registers over a block of keys (an axpy per key and row), rather than adding into `out` in memory
 /// for every key, which bound the plain loop by its loads and stores from 4 rows on.
 #[inline(always)]
-fn add_blocked<const W: usize, const R: usize>(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
+fn add_blocked<const W: usize, const R: usize>(
+    s: &WeightedSum<'_>,
+    range: Range<usize>,
+    out: &mut [f32],
+) {
     let rows = s.rows;
     let mut block_start = range.start;
     while block_start < range.end {
@@ -102,7 +106,10 @@ fn add_blocked<const W: usize, const R: usize>(s: &WeightedSum<'_>, range: Range
                 }
             }
             for (r, acc) in acc.iter().enumerate().take(rows - first) {
-                for (o, a) in out[(first + r) * W..(first + r + 1) * W].iter_mut().zip(acc) {
+                for (o, a) in out[(first + r) * W..(first + r + 1) * W]
+                    .iter_mut()
+                    .zip(acc)
+                {
                     *o += a;
                 }
             }

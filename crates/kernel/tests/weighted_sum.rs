@@ -7,7 +7,14 @@ use sharpdraft_kernel::KernelForm;
 
 fn values(count: usize, seed: u64) -> Vec<f32> {
     (0..count)
-        .map(|i| (((i as u64 + 1).wrapping_mul(2654435761).wrapping_add(seed * 97)) % 2000) as f32 / 1000.0 - 1.0)
+        .map(|i| {
+            (((i as u64 + 1)
+                .wrapping_mul(2654435761)
+                .wrapping_add(seed * 97))
+                % 2000) as f32
+                / 1000.0
+                - 1.0
+        })
         .collect()
 }
 
@@ -16,21 +23,39 @@ fn a_weighted_sum_over_a_range_of_keys_adds_the_plain_sum_in_every_form() {
     for (rows, keys, width) in [(1, 5, 64), (12, 300, 64), (3, 17, 19), (16, 40, 128)] {
         let weights = values(rows * keys, 1);
         let vals = values(keys * width, 2);
-        let sum = WeightedSum { weights: &weights, values: &vals, rows, keys, width };
+        let sum = WeightedSum {
+            weights: &weights,
+            values: &vals,
+            rows,
+            keys,
+            width,
+        };
         let range = keys / 3..keys;
         let start = values(rows * width, 3);
         let want: Vec<f64> = (0..rows * width)
             .map(|i| {
                 let (r, d) = (i / width, i % width);
                 start[i] as f64
-                    + range.clone().map(|k| weights[r * keys + k] as f64 * vals[k * width + d] as f64).sum::<f64>()
+                    + range
+                        .clone()
+                        .map(|k| weights[r * keys + k] as f64 * vals[k * width + d] as f64)
+                        .sum::<f64>()
             })
             .collect();
         for form in KernelForm::ALL {
             let mut out = start.clone();
             sum.add_to(form, range.clone(), &mut out).unwrap();
-            let worst = out.iter().zip(&want).map(|(o, w)| (*o as f64 - w).abs()).fold(0.0, f64::max);
-            assert!(worst < 1e-4, "{} rows, {keys} keys, width {width}, {}: off by {worst}", rows, form.name());
+            let worst = out
+                .iter()
+                .zip(&want)
+                .map(|(o, w)| (*o as f64 - w).abs())
+                .fold(0.0, f64::max);
+            assert!(
+                worst < 1e-4,
+                "{} rows, {keys} keys, width {width}, {}: off by {worst}",
+                rows,
+                form.name()
+            );
         }
     }
 }
@@ -38,12 +63,30 @@ fn a_weighted_sum_over_a_range_of_keys_adds_the_plain_sum_in_every_form() {
 #[test]
 fn a_weighted_sum_whose_operands_do_not_make_its_shape_is_refused() {
     let (weights, vals) = (vec![0.0; 6], vec![0.0; 8]);
-    let sum = WeightedSum { weights: &weights, values: &vals, rows: 2, keys: 3, width: 4 };
+    let sum = WeightedSum {
+        weights: &weights,
+        values: &vals,
+        rows: 2,
+        keys: 3,
+        width: 4,
+    };
     let mut out = vec![0.0; 8];
-    let short = sum.add_to(KernelForm::Avx2, 0..3, &mut out).unwrap_err().to_string();
-    assert!(short.contains("2 rows over 3 keys of width 4") && short.contains("8 values"), "{short}");
+    let short = sum
+        .add_to(KernelForm::Avx2, 0..3, &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        short.contains("2 rows over 3 keys of width 4") && short.contains("8 values"),
+        "{short}"
+    );
     let vals = vec![0.0; 12];
-    let sum = WeightedSum { values: &vals, ..sum };
-    let past = sum.add_to(KernelForm::Avx2, 1..4, &mut out).unwrap_err().to_string();
+    let sum = WeightedSum {
+        values: &vals,
+        ..sum
+    };
+    let past = sum
+        .add_to(KernelForm::Avx2, 1..4, &mut out)
+        .unwrap_err()
+        .to_string();
     assert!(past.contains("1..4") && past.contains("0..3"), "{past}");
 }

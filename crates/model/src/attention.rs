@@ -32,15 +32,17 @@ pub fn attend(
     let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
     let (kv_heads, length) = (keys.size()[0], keys.size()[1]);
     if rows <= GROUPED_ROWS && heads != kv_heads && !q.requires_grad() {
-        let threads = few_rows::kernel_threads();
-        if let (Some(threads), true) = (threads, length >= SPLIT_KEYS) {
-            if let Some(out) = attend_on_kernel(q, keys, values, visible, softmax_scale, threads) {
-                return out;
-            }
-        }
-        let threads = threads.unwrap_or(1);
-        if threads > 1 && length >= SPLIT_KEYS && q.device() == Device::Cpu {
-            if let Some(out) = attend_split(q, keys, values, visible, softmax_scale, threads) {
+        // Inside a kernel pass over a long context: the kernel's products, else libtorch's split
+        // over the keys across the kernel's threads.
+        if let Some(threads) = few_rows::kernel_threads().filter(|_| length >= SPLIT_KEYS) {
+            let on_kernel = attend_on_kernel(q, keys, values, visible, softmax_scale, threads)
+                .or_else(|| {
+                    let splits = threads > 1 && q.device() == Device::Cpu;
+                    splits
+                        .then(|| attend_split(q, keys, values, visible, softmax_scale, threads))
+                        .flatten()
+                });
+            if let Some(out) = on_kernel {
                 return out;
             }
         }
@@ -176,7 +178,9 @@ impl PartialAttention {
         let scores = masked_scores(grouped, keys, visible, rows, softmax_scale);
         // A row that sees none of these keys has maximum -inf; the finite floor keeps its
         // exponentials at 0 rather than NaN, and its weight in the merge at 0.
-        let max = scores.amax([-1i64].as_slice(), true).clamp_min(f32::MIN as f64);
+        let max = scores
+            .amax([-1i64].as_slice(), true)
+            .clamp_min(f32::MIN as f64);
         let exponentials = (scores - &max).exp();
         let sum = exponentials.sum_dim_intlist([-1i64].as_slice(), true, Kind::Float);
         let weighted = exponentials
@@ -238,7 +242,10 @@ fn attend_split(
     let max = Tensor::stack(&parts.iter().map(|p| &p.max).collect::<Vec<_>>(), 0)
         .amax([0i64].as_slice(), false); // [Hkv, G T, 1]
     let mut sum = Tensor::zeros_like(&max);
-    let mut weighted = Tensor::zeros([kv_heads, heads / kv_heads * rows, head_dim], (Kind::Float, q.device()));
+    let mut weighted = Tensor::zeros(
+        [kv_heads, heads / kv_heads * rows, head_dim],
+        (Kind::Float, q.device()),
+    );
     for part in &parts {
         let scale = (&part.max - &max).exp();
         sum += &part.sum * &scale;
@@ -259,7 +266,12 @@ mod tests {
 
     /// Keys `[Hkv, L, D]` and a mask under which row 0 sees only the last 16 keys (so the first part
     /// of a split sees none for it) and the other rows see every key but a stripe.
-    fn inputs(kv_heads: i64, heads: i64, rows: i64, length: i64) -> (Tensor, Tensor, Tensor, Tensor) {
+    fn inputs(
+        kv_heads: i64,
+        heads: i64,
+        rows: i64,
+        length: i64,
+    ) -> (Tensor, Tensor, Tensor, Tensor) {
         let options = (Kind::Float, Device::Cpu);
         let q = Tensor::randn([heads, rows, 32], options) * 3.0;
         let keys = Tensor::randn([kv_heads, length, 32], options);
@@ -278,8 +290,8 @@ mod tests {
         {
             let (q, keys, values, visible) = inputs(kv_heads, heads, rows, length);
             for mask in [None, Some(&visible)] {
-                let split = attend_split(&q, &keys, &values, mask, 0.125, threads)
-                    .expect("every part ran");
+                let split =
+                    attend_split(&q, &keys, &values, mask, 0.125, threads).expect("every part ran");
                 let whole = attend_grouped(&q, &keys, &values, mask, 0.125);
                 let diff = (split - whole).abs().max().double_value(&[]);
                 assert!(
@@ -295,7 +307,12 @@ mod tests {
     #[test]
     fn attention_on_the_kernel_equals_attention_in_libtorch() {
         tch::manual_seed(6);
-        for (kv_heads, heads, rows, length) in [(3, 9, 4, 4100), (3, 9, 1, 300), (2, 12, 4, 700), (1, 4, 16, 2000)] {
+        for (kv_heads, heads, rows, length) in [
+            (3, 9, 4, 4100),
+            (3, 9, 1, 300),
+            (2, 12, 4, 700),
+            (1, 4, 16, 2000),
+        ] {
             let (q, keys, values, visible) = inputs(kv_heads, heads, rows, length);
             for mask in [None, Some(&visible)] {
                 let Some(kernel) = attend_on_kernel(&q, &keys, &values, mask, 0.125, 2) else {

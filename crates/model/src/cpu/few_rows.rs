@@ -393,7 +393,10 @@ pub fn weighted_sum(probs: &Tensor, values: &Tensor, threads: usize) -> Option<T
             // of `partial`.
             let (weights, values, out) = unsafe {
                 (
-                    std::slice::from_raw_parts((probs_at as *const f32).add(b * rows * keys), rows * keys),
+                    std::slice::from_raw_parts(
+                        (probs_at as *const f32).add(b * rows * keys),
+                        rows * keys,
+                    ),
                     std::slice::from_raw_parts(values_at as *const f32, keys * width),
                     std::slice::from_raw_parts_mut(
                         (partial_at as *mut f32).add((t * batch + b) * rows * width),
@@ -401,7 +404,13 @@ pub fn weighted_sum(probs: &Tensor, values: &Tensor, threads: usize) -> Option<T
                     ),
                 )
             };
-            let sum = WeightedSum { weights, values, rows, keys, width };
+            let sum = WeightedSum {
+                weights,
+                values,
+                rows,
+                keys,
+                width,
+            };
             sum.add_to(form, range.clone(), out)
                 .expect("the shapes were read from the tensors");
         }
