@@ -305,6 +305,29 @@ mod tests {
     }
 
     #[test]
+    fn bf16_attention_leaves_the_kernel_to_the_split_which_equals_attention_in_one_piece() {
+        tch::manual_seed(7);
+        let (q, keys, values, visible) = inputs(3, 9, 4, 2048);
+        let (q, keys, values) = (
+            q.to_kind(Kind::BFloat16),
+            keys.to_kind(Kind::BFloat16),
+            values.to_kind(Kind::BFloat16),
+        );
+        for mask in [None, Some(&visible)] {
+            assert!(attend_on_kernel(&q, &keys, &values, mask, 0.125, 2).is_none());
+            let split = attend_split(&q, &keys, &values, mask, 0.125, 2).expect("every part ran");
+            let whole = attend_grouped(&q, &keys, &values, mask, 0.125);
+            assert_eq!(split.kind(), Kind::BFloat16);
+            let diff = (split.to_kind(Kind::Float) - whole.to_kind(Kind::Float))
+                .abs()
+                .max()
+                .double_value(&[]);
+            // Both round their output to bf16 (8 bits of mantissa) once.
+            assert!(diff < 2e-2, "mask {}: {diff}", mask.is_some());
+        }
+    }
+
+    #[test]
     fn attention_on_the_kernel_equals_attention_in_libtorch() {
         tch::manual_seed(6);
         for (kv_heads, heads, rows, length) in [
