@@ -136,4 +136,16 @@ fn smollm2_speculative_greedy_equals_autoregressive_greedy_for_every_drafter() {
         want,
         "dflash"
     );
+    // Its chains ended early: random weights give no draft as much as 99%, so each chain is its
+    // first draft; and no draft is under one in a billion, so each chain is the whole block.
+    for (threshold, length) in [(0.99, 1), (1e-9, 7)] {
+        let mut drafter = dflash(&dflash_dir, &target).with_stop_below(Some(threshold));
+        let report = spec(&target, &mut drafter, &prompt, 24, Sampling::greedy());
+        assert_eq!(report.ids, want, "dflash, stop below {threshold}");
+        let lengths: Vec<usize> = report.cycles.iter().map(|c| c.drafted).collect();
+        assert!(
+            lengths.iter().all(|&n| n == length),
+            "stop below {threshold}: {lengths:?}"
+        );
+    }
 }

@@ -9,6 +9,7 @@
 //!   AVX2 + FMA, NEON); `bf16_pairs`: AVX512-BF16's pair products.
 //! - [`form`]: which form this CPU runs, or `SHARPDRAFT_KERNEL` forces.
 //! - [`workers`]: threads that wait, spinning, for the parts of a product.
+//! - [`key_scores`]: attention's scores for a few rows, each key read once, the lanes across the rows.
 //! - [`weighted_sum`]: attention's probabilities times its values for a few rows, each value read once.
 //!
 //! No libtorch: `sharpdraft-model` applies it to tensors (`cpu/few_rows.rs`), and this crate builds
@@ -17,6 +18,7 @@
 #[cfg(target_arch = "x86_64")]
 mod bf16_pairs;
 pub mod form;
+pub mod key_scores;
 mod lanes;
 pub mod products;
 mod streams;

@@ -129,18 +129,39 @@ fn serve(slot: &Slot) {
 ///
 /// The parts may borrow from the caller's stack only through raw pointers that outlive this call:
 /// they are `'static` boxes, and this call waits for every one before it returns.
-pub fn run(mut parts: Vec<Part>) -> Option<bool> {
+pub fn run(parts: Vec<Part>) -> Option<bool> {
+    try_run(parts).ok()
+}
+
+/// [`run`], or every part on this thread when the workers are not to be had (another thread's pass
+/// holds them, or no worker thread could start): what a product, a weighted sum or a split attention
+/// does with its parts. `false` when a part panicked (every part has still been run).
+pub fn run_anywhere(parts: Vec<Part>) -> bool {
+    match try_run(parts) {
+        Ok(complete) => complete,
+        Err(parts) => parts
+            .into_iter()
+            .map(finished)
+            .fold(true, |all, ran| all & ran),
+    }
+}
+
+/// [`run`], handing the parts back, none of them run, when the workers are not to be had.
+fn try_run(mut parts: Vec<Part>) -> Result<bool, Vec<Part>> {
     let mut workers = match workers().try_lock() {
         Ok(workers) => workers,
         // A caller panicked while holding the lock (outside any part, which are caught): the
         // workers and their counters are still consistent.
         Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-        Err(TryLockError::WouldBlock) => return None,
+        Err(TryLockError::WouldBlock) => return Err(parts),
     };
     let extra = parts.len().saturating_sub(1);
     while workers.len() < extra {
         let index = workers.len();
-        workers.push(start_worker(index)?);
+        match start_worker(index) {
+            Some(worker) => workers.push(worker),
+            None => return Err(parts),
+        }
     }
     let own = if parts.is_empty() {
         None
@@ -176,5 +197,5 @@ pub fn run(mut parts: Vec<Part>) -> Option<bool> {
         }
         complete &= !slot.failed.swap(false, Ordering::Relaxed);
     }
-    Some(complete)
+    Ok(complete)
 }

@@ -1,5 +1,6 @@
 //! The few-row kernel's spinning workers run every part exactly once, report a part that panics, wake
-//! from parking, and step aside (the caller does the work) while another thread holds them.
+//! from parking, and step aside while another thread holds them: `run` then runs nothing, and
+//! `run_anywhere` runs every part on the caller's thread.
 
 use sharpdraft_kernel::workers::{self, Part};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -100,7 +101,7 @@ fn a_part_that_panics_on_a_worker_or_the_caller_is_reported_and_the_workers_go_o
 }
 
 #[test]
-fn a_second_caller_gets_none_while_the_workers_are_held() {
+fn a_second_caller_gets_none_or_runs_its_parts_itself_while_the_workers_are_held() {
     within_a_minute(|| {
         let holding = Arc::new(AtomicBool::new(false));
         let tried = Arc::new(AtomicBool::new(false));
@@ -129,6 +130,19 @@ fn a_second_caller_gets_none_while_the_workers_are_held() {
         };
         assert_eq!(workers::run(vec![part]), None);
         assert!(!ran.load(Ordering::SeqCst), "a refused call runs nothing");
+        // Anywhere: every part on this thread, the one that panics reported.
+        let counts = Arc::new((0..3).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+        let ran_on = Arc::new(std::sync::Mutex::new(None));
+        let mut parts = counting_parts(&counts);
+        let record = Arc::clone(&ran_on);
+        parts.push(Box::new(move || {
+            *record.lock().unwrap() = Some(std::thread::current().id());
+            panic!("a part that fails on purpose");
+        }));
+        assert!(!workers::run_anywhere(parts));
+        let ran: Vec<usize> = counts.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+        assert_eq!(ran, vec![1; 3]);
+        assert_eq!(*ran_on.lock().unwrap(), Some(std::thread::current().id()));
         tried.store(true, Ordering::SeqCst);
         assert!(holder.join().unwrap());
     });

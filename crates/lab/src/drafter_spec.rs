@@ -9,7 +9,7 @@
 //! checkpoint: smollm2-135m-eagle3
 //! tree: {depth: 4, top_k: 6, total_tokens: 24}   # EAGLE-3 only; without it a chain of draft_len
 //! draft_len: 4                  # chains: vanilla, PARD, EAGLE-3 without a tree (DFlash: block_size - 1)
-//! # stop_below: 0.4             # vanilla only: end a chain at the first draft below this probability
+//! # stop_below: 0.4             # vanilla, DFlash: end a chain at the first draft below this probability
 //! scaling: {mode: fixed, schedule: smollm2-eagle3}
 //! window: 512                  # optional: the drafter attends to its last 512 keys only
 //! retrieval: {chunk: 32, top_chunks: 64, recent: 256, every: 8}   # or: SpecExtend's retrieval
@@ -47,10 +47,10 @@ pub struct DrafterSpec {
     /// Chain length K: vanilla, PARD, and EAGLE-3 without a tree. DFlash drafts its block size - 1.
     #[serde(default = "default_draft_len")]
     pub draft_len: usize,
-    /// Vanilla: a chain ends early at the first draft the drafter gives a probability below this (its
-    /// top probability when greedy, the sampled token's when sampling), that draft included, so easy
-    /// stretches get chains of `draft_len` and hard ones stop paying for drafts the target rejects.
-    /// Every chain is `draft_len` long without it.
+    /// Vanilla and DFlash: a chain ends early at the first draft the drafter gives a probability below
+    /// this (its top probability when greedy, the sampled token's when sampling; DFlash drafts greedily,
+    /// over its draft vocabulary where it has one), that draft included, so easy stretches get whole
+    /// chains and hard ones stop paying for drafts the target rejects. Every chain is whole without it.
     #[serde(default)]
     pub stop_below: Option<f64>,
     /// EAGLE-3's dynamic tree; a chain of `draft_len` without it.
@@ -107,8 +107,8 @@ impl DrafterSpec {
         );
         if let Some(threshold) = self.stop_below {
             ensure!(
-                self.method == Method::Vanilla,
-                "stop_below (--draft-stop-below): only vanilla chains end early, not {}",
+                matches!(self.method, Method::Vanilla | Method::Dflash),
+                "stop_below (--draft-stop-below): only vanilla and DFlash chains end early, not {}",
                 self.method.name()
             );
             ensure!(
@@ -291,7 +291,9 @@ fn load_unscaled(
             spec.draft_len,
             capacity,
         )?),
-        Method::Dflash => LoadedDrafter::Dflash(DFlashDrafter::load(&dir, &target.net, capacity)?),
+        Method::Dflash => LoadedDrafter::Dflash(
+            DFlashDrafter::load(&dir, &target.net, capacity)?.with_stop_below(spec.stop_below),
+        ),
     };
     loaded
         .as_drafter_mut()

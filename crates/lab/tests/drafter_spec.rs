@@ -88,7 +88,7 @@ fn options_a_method_does_not_have_are_refused_before_any_model_loads() {
 }
 
 #[test]
-fn only_vanilla_chains_end_early_and_only_below_a_probability_between_0_and_1() {
+fn only_vanilla_and_dflash_chains_end_early_and_only_below_a_probability_between_0_and_1() {
     let spec: DrafterSpec = serde_norway::from_str(
         "method: vanilla
 checkpoint: x
@@ -99,13 +99,19 @@ stop_below: 0.4
     .unwrap();
     assert_eq!(spec.stop_below, Some(0.4));
     spec.validate().unwrap();
+    DrafterSpec {
+        stop_below: Some(0.4),
+        ..DrafterSpec::new(Method::Dflash, "x")
+    }
+    .validate()
+    .unwrap();
     let pard = DrafterSpec {
         stop_below: Some(0.4),
         ..DrafterSpec::new(Method::Pard, "x")
     };
     let err = pard.validate().unwrap_err().to_string();
     assert!(
-        err.contains("--draft-stop-below") && err.contains("pard"),
+        err.contains("--draft-stop-below") && err.contains("pard") && err.contains("DFlash"),
         "{err}"
     );
     for threshold in [0.0, 1.0, 1.5, -0.1, f64::NAN] {

@@ -85,8 +85,8 @@ pub struct DrafterArgs {
     /// Chain length K (vanilla, pard; eagle3 without tree options). DFlash drafts block_size - 1.
     #[arg(long, default_value_t = DrafterSpec::DEFAULT_DRAFT_LEN)]
     pub draft_len: usize,
-    /// Vanilla: end a chain at the first draft whose drafter probability falls below this (that draft
-    /// kept); --draft-len is then the longest chain.
+    /// Vanilla and DFlash: end a chain at the first draft whose drafter probability falls below this
+    /// (that draft kept); --draft-len (DFlash: its block) is then the longest chain.
     #[arg(long, requires = "drafter")]
     pub draft_stop_below: Option<f64>,
     /// EAGLE-3 dynamic tree: expansion depth.

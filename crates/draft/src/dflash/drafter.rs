@@ -96,6 +96,9 @@ pub struct DFlashDrafter {
     draft_head: Option<(DraftVocabulary, Tensor)>,
     /// Bytes of the drafter's linear maps, counted once (each proposal asks whether the kernel pays).
     weight_bytes: std::sync::OnceLock<usize>,
+    /// A block's chain ends at the first draft the drafter gives less than this probability (that
+    /// draft kept); the whole block without it.
+    stop_below: Option<f64>,
 }
 
 impl Layer {
@@ -242,7 +245,16 @@ impl DFlashDrafter {
             forward_seconds: 0.0,
             draft_head,
             weight_bytes: std::sync::OnceLock::new(),
+            stop_below: None,
         })
+    }
+
+    /// Ends each block's chain at the first draft the drafter gives less than `threshold` (over its
+    /// draft vocabulary where it has one), that draft kept: a verification then pays for fewer rows
+    /// where the drafter is unsure. Lossless: the decision reads only the drafter's distribution.
+    pub fn with_stop_below(mut self, threshold: Option<f64>) -> Self {
+        self.stop_below = threshold;
+        self
     }
 
     pub fn query_scaling(&self) -> &QueryScaling {
@@ -413,8 +425,22 @@ impl DFlashDrafter {
         let x = self.block_pass(ctx.target, root, ctx.committed.len() as i64 - 1, None)?;
         let b = self.block_size;
         let logits = self.draft_logits(ctx.target, &self.norm.forward(&x.narrow(0, 1, b - 1)));
-        let drafts = time_split::mark(Step::Sampling, || 0, || {
-            Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))
+        let drafts = time_split::mark(Step::Sampling, || 0, || -> Result<Vec<i64>> {
+            let mut drafts = Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))?;
+            if let Some(threshold) = self.stop_below {
+                // The probability of each draft, its logit row's largest: [B - 1].
+                let confidence = Vec::<f64>::try_from(
+                    logits
+                        .softmax(-1, Kind::Float)
+                        .amax([-1i64].as_slice(), false)
+                        .to_kind(Kind::Double)
+                        .to_device(Device::Cpu),
+                )?;
+                if let Some(unsure) = confidence.iter().position(|&p| p < threshold) {
+                    drafts.truncate(unsure + 1);
+                }
+            }
+            Ok(drafts)
         })?;
         Ok(match &self.draft_head {
             Some((vocabulary, _)) => drafts.into_iter().map(|d| vocabulary.to_target(d)).collect(),

@@ -15,6 +15,7 @@
 //! `None` and goes through libtorch.
 
 use sharpdraft_kernel::form::{self as kernel_form, KernelForm};
+use sharpdraft_kernel::key_scores::{self, KeyScores};
 use sharpdraft_kernel::products::{multiply, pair_products_available, Operands, Shape};
 use sharpdraft_kernel::weighted_sum::WeightedSum;
 use sharpdraft_kernel::workers;
@@ -343,15 +344,88 @@ pub(crate) fn product(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Ten
                 as workers::Part
         })
         .collect();
-    match workers::run(parts) {
-        Some(true) => {}
+    if !workers::run_anywhere(parts) {
         // A part panicked: its columns are not all written, so libtorch does the product.
-        Some(false) => return None,
-        // Another thread's pass holds the workers: this thread does every part.
-        // SAFETY: as above, all the columns on this thread.
-        None => unsafe { multiply(operands, shape, 0..shape.outputs) },
+        return None;
     }
     let out = out.to_kind(kind);
+    KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    Some(out)
+}
+
+/// `queries [B, R, D] keys [B, L, D]` -> scores `[B, R, L]` f32 on this kernel
+/// (`sharpdraft_kernel::key_scores`: each key read once, the lanes across the rows, up to
+/// `key_scores::MAX_ROWS` rows at a time), the keys split over `threads`; `None` where it does not
+/// apply (not f32, not on the CPU, a batch whose keys are not contiguous, gradients). Attention's
+/// first product for the grouped rows of a pass: as a dot product per key and row, each score ended
+/// in a sum across the lanes.
+pub fn key_scores(queries: &Tensor, keys: &Tensor, threads: usize) -> Option<Tensor> {
+    let (batch, rows, width) = queries.size3().ok()?;
+    let (key_batch, key_count, key_width) = keys.size3().ok()?;
+    let queries = queries.contiguous();
+    let per_batch: Vec<Tensor> = (0..batch).map(|b| keys.get(b)).collect();
+    let applies = (batch, width) == (key_batch, key_width)
+        && rows >= 1
+        && [&queries, keys].iter().all(|t| {
+            t.device() == Device::Cpu && t.kind() == Kind::Float && !t.requires_grad()
+        })
+        && per_batch.iter().all(Tensor::is_contiguous);
+    if !applies || !cpu_has_kernel() {
+        return None;
+    }
+    let started = std::time::Instant::now();
+    let (batch, rows, keys, width) = (batch as usize, rows as usize, key_count as usize, width as usize);
+    let out = Tensor::empty(
+        [batch as i64, rows as i64, keys as i64],
+        (Kind::Float, Device::Cpu),
+    );
+    let (queries_at, out_at) = (queries.data_ptr() as usize, out.data_ptr() as usize);
+    let keys_at: Vec<usize> = per_batch.iter().map(|k| k.data_ptr() as usize).collect();
+    let form = kernel_form::current();
+    let threads = threads.clamp(1, keys.div_ceil(512)).min(cores());
+    let per_thread = keys.div_ceil(threads);
+    let part = move |t: usize| {
+        let range = (t * per_thread).min(keys)..((t + 1) * per_thread).min(keys);
+        let chunks = (0..rows).step_by(key_scores::MAX_ROWS);
+        for (b, first) in (0..keys_at.len()).flat_map(|b| chunks.clone().map(move |f| (b, f))) {
+            let count = key_scores::MAX_ROWS.min(rows - first);
+            // SAFETY: the queries and every batch's keys are contiguous f32 tensors of these shapes,
+            // alive until `run` has waited for every part.
+            let (queries, key_rows) = unsafe {
+                (
+                    std::slice::from_raw_parts(
+                        (queries_at as *const f32).add((b * rows + first) * width),
+                        count * width,
+                    ),
+                    std::slice::from_raw_parts(keys_at[b] as *const f32, keys * width),
+                )
+            };
+            let scores = KeyScores {
+                queries,
+                keys: key_rows,
+                rows: count,
+                key_count: keys,
+                width,
+            };
+            // SAFETY: rows `first..first + count` of batch b of the fresh contiguous `out` are
+            // `[count, keys]`; part t writes only the columns of its own keys.
+            unsafe {
+                let chunk_out = (out_at as *mut f32).add((b * rows + first) * keys);
+                scores
+                    .write_columns(form, range.clone(), chunk_out)
+                    .expect("the shapes were read from the tensors");
+            }
+        }
+    };
+    let parts: Vec<workers::Part> = (0..threads)
+        .map(|t| {
+            let part = part.clone();
+            Box::new(move || part(t)) as workers::Part
+        })
+        .collect();
+    if !workers::run_anywhere(parts) {
+        return None;
+    }
     KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     Some(out)
 }
@@ -421,11 +495,8 @@ pub fn weighted_sum(probs: &Tensor, values: &Tensor, threads: usize) -> Option<T
             Box::new(move || part(t)) as workers::Part
         })
         .collect();
-    match workers::run(parts) {
-        Some(true) => {}
-        Some(false) => return None,
-        // Another thread's pass holds the workers: this thread does every part.
-        None => (0..threads).for_each(part),
+    if !workers::run_anywhere(parts) {
+        return None;
     }
     KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     Some(partial.sum_dim_intlist([0i64].as_slice(), false, Kind::Float))
