@@ -146,6 +146,20 @@ pub fn run_anywhere(parts: Vec<Part>) -> bool {
     }
 }
 
+/// [`run_anywhere`] of `count` parts that are one function of the part's index.
+pub fn run_each<F>(count: usize, part: F) -> bool
+where
+    F: Fn(usize) + Clone + Send + 'static,
+{
+    let parts = (0..count)
+        .map(|index| {
+            let part = part.clone();
+            Box::new(move || part(index)) as Part
+        })
+        .collect();
+    run_anywhere(parts)
+}
+
 /// [`run`], handing the parts back, none of them run, when the workers are not to be had.
 fn try_run(mut parts: Vec<Part>) -> Result<bool, Vec<Part>> {
     let mut workers = match workers().try_lock() {

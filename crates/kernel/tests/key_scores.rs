@@ -3,21 +3,12 @@
 //! the blocked body takes and one it does not, and ranges that end inside a block of keys; operands
 //! that do not make the shape they claim are refused, naming it.
 
+mod common;
+
+use common::values;
+
 use sharpdraft_kernel::key_scores::KeyScores;
 use sharpdraft_kernel::KernelForm;
-
-fn values(count: usize, seed: u64) -> Vec<f32> {
-    (0..count)
-        .map(|i| {
-            (((i as u64 + 1)
-                .wrapping_mul(2654435761)
-                .wrapping_add(seed * 97))
-                % 2000) as f32
-                / 1000.0
-                - 1.0
-        })
-        .collect()
-}
 
 #[test]
 fn scores_over_a_range_of_keys_are_the_plain_dot_products_in_every_form() {

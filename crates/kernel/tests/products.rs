@@ -4,6 +4,10 @@
 //! (On x86 machines the NEON form is checked by running these tests for aarch64 under an emulator:
 //! `make test-neon`.)
 
+mod common;
+
+use common::values;
+
 use sharpdraft_kernel::products::{most_rows, pair_products_available};
 use sharpdraft_kernel::{product, KernelForm, ProductError, Rows, Shape, Weights};
 
@@ -17,22 +21,6 @@ fn forms() -> Vec<KernelForm> {
         println!("skipped: this CPU has no form of the kernel (libtorch keeps every product)");
     }
     forms
-}
-
-/// Deterministic values in [-1, 1) (a linear congruential generator: no dependency, the same on every
-/// target).
-fn values(count: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..count)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 /// bf16 by truncation, and its f32 value.

@@ -2,21 +2,12 @@
 //! sum in f64 gives, over any range of the keys, for widths that are not a multiple of any vector
 //! width; and operands that do not make the shape they claim are refused, naming it.
 
+mod common;
+
+use common::values;
+
 use sharpdraft_kernel::weighted_sum::WeightedSum;
 use sharpdraft_kernel::KernelForm;
-
-fn values(count: usize, seed: u64) -> Vec<f32> {
-    (0..count)
-        .map(|i| {
-            (((i as u64 + 1)
-                .wrapping_mul(2654435761)
-                .wrapping_add(seed * 97))
-                % 2000) as f32
-                / 1000.0
-                - 1.0
-        })
-        .collect()
-}
 
 #[test]
 fn a_weighted_sum_over_a_range_of_keys_adds_the_plain_sum_in_every_form() {

@@ -332,19 +332,14 @@ pub(crate) fn product(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Ten
     // At most a part per 256 outputs, and no more threads than cores (a worker spins).
     let threads = threads.clamp(1, shape.outputs.div_ceil(256)).min(cores());
     let per_thread = shape.outputs.div_ceil(threads);
-    let part = |t: usize| {
-        (t * per_thread).min(shape.outputs)..((t + 1) * per_thread).min(shape.outputs)
+    let part = move |t: usize| {
+        let columns =
+            (t * per_thread).min(shape.outputs)..((t + 1) * per_thread).min(shape.outputs);
+        // SAFETY: the tensors are contiguous, of `shape`, and alive until `run_each` has waited for
+        // every part; each part writes only its own columns of the fresh `out`.
+        unsafe { multiply(operands, shape, columns) }
     };
-    let parts = (0..threads)
-        .map(|t| {
-            let columns = part(t);
-            // SAFETY: the tensors are contiguous, of `shape`, and alive until `run` has waited
-            // for every part; each part writes only its own columns of the fresh `out`.
-            Box::new(move || unsafe { multiply(operands, shape, columns) })
-                as workers::Part
-        })
-        .collect();
-    if !workers::run_anywhere(parts) {
+    if !workers::run_each(threads, part) {
         // A part panicked: its columns are not all written, so libtorch does the product.
         return None;
     }
@@ -417,13 +412,7 @@ pub fn key_scores(queries: &Tensor, keys: &Tensor, threads: usize) -> Option<Ten
             }
         }
     };
-    let parts: Vec<workers::Part> = (0..threads)
-        .map(|t| {
-            let part = part.clone();
-            Box::new(move || part(t)) as workers::Part
-        })
-        .collect();
-    if !workers::run_anywhere(parts) {
+    if !workers::run_each(threads, part) {
         return None;
     }
     KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -489,13 +478,7 @@ pub fn weighted_sum(probs: &Tensor, values: &Tensor, threads: usize) -> Option<T
                 .expect("the shapes were read from the tensors");
         }
     };
-    let parts: Vec<workers::Part> = (0..threads)
-        .map(|t| {
-            let part = part.clone();
-            Box::new(move || part(t)) as workers::Part
-        })
-        .collect();
-    if !workers::run_anywhere(parts) {
+    if !workers::run_each(threads, part) {
         return None;
     }
     KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
