@@ -4,7 +4,8 @@
 //!
 //! A dot product per key and row ([`crate::products`], which suits weight rows hundreds of values
 //! long) ends every 64-wide score with a sum across the lanes, which bound a 4-row pass over a long
-//! context (`bench rows --context 4096`: attention 5x its one-row cost). Here the lanes run across the
+//! context (attention alone over 4096 keys, timed once and not recorded: about 5x its one-row cost;
+//! `bench rows --context 4096` gives the whole pass before and after). Here the lanes run across the
 //! rows instead: the queries are transposed once (`[width, rows]`, padded to 8 or 16 rows), and each
 //! key element, broadcast, is multiplied into every row's score at once; a block of keys keeps its
 //! scores in registers until they are stored, row by row. No sum across lanes, so the compiler

@@ -348,6 +348,20 @@ pub(crate) fn product(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Ten
     Some(out)
 }
 
+/// Attention's keys split over at most `threads` parts (no fewer than 512 keys a part, no more parts
+/// than cores: a worker spins): the part count and part t's keys.
+fn split_keys(
+    keys: usize,
+    threads: usize,
+) -> (
+    usize,
+    impl Fn(usize) -> std::ops::Range<usize> + Copy + Send + 'static,
+) {
+    let parts = threads.clamp(1, keys.div_ceil(512)).min(cores());
+    let per_part = keys.div_ceil(parts);
+    (parts, move |t: usize| (t * per_part).min(keys)..((t + 1) * per_part).min(keys))
+}
+
 /// `queries [B, R, D] keys [B, L, D]` -> scores `[B, R, L]` f32 on this kernel
 /// (`sharpdraft_kernel::key_scores`: each key read once, the lanes across the rows, up to
 /// `key_scores::MAX_ROWS` rows at a time), the keys split over `threads`; `None` where it does not
@@ -377,38 +391,38 @@ pub fn key_scores(queries: &Tensor, keys: &Tensor, threads: usize) -> Option<Ten
     let (queries_at, out_at) = (queries.data_ptr() as usize, out.data_ptr() as usize);
     let keys_at: Vec<usize> = per_batch.iter().map(|k| k.data_ptr() as usize).collect();
     let form = kernel_form::current();
-    let threads = threads.clamp(1, keys.div_ceil(512)).min(cores());
-    let per_thread = keys.div_ceil(threads);
+    let (threads, part_keys) = split_keys(keys, threads);
     let part = move |t: usize| {
-        let range = (t * per_thread).min(keys)..((t + 1) * per_thread).min(keys);
-        let chunks = (0..rows).step_by(key_scores::MAX_ROWS);
-        for (b, first) in (0..keys_at.len()).flat_map(|b| chunks.clone().map(move |f| (b, f))) {
-            let count = key_scores::MAX_ROWS.min(rows - first);
-            // SAFETY: the queries and every batch's keys are contiguous f32 tensors of these shapes,
-            // alive until `run` has waited for every part.
-            let (queries, key_rows) = unsafe {
-                (
+        let range = part_keys(t);
+        for (b, &keys_at) in keys_at.iter().enumerate() {
+            // SAFETY: batch b's keys are a contiguous f32 `[keys, width]` tensor, alive until
+            // `run_each` has waited for every part.
+            let key_rows =
+                unsafe { std::slice::from_raw_parts(keys_at as *const f32, keys * width) };
+            for first in (0..rows).step_by(key_scores::MAX_ROWS) {
+                let count = key_scores::MAX_ROWS.min(rows - first);
+                let at = b * rows + first;
+                // SAFETY: as the keys, for the queries' rows `first..first + count` of batch b.
+                let queries = unsafe {
                     std::slice::from_raw_parts(
-                        (queries_at as *const f32).add((b * rows + first) * width),
+                        (queries_at as *const f32).add(at * width),
                         count * width,
-                    ),
-                    std::slice::from_raw_parts(keys_at[b] as *const f32, keys * width),
-                )
-            };
-            let scores = KeyScores {
-                queries,
-                keys: key_rows,
-                rows: count,
-                key_count: keys,
-                width,
-            };
-            // SAFETY: rows `first..first + count` of batch b of the fresh contiguous `out` are
-            // `[count, keys]`; part t writes only the columns of its own keys.
-            unsafe {
-                let chunk_out = (out_at as *mut f32).add((b * rows + first) * keys);
-                scores
-                    .write_columns(form, range.clone(), chunk_out)
-                    .expect("the shapes were read from the tensors");
+                    )
+                };
+                let scores = KeyScores {
+                    queries,
+                    keys: key_rows,
+                    rows: count,
+                    key_count: keys,
+                    width,
+                };
+                // SAFETY: those rows of the fresh contiguous `out` are `[count, keys]`; part t writes
+                // only the columns of its own keys.
+                unsafe {
+                    scores
+                        .write_columns(form, range.clone(), (out_at as *mut f32).add(at * keys))
+                        .expect("the shapes were read from the tensors");
+                }
             }
         }
     };
@@ -438,7 +452,7 @@ pub fn weighted_sum(probs: &Tensor, values: &Tensor, threads: usize) -> Option<T
     }
     let started = std::time::Instant::now();
     let (batch, rows, keys, width) = (batch as usize, rows as usize, keys as usize, width as usize);
-    let threads = threads.clamp(1, keys.div_ceil(512)).min(cores());
+    let (threads, part_keys) = split_keys(keys, threads);
     // One partial sum per thread `[threads, B, R, D]`, added up at the end.
     let partial = Tensor::zeros(
         [threads as i64, batch as i64, rows as i64, width as i64],
@@ -447,9 +461,8 @@ pub fn weighted_sum(probs: &Tensor, values: &Tensor, threads: usize) -> Option<T
     let (probs_at, partial_at) = (probs.data_ptr() as usize, partial.data_ptr() as usize);
     let values_at: Vec<usize> = per_batch.iter().map(|v| v.data_ptr() as usize).collect();
     let form = kernel_form::current();
-    let per_thread = keys.div_ceil(threads);
     let part = move |t: usize| {
-        let range = (t * per_thread).min(keys)..((t + 1) * per_thread).min(keys);
+        let range = part_keys(t);
         for (b, &values_at) in values_at.iter().enumerate() {
             // SAFETY: `probs`, every batch's values and `partial` are contiguous f32 tensors of these
             // shapes, alive until `run` has waited for every part; part t writes only its own slice
