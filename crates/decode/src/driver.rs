@@ -10,6 +10,7 @@ use crate::verify::{verify_greedy, verify_stochastic, Verdict};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal};
+use sharpdraft_model::cpu::few_rows;
 use sharpdraft_model::generate::prefill_with_taps;
 use sharpdraft_model::{
     AttentionMask, AttentionObserver, AttentionView, ForwardInput, KvCache, LogitRows, Sampler,
@@ -286,9 +287,16 @@ pub fn speculative_generate(
     let started = Instant::now();
     let mut session = Session::prefill(target, drafter, prompt, config)?;
     let prefill_seconds = started.elapsed().as_secs_f64();
-    while !session.finished {
-        session.cycle(drafter)?;
-    }
+    // The cycles with libtorch on one thread throughout when the target's passes take the CPU kernel
+    // (few_rows::decoding says why).
+    let (device, kind, weight_bytes) =
+        (target.device(), target.kind(), target.linear_weight_bytes());
+    few_rows::decoding(device, kind, weight_bytes, || -> Result<()> {
+        while !session.finished {
+            session.cycle(drafter)?;
+        }
+        Ok(())
+    })?;
     let drafter_stats = drafter.stats();
     Ok(SpecReport {
         prompt_ids: prompt.to_vec(),

@@ -86,25 +86,31 @@ pub fn generate(
     let started = Instant::now();
     let mut ids = Vec::with_capacity(max_new_tokens);
     let device = net.device();
-    while ids.len() < max_new_tokens {
-        let next = sampler.sample(&logits)?;
-        ids.push(next);
-        if stop.contains(&next) || ids.len() == max_new_tokens {
-            break;
+    // One-row passes with libtorch on one thread throughout where they take the CPU kernel
+    // (few_rows::decoding says why), as the speculative loop's.
+    let weight_bytes = net.linear_weight_bytes();
+    crate::cpu::few_rows::decoding(device, net.kind(), weight_bytes, || -> Result<()> {
+        while ids.len() < max_new_tokens {
+            let next = sampler.sample(&logits)?;
+            ids.push(next);
+            if stop.contains(&next) || ids.len() == max_new_tokens {
+                break;
+            }
+            let position = cache.len();
+            let input_ids = Tensor::from_slice(&[next]).to_device(device);
+            let positions = Tensor::from_slice(&[position]).to_device(device);
+            let input = ForwardInput {
+                mask: &AttentionMask::Causal,
+                ..ForwardInput::causal(&input_ids, &positions)
+            };
+            logits = net
+                .forward(input, &mut cache)?
+                .logits
+                .expect("logits requested")
+                .squeeze_dim(0);
         }
-        let position = cache.len();
-        let input_ids = Tensor::from_slice(&[next]).to_device(device);
-        let positions = Tensor::from_slice(&[position]).to_device(device);
-        let input = ForwardInput {
-            mask: &AttentionMask::Causal,
-            ..ForwardInput::causal(&input_ids, &positions)
-        };
-        logits = net
-            .forward(input, &mut cache)?
-            .logits
-            .expect("logits requested")
-            .squeeze_dim(0);
-    }
+        Ok(())
+    })?;
     Ok(Generation {
         prompt_ids: prompt.to_vec(),
         ids,

@@ -335,6 +335,11 @@ impl Transformer {
         {
             return crate::cpu::few_rows::with_kernel(|| self.forward(input, cache));
         }
+        // Any other pass inside a decoding loop (more rows than the kernel takes, a model it does not
+        // take) runs on libtorch's own threads.
+        if crate::cpu::few_rows::automatic() && crate::cpu::few_rows::holds_libtorch_to_one_thread() {
+            return crate::cpu::few_rows::with_libtorch_threads(|| self.forward(input, cache));
+        }
         if input.ids.dim() != 1 || rows == 0 || input.positions.size() != [rows] {
             return Err(ModelError::tensor(
                 "ids",

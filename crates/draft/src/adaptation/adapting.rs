@@ -8,6 +8,7 @@ use crate::adamw::AdamW;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::{AdaptationReport, DrafterStats};
 use crate::proposal::Proposal;
+use sharpdraft_model::cpu::few_rows;
 use sharpdraft_model::{KeySelection, Sampler, Tap, Transformer};
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
@@ -147,20 +148,26 @@ impl<'t> AdaptingDrafter<'t> {
         let started = Instant::now();
         let steps = self.config.steps;
         let first_step = self.report.updates * steps;
-        let learned = tch::with_grad(|| -> Result<bool> {
-            for step in 0..steps {
-                let Some(loss) = self.loss(first_step + step)? else {
-                    return Ok(false);
-                };
-                if step == 0 {
-                    self.report.losses.push(loss.double_value(&[]));
+        // Backward passes want all of libtorch's threads, also inside a decoding loop that holds it
+        // to one between few-row passes.
+        let learned = few_rows::with_libtorch_threads(|| {
+            tch::with_grad(|| -> Result<bool> {
+                for step in 0..steps {
+                    let Some(loss) = self.loss(first_step + step)? else {
+                        return Ok(false);
+                    };
+                    if step == 0 {
+                        self.report.losses.push(loss.double_value(&[]));
+                    }
+                    match &mut self.learner {
+                        Learner::Full(optimizer) => {
+                            optimizer.backward_step(&loss, self.config.clip)
+                        }
+                        Learner::Lora(adapters) => adapters.step(&loss, self.config.clip)?,
+                    }
                 }
-                match &mut self.learner {
-                    Learner::Full(optimizer) => optimizer.backward_step(&loss, self.config.clip),
-                    Learner::Lora(adapters) => adapters.step(&loss, self.config.clip)?,
-                }
-            }
-            Ok(true)
+                Ok(true)
+            })
         })?;
         if learned {
             self.report.updates += 1;

@@ -514,26 +514,32 @@ impl Drafter for DFlashDrafter {
         self.taps.clone()
     }
 
-    fn prefill(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+    fn prefill(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        let _guard = tch::no_grad_guard();
+        let started = std::time::Instant::now();
         // A new request: nothing of an earlier one stays in the cache.
         self.cache.truncate(0)?;
+        // The prompt's context features, many rows: here, with the target's prefill, on all of
+        // libtorch's threads (a decoding loop holds it to one).
         self.pending = target_hidden.map(Tensor::shallow_clone);
+        self.write_pending(ctx.target.kind())?;
+        self.forward_seconds += started.elapsed().as_secs_f64();
         Ok(())
     }
 
     fn propose(&mut self, ctx: &DraftContext<'_>, _sampler: &mut Sampler) -> Result<Proposal> {
         let _guard = tch::no_grad_guard();
         let started = std::time::Instant::now();
-        // A block of a few rows through the drafter's maps and the target's head: the few-row kernel
-        // where the drafter's weights stream from memory. The context features go before, through
-        // libtorch on all its threads (a prompt's are many rows; measured, a few rows took longer in
-        // a kernel pass too).
+        // The last cycle's verified rows into the context, then a block of a few rows through the
+        // drafter's maps and the target's head: the few-row kernel where the drafter's weights stream
+        // from memory.
         let bytes = *(self.weight_bytes)
             .get_or_init(|| time_split::bytes_of(self.linears().iter().map(|l| &l.weight)));
         let (device, kind) = (ctx.target.device(), ctx.target.kind());
-        self.write_pending(kind)?;
-        let drafts =
-            few_rows::where_it_pays(self.block_size, device, kind, bytes, || self.draft_block(ctx))?;
+        let drafts = few_rows::where_it_pays(self.block_size, device, kind, bytes, || {
+            self.write_pending(kind)?;
+            self.draft_block(ctx)
+        })?;
         self.forward_seconds += started.elapsed().as_secs_f64();
         Ok(Proposal::chain(drafts, None))
     }

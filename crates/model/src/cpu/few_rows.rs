@@ -148,9 +148,80 @@ pub fn with_kernel<T>(pass: impl FnOnce() -> T) -> T {
     with_mode(Mode::Inside(threads), pass)
 }
 
+thread_local! {
+    /// Inside [`decoding`] on this thread: its hold on libtorch's single thread (`None` while
+    /// [`with_libtorch_threads`] has handed it back, and outside a decoding loop).
+    static DECODING: std::cell::RefCell<Option<LibtorchStepsAside>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `decode`, the token loop of a model whose one-row passes take this kernel (`takes(1, ..)`),
+/// with libtorch single-threaded from its first pass to its last, not only inside each pass. Between
+/// two passes a loop runs small operations over the logits (an argmax over 49152 entries, a softmax)
+/// that libtorch splits over its OpenMP threads, and an idle OpenMP thread then spins for milliseconds
+/// on the core the kernel's worker needs for the next pass. Measured with `perf` on a DFlash drafter at
+/// 4096 tokens: half of the drafter's time was its thread waiting for a worker that an OpenMP thread
+/// had pushed off the second core. Work in the loop that wants libtorch's threads (a pass this kernel
+/// does not take, an online-adaptation update) gets them back through [`with_libtorch_threads`].
+/// Anything else runs `decode` as it is.
+pub fn decoding<T>(
+    device: Device,
+    kind: Kind,
+    weight_bytes: usize,
+    decode: impl FnOnce() -> T,
+) -> T {
+    if holds_libtorch_to_one_thread() || !automatic() || !takes(1, device, kind, weight_bytes) {
+        return decode();
+    }
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            DECODING.with(|held| held.borrow_mut().take());
+        }
+    }
+    let (aside, _) = LibtorchStepsAside::enter();
+    DECODING.with(|held| *held.borrow_mut() = Some(aside));
+    let _leave = Leave;
+    decode()
+}
+
+/// Runs `work` with libtorch on its own thread count again when it runs inside [`decoding`] (and no
+/// kernel pass on another thread holds libtorch to one): a pass of more rows than the kernel takes, the
+/// backward passes of an online update. As it is elsewhere.
+pub fn with_libtorch_threads<T>(work: impl FnOnce() -> T) -> T {
+    let Some(held) = DECODING.with(|held| held.borrow_mut().take()) else {
+        return work();
+    };
+    drop(held);
+    struct TakeBack;
+    impl Drop for TakeBack {
+        fn drop(&mut self) {
+            let (aside, _) = LibtorchStepsAside::enter();
+            DECODING.with(|held| *held.borrow_mut() = Some(aside));
+        }
+    }
+    let _take_back = TakeBack;
+    work()
+}
+
+/// Whether this thread is inside [`decoding`] with libtorch held to one thread.
+pub fn holds_libtorch_to_one_thread() -> bool {
+    DECODING.with(|held| held.borrow().is_some())
+}
+
+/// The threads this kernel runs on outside a pass: libtorch's count, or the count it had before a
+/// pass or a decoding loop set it to one.
+fn threads_outside_a_pass() -> usize {
+    let active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if active.0 > 0 {
+        active.1.max(1) as usize
+    } else {
+        tch::get_num_threads().max(1) as usize
+    }
+}
+
 /// Runs `pass`, a pass of `rows` rows through linear maps of `weight_bytes` in `kind` on `device` (a
 /// drafter's block, a tree level), with this kernel where [`takes`] says it pays and no pass has it on
-/// already; as it is otherwise.
+/// already; otherwise on libtorch's own threads (given back for it inside a [`decoding`] loop).
 pub fn where_it_pays<T>(
     rows: i64,
     device: Device,
@@ -160,6 +231,8 @@ pub fn where_it_pays<T>(
 ) -> T {
     if automatic() && takes(rows, device, kind, weight_bytes) {
         with_kernel(pass)
+    } else if automatic() {
+        with_libtorch_threads(pass)
     } else {
         pass()
     }
@@ -282,9 +355,10 @@ pub fn head(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
         return None;
     }
     let x = x.to_kind(weight.kind()).contiguous();
-    // Outside a kernel pass libtorch keeps its threads: switching its count is process-wide, and a
-    // reduction on another thread would then round differently (one product is too short to need it).
-    let threads = kernel_threads().unwrap_or_else(|| tch::get_num_threads().max(1) as usize);
+    // Outside a kernel pass the head leaves libtorch's count as it is (switching it is process-wide,
+    // and a reduction on another thread would then round differently; one product is too short to
+    // need it) and runs on libtorch's own count, the one before a pass or a decoding loop set it to one.
+    let threads = kernel_threads().unwrap_or_else(threads_outside_a_pass);
     product(&x, weight, threads)
 }
 
