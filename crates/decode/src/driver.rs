@@ -10,7 +10,6 @@ use crate::verify::{verify_greedy, verify_stochastic, Verdict};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal};
-use sharpdraft_model::cpu::few_rows;
 use sharpdraft_model::generate::prefill_with_taps;
 use sharpdraft_model::{
     AttentionMask, AttentionObserver, AttentionView, ForwardInput, KvCache, LogitRows, Sampler,
@@ -287,11 +286,7 @@ pub fn speculative_generate(
     let started = Instant::now();
     let mut session = Session::prefill(target, drafter, prompt, config)?;
     let prefill_seconds = started.elapsed().as_secs_f64();
-    // The cycles with libtorch on one thread throughout when the target's passes take the CPU kernel
-    // (few_rows::decoding says why).
-    let (device, kind, weight_bytes) =
-        (target.device(), target.kind(), target.linear_weight_bytes());
-    few_rows::decoding(device, kind, weight_bytes, || -> Result<()> {
+    target.decoding(|| -> Result<()> {
         while !session.finished {
             session.cycle(drafter)?;
         }

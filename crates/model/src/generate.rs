@@ -86,10 +86,7 @@ pub fn generate(
     let started = Instant::now();
     let mut ids = Vec::with_capacity(max_new_tokens);
     let device = net.device();
-    // One-row passes with libtorch on one thread throughout where they take the CPU kernel
-    // (few_rows::decoding says why), as the speculative loop's.
-    let weight_bytes = net.linear_weight_bytes();
-    crate::cpu::few_rows::decoding(device, net.kind(), weight_bytes, || -> Result<()> {
+    net.decoding(|| -> Result<()> {
         while ids.len() < max_new_tokens {
             let next = sampler.sample(&logits)?;
             ids.push(next);

@@ -8,6 +8,7 @@
 
 use crate::attention::attend;
 use crate::config::ModelConfig;
+use crate::cpu::few_rows;
 use crate::error::{ModelError, Result};
 use crate::kv_cache::KvCache;
 use crate::layers::{declare_frozen, Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
@@ -305,7 +306,7 @@ impl Transformer {
             || {
                 // A few rows (a decode step, a drafter's block): the kernel reads the head once.
                 let plain = self.lm_head.as_ref().is_none_or(|h| h.is_plain());
-                let few_rows = plain.then(|| crate::cpu::few_rows::head(normed, weight)).flatten();
+                let few_rows = plain.then(|| few_rows::head(normed, weight)).flatten();
                 let logits = match (few_rows, &self.lm_head) {
                     (Some(logits), _) => logits,
                     (None, Some(head)) => head.forward(normed),
@@ -316,30 +317,39 @@ impl Transformer {
         )
     }
 
+    /// Runs `decode`, a token loop of this model's passes, with libtorch on one thread from its first
+    /// pass to its last where those passes take the CPU kernel (`few_rows::decoding` says why).
+    pub fn decoding<T>(&self, decode: impl FnOnce() -> T) -> T {
+        few_rows::decoding(self.device, self.kind, self.linear_weight_bytes(), decode)
+    }
+
     /// Runs `T` new rows against `cache`, writes their keys and values, and advances the cache.
-    pub fn forward(
+    pub fn forward(&self, input: ForwardInput<'_>, cache: &mut KvCache) -> Result<ForwardOutput> {
+        let rows = input.ids.size().first().copied().unwrap_or(0);
+        let pass = || self.forward_pass(input, cache);
+        // A few rows of a frozen CPU model too large for the cache (a verification pass, a drafting
+        // step): the whole pass with the kernel that reads each weight once; any other pass on
+        // libtorch's own threads, also inside a decoding loop (few_rows::where_it_pays). Weights being
+        // trained keep libtorch's products.
+        let frozen = self
+            .layers
+            .first()
+            .is_none_or(|l| !l.mlp.up_proj.weight.requires_grad());
+        if frozen {
+            let weight_bytes = self.linear_weight_bytes();
+            few_rows::where_it_pays(rows, self.device, self.kind, weight_bytes, pass)
+        } else {
+            few_rows::with_libtorch_threads(pass)
+        }
+    }
+
+    /// [`Self::forward`] on the threads and products its caller chose.
+    fn forward_pass(
         &self,
         mut input: ForwardInput<'_>,
         cache: &mut KvCache,
     ) -> Result<ForwardOutput> {
         let rows = input.ids.size().first().copied().unwrap_or(0);
-        // A few rows of a frozen CPU model too large for the cache (a verification pass, a drafting
-        // step): the whole pass with the kernel that reads each weight once (few_rows.rs).
-        let frozen = self
-            .layers
-            .first()
-            .is_none_or(|l| !l.mlp.up_proj.weight.requires_grad());
-        if frozen
-            && crate::cpu::few_rows::automatic()
-            && crate::cpu::few_rows::takes(rows, self.device, self.kind, self.linear_weight_bytes())
-        {
-            return crate::cpu::few_rows::with_kernel(|| self.forward(input, cache));
-        }
-        // Any other pass inside a decoding loop (more rows than the kernel takes, a model it does not
-        // take) runs on libtorch's own threads.
-        if crate::cpu::few_rows::automatic() && crate::cpu::few_rows::holds_libtorch_to_one_thread() {
-            return crate::cpu::few_rows::with_libtorch_threads(|| self.forward(input, cache));
-        }
         if input.ids.dim() != 1 || rows == 0 || input.positions.size() != [rows] {
             return Err(ModelError::tensor(
                 "ids",
