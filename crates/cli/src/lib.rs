@@ -1,6 +1,7 @@
 //! The SharpDraft workbench command line: the command tree (`Cli`, also read by the tests that walk
 //! every flag) and the commands behind it.
 
+pub mod allocator;
 pub mod commands;
 
 use clap::{Parser, Subcommand};

@@ -8,6 +8,7 @@
 use super::bench_rows::read_bandwidth;
 use super::bounds::{ensure_context, ensure_repeats, ensure_within, target_config};
 use super::generate::{DrafterArgs, ModelArgs};
+use crate::allocator::{self, AllocatorReport};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
@@ -67,6 +68,8 @@ struct ContextRow {
 #[derive(Serialize)]
 struct Report {
     method: String,
+    /// The allocator, and whether libtorch's tensors come from it (`crate::allocator`).
+    allocator: AllocatorReport,
     read_bandwidth_gb_s: f64,
     contexts: Vec<ContextRow>,
 }
@@ -243,6 +246,7 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
     }
     let report = Report {
         method: spec.method.to_string(),
+        allocator: allocator::report(),
         read_bandwidth_gb_s: bandwidth / 1e9,
         contexts,
     };
@@ -250,8 +254,8 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!(
-            "method {}, read bandwidth {:.1} GB/s (bound: weight bytes read / bandwidth)",
-            report.method, report.read_bandwidth_gb_s
+            "method {}, {}, read bandwidth {:.1} GB/s (bound: weight bytes read / bandwidth)",
+            report.method, report.allocator, report.read_bandwidth_gb_s
         );
     }
     Ok(())

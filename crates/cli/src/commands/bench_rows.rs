@@ -7,6 +7,7 @@
 //! weights kept transposed, and through the kernel.
 
 use super::bounds::{ensure_context, ensure_within};
+use crate::allocator::{self, AllocatorReport};
 use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
@@ -72,6 +73,8 @@ struct Report {
     /// `SHARPDRAFT_KERNEL` forces one).
     kernel: &'static str,
     threads: i32,
+    /// The allocator, and whether libtorch's tensors come from it (`crate::allocator`).
+    allocator: AllocatorReport,
     weight_bytes: usize,
     /// Bytes one pass reads (the memory bound's numerator).
     read_bytes: usize,
@@ -230,6 +233,7 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
     let report = Report {
         kernel: few_rows::form_that_ran().name(),
         threads: tch::get_num_threads(),
+        allocator: allocator::report(),
         weight_bytes,
         read_bytes,
         bandwidth_gb_s: bandwidth / 1e9,
@@ -240,9 +244,10 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "kernel {}, threads {}, weights {:.2} GB ({:.2} GB read per pass), read bandwidth {:.1} GB/s, matmul {:.1} GFLOP/s",
+            "kernel {}, threads {}, {}, weights {:.2} GB ({:.2} GB read per pass), read bandwidth {:.1} GB/s, matmul {:.1} GFLOP/s",
             report.kernel,
             report.threads,
+            report.allocator,
             weight_bytes as f64 / 1e9,
             read_bytes as f64 / 1e9,
             report.bandwidth_gb_s,
