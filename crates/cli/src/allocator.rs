@@ -14,16 +14,18 @@
 
 use serde::Serialize;
 
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// What the benches print about the allocator.
 #[derive(Serialize, Debug, Clone)]
 pub struct AllocatorReport {
-    /// `mimalloc <major>.<minor>.<patch>`.
+    /// `mimalloc <major>.<minor>.<patch>`, or `the system's malloc` in a build without the
+    /// `mimalloc` feature.
     pub name: String,
-    /// Whether a tensor libtorch just allocated lies in mimalloc's heap (so libtorch allocates
-    /// through it, not through glibc).
+    /// Whether a tensor libtorch just allocated came from that allocator: checked against mimalloc's
+    /// heap; the system's malloc is what libtorch calls when nothing replaces it.
     pub libtorch_tensors: bool,
 }
 
@@ -32,13 +34,14 @@ impl std::fmt::Display for AllocatorReport {
         let through = if self.libtorch_tensors {
             "libtorch's tensors through it"
         } else {
-            "libtorch's tensors NOT through it: glibc's malloc"
+            "libtorch's tensors NOT through it: the system's malloc"
         };
         write!(f, "allocator {} ({through})", self.name)
     }
 }
 
 /// The allocator this process runs on, and whether libtorch's tensors come from it.
+#[cfg(feature = "mimalloc")]
 pub fn report() -> AllocatorReport {
     // SAFETY: mi_version only returns a constant (major * 10000 + minor * 100 + patch).
     let version = unsafe { libmimalloc_sys::mi_version() };
@@ -53,7 +56,17 @@ pub fn report() -> AllocatorReport {
     }
 }
 
+/// The allocator of a build without the `mimalloc` feature.
+#[cfg(not(feature = "mimalloc"))]
+pub fn report() -> AllocatorReport {
+    AllocatorReport {
+        name: "the system's malloc".into(),
+        libtorch_tensors: true,
+    }
+}
+
 /// Allocates a 1 MiB CPU tensor through libtorch and asks mimalloc whether its memory is mimalloc's.
+#[cfg(feature = "mimalloc")]
 fn libtorch_tensors_through_mimalloc() -> bool {
     let tensor = tch::Tensor::zeros([1 << 18], (tch::Kind::Float, tch::Device::Cpu));
     // SAFETY: mi_is_in_heap_region only compares the address with mimalloc's own regions; the
