@@ -91,7 +91,10 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
     assert_eq!(results.rows(), 4, "2 arms x 2 prompts");
     // The arms of a request run back to back, and the order rotates: prompt 0 target first, prompt 1
     // the drafter first.
-    let (slots, prompts) = (results.i64s("slot").unwrap(), results.i64s("prompt").unwrap());
+    let (slots, prompts) = (
+        results.i64s("slot").unwrap(),
+        results.i64s("prompt").unwrap(),
+    );
     let methods = results.strs("method").unwrap();
     let slot_of = |method: &str, prompt: i64| {
         (0..results.rows())
@@ -156,9 +159,63 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
         summary.f64s("speedup_hi").unwrap(),
     );
     for r in 0..summary.rows() {
-        assert!(lo[r] <= median[r] && median[r] <= hi[r], "row {r}: {lo:?} {median:?} {hi:?}");
+        assert!(
+            lo[r] <= median[r] && median[r] <= hi[r],
+            "row {r}: {lo:?} {median:?} {hi:?}"
+        );
     }
+    // Where a cycle goes: the drafter's row holds the medians of its cycles' drafting and verifying
+    // milliseconds, beside the target alone's milliseconds per token on the same requests.
+    let drafter_row = (0..summary.rows())
+        .find(|&r| summary.strs("method").unwrap()[r] == "unmodified")
+        .unwrap();
+    let cycle_median = |column: &str| {
+        let mut ms: Vec<f64> = cycles
+            .f64s(column)
+            .unwrap()
+            .iter()
+            .map(|s| 1e3 * s)
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        let mid = ms.len() / 2;
+        if ms.len() % 2 == 1 {
+            ms[mid]
+        } else {
+            (ms[mid - 1] + ms[mid]) / 2.0
+        }
+    };
+    for (summary_column, cycle_column) in [
+        ("draft_ms", "draft_seconds"),
+        ("verify_ms", "verify_seconds"),
+    ] {
+        let got = summary.f64s(summary_column).unwrap()[drafter_row];
+        assert!(
+            (got - cycle_median(cycle_column)).abs() < 1e-9,
+            "{summary_column}: {got} against the cycles' median {}",
+            cycle_median(cycle_column)
+        );
+    }
+    let decode_ms: Vec<f64> = (0..results.rows())
+        .filter(|&r| results.strs("method").unwrap()[r] == "ar")
+        .map(|r| {
+            1e3 * results.f64s("decode_seconds").unwrap()[r]
+                / results.i64s("generated").unwrap()[r] as f64
+        })
+        .collect();
+    let target_ms = summary.f64s("target_ms_per_token").unwrap()[drafter_row];
+    assert!(
+        (target_ms - (decode_ms[0] + decode_ms[1]) / 2.0).abs() < 1e-9,
+        "the target alone's ms per token, median over its 2 requests: {target_ms} against {decode_ms:?}"
+    );
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let cycle_costs = report
+        .split("## Where a cycle goes")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no cycle costs in {report}"));
+    assert!(
+        cycle_costs.contains("| short | 0 | self | unmodified | "),
+        "{report}"
+    );
     assert!(
         report.contains("| short | 0 | self | unmodified | 2 |"),
         "{report}"
@@ -361,12 +418,18 @@ fn a_folder_in_use_by_another_command_is_refused_naming_the_holder() {
     let out = dir.path().join("run");
     let holder = FolderLock::acquire(&out, "run").unwrap();
     let err = format!("{:#}", run(&path, &options(&out)).unwrap_err());
-    assert!(err.contains("in use") && err.contains(&format!("process {}", std::process::id())), "{err}");
+    assert!(
+        err.contains("in use") && err.contains(&format!("process {}", std::process::id())),
+        "{err}"
+    );
     assert!(!out.exists());
     drop(holder);
     run(&path, &options(&out)).unwrap();
     let busy = FolderLock::acquire(&out, "report").unwrap();
-    let err = format!("{:#}", sharpdraft_lab::experiment::runner::republish(&out).unwrap_err());
+    let err = format!(
+        "{:#}",
+        sharpdraft_lab::experiment::runner::republish(&out).unwrap_err()
+    );
     assert!(err.contains("`sharpdraft report`"), "{err}");
     drop(busy);
 }
@@ -420,8 +483,14 @@ fn edited_inputs_or_foreign_unit_files_are_refused_instead_of_pooled() {
         "{:#}",
         sharpdraft_lab::experiment::runner::republish(&out).unwrap_err()
     );
-    assert!(err.contains("short.c96.s0.r0.json") && err.contains("config hash"), "{err}");
-    let err = format!("{:#}", merge(&dir.path().join("merged"), &[out.clone()]).unwrap_err());
+    assert!(
+        err.contains("short.c96.s0.r0.json") && err.contains("config hash"),
+        "{err}"
+    );
+    let err = format!(
+        "{:#}",
+        merge(&dir.path().join("merged"), &[out.clone()]).unwrap_err()
+    );
     assert!(err.contains("short.c96.s0.r0.json"), "{err}");
 
     // A unit file under another unit's name is refused too.

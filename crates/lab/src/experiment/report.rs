@@ -1,6 +1,6 @@
 //! `sharpdraft report RUN_DIR`: `report.md` with the headline table (tau, speedup over the target
-//! alone, update seconds, memory per drafter x method x workload x context), tau per context bin along
-//! long generations, and PNG charts: tau against context per drafter and method, speedup bars and
+//! alone, update seconds, memory per drafter x method x workload x context), where a cycle's time goes,
+//! tau per context bin along long generations, and PNG charts: tau against context per drafter and method, speedup bars and
 //! memory bars. Built from the summary table alone, so `sharpdraft report` rebuilds it at any time.
 
 use super::config::Experiment;
@@ -47,6 +47,12 @@ pub struct SummaryRow {
     pub peak_rss_bytes: i64,
     /// 1: every request reproduced the target's greedy output; 0: one did not; -1: not comparable.
     pub matches_target: i64,
+    /// Medians over the cell's cycles: drafting (proposing, and taking in the verified tokens) and
+    /// the target's verification (its pass, the verdict, committing); NaN without cycles.
+    pub draft_ms: f64,
+    pub verify_ms: f64,
+    /// The target alone's decode milliseconds per token on the same requests (median over them).
+    pub target_ms_per_token: f64,
 }
 
 /// The rows of a summary table ([`super::tables::build`]), in the order `experiment` lists its
@@ -103,6 +109,8 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
         f("distinct_4grams")?,
         f("update_seconds")?,
     );
+    let (draft_ms, verify_ms, target_ms) =
+        (f("draft_ms")?, f("verify_ms")?, f("target_ms_per_token")?);
     let mut rows: Vec<SummaryRow> = (0..t.rows())
         .map(|r| SummaryRow {
             drafter: drafter[r].clone(),
@@ -130,6 +138,9 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
             drafter_weight_bytes: weights[r],
             peak_rss_bytes: peak[r],
             matches_target: matches[r],
+            draft_ms: draft_ms[r],
+            verify_ms: verify_ms[r],
+            target_ms_per_token: target_ms[r],
         })
         .collect();
     sort_as_experiment(&mut rows, experiment);
@@ -293,6 +304,49 @@ pub fn headline(rows: &[SummaryRow], experiment: &Experiment) -> String {
     out
 }
 
+/// Where a cycle's time goes, per drafting row: its drafting and verification against the target
+/// alone's time per token on the same requests; `None` when no row drafted.
+fn cycle_costs(rows: &[SummaryRow]) -> Option<String> {
+    let drafting: Vec<&SummaryRow> = rows
+        .iter()
+        .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY && r.cycles > 0)
+        .collect();
+    if drafting.is_empty() {
+        return None;
+    }
+    let mut out = String::from(
+        "Medians over each row's cycles: drafting (proposing a block, and taking in the verified \
+         tokens) and verifying (the target's pass over the block, the verdict, committing), beside the \
+         target alone's decode time per token on the same requests. A cycle emits tau tokens, so \
+         drafting pays where tau x the target's time per token exceeds the two together: the last \
+         column is that ratio, the decode speed-up these medians predict.\n\n\
+         | workload | context | drafter | method | cycles | draft ms | verify ms | target alone, ms per token | verify / target's token | tau x target's token / cycle |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in drafting {
+        let per_cycle = r.draft_ms + r.verify_ms;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.workload,
+            if r.setting == "long_generation" {
+                format!("generation from {:.0}", r.mean_prompt_tokens)
+            } else {
+                r.context.to_string()
+            },
+            r.drafter,
+            r.method,
+            r.cycles,
+            number(r.draft_ms, 1),
+            number(r.verify_ms, 1),
+            number(r.target_ms_per_token, 1),
+            number(r.verify_ms / r.target_ms_per_token, 2),
+            number(r.tau.estimate * r.target_ms_per_token / per_cycle, 2),
+        );
+    }
+    Some(out)
+}
+
 /// tau per context bin along long generations, one column per bin.
 fn generation_bins(rows: &[SummaryRow]) -> Option<String> {
     let binned: Vec<&SummaryRow> = rows
@@ -377,6 +431,10 @@ pub fn write(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result
          `cycles.parquet`; this table: `summary.parquet`.\n\n## Headline\n\n",
     );
     md.push_str(&headline(rows, experiment));
+    if let Some(costs) = cycle_costs(rows) {
+        md.push_str("\n## Where a cycle goes\n\n");
+        md.push_str(&costs);
+    }
     if let Some(bins) = generation_bins(rows) {
         md.push_str(
             "\n## tau along long generations, by context bin (multiples of the drafter's n0)\n\n",

@@ -4,15 +4,16 @@
 //! - `cycles.parquet`: one row per verification cycle with the context it drafted at;
 //! - `summary.parquet`: per drafter x method x workload x context, and for long generation per context
 //!   bin along the generation: tau, the speed-up end to end and of the decode alone, tokens/s, each
-//!   with its 95% interval ([`super::intervals`]), update seconds, memory, and how many units ran
-//!   under load.
+//!   with its 95% interval ([`super::intervals`]), where a cycle's time goes (drafting and verifying,
+//!   beside the target alone's time per token on the same requests), update seconds, memory, and how
+//!   many units ran under load.
 //!
 //! Every table is written whole through a rename; plain INT64 / DOUBLE / UTF-8 columns, so polars,
 //! pandas and duckdb open them unchanged.
 
 use super::config::{Experiment, Setting};
 use super::grid::TARGET_ONLY;
-use super::intervals::{median_interval, ratio_interval, Interval};
+use super::intervals::{median, median_interval, ratio_interval, Interval};
 use super::machine_state::LOADED_OTHER_SHARE;
 use super::records::{ArmRecord, RequestRow, UnitRecord};
 use crate::error::Result;
@@ -389,6 +390,24 @@ fn summary_row(
         of(|s| s.base.map_or(f64::NAN, |b| b.tokens_per_second())),
     );
     let nan_unless = |v: f64| if whole { v } else { f64::NAN };
+    // Where a cycle goes: medians over the cell's cycles, against the target alone's milliseconds per
+    // decoded token on the same requests (the denominator of `decode_speedup`); whole rows only.
+    let cycle_ms = |f: fn(&sharpdraft_decode::CycleRecord) -> f64| {
+        let ms: Vec<f64> = samples
+            .iter()
+            .flat_map(|s| s.row.cycles.iter().map(move |c| 1e3 * f(c)))
+            .collect();
+        nan_unless(median(&ms))
+    };
+    summary.f("draft_ms", cycle_ms(|c| c.draft_seconds));
+    summary.f("verify_ms", cycle_ms(|c| c.verify_seconds));
+    let target_ms: Vec<f64> = samples
+        .iter()
+        .filter_map(|s| s.base)
+        .map(|b| 1e3 / b.decode_tokens_per_second())
+        .filter(|ms| ms.is_finite())
+        .collect();
+    summary.f("target_ms_per_token", nan_unless(median(&target_ms)));
     // 1 when every request reproduced the target's greedy output, 0 when any did not, -1 when not
     // comparable.
     let matches: Vec<i64> = samples.iter().map(|s| s.matches_target(greedy)).collect();
