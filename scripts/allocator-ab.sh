@@ -9,8 +9,9 @@
 #
 # Builds both binaries (the second build recompiles only the command line's crate) and copies them to
 # target/allocator-ab/, runs EXPERIMENT into a new folder runs/allocator-ab-<time>/<build>-<i> per run,
-# then prints each run's headline rows (method, tau, speed-up, decode speed-up, tokens/s) and, per build,
-# the median decode speed-up of every method over the alternations. target/debug/sharpdraft is the
+# then prints each run's headline rows (method, tau, speed-up, decode speed-up, tokens/s), where its
+# cycles' time went (median drafting and verification ms, the target alone's ms per token) and, per
+# build, the median decode speed-up of every method over the alternations. target/debug/sharpdraft is the
 # default build again afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +36,9 @@ runs=runs/allocator-ab-$(date -u +%Y%m%d-%H%M%S)
 mkdir -p "$runs"
 echo "runs: $runs; experiment: $experiment; $alternations alternations, the first build alternating too"
 rows=$runs/rows.txt
+costs=$runs/cycle-costs.txt
 : > "$rows"
+: > "$costs"
 for i in $(seq 1 "$alternations"); do
   # Which build goes first alternates, as an experiment's arms rotate.
   if [ $((i % 2)) -eq 1 ]; then order="system mimalloc"; else order="mimalloc system"; fi
@@ -48,10 +51,16 @@ for i in $(seq 1 "$alternations"); do
       on && /^\| / && $5 !~ /method|---/ {
         for (f = 2; f <= 11; f++) gsub(/^ +| +$/, "", $f)
         print build, i, $5, $7, $8, $9, $11 }' "$runs/$build-$i/report.md" >> "$rows"
+    # Where a cycle goes: | workload | context | drafter | method | cycles | draft ms | verify ms | target ms per token | ...
+    awk -F'|' -v OFS='\t' -v build="$build" -v i="$i" '/^## Where a cycle goes/ { on = 1; next } /^## / { on = 0 }
+      on && /^\| / && $5 !~ /method|---/ {
+        for (f = 2; f <= 9; f++) gsub(/^ +| +$/, "", $f)
+        print build, i, $5, $7, $8, $9 }' "$runs/$build-$i/report.md" >> "$costs"
   done
 done
 
 awk -F'\t' '{ printf "%-9s run %s  %-16s tau %-20s speed-up %-20s decode %-20s %s tokens/s\n", $1, $2, $3, $4, $5, $6, $7 }' "$rows"
+awk -F'\t' '{ printf "%-9s run %s  %-16s draft %s ms, verify %s ms a cycle; the target alone %s ms a token\n", $1, $2, $3, $4, $5, $6 }' "$costs"
 echo "median decode speed-up over the alternations (each paired with the target alone in its own run):"
 for build in system mimalloc; do
   # The decode column's median (its first number; an interval follows it with 2 requests or more).

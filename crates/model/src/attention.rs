@@ -4,6 +4,7 @@
 //! few-row pass meets a long context.
 
 use crate::cpu::few_rows;
+use crate::mask::Visibility;
 use std::sync::{Arc, Mutex};
 use tch::{Device, Kind, Tensor};
 
@@ -21,12 +22,25 @@ const GROUPED_ROWS: i64 = 16;
 const SPLIT_KEYS: i64 = 1024;
 
 /// Grouped-query attention of queries `[H, T, D]` over keys and values `[Hkv, L, D]` with an optional
-/// `[T, L]` visibility mask; returns `[T, H * D]`.
+/// `[T, L]` visibility mask; returns `[T, H * D]`. A pass of several layers builds its [`Visibility`]
+/// once and calls [`attend_visible`].
 pub fn attend(
     q: &Tensor,
     keys: &Tensor,
     values: &Tensor,
     visible: Option<&Tensor>,
+    softmax_scale: f64,
+) -> Tensor {
+    let visibility = visible.map(|mask| Visibility::new(mask.shallow_clone()));
+    attend_visible(q, keys, values, visibility.as_ref(), softmax_scale)
+}
+
+/// [`attend`] under a pass's [`Visibility`], whose scores' bias is built once for all its layers.
+pub fn attend_visible(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    visible: Option<&Visibility>,
     softmax_scale: f64,
 ) -> Tensor {
     let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
@@ -52,7 +66,7 @@ pub fn attend(
         &q.unsqueeze(0),
         &keys.unsqueeze(0),
         &values.unsqueeze(0),
-        visible.map(|m| m.view([1, 1, rows, -1])),
+        visible.map(|v| v.mask().view([1, 1, rows, -1])),
         0.0,
         false,
         softmax_scale,
@@ -64,12 +78,12 @@ pub fn attend(
 }
 
 /// [`attend`] for grouped-query heads without repeating keys and values: the `G = H / Hkv` query heads
-/// of a key head are its rows. `q` `[H, T, D]`, `keys`/`values` `[Hkv, L, D]`, `visible` `[T, L]`.
+/// of a key head are its rows. `q` `[H, T, D]`, `keys`/`values` `[Hkv, L, D]`, `visible` over `[T, L]`.
 fn attend_grouped(
     q: &Tensor,
     keys: &Tensor,
     values: &Tensor,
-    visible: Option<&Tensor>,
+    visible: Option<&Visibility>,
     softmax_scale: f64,
 ) -> Tensor {
     let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
@@ -86,11 +100,11 @@ fn attend_grouped(
 }
 
 /// Scaled f32 scores `[Hkv, G T, L]` of grouped queries `[Hkv, G T, D]` over `keys` `[Hkv, L, D]`, with
-/// the keys `visible` `[T, L]` hides at minus infinity.
+/// the keys `visible` hides at minus infinity.
 fn masked_scores(
     grouped: &Tensor,
     keys: &Tensor,
-    visible: Option<&Tensor>,
+    visible: Option<&Visibility>,
     rows: i64,
     softmax_scale: f64,
 ) -> Tensor {
@@ -98,19 +112,13 @@ fn masked_scores(
     mask_scores(scores, visible, rows)
 }
 
-/// Scores `[Hkv, G T, L]` (fresh: changed in place) with the keys `visible` `[T, L]` hides at minus
-/// infinity. The mask becomes a `[T, L]` bias added over the query heads: a `masked_fill` broadcast
-/// over them cost about 4x as much (a 4-row pass over 4096 keys, 30 layers, timed once and not
-/// recorded). The bias is built again in every layer of a pass: a few percent of a 4-row pass there.
-fn mask_scores(scores: Tensor, visible: Option<&Tensor>, rows: i64) -> Tensor {
-    let Some(visible) = visible else {
-        return scores;
-    };
-    let (kv_heads, length) = (scores.size()[0], scores.size()[2]);
-    let bias = Tensor::zeros([rows, length], (scores.kind(), scores.device()))
-        .masked_fill(&visible.logical_not(), f64::NEG_INFINITY);
-    let _ = scores.view([kv_heads, -1, rows, length]).g_add_(&bias);
-    scores
+/// Scores `[Hkv, G T, L]` (fresh: changed in place) with the keys `visible` hides at minus infinity
+/// (its bias, built once a pass, added over the query heads; [`Visibility::hide`]).
+fn mask_scores(scores: Tensor, visible: Option<&Visibility>, rows: i64) -> Tensor {
+    match visible {
+        Some(visible) => visible.hide(scores, rows),
+        None => scores,
+    }
 }
 
 /// [`attend_grouped`] inside a kernel pass, its two products on the kernel: the scores with the lanes
@@ -125,7 +133,7 @@ fn attend_on_kernel(
     q: &Tensor,
     keys: &Tensor,
     values: &Tensor,
-    visible: Option<&Tensor>,
+    visible: Option<&Visibility>,
     softmax_scale: f64,
     threads: usize,
 ) -> Option<Tensor> {
@@ -138,15 +146,45 @@ fn attend_on_kernel(
     let grouped = q.contiguous().view([kv_heads, grouped_rows, head_dim]);
     // Scaled queries: a multiply of [Hkv, G T, D] rather than of the scores.
     let scores = few_rows::key_scores(&(grouped * softmax_scale), keys, threads)?; // [Hkv, G T, L]
-    let probs = mask_scores(scores, visible, rows)
-        .softmax(-1, Kind::Float)
-        .contiguous();
+    let probs = softmax_over_threads(&mask_scores(scores, visible, rows), threads)?;
     Some(
         few_rows::weighted_sum(&probs, values, threads)? // [Hkv, G T, D]
             .view([heads, rows, head_dim])
             .permute([1, 0, 2])
             .reshape([rows, heads * head_dim]),
     )
+}
+
+/// The softmax over the last dimension of fresh f32 scores `[Hkv, G T, L]`, its rows split over the
+/// kernel's threads, into a contiguous tensor of the same shape. Inside a kernel pass libtorch runs on
+/// one thread, so one core took the whole softmax while the others waited: about a tenth of a 4-row
+/// verification over 4096 keys (`perf`, before). `None` when a part failed.
+fn softmax_over_threads(scores: &Tensor, threads: usize) -> Option<Tensor> {
+    let (kv_heads, grouped_rows, length) = scores.size3().ok()?;
+    let rows = kv_heads * grouped_rows;
+    let flat = scores.contiguous().view([rows, length]);
+    let probs = Tensor::empty([rows, length], (Kind::Float, scores.device()));
+    let parts = (threads as i64).clamp(1, rows.max(1));
+    let chunk = (rows + parts - 1) / parts;
+    let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let jobs: Vec<sharpdraft_kernel::workers::Part> = (0..parts)
+        .map(|p| (p * chunk, chunk.min(rows - p * chunk)))
+        .filter(|&(_, len)| len > 0)
+        .map(|(start, len)| {
+            // Row slices of contiguous `[rows, L]` tensors: each part writes only its own rows.
+            let (input, output) = (flat.narrow(0, start, len), probs.narrow(0, start, len));
+            let failed = Arc::clone(&failed);
+            Box::new(move || {
+                let _guard = tch::no_grad_guard();
+                if input.f_softmax_int_out(&output, -1, Kind::Float).is_err() {
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }) as sharpdraft_kernel::workers::Part
+        })
+        .collect();
+    let ran = sharpdraft_kernel::workers::run_anywhere(jobs);
+    (ran && !failed.load(std::sync::atomic::Ordering::Relaxed))
+        .then(|| probs.view([kv_heads, grouped_rows, length]))
 }
 
 /// One part of a split attention: over its keys, the scores' maximum `m` `[Hkv, G T, 1]`, the sum of
@@ -162,7 +200,7 @@ impl PartialAttention {
         grouped: &Tensor,
         keys: &Tensor,
         values: &Tensor,
-        visible: Option<&Tensor>,
+        visible: Option<&Visibility>,
         rows: i64,
         softmax_scale: f64,
     ) -> Self {
@@ -189,7 +227,7 @@ fn attend_split(
     q: &Tensor,
     keys: &Tensor,
     values: &Tensor,
-    visible: Option<&Tensor>,
+    visible: Option<&Visibility>,
     softmax_scale: f64,
     threads: usize,
 ) -> Option<Tensor> {
@@ -205,7 +243,7 @@ fn attend_split(
         let grouped = grouped.shallow_clone();
         let keys = keys.narrow(1, start, len);
         let values = values.narrow(1, start, len);
-        let visible = visible.map(|m| m.narrow(1, start, len));
+        let visible = visible.map(|v| v.keys(start, len));
         let slot = Arc::clone(&results[p as usize]);
         Box::new(move || {
             let _guard = tch::no_grad_guard();
@@ -271,12 +309,30 @@ mod tests {
     }
 
     #[test]
+    fn a_softmax_split_over_threads_is_libtorchs_softmax_to_the_bit() {
+        tch::manual_seed(4);
+        // 3 x 7 rows: parts of unequal sizes, and more threads than some splits need.
+        let scores = Tensor::randn([3, 7, 4100], (Kind::Float, Device::Cpu)) * 4.0;
+        let _ = scores.narrow(2, 4000, 100).fill_(f64::NEG_INFINITY);
+        let expected = scores.softmax(-1, Kind::Float);
+        for threads in [1, 2, 3, 5] {
+            let split = softmax_over_threads(&scores, threads).expect("every part ran");
+            assert_eq!(split.size(), [3, 7, 4100]);
+            assert!(
+                split.eq_tensor(&expected).all().int64_value(&[]) == 1,
+                "{threads} threads"
+            );
+        }
+    }
+
+    #[test]
     fn attention_split_over_the_keys_across_threads_equals_attention_in_one_piece() {
         tch::manual_seed(5);
         for (kv_heads, heads, rows, length, threads) in
             [(3, 9, 4, 4100, 2), (2, 12, 1, 1024, 2), (1, 4, 16, 3000, 3)]
         {
             let (q, keys, values, visible) = inputs(kv_heads, heads, rows, length);
+            let visible = Visibility::new(visible);
             for mask in [None, Some(&visible)] {
                 let split =
                     attend_split(&q, &keys, &values, mask, 0.125, threads).expect("every part ran");
@@ -296,6 +352,7 @@ mod tests {
     fn bf16_attention_leaves_the_kernel_to_the_split_which_equals_attention_in_one_piece() {
         tch::manual_seed(7);
         let (q, keys, values, visible) = inputs(3, 9, 4, 2048);
+        let visible = Visibility::new(visible);
         let (q, keys, values) = (
             q.to_kind(Kind::BFloat16),
             keys.to_kind(Kind::BFloat16),
@@ -325,6 +382,7 @@ mod tests {
             (1, 4, 16, 2000),
         ] {
             let (q, keys, values, visible) = inputs(kv_heads, heads, rows, length);
+            let visible = Visibility::new(visible);
             for mask in [None, Some(&visible)] {
                 let Some(kernel) = attend_on_kernel(&q, &keys, &values, mask, 0.125, 2) else {
                     println!("skipped: this CPU has no form of the kernel");
@@ -353,12 +411,15 @@ mod tests {
         );
         // A chain's mask: row r sees the context and the rows up to itself.
         let visible = Tensor::ones([4, 4100], (Kind::Bool, Device::Cpu)).tril(4100 - 4);
-        let Some(together) = attend_on_kernel(&q, &keys, &values, Some(&visible), 0.125, 2) else {
+        let together_visible = Visibility::new(visible.shallow_clone());
+        let Some(together) =
+            attend_on_kernel(&q, &keys, &values, Some(&together_visible), 0.125, 2)
+        else {
             println!("skipped: this CPU has no form of the kernel");
             return;
         };
         for row in 0..4 {
-            let mask = visible.narrow(0, row, 1);
+            let mask = Visibility::new(visible.narrow(0, row, 1));
             let alone =
                 attend_on_kernel(&q.narrow(1, row, 1), &keys, &values, Some(&mask), 0.125, 2)
                     .expect("the kernel ran for four rows");

@@ -32,7 +32,7 @@ pub use config::{HfConfig, ModelConfig};
 pub use device::{cuda_available, parse_device};
 pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;
-pub use mask::{AttentionMask, KeySelection};
+pub use mask::{AttentionMask, KeySelection, Visibility};
 pub use query_scaling::{visible_counts, PassFactors, QueryScaling, ScalingMode};
 pub use sampling::{Sampler, Sampling};
 pub use scaled_queries::ScaledQueries;

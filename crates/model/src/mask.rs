@@ -3,6 +3,7 @@
 //! row 0 (position 3) sees keys 0..=3, row 1 (position 4) sees keys 0..=4.
 
 use crate::error::{ModelError, Result};
+use std::sync::OnceLock;
 use tch::{Device, Kind, Tensor};
 
 pub enum AttentionMask {
@@ -182,6 +183,188 @@ impl Clone for KeySelection {
             recent: self.recent,
             retrieved: self.retrieved.as_ref().map(Tensor::shallow_clone),
             bounds_cache: self.bounds_cache,
+        }
+    }
+}
+
+/// A pass's materialised mask `[T, L]` (`true` = visible), shared by the pass's layers, with the
+/// additive bias their f32 scores take built once, on first use, for all of them. The bias covers only
+/// the columns from the first one some row cannot see: a verification's rows all see the whole
+/// context, so its bias is `[T, T]`, not `[T, L]` (built over every column in every layer, it cost a
+/// few percent of a 4-row verification over 4096 keys: `perf` under `mask_scores`).
+pub struct Visibility {
+    mask: Tensor,
+    hidden: OnceLock<HiddenColumns>,
+}
+
+/// The columns some row cannot see: from `from` on, with `bias` `[T, L - from]` (0 where visible,
+/// minus infinity where hidden); `bias` is `None` when every row sees every key (`from` = L).
+struct HiddenColumns {
+    from: i64,
+    bias: Option<Tensor>,
+}
+
+impl Visibility {
+    /// `mask` `[T, L]` bool, `true` = visible.
+    pub fn new(mask: Tensor) -> Self {
+        Self {
+            mask,
+            hidden: OnceLock::new(),
+        }
+    }
+
+    /// The `[T, L]` boolean mask.
+    pub fn mask(&self) -> &Tensor {
+        &self.mask
+    }
+
+    fn hidden(&self) -> &HiddenColumns {
+        self.hidden.get_or_init(|| {
+            let (rows, length) = (self.mask.size()[0], self.mask.size()[1]);
+            let device = self.mask.device();
+            // [T, L]
+            let hidden = self.mask.logical_not();
+            // The first column some row cannot see, or L through a hidden sentinel column past the
+            // end: one read from the device.
+            let columns = Tensor::cat(
+                &[
+                    hidden.any_dim(0, false),
+                    Tensor::ones([1], (Kind::Bool, device)),
+                ],
+                0,
+            ); // [L + 1]
+            let from = columns
+                .to_kind(Kind::Uint8)
+                .argmax(0, false)
+                .int64_value(&[]);
+            let bias = (from < length).then(|| {
+                Tensor::zeros([rows, length - from], (Kind::Float, device))
+                    .masked_fill(&hidden.narrow(1, from, length - from), f64::NEG_INFINITY)
+            });
+            HiddenColumns { from, bias }
+        })
+    }
+
+    /// The same visibility over keys `start..start + len` (one part of an attention split over the
+    /// keys), its bias cut from this one's.
+    pub fn keys(&self, start: i64, len: i64) -> Visibility {
+        let whole = self.hidden();
+        let from = whole.from.clamp(start, start + len);
+        let bias = whole
+            .bias
+            .as_ref()
+            .filter(|_| from < start + len)
+            .map(|bias| bias.narrow(1, from - whole.from, start + len - from));
+        let part = Visibility::new(self.mask.narrow(1, start, len));
+        let _ = part.hidden.set(HiddenColumns {
+            from: from - start,
+            bias,
+        });
+        part
+    }
+
+    /// Scores `[Hkv, G T, L]` (f32, fresh: changed in place) with the keys this hides at minus
+    /// infinity, the bias added over the query heads of each group.
+    pub fn hide(&self, scores: Tensor, rows: i64) -> Tensor {
+        let HiddenColumns { from, bias } = self.hidden();
+        if let Some(bias) = bias {
+            let (kv_heads, length) = (scores.size()[0], scores.size()[2]);
+            let _ = scores
+                .view([kv_heads, -1, rows, length])
+                .narrow(3, *from, length - from)
+                .g_add_(bias);
+        }
+        scores
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scores `[Hkv, G T, L]` of 2 key heads, groups of 3, `rows` rows.
+    fn scores(rows: i64, length: i64) -> Tensor {
+        Tensor::randn([2, 3 * rows, length], (Kind::Float, Device::Cpu))
+    }
+
+    /// The scores with every key `mask` `[T, L]` hides at minus infinity, over the whole width.
+    fn hidden_everywhere(scores: &Tensor, mask: &Tensor, rows: i64) -> Tensor {
+        let (kv_heads, length) = (scores.size()[0], scores.size()[2]);
+        scores
+            .view([kv_heads, -1, rows, length])
+            .masked_fill(&mask.logical_not(), f64::NEG_INFINITY)
+            .view([kv_heads, -1, length])
+    }
+
+    fn same(a: &Tensor, b: &Tensor) -> bool {
+        // -inf == -inf, and a finite score must be the same to the bit.
+        a.eq_tensor(b).all().int64_value(&[]) == 1
+    }
+
+    #[test]
+    fn a_verifications_bias_covers_only_the_columns_of_its_block() {
+        let (past, rows) = (100, 4);
+        let chain = [None, Some(0), Some(1), Some(2)];
+        let AttentionMask::Rows(mask) = AttentionMask::tree(past, &chain, Device::Cpu).unwrap()
+        else {
+            panic!("a tree mask is explicit rows");
+        };
+        let visibility = Visibility::new(mask.shallow_clone());
+        let hidden = visibility.hidden();
+        // Row 0 (the root, at position 100) sees keys 0..=100: key 101 is the first it cannot see.
+        assert_eq!(hidden.from, past + 1);
+        assert_eq!(hidden.bias.as_ref().unwrap().size(), [rows, rows - 1]);
+        let s = scores(rows, past + rows);
+        let expected = hidden_everywhere(&s, &mask, rows);
+        assert!(same(&visibility.hide(s, rows), &expected));
+    }
+
+    #[test]
+    fn a_mask_that_hides_nothing_leaves_the_scores_as_they_are() {
+        let mask = Tensor::ones([3, 50], (Kind::Bool, Device::Cpu));
+        let visibility = Visibility::new(mask);
+        assert!(visibility.hidden().bias.is_none());
+        let s = scores(3, 50);
+        assert!(same(&visibility.hide(s.copy(), 3), &s));
+    }
+
+    #[test]
+    fn a_window_that_hides_the_first_keys_is_biased_over_every_column() {
+        let (past, rows) = (40, 2);
+        let windowed = AttentionMask::Causal
+            .windowed(past, rows, 8, Device::Cpu)
+            .unwrap();
+        let AttentionMask::Rows(mask) = windowed else {
+            panic!("a windowed mask is explicit rows");
+        };
+        let visibility = Visibility::new(mask.shallow_clone());
+        assert_eq!(visibility.hidden().from, 0);
+        let s = scores(rows, past + rows);
+        let expected = hidden_everywhere(&s, &mask, rows);
+        assert!(same(&visibility.hide(s, rows), &expected));
+    }
+
+    #[test]
+    fn a_part_of_the_keys_hides_what_the_whole_hides_there() {
+        let (past, rows) = (60, 3);
+        let visible = AttentionMask::Causal
+            .materialize(past, rows, Device::Cpu)
+            .unwrap()
+            .unwrap();
+        // A stripe of the context hidden from every row as well, so the hidden columns start early.
+        let _ = visible.narrow(1, 20, 5).fill_(0);
+        let whole = Visibility::new(visible.shallow_clone());
+        let s = scores(rows, past + rows);
+        let expected = hidden_everywhere(&s, &visible, rows);
+        // Parts before the hidden columns, across their start, inside them, and across the block.
+        for (start, len) in [(0, 20), (10, 20), (21, 30), (50, 13), (0, 63)] {
+            let part = whole.keys(start, len);
+            let got = part.hide(s.narrow(2, start, len).copy(), rows);
+            assert!(
+                same(&got, &expected.narrow(2, start, len)),
+                "keys {start}..{}",
+                start + len
+            );
         }
     }
 }

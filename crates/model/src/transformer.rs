@@ -6,14 +6,14 @@
 //! `T` for the new rows of a forward pass, `L` for all visible keys, `H`/`Hkv` for query/KV heads, `D` for
 //! the head dimension.
 
-use crate::attention::attend;
+use crate::attention::attend_visible;
 use crate::config::ModelConfig;
 use crate::cpu::few_rows;
 use crate::error::{ModelError, Result};
 use crate::kv_cache::KvCache;
 use crate::layers::{declare_frozen, Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
-use crate::mask::AttentionMask;
 use crate::mask::KeySelection;
+use crate::mask::{AttentionMask, Visibility};
 use crate::query_scaling::{PassFactors, QueryScaling};
 use crate::rope::Rope;
 use crate::time_split::{self, Step};
@@ -378,7 +378,9 @@ impl Transformer {
             _ => input.mask,
         };
         // Over every position; cut to the keys the cache still holds (a drafter's bounded window).
-        let visible = cache.held_columns(mask.materialize(past, rows, self.device)?);
+        let visible = cache
+            .held_columns(mask.materialize(past, rows, self.device)?)
+            .map(Visibility::new);
         // n_i of every row and the factors of every layer, once per pass, only when the queries are scaled.
         let factors = match self.query_scaling.is_off() {
             true => None,
@@ -469,7 +471,7 @@ impl Transformer {
                 let view = AttentionView {
                     queries: &q,
                     keys: &keys,
-                    visible: step.visible,
+                    visible: step.visible.map(Visibility::mask),
                     past: step.past,
                     softmax_scale,
                 };
@@ -478,14 +480,15 @@ impl Transformer {
         }
         Ok(attn
             .o_proj
-            .forward(&attend(&q, &keys, &values, step.visible, softmax_scale)))
+            .forward(&attend_visible(&q, &keys, &values, step.visible, softmax_scale)))
     }
 }
 
 struct AttentionStep<'a> {
     cache: &'a mut KvCache,
     layer: usize,
-    visible: Option<&'a Tensor>,
+    /// This pass's mask, its scores' bias built once for every layer.
+    visible: Option<&'a Visibility>,
     past: i64,
     cos: &'a Tensor,
     sin: &'a Tensor,
