@@ -9,7 +9,8 @@
 #
 # Builds both binaries (the second build recompiles only the command line's crate) and copies them to
 # target/allocator-ab/, runs EXPERIMENT into a new folder runs/allocator-ab-<time>/<build>-<i> per run,
-# then prints each run's headline rows (method, tau, speed-up, decode speed-up, tokens/s), where its
+# then prints each run's headline rows (method, tau, speed-up, decode speed-up, tokens/s, the process's
+# peak resident memory), where its
 # cycles' time went (median drafting and verification ms, the target alone's ms per token) and, per
 # build, the median decode speed-up of every method over the alternations. target/debug/sharpdraft is the
 # default build again afterwards.
@@ -46,11 +47,11 @@ for i in $(seq 1 "$alternations"); do
     "$binaries/sharpdraft-$build" run "$experiment" --out "$runs/$build-$i" > "$runs/$build-$i.log" 2>&1 \
       || { cat "$runs/$build-$i.log" >&2; exit 1; }
     # Headline rows: | workload | context | drafter | method | requests | tau | speedup | decode | vs | tokens/s | ...
-    # kept tab-separated: build, alternation, method, tau, speed-up, decode speed-up, tokens/s.
+    # kept tab-separated: build, alternation, method, tau, speed-up, decode speed-up, tokens/s, peak MiB.
     awk -F'|' -v OFS='\t' -v build="$build" -v i="$i" '/^## Headline/ { on = 1; next } /^## / { on = 0 }
       on && /^\| / && $5 !~ /method|---/ {
-        for (f = 2; f <= 11; f++) gsub(/^ +| +$/, "", $f)
-        print build, i, $5, $7, $8, $9, $11 }' "$runs/$build-$i/report.md" >> "$rows"
+        for (f = 2; f <= 17; f++) gsub(/^ +| +$/, "", $f)
+        print build, i, $5, $7, $8, $9, $11, $17 }' "$runs/$build-$i/report.md" >> "$rows"
     # Where a cycle goes: | workload | context | drafter | method | cycles | draft ms | verify ms | target ms per token | ...
     awk -F'|' -v OFS='\t' -v build="$build" -v i="$i" '/^## Where a cycle goes/ { on = 1; next } /^## / { on = 0 }
       on && /^\| / && $5 !~ /method|---/ {
@@ -59,7 +60,7 @@ for i in $(seq 1 "$alternations"); do
   done
 done
 
-awk -F'\t' '{ printf "%-9s run %s  %-16s tau %-20s speed-up %-20s decode %-20s %s tokens/s\n", $1, $2, $3, $4, $5, $6, $7 }' "$rows"
+awk -F'\t' '{ printf "%-9s run %s  %-16s tau %-20s speed-up %-20s decode %-20s %s tokens/s, peak %s MiB\n", $1, $2, $3, $4, $5, $6, $7, $8 }' "$rows"
 awk -F'\t' '{ printf "%-9s run %s  %-16s draft %s ms, verify %s ms a cycle; the target alone %s ms a token\n", $1, $2, $3, $4, $5, $6 }' "$costs"
 echo "median decode speed-up over the alternations (each paired with the target alone in its own run):"
 for build in system mimalloc; do
