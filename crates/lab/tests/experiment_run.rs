@@ -170,19 +170,13 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
         .find(|&r| summary.strs("method").unwrap()[r] == "unmodified")
         .unwrap();
     let cycle_median = |column: &str| {
-        let mut ms: Vec<f64> = cycles
+        let ms: Vec<f64> = cycles
             .f64s(column)
             .unwrap()
             .iter()
             .map(|s| 1e3 * s)
             .collect();
-        ms.sort_by(f64::total_cmp);
-        let mid = ms.len() / 2;
-        if ms.len() % 2 == 1 {
-            ms[mid]
-        } else {
-            (ms[mid - 1] + ms[mid]) / 2.0
-        }
+        sharpdraft_lab::experiment::intervals::median(&ms)
     };
     for (summary_column, cycle_column) in [
         ("draft_ms", "draft_seconds"),
