@@ -583,3 +583,32 @@ fn bench_speculative_refuses_hf_comparison_for_drafters_hf_cannot_run() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--method vanilla"), "{err}");
 }
+
+/// The command line allocates through mimalloc, libtorch's tensors included: glibc's malloc searched
+/// a fragmented heap for a fifth of a decoding cycle (crates/cli/src/allocator.rs).
+#[cfg(feature = "mimalloc")]
+#[test]
+fn libtorch_tensors_in_the_command_line_come_from_mimalloc() {
+    if !fetched() {
+        return;
+    }
+    let report = run(&[
+        "bench",
+        "rows",
+        "--target",
+        "smollm2-135m-instruct",
+        "--rows",
+        "1",
+        "--context",
+        "16",
+        "--repeats",
+        "1",
+        "--json",
+    ]);
+    let allocator = &report["allocator"];
+    assert!(
+        allocator["name"].as_str().unwrap().starts_with("mimalloc "),
+        "{allocator}"
+    );
+    assert_eq!(allocator["libtorch_tensors"], true, "{allocator}");
+}
