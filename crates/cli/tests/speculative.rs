@@ -476,24 +476,29 @@ fn bench_load_maps_the_weights_in_place_and_holds_no_more_than_a_copy() {
     );
 }
 
-#[test]
-fn bench_rows_times_a_pass_per_row_count_next_to_its_bounds() {
-    if !fetched() {
-        return;
-    }
-    let report = run(&[
+/// `sharpdraft bench rows` once per row count in `rows` (comma-separated) over `context` keys.
+fn bench_rows(rows: &str, context: &str) -> Value {
+    run(&[
         "bench",
         "rows",
         "--target",
         "smollm2-135m-instruct",
         "--rows",
-        "1,5",
+        rows,
         "--context",
-        "32",
+        context,
         "--repeats",
         "1",
         "--json",
-    ]);
+    ])
+}
+
+#[test]
+fn bench_rows_times_a_pass_per_row_count_next_to_its_bounds() {
+    if !fetched() {
+        return;
+    }
+    let report = bench_rows("1,5", "32");
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["relative_to_one_row"], 1.0);
@@ -592,19 +597,7 @@ fn libtorch_tensors_in_the_command_line_come_from_mimalloc() {
     if !fetched() {
         return;
     }
-    let report = run(&[
-        "bench",
-        "rows",
-        "--target",
-        "smollm2-135m-instruct",
-        "--rows",
-        "1",
-        "--context",
-        "16",
-        "--repeats",
-        "1",
-        "--json",
-    ]);
+    let report = bench_rows("1", "16");
     let allocator = &report["allocator"];
     assert!(
         allocator["name"].as_str().unwrap().starts_with("mimalloc "),
