@@ -4,8 +4,10 @@
 //! (a 4-row verification at 4096 keys allocates scores `[Hkv, G T, L]` of about 0.6 MB in each of 30
 //! layers). After an experiment's long prefills and dataset loading had left glibc's heap fragmented,
 //! glibc searched its bins for every such block: `perf` put `_int_malloc` at a fifth of the samples
-//! under a decoding cycle, where `bench draft-time` (a fresh heap) showed 1%. With mimalloc, a
-//! quickstart-like request at 16 n0 verified in 56 ms a cycle instead of 79 (docs/benchmarks.md).
+//! under a decoding cycle, where `bench draft-time` (a fresh heap) showed 1%. In paired runs of the
+//! quickstart's 16 n0 cell (`scripts/allocator-ab.sh`, experiments/results/allocator-ab-smollm2/)
+//! mimalloc drafted, verified and ran the target alone a few percent faster and held about 300 MiB
+//! less.
 //!
 //! The `override` feature makes mimalloc define `malloc`, `free`, `posix_memalign` and the rest in
 //! this executable, which the dynamic linker then binds libtorch's calls to; `#[global_allocator]`

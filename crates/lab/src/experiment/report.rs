@@ -1,7 +1,8 @@
 //! `sharpdraft report RUN_DIR`: `report.md` with the headline table (tau, speedup over the target
-//! alone, update seconds, memory per drafter x method x workload x context), where a cycle's time goes,
-//! tau per context bin along long generations, and PNG charts: tau against context per drafter and method, speedup bars and
-//! memory bars. Built from the summary table alone, so `sharpdraft report` rebuilds it at any time.
+//! alone, update seconds, memory per drafter x method x workload x context), where a cycle's time
+//! goes, tau per context bin along long generations, and PNG charts: tau against context per drafter
+//! and method, speedup bars and memory bars. Built from the summary table alone, so `sharpdraft
+//! report` rebuilds it at any time.
 
 use super::config::Experiment;
 use super::grid::TARGET_ONLY;
@@ -53,6 +54,17 @@ pub struct SummaryRow {
     pub verify_ms: f64,
     /// The target alone's decode milliseconds per token on the same requests (median over them).
     pub target_ms_per_token: f64,
+}
+
+impl SummaryRow {
+    /// The row's context as a table cell: its prompt length, or where a long generation started.
+    fn context_label(&self) -> String {
+        if self.setting == "long_generation" {
+            format!("generation from {:.0}", self.mean_prompt_tokens)
+        } else {
+            self.context.to_string()
+        }
+    }
 }
 
 /// The rows of a summary table ([`super::tables::build`]), in the order `experiment` lists its
@@ -258,16 +270,14 @@ pub fn headline(rows: &[SummaryRow], experiment: &Experiment) -> String {
         reference.unwrap_or("-")
     );
     for r in rows.iter().filter(|r| r.bin == "all") {
-        let context = if r.setting == "long_generation" {
-            format!("generation from {:.0}", r.mean_prompt_tokens)
-        } else if r.n0 > 0 {
+        let context = if r.setting != "long_generation" && r.n0 > 0 {
             format!(
                 "{} ({:.1} n0)",
                 r.context,
                 r.mean_prompt_tokens / r.n0 as f64
             )
         } else {
-            r.context.to_string()
+            r.context_label()
         };
         let _ = writeln!(
             out,
@@ -329,11 +339,7 @@ fn cycle_costs(rows: &[SummaryRow]) -> Option<String> {
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.workload,
-            if r.setting == "long_generation" {
-                format!("generation from {:.0}", r.mean_prompt_tokens)
-            } else {
-                r.context.to_string()
-            },
+            r.context_label(),
             r.drafter,
             r.method,
             r.cycles,
