@@ -517,6 +517,43 @@ fn bench_rows_times_a_pass_per_row_count_next_to_its_bounds() {
 }
 
 #[test]
+fn bench_draft_time_splits_the_cycle_and_times_the_drafters_prefill_apart() {
+    if !fetched() {
+        return;
+    }
+    // A self-drafting vanilla chain of 2: each cycle drafts with 2 one-row passes, and its prefill
+    // runs the drafter once over the whole prompt.
+    let args: Vec<&str> = "bench draft-time --target smollm2-135m-instruct \
+        --drafter smollm2-135m-instruct --method vanilla --draft-len 2 \
+        --contexts 16,400 --new-tokens 9 --repeats 2 --json"
+        .split_whitespace()
+        .collect();
+    let report = run(&args);
+    let contexts = report["contexts"].as_array().unwrap();
+    let prefill = |i: usize| contexts[i]["prefill_ms_per_request"].as_f64().unwrap();
+    assert!(prefill(0) > 0.0 && prefill(1) > prefill(0), "{report}");
+    for context in contexts {
+        let steps = context["steps"].as_array().unwrap();
+        let summed: f64 = steps
+            .iter()
+            .map(|s| s["ms_per_cycle"].as_f64().unwrap())
+            .sum();
+        let whole = context["drafter_ms_per_cycle"].as_f64().unwrap();
+        assert!((summed - whole).abs() <= 1e-6 * whole.max(1.0), "{context}");
+        // The cycle's passes alone: the prefill's pass would add a call the cycles never make.
+        let layer = steps
+            .iter()
+            .find(|s| s["step"] == "layer 0")
+            .expect("a layer step");
+        let calls = layer["calls_per_cycle"].as_f64().unwrap();
+        assert!(
+            (calls - calls.round()).abs() < 1e-9,
+            "layer 0 ran {calls} times a cycle: {context}"
+        );
+    }
+}
+
+#[test]
 fn bench_speculative_pools_speculation_against_ar_over_prompts_greedy_and_sampled() {
     if !fetched() {
         return;

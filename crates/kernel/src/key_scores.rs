@@ -10,7 +10,8 @@
 //! key element, broadcast, is multiplied into every row's score at once; a block of keys keeps its
 //! scores in registers until they are stored, row by row. No sum across lanes, so the compiler
 //! vectorises the plain loops for the instruction set of each entry point below, as in
-//! [`crate::weighted_sum`].
+//! [`crate::weighted_sum`]; except AVX2's 8 lanes, which it left scalar, written in its instructions
+//! (`benches/attention.rs` shows a body the compiler failed).
 
 use crate::form::KernelForm;
 use std::ops::Range;
@@ -227,8 +228,8 @@ fn write<const B: usize, const FUSED: bool>(s: &KeyScores<'_>, range: Range<usiz
 }
 
 // The body compiled for each instruction set. AVX-512 holds a block of 8 keys x 16 rows in 8 of its
-// 32 registers; AVX2's 16 registers hold 4 keys x 16 rows (8 registers). NEON (the baseline of
-// aarch64, with fused multiply-add) takes the portable entry with 4 keys.
+// 32 registers. NEON (the baseline of aarch64, with fused multiply-add) takes the portable entry with
+// 4 keys. AVX2 has a body of its own, written in its instructions (below).
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
@@ -236,10 +237,68 @@ unsafe fn write_avx512(s: &KeyScores<'_>, range: Range<usize>, out: Columns) {
     write::<8, true>(s, range, out)
 }
 
+/// AVX2: up to 8 rows in a body written in its instructions, one 8-lane register a key, blocks of 8
+/// keys; left to the compiler, the plain loops of [`write_blocked`] came out scalar for 8 lanes, 9x
+/// slower than 16 (a one-row decode step over 4096 keys took twice as long as a 4-row verification:
+/// `cargo bench -p sharpdraft-kernel --bench attention`, `bench rows --context 4096`). More rows keep
+/// the compiler's 16-lane body: the same body in two registers a key ran as fast in a 4-row pass
+/// within the noise of the runs that compared them. The same fused multiply-add chain over the width
+/// as [`write_plain`], so the scores agree to the bit with every other body.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn write_avx2(s: &KeyScores<'_>, range: Range<usize>, out: Columns) {
-    write::<4, true>(s, range, out)
+    match (s.width, s.rows <= 8) {
+        (64, true) => unsafe { write_blocked_avx2::<64, 8>(s, range, out) },
+        (128, true) => unsafe { write_blocked_avx2::<128, 8>(s, range, out) },
+        _ => write::<4, true>(s, range, out),
+    }
+}
+
+/// [`write_blocked`] for AVX2 and up to 8 rows: the rows in one register of 8 lanes, blocks of `B` keys
+/// whose `B` accumulators stay in registers.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; at most 8 rows; as [`KeyScores::write_columns`] for `out` and `range`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn write_blocked_avx2<const W: usize, const B: usize>(
+    s: &KeyScores<'_>,
+    range: Range<usize>,
+    out: Columns,
+) {
+    use std::arch::x86_64::{_mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps};
+    use std::arch::x86_64::{_mm256_setzero_ps, _mm256_storeu_ps};
+    let rows = s.rows;
+    // [W, 8]: column r holds row r's query, zero past the last row.
+    let mut transposed = [[0f32; 8]; W];
+    for r in 0..rows {
+        for (d, column) in transposed.iter_mut().enumerate() {
+            column[r] = s.queries[r * W + d];
+        }
+    }
+    let mut key = range.start;
+    while key + B <= range.end {
+        let block = &s.keys[key * W..(key + B) * W];
+        let mut acc = [_mm256_setzero_ps(); B];
+        for (d, query) in transposed.iter().enumerate() {
+            // SAFETY: the column holds 8 values.
+            let query = unsafe { _mm256_loadu_ps(query.as_ptr()) };
+            for (j, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(block[j * W + d]), query, *acc);
+            }
+        }
+        for (j, acc) in acc.iter().enumerate() {
+            let mut lanes = [0f32; 8];
+            // SAFETY: 8 values into the 8 lanes.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
+            for (r, &score) in lanes[..rows].iter().enumerate() {
+                // SAFETY: the key is in the caller's range (write_columns).
+                unsafe { out.store(r, key + j, score) };
+            }
+        }
+        key += B;
+    }
+    write_plain::<true>(s, key..range.end, out);
 }
 
 fn write_portable(s: &KeyScores<'_>, range: Range<usize>, out: Columns) {

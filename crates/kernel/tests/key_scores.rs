@@ -97,31 +97,33 @@ fn a_rows_scores_are_the_same_to_the_bit_whatever_rows_share_the_pass_and_wherev
     let (key_count, width) = (203, 64);
     let keys = values(key_count * width, 4);
     let many = values(12 * width, 5);
-    // Row 7 of the twelve, alone.
-    let alone = many[7 * width..8 * width].to_vec();
-    for form in KernelForm::ALL {
-        let scores = |queries: &[f32], rows: usize, parts: &[std::ops::Range<usize>]| {
-            let product = KeyScores {
-                queries,
-                keys: &keys,
-                rows,
-                key_count,
-                width,
+    // Rows 7 and 9 of the twelve, alone (on either side of 8 lanes: AVX2 takes 12 rows as 8 + 4).
+    for row in [7, 9] {
+        let alone = many[row * width..(row + 1) * width].to_vec();
+        for form in KernelForm::ALL {
+            let scores = |queries: &[f32], rows: usize, parts: &[std::ops::Range<usize>]| {
+                let product = KeyScores {
+                    queries,
+                    keys: &keys,
+                    rows,
+                    key_count,
+                    width,
+                };
+                let mut out = vec![f32::NAN; rows * key_count];
+                for part in parts {
+                    product.write_to(form, part.clone(), &mut out).unwrap();
+                }
+                out
             };
-            let mut out = vec![f32::NAN; rows * key_count];
-            for part in parts {
-                product.write_to(form, part.clone(), &mut out).unwrap();
-            }
-            out
-        };
-        let in_twelve = scores(&many, 12, &[0..key_count]);
-        let on_its_own = scores(&alone, 1, &[0..61, 61..130, 130..key_count]);
-        let bits = |scores: &[f32]| scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
-        assert_eq!(
-            bits(&in_twelve[7 * key_count..8 * key_count]),
-            bits(&on_its_own),
-            "{}",
-            form.name()
-        );
+            let in_twelve = scores(&many, 12, &[0..key_count]);
+            let on_its_own = scores(&alone, 1, &[0..61, 61..130, 130..key_count]);
+            let bits = |scores: &[f32]| scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&in_twelve[row * key_count..(row + 1) * key_count]),
+                bits(&on_its_own),
+                "row {row}, {}",
+                form.name()
+            );
+        }
     }
 }
