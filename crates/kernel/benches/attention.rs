@@ -4,8 +4,9 @@
 //! verification of one draft, 12 for one of three) over 4096 keys of width 64, on one thread. Rounds
 //! interleave every form and row count, and the summary gives each one's median time over the rounds,
 //! its time per row, and what it costs against the form's 16-row product per row. A row count that costs
-//! more per row than a wider one (a body the compiler did not vectorise: AVX2's 8-lane scores once took
-//! 9x their 16-lane time) shows as a ratio far above 1.
+//! far more per row than a wider one shows a body the compiler did not vectorise (AVX2's 8-lane scores
+//! once came out scalar, and a one-row decode step over 4096 keys took longer than a 4-row
+//! verification).
 //!
 //! ```sh
 //! cargo bench -p sharpdraft-kernel --bench attention -- [ROUNDS] [KEYS]

@@ -10,10 +10,12 @@
 //! key element, broadcast, is multiplied into every row's score at once; a block of keys keeps its
 //! scores in registers until they are stored, row by row. No sum across lanes, so the compiler
 //! vectorises the plain loops for the instruction set of each entry point below, as in
-//! [`crate::weighted_sum`]; except AVX2's 8 lanes, which it left scalar, written in its instructions
-//! (`benches/attention.rs` shows a body the compiler failed).
+//! [`crate::weighted_sum`]; except AVX2's 8 lanes, which it left scalar: those are written in
+//! [`crate::lanes`] (`benches/attention.rs` shows a body the compiler failed).
 
 use crate::form::KernelForm;
+#[cfg(target_arch = "x86_64")]
+use crate::lanes::Lanes;
 use std::ops::Range;
 
 /// The operands of a product of keys with queries, as slices: `queries` `[rows, width]` and `keys`
@@ -237,40 +239,41 @@ unsafe fn write_avx512(s: &KeyScores<'_>, range: Range<usize>, out: Columns) {
     write::<8, true>(s, range, out)
 }
 
-/// AVX2: up to 8 rows in a body written in its instructions, one 8-lane register a key, blocks of 8
-/// keys; left to the compiler, the plain loops of [`write_blocked`] came out scalar for 8 lanes, 9x
-/// slower than 16 (a one-row decode step over 4096 keys took twice as long as a 4-row verification:
-/// `cargo bench -p sharpdraft-kernel --bench attention`, `bench rows --context 4096`). More rows keep
-/// the compiler's 16-lane body: the same body in two registers a key ran as fast in a 4-row pass
-/// within the noise of the runs that compared them. The same fused multiply-add chain over the width
-/// as [`write_plain`], so the scores agree to the bit with every other body.
+/// AVX2: up to 8 rows in the body written in lanes ([`write_blocked_lanes`]), one register a key,
+/// blocks of 8 keys; left to the compiler, the plain loops of [`write_blocked`] came out scalar for 8
+/// lanes, so that a one-row decode step over 4096 keys took longer than a 4-row verification
+/// (`experiments/results/key-scores-avx2-ab`: `bench rows --context 4096` before and after). More rows
+/// keep the compiler's 16-lane body: two registers a key ran no faster in a 4-row pass within the noise
+/// of the runs that compared them.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn write_avx2(s: &KeyScores<'_>, range: Range<usize>, out: Columns) {
+    use crate::lanes::Avx2;
     match (s.width, s.rows <= 8) {
-        (64, true) => unsafe { write_blocked_avx2::<64, 8>(s, range, out) },
-        (128, true) => unsafe { write_blocked_avx2::<128, 8>(s, range, out) },
+        (64, true) => unsafe { write_blocked_lanes::<Avx2, 64, 8>(s, range, out) },
+        (128, true) => unsafe { write_blocked_lanes::<Avx2, 128, 8>(s, range, out) },
         _ => write::<4, true>(s, range, out),
     }
 }
 
-/// [`write_blocked`] for AVX2 and up to 8 rows: the rows in one register of 8 lanes, blocks of `B` keys
-/// whose `B` accumulators stay in registers.
+/// [`write_blocked`] in an instruction set's own vectors: the rows (at most `L::WIDTH`, at most 16) in
+/// one vector, blocks of `B` keys whose `B` accumulators stay in registers. The same fused multiply-add
+/// chain over the width as [`write_plain`], so the scores agree to the bit with every other body.
 ///
 /// # Safety
-/// The CPU has AVX2 and FMA; at most 8 rows; as [`KeyScores::write_columns`] for `out` and `range`.
+/// Called from a function compiled for `L`'s instruction set, on a CPU that has it (as [`Lanes`]);
+/// as [`KeyScores::write_columns`] for `out` and `range`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn write_blocked_avx2<const W: usize, const B: usize>(
+#[inline(always)]
+unsafe fn write_blocked_lanes<L: Lanes, const W: usize, const B: usize>(
     s: &KeyScores<'_>,
     range: Range<usize>,
     out: Columns,
 ) {
-    use std::arch::x86_64::{_mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps};
-    use std::arch::x86_64::{_mm256_setzero_ps, _mm256_storeu_ps};
     let rows = s.rows;
-    // [W, 8]: column r holds row r's query, zero past the last row.
-    let mut transposed = [[0f32; 8]; W];
+    debug_assert!(rows <= L::WIDTH && L::WIDTH <= 16);
+    // [W, 16]: column r holds row r's query, zero past the last row (the first L::WIDTH are read).
+    let mut transposed = [[0f32; 16]; W];
     for r in 0..rows {
         for (d, column) in transposed.iter_mut().enumerate() {
             column[r] = s.queries[r * W + d];
@@ -279,18 +282,18 @@ unsafe fn write_blocked_avx2<const W: usize, const B: usize>(
     let mut key = range.start;
     while key + B <= range.end {
         let block = &s.keys[key * W..(key + B) * W];
-        let mut acc = [_mm256_setzero_ps(); B];
+        // SAFETY (every vector operation): the caller's instruction set; each load and store touches
+        // the first L::WIDTH of 16 values.
+        let mut acc = [unsafe { L::zero() }; B];
         for (d, query) in transposed.iter().enumerate() {
-            // SAFETY: the column holds 8 values.
-            let query = unsafe { _mm256_loadu_ps(query.as_ptr()) };
+            let query = unsafe { L::load(query.as_ptr()) };
             for (j, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_fmadd_ps(_mm256_set1_ps(block[j * W + d]), query, *acc);
+                *acc = unsafe { L::fma(L::splat(block[j * W + d]), query, *acc) };
             }
         }
         for (j, acc) in acc.iter().enumerate() {
-            let mut lanes = [0f32; 8];
-            // SAFETY: 8 values into the 8 lanes.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
+            let mut lanes = [0f32; 16];
+            unsafe { L::store(lanes.as_mut_ptr(), *acc) };
             for (r, &score) in lanes[..rows].iter().enumerate() {
                 // SAFETY: the key is in the caller's range (write_columns).
                 unsafe { out.store(r, key + j, score) };

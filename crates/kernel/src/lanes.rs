@@ -1,5 +1,5 @@
-//! One instruction set's f32 vector and the six operations the weight streams take ([`crate::streams`]),
-//! so that one body of the kernel serves AVX-512, AVX2 + FMA and NEON.
+//! One instruction set's f32 vector and the operations the weight streams ([`crate::streams`]) and
+//! attention's scores ([`crate::key_scores`]) take, so that one body serves AVX-512, AVX2 + FMA and NEON.
 //!
 //! Every operation is `#[inline(always)]` and is only called from a function compiled for its
 //! instruction set (the `#[target_feature]` entry points in `products.rs`), where the intrinsics inline.
@@ -19,6 +19,13 @@ pub(crate) trait Lanes {
     unsafe fn zero() -> Self::Vector;
     /// `WIDTH` f32 at `at`, unaligned.
     unsafe fn load(at: *const f32) -> Self::Vector;
+    /// `x` in every lane. (Only AVX2's scores take this and `store` so far; NEON's take the portable
+    /// loops.)
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    unsafe fn splat(x: f32) -> Self::Vector;
+    /// The `WIDTH` lanes to `at`, unaligned.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    unsafe fn store(at: *mut f32, v: Self::Vector);
     /// `WIDTH` bf16 at `at`, widened to f32 (a bf16 is the top half of an f32: shifted up 16 bits).
     unsafe fn load_bf16(at: *const u16) -> Self::Vector;
     /// `acc + a * b`, rounded once.
@@ -47,6 +54,16 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn load(at: *const f32) -> Self::Vector {
         std::arch::x86_64::_mm512_loadu_ps(at)
+    }
+
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self::Vector {
+        std::arch::x86_64::_mm512_set1_ps(x)
+    }
+
+    #[inline(always)]
+    unsafe fn store(at: *mut f32, v: Self::Vector) {
+        std::arch::x86_64::_mm512_storeu_ps(at, v)
     }
 
     #[inline(always)]
@@ -93,6 +110,16 @@ impl Lanes for Avx2 {
     }
 
     #[inline(always)]
+    unsafe fn splat(x: f32) -> Self::Vector {
+        std::arch::x86_64::_mm256_set1_ps(x)
+    }
+
+    #[inline(always)]
+    unsafe fn store(at: *mut f32, v: Self::Vector) {
+        std::arch::x86_64::_mm256_storeu_ps(at, v)
+    }
+
+    #[inline(always)]
     unsafe fn load_bf16(at: *const u16) -> Self::Vector {
         use std::arch::x86_64::*;
         let half = _mm_loadu_si128(at as *const __m128i);
@@ -136,6 +163,16 @@ impl Lanes for Neon {
     #[inline(always)]
     unsafe fn load(at: *const f32) -> Self::Vector {
         std::arch::aarch64::vld1q_f32(at)
+    }
+
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self::Vector {
+        std::arch::aarch64::vdupq_n_f32(x)
+    }
+
+    #[inline(always)]
+    unsafe fn store(at: *mut f32, v: Self::Vector) {
+        std::arch::aarch64::vst1q_f32(at, v)
     }
 
     #[inline(always)]
