@@ -10,7 +10,12 @@
 //!
 //! ```sh
 //! cargo bench -p sharpdraft-kernel --bench attention -- [ROUNDS] [KEYS]
+//! cargo bench --profile dev -p sharpdraft-kernel --bench attention   # as `make run` builds it
 //! ```
+//!
+//! The two profiles can compile a body differently: AVX2's 16-lane scores, left to the compiler, ran
+//! well in the dev profile and 3 to 5 times slower a row in the release one
+//! (`experiments/results/kernel-attention-avx2-ab`).
 
 use sharpdraft_kernel::key_scores::KeyScores;
 use sharpdraft_kernel::weighted_sum::WeightedSum;

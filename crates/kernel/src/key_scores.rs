@@ -9,9 +9,9 @@
 //! rows instead: the queries are transposed once (`[width, rows]`, padded to 8 or 16 rows), and each
 //! key element, broadcast, is multiplied into every row's score at once; a block of keys keeps its
 //! scores in registers until they are stored, row by row. No sum across lanes, so the compiler
-//! vectorises the plain loops for the instruction set of each entry point below, as in
-//! [`crate::weighted_sum`]; except AVX2's 8 lanes, which it left scalar: those are written in
-//! [`crate::lanes`] (`benches/attention.rs` shows a body the compiler failed).
+//! vectorises the plain loops for the instruction set of each entry point below; except AVX2's, which
+//! it left scalar (8 lanes) or slow in one profile (16): AVX2's body is written in [`crate::lanes`]
+//! (`benches/attention.rs` shows a body the compiler failed).
 
 use crate::form::KernelForm;
 #[cfg(target_arch = "x86_64")]
@@ -239,43 +239,47 @@ unsafe fn write_avx512(s: &KeyScores<'_>, range: Range<usize>, out: Columns) {
     write::<8, true>(s, range, out)
 }
 
-/// AVX2: up to 8 rows in the body written in lanes ([`write_blocked_lanes`]), one register a key,
-/// blocks of 8 keys; left to the compiler, the plain loops of [`write_blocked`] came out scalar for 8
-/// lanes, so that a one-row decode step over 4096 keys took longer than a 4-row verification
-/// (`experiments/results/key-scores-avx2-ab`: `bench rows --context 4096` before and after). More rows
-/// keep the compiler's 16-lane body: two registers a key ran no faster in a 4-row pass within the noise
-/// of the runs that compared them.
+/// AVX2: the body written in lanes ([`write_blocked_lanes`]): up to 8 rows in one register a key,
+/// blocks of 8 keys; 9 to 16 rows in two registers a key, blocks of 4 keys. Left to the compiler, the
+/// plain loops of [`write_blocked`] came out scalar for 8 lanes, so that a one-row decode step over
+/// 4096 keys took longer than a 4-row verification (`experiments/results/key-scores-avx2-ab`), and its
+/// 16-lane body ran well in the dev profile and at 3 to 5 times the cost a row in the release profile
+/// (`experiments/results/kernel-attention-avx2`; `experiments/results/kernel-attention-avx2-ab` sets
+/// this body beside it in both profiles).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn write_avx2(s: &KeyScores<'_>, range: Range<usize>, out: Columns) {
     use crate::lanes::Avx2;
     match (s.width, s.rows <= 8) {
-        (64, true) => unsafe { write_blocked_lanes::<Avx2, 64, 8>(s, range, out) },
-        (128, true) => unsafe { write_blocked_lanes::<Avx2, 128, 8>(s, range, out) },
+        (64, true) => unsafe { write_blocked_lanes::<Avx2, 64, 8, 1>(s, range, out) },
+        (64, false) => unsafe { write_blocked_lanes::<Avx2, 64, 4, 2>(s, range, out) },
+        (128, true) => unsafe { write_blocked_lanes::<Avx2, 128, 8, 1>(s, range, out) },
+        (128, false) => unsafe { write_blocked_lanes::<Avx2, 128, 4, 2>(s, range, out) },
         _ => write::<4, true>(s, range, out),
     }
 }
 
-/// [`write_blocked`] in an instruction set's own vectors: the rows (at most `L::WIDTH`, at most 16) in
-/// one vector, blocks of `B` keys whose `B` accumulators stay in registers. The same fused multiply-add
-/// chain over the width as [`write_plain`], so the scores agree to the bit with every other body.
+/// [`write_blocked`] in an instruction set's own vectors: the rows (at most `N * L::WIDTH`, at most
+/// 16) in `N` vectors a key, blocks of `B` keys whose `B x N` accumulators stay in registers. The same
+/// fused multiply-add chain over the width as [`write_plain`], so the scores agree to the bit with
+/// every other body.
 ///
 /// # Safety
 /// Called from a function compiled for `L`'s instruction set, on a CPU that has it (as [`Lanes`]);
 /// as [`KeyScores::write_columns`] for `out` and `range`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn write_blocked_lanes<L: Lanes, const W: usize, const B: usize>(
+unsafe fn write_blocked_lanes<L: Lanes, const W: usize, const B: usize, const N: usize>(
     s: &KeyScores<'_>,
     range: Range<usize>,
     out: Columns,
 ) {
     let rows = s.rows;
-    debug_assert!(rows <= L::WIDTH && L::WIDTH <= 16);
-    // [W, 16]: column r holds row r's query, zero past the last row (the first L::WIDTH are read).
-    let mut transposed = [[0f32; 16]; W];
+    debug_assert!(rows <= N * L::WIDTH && N * L::WIDTH <= 16);
+    // [W, 16]: column r holds row r's query, zero past the last row (the first N * L::WIDTH are read).
+    let mut transposed = Lines([[0f32; 16]; W]);
     for r in 0..rows {
-        for (d, column) in transposed.iter_mut().enumerate() {
+        for (d, column) in transposed.0.iter_mut().enumerate() {
             column[r] = s.queries[r * W + d];
         }
     }
@@ -283,26 +287,44 @@ unsafe fn write_blocked_lanes<L: Lanes, const W: usize, const B: usize>(
     while key + B <= range.end {
         let block = &s.keys[key * W..(key + B) * W];
         // SAFETY (every vector operation): the caller's instruction set; each load and store touches
-        // the first L::WIDTH of 16 values.
-        let mut acc = [unsafe { L::zero() }; B];
-        for (d, query) in transposed.iter().enumerate() {
-            let query = unsafe { L::load(query.as_ptr()) };
+        // L::WIDTH values within the first N * L::WIDTH of 16.
+        let mut acc = [[unsafe { L::zero() }; N]; B];
+        for (d, query) in transposed.0.iter().enumerate() {
+            let mut lanes = [unsafe { L::zero() }; N];
+            for (n, lanes) in lanes.iter_mut().enumerate() {
+                *lanes = unsafe { L::load(query[n * L::WIDTH..].as_ptr()) };
+            }
             for (j, acc) in acc.iter_mut().enumerate() {
-                *acc = unsafe { L::fma(L::splat(block[j * W + d]), query, *acc) };
+                let element = unsafe { L::splat(block[j * W + d]) };
+                for (acc, query) in acc.iter_mut().zip(&lanes) {
+                    *acc = unsafe { L::fma(element, *query, *acc) };
+                }
             }
         }
-        for (j, acc) in acc.iter().enumerate() {
-            let mut lanes = [0f32; 16];
-            unsafe { L::store(lanes.as_mut_ptr(), *acc) };
-            for (r, &score) in lanes[..rows].iter().enumerate() {
+        // [B, 16]: key j's scores in row order; then each row's B scores, to consecutive columns.
+        let mut scores = Lines([[0f32; 16]; B]);
+        for (scores, acc) in scores.0.iter_mut().zip(&acc) {
+            for (n, acc) in acc.iter().enumerate() {
+                unsafe { L::store(scores[n * L::WIDTH..].as_mut_ptr(), *acc) };
+            }
+        }
+        for r in 0..rows {
+            for (j, scores) in scores.0.iter().enumerate() {
                 // SAFETY: the key is in the caller's range (write_columns).
-                unsafe { out.store(r, key + j, score) };
+                unsafe { out.store(r, key + j, scores[r]) };
             }
         }
         key += B;
     }
     write_plain::<true>(s, key..range.end, out);
 }
+
+/// Rows of 16 f32 on cache lines of their own: a vector load of a row never spans two lines. Left at
+/// an f32's alignment on the stack, the same binary's scores took up to 1.8x as long in some runs as
+/// in others (`experiments/results/kernel-attention-avx2-ab`, `unaligned-dev`).
+#[cfg(target_arch = "x86_64")]
+#[repr(align(64))]
+struct Lines<const N: usize>([[f32; 16]; N]);
 
 fn write_portable(s: &KeyScores<'_>, range: Range<usize>, out: Columns) {
     write::<4, { cfg!(target_arch = "aarch64") }>(s, range, out)

@@ -97,7 +97,7 @@ fn a_rows_scores_are_the_same_to_the_bit_whatever_rows_share_the_pass_and_wherev
     let (key_count, width) = (203, 64);
     let keys = values(key_count * width, 4);
     let many = values(12 * width, 5);
-    // Rows 7 and 9 of the twelve, alone (on either side of 8 lanes: AVX2 takes 12 rows as 8 + 4).
+    // Rows 7 and 9 of the twelve, alone (on either side of 8 lanes: AVX2 takes up to 8 rows in one register, more in two).
     for row in [7, 9] {
         let alone = many[row * width..(row + 1) * width].to_vec();
         for form in KernelForm::ALL {

@@ -1,6 +1,7 @@
 //! Attention's weighted sum of value rows, in every form (and the portable loop), adds what a plain
 //! sum in f64 gives, over any range of the keys, for widths that are not a multiple of any vector
-//! width; and operands that do not make the shape they claim are refused, naming it.
+//! width; a row's sum is the same to the bit in every form and whatever rows share the pass; and
+//! operands that do not make the shape they claim are refused, naming it.
 
 mod common;
 
@@ -47,6 +48,48 @@ fn a_weighted_sum_over_a_range_of_keys_adds_the_plain_sum_in_every_form() {
                 rows,
                 form.name()
             );
+        }
+    }
+}
+
+#[test]
+fn a_rows_weighted_sum_is_the_same_to_the_bit_in_every_form_whatever_rows_share_the_pass() {
+    // 300 keys from key 7: blocks of 128 and a part block; 13 rows: AVX2's groups of 3 and a last
+    // group of 1.
+    for width in [64, 128] {
+        let (rows, keys, range) = (13, 300, 7..300);
+        let weights = values(rows * keys, 6);
+        let vals = values(keys * width, 7);
+        let start = values(rows * width, 8);
+        let sum_of = |form: KernelForm, rows: std::ops::Range<usize>| {
+            let sum = WeightedSum {
+                weights: &weights[rows.start * keys..rows.end * keys],
+                values: &vals,
+                rows: rows.len(),
+                keys,
+                width,
+            };
+            let mut out = start[rows.start * width..rows.end * width].to_vec();
+            sum.add_to(form, range.clone(), &mut out).unwrap();
+            out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        };
+        // The kernel has no libtorch body: that form takes the portable loop.
+        let portable_in_thirteen = sum_of(KernelForm::Libtorch, 0..rows);
+        for form in KernelForm::ALL {
+            assert_eq!(
+                sum_of(form, 0..rows),
+                portable_in_thirteen,
+                "width {width}, {}",
+                form.name()
+            );
+            for row in [0, 4, 12] {
+                assert_eq!(
+                    sum_of(form, row..row + 1),
+                    portable_in_thirteen[row * width..(row + 1) * width],
+                    "row {row} alone, width {width}, {}",
+                    form.name()
+                );
+            }
         }
     }
 }
