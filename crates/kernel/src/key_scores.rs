@@ -274,8 +274,10 @@ unsafe fn write_blocked_lanes<L: Lanes, const W: usize, const B: usize, const N:
     range: Range<usize>,
     out: Columns,
 ) {
+    // Every load and store below touches the first N * L::WIDTH of a row's 16 values.
+    const { assert!(N * L::WIDTH <= 16) };
     let rows = s.rows;
-    debug_assert!(rows <= N * L::WIDTH && N * L::WIDTH <= 16);
+    debug_assert!(rows <= N * L::WIDTH);
     // [W, 16]: column r holds row r's query, zero past the last row (the first N * L::WIDTH are read).
     let mut transposed = Lines([[0f32; 16]; W]);
     for r in 0..rows {

@@ -1,5 +1,6 @@
 //! One instruction set's f32 vector and the operations the weight streams ([`crate::streams`]) and
-//! attention's scores ([`crate::key_scores`]) take, so that one body serves AVX-512, AVX2 + FMA and NEON.
+//! attention's products ([`crate::key_scores`], [`crate::weighted_sum`]) take, so that one body serves
+//! AVX-512, AVX2 + FMA and NEON.
 //!
 //! Every operation is `#[inline(always)]` and is only called from a function compiled for its
 //! instruction set (the `#[target_feature]` entry points in `products.rs`), where the intrinsics inline.
@@ -19,7 +20,7 @@ pub(crate) trait Lanes {
     unsafe fn zero() -> Self::Vector;
     /// `WIDTH` f32 at `at`, unaligned.
     unsafe fn load(at: *const f32) -> Self::Vector;
-    /// `x` in every lane. (Only AVX2's scores take this and `store` so far; NEON's take the portable
+    /// `x` in every lane. (Only AVX2's attention takes this and `store` so far; NEON's takes the portable
     /// loops.)
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     unsafe fn splat(x: f32) -> Self::Vector;

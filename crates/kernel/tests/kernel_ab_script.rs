@@ -19,7 +19,7 @@ fn kernel_ab(args: &[&str]) -> (i32, String) {
 
 #[test]
 fn kernel_ab_refuses_a_round_count_that_is_not_a_positive_integer() {
-    for rounds in ["0", "four", "-1"] {
+    for rounds in ["0", "00", "four", "-1"] {
         let (code, stderr) = kernel_ab(&["HEAD", rounds]);
         assert_eq!(code, 2, "{stderr}");
         assert!(stderr.contains(&format!("not '{rounds}'")), "{stderr}");
@@ -34,12 +34,15 @@ fn kernel_ab_refuses_a_revision_this_repository_does_not_hold() {
         stderr.contains("no commit 'no-such-revision-anywhere'"),
         "{stderr}"
     );
-    let (code, stderr) = kernel_ab(&["--help"]);
-    assert_eq!(code, 2, "{stderr}");
-    assert!(
-        stderr.contains("'--help' is not a revision name"),
-        "{stderr}"
-    );
+    // An option, or the name the working tree's own binaries take.
+    for not_a_revision in ["--help", "tree"] {
+        let (code, stderr) = kernel_ab(&[not_a_revision]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(
+            stderr.contains(&format!("'{not_a_revision}' is not a revision name")),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]

@@ -94,36 +94,39 @@ fn scores_whose_operands_do_not_make_their_shape_are_refused() {
 #[test]
 fn a_rows_scores_are_the_same_to_the_bit_whatever_rows_share_the_pass_and_wherever_parts_split_the_keys(
 ) {
-    let (key_count, width) = (203, 64);
-    let keys = values(key_count * width, 4);
-    let many = values(12 * width, 5);
-    // Rows 7 and 9 of the twelve, alone (on either side of 8 lanes: AVX2 takes up to 8 rows in one register, more in two).
-    for row in [7, 9] {
-        let alone = many[row * width..(row + 1) * width].to_vec();
-        for form in KernelForm::ALL {
-            let scores = |queries: &[f32], rows: usize, parts: &[std::ops::Range<usize>]| {
-                let product = KeyScores {
-                    queries,
-                    keys: &keys,
-                    rows,
-                    key_count,
-                    width,
+    let key_count = 203;
+    // Rows 7 and 9 of twelve or sixteen, alone (on either side of 8 lanes: AVX2 takes up to 8 rows in
+    // one register, more in two), at both head widths of the blocked bodies.
+    for (shared, width) in [(12, 64), (16, 64), (12, 128), (16, 128)] {
+        let keys = values(key_count * width, 4);
+        let many = values(shared * width, 5);
+        for row in [7, 9] {
+            let alone = many[row * width..(row + 1) * width].to_vec();
+            for form in KernelForm::ALL {
+                let scores = |queries: &[f32], rows: usize, parts: &[std::ops::Range<usize>]| {
+                    let product = KeyScores {
+                        queries,
+                        keys: &keys,
+                        rows,
+                        key_count,
+                        width,
+                    };
+                    let mut out = vec![f32::NAN; rows * key_count];
+                    for part in parts {
+                        product.write_to(form, part.clone(), &mut out).unwrap();
+                    }
+                    out
                 };
-                let mut out = vec![f32::NAN; rows * key_count];
-                for part in parts {
-                    product.write_to(form, part.clone(), &mut out).unwrap();
-                }
-                out
-            };
-            let in_twelve = scores(&many, 12, &[0..key_count]);
-            let on_its_own = scores(&alone, 1, &[0..61, 61..130, 130..key_count]);
-            let bits = |scores: &[f32]| scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
-            assert_eq!(
-                bits(&in_twelve[row * key_count..(row + 1) * key_count]),
-                bits(&on_its_own),
-                "row {row}, {}",
-                form.name()
-            );
+                let in_the_pass = scores(&many, shared, &[0..key_count]);
+                let on_its_own = scores(&alone, 1, &[0..61, 61..130, 130..key_count]);
+                let bits = |scores: &[f32]| scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&in_the_pass[row * key_count..(row + 1) * key_count]),
+                    bits(&on_its_own),
+                    "row {row} of {shared}, width {width}, {}",
+                    form.name()
+                );
+            }
         }
     }
 }

@@ -54,10 +54,10 @@ fn a_weighted_sum_over_a_range_of_keys_adds_the_plain_sum_in_every_form() {
 
 #[test]
 fn a_rows_weighted_sum_is_the_same_to_the_bit_in_every_form_whatever_rows_share_the_pass() {
-    // 300 keys from key 7: blocks of 128 and a part block; 13 rows: AVX2's groups of 3 and a last
-    // group of 1.
-    for width in [64, 128] {
-        let (rows, keys, range) = (13, 300, 7..300);
+    // 300 keys from key 7: blocks of 128 and a part block; 13 and 14 rows: AVX2's groups of 3 and a
+    // last group of 1 or 2.
+    for (rows, width) in [(13, 64), (14, 64), (13, 128), (14, 128)] {
+        let (keys, range) = (300, 7..300);
         let weights = values(rows * keys, 6);
         let vals = values(keys * width, 7);
         let start = values(rows * width, 8);
@@ -74,19 +74,19 @@ fn a_rows_weighted_sum_is_the_same_to_the_bit_in_every_form_whatever_rows_share_
             out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
         };
         // The kernel has no libtorch body: that form takes the portable loop.
-        let portable_in_thirteen = sum_of(KernelForm::Libtorch, 0..rows);
+        let portable_in_all = sum_of(KernelForm::Libtorch, 0..rows);
         for form in KernelForm::ALL {
             assert_eq!(
                 sum_of(form, 0..rows),
-                portable_in_thirteen,
-                "width {width}, {}",
+                portable_in_all,
+                "{rows} rows, width {width}, {}",
                 form.name()
             );
-            for row in [0, 4, 12] {
+            for row in [0, 4, rows - 1] {
                 assert_eq!(
                     sum_of(form, row..row + 1),
-                    portable_in_thirteen[row * width..(row + 1) * width],
-                    "row {row} alone, width {width}, {}",
+                    portable_in_all[row * width..(row + 1) * width],
+                    "row {row} of {rows} alone, width {width}, {}",
                     form.name()
                 );
             }
