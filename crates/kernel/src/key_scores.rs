@@ -321,9 +321,9 @@ unsafe fn write_blocked_lanes<L: Lanes, const W: usize, const B: usize, const N:
     write_plain::<true>(s, key..range.end, out);
 }
 
-/// Rows of 16 f32 on cache lines of their own: a vector load of a row never spans two lines. Left at
-/// an f32's alignment on the stack, the same binary's scores took up to 1.8x as long in some runs as
-/// in others (`experiments/results/kernel-attention-avx2-ab`, `unaligned-dev`).
+/// Rows of 16 f32 on cache lines of their own: a vector load of a row never spans two lines, wherever
+/// the stack puts the array (at an f32's alignment, runs of the same binary differed by more than the
+/// machine's drift while this body was written; those runs were not recorded).
 #[cfg(target_arch = "x86_64")]
 #[repr(align(64))]
 struct Lines<const N: usize>([[f32; 16]; N]);

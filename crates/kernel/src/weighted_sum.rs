@@ -178,7 +178,7 @@ unsafe fn add_avx2(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
 ///
 /// # Safety
 /// Called from a function compiled for `L`'s instruction set, on a CPU that has it (as [`Lanes`]);
-/// the operands checked by [`WeightedSum::add_to`], and `W` a multiple of `V * L::WIDTH`.
+/// the operands checked by [`WeightedSum::add_to`].
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn add_blocked_lanes<L: Lanes, const W: usize, const V: usize>(
@@ -186,6 +186,8 @@ unsafe fn add_blocked_lanes<L: Lanes, const W: usize, const V: usize>(
     range: Range<usize>,
     out: &mut [f32],
 ) {
+    // Column groups tile the row: none reaches past it.
+    const { assert!(W % (V * L::WIDTH) == 0) };
     let mut block_start = range.start;
     while block_start < range.end {
         let block = block_start..(block_start + KEY_BLOCK).min(range.end);
