@@ -16,6 +16,7 @@
 use crate::form::KernelForm;
 #[cfg(target_arch = "x86_64")]
 use crate::lanes::Lanes;
+use crate::multiply_add::multiply_add;
 use std::ops::Range;
 
 /// The operands of a product of keys with queries, as slices: `queries` `[rows, width]` and `keys`
@@ -141,17 +142,6 @@ impl Columns {
     #[inline(always)]
     unsafe fn store(self, row: usize, key: usize, score: f32) {
         unsafe { *self.at.add(row * self.key_count + key) = score }
-    }
-}
-
-/// `a * b + c`: fused (rounded once) where the entry point's instruction set has the instruction,
-/// else a product and a sum (a fused one without it is a library call per element).
-#[inline(always)]
-fn multiply_add<const FUSED: bool>(a: f32, b: f32, c: f32) -> f32 {
-    if FUSED {
-        a.mul_add(b, c)
-    } else {
-        a * b + c
     }
 }
 

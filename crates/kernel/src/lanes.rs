@@ -31,12 +31,7 @@ pub(crate) trait Lanes {
     unsafe fn load_bf16(at: *const u16) -> Self::Vector;
     /// `acc + a * b`, rounded once.
     unsafe fn fma(a: Self::Vector, b: Self::Vector, acc: Self::Vector) -> Self::Vector;
-    /// `a * b`, rounded. (With [`Self::add`], the unfused `acc + a * b` of the portable loops, which
-    /// AVX2's weighted sum keeps so that every form adds the same values; NEON's take the portable
-    /// loops.)
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    unsafe fn mul(a: Self::Vector, b: Self::Vector) -> Self::Vector;
-    /// `a + b`, rounded.
+    /// `a + b`, rounded (AVX2's weighted sum adds a block's sums into its output with it).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     unsafe fn add(a: Self::Vector, b: Self::Vector) -> Self::Vector;
     /// The sum of the lanes.
@@ -85,11 +80,6 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn fma(a: Self::Vector, b: Self::Vector, acc: Self::Vector) -> Self::Vector {
         std::arch::x86_64::_mm512_fmadd_ps(a, b, acc)
-    }
-
-    #[inline(always)]
-    unsafe fn mul(a: Self::Vector, b: Self::Vector) -> Self::Vector {
-        std::arch::x86_64::_mm512_mul_ps(a, b)
     }
 
     #[inline(always)]
@@ -151,11 +141,6 @@ impl Lanes for Avx2 {
     }
 
     #[inline(always)]
-    unsafe fn mul(a: Self::Vector, b: Self::Vector) -> Self::Vector {
-        std::arch::x86_64::_mm256_mul_ps(a, b)
-    }
-
-    #[inline(always)]
     unsafe fn add(a: Self::Vector, b: Self::Vector) -> Self::Vector {
         std::arch::x86_64::_mm256_add_ps(a, b)
     }
@@ -214,11 +199,6 @@ impl Lanes for Neon {
     #[inline(always)]
     unsafe fn fma(a: Self::Vector, b: Self::Vector, acc: Self::Vector) -> Self::Vector {
         std::arch::aarch64::vfmaq_f32(acc, a, b)
-    }
-
-    #[inline(always)]
-    unsafe fn mul(a: Self::Vector, b: Self::Vector) -> Self::Vector {
-        std::arch::aarch64::vmulq_f32(a, b)
     }
 
     #[inline(always)]

@@ -11,6 +11,7 @@
 //! - [`workers`]: threads that wait, spinning, for the parts of a product.
 //! - [`key_scores`]: attention's scores for a few rows, each key read once, the lanes across the rows.
 //! - [`weighted_sum`]: attention's probabilities times its values for a few rows, each value read once.
+//! - `multiply_add`: the fused or unfused `a * b + c` of both products' portable loops.
 //!
 //! No libtorch: `sharpdraft-model` applies it to tensors (`cpu/few_rows.rs`), and this crate builds
 //! and tests for every target on its own (the NEON form under an emulator on x86 machines).
@@ -20,6 +21,7 @@ mod bf16_pairs;
 pub mod form;
 pub mod key_scores;
 mod lanes;
+mod multiply_add;
 pub mod products;
 mod streams;
 pub mod weighted_sum;

@@ -6,10 +6,15 @@
 //! once and added, scaled, into every row's accumulator (an axpy per row: no sum across lanes, so the
 //! compiler vectorises the plain loop for the instruction set of each entry point below; AVX2's, with
 //! half AVX-512's registers, is written in [`crate::lanes`]).
+//!
+//! Each product and sum is one fused multiply-add where the instruction set has it (every form the
+//! kernel runs: AVX-512, AVX2 + FMA, NEON): rounded once, in one instruction where a product and a
+//! sum took two.
 
 use crate::form::KernelForm;
 #[cfg(target_arch = "x86_64")]
 use crate::lanes::Lanes;
+use crate::multiply_add::multiply_add;
 use std::ops::Range;
 
 /// The operands of a weighted sum, as slices: `weights` `[rows, keys]` (row-major, every key of each
@@ -70,7 +75,7 @@ impl WeightedSum<'_> {
             KernelForm::Avx512 if form.available() => unsafe { add_avx512(self, range, out) },
             #[cfg(target_arch = "x86_64")]
             KernelForm::Avx2 if form.available() => unsafe { add_avx2(self, range, out) },
-            _ => add(self, range, out),
+            _ => add_portable(self, range, out),
         }
         Ok(())
     }
@@ -84,7 +89,7 @@ const KEY_BLOCK: usize = 128;
 /// registers over a block of keys (an axpy per key and row), rather than adding into `out` in memory
 /// for every key, which bound the plain loop by its loads and stores from 4 rows on.
 #[inline(always)]
-fn add_blocked<const W: usize, const R: usize>(
+fn add_blocked<const W: usize, const R: usize, const FUSED: bool>(
     s: &WeightedSum<'_>,
     range: Range<usize>,
     out: &mut [f32],
@@ -104,7 +109,7 @@ fn add_blocked<const W: usize, const R: usize>(
                         false => 0.0,
                     };
                     for (a, v) in acc.iter_mut().zip(value) {
-                        *a += weight * v;
+                        *a = multiply_add::<FUSED>(weight, *v, *a);
                     }
                 }
             }
@@ -123,36 +128,43 @@ fn add_blocked<const W: usize, const R: usize>(
 
 /// The one body: the register-blocked loop for widths 64 and 128, the plain one otherwise.
 #[inline(always)]
-fn add(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
+fn add<const FUSED: bool>(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
     match s.width {
-        64 => add_blocked::<64, 4>(s, range, out),
-        128 => add_blocked::<128, 2>(s, range, out),
-        _ => add_plain(s, range, out),
+        64 => add_blocked::<64, 4, FUSED>(s, range, out),
+        128 => add_blocked::<128, 2, FUSED>(s, range, out),
+        _ => add_plain::<FUSED>(s, range, out),
     }
 }
 
 /// For each key of `range`, its value row added into every row's accumulator in `out`, scaled by that
 /// row's weight of the key.
 #[inline(always)]
-fn add_plain(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
+fn add_plain<const FUSED: bool>(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
     let width = s.width;
     for key in range {
         let value = &s.values[key * width..(key + 1) * width];
         for (row, acc) in out.chunks_exact_mut(width).enumerate() {
             let weight = s.weights[row * s.keys + key];
             for (a, v) in acc.iter_mut().zip(value) {
-                *a += weight * v;
+                *a = multiply_add::<FUSED>(weight, *v, *a);
             }
         }
     }
 }
 
-// The body compiled for each instruction set (NEON is the baseline of aarch64: the portable entry).
+// The body compiled for each instruction set (NEON, with its fused multiply-add, is the baseline of
+// aarch64: the portable entry).
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,fma")]
 unsafe fn add_avx512(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
-    add(s, range, out)
+    add::<true>(s, range, out)
+}
+
+/// Fused where the target has the instruction without asking (aarch64), else unfused: on x86 this entry
+/// serves only the tests' forms that the CPU cannot run, and `libtorch`, which the kernel never runs.
+fn add_portable(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
+    add::<{ cfg!(target_arch = "aarch64") }>(s, range, out)
 }
 
 /// AVX2: the body written in lanes ([`add_group_lanes`]), 3 rows by 32 columns at a time. The
@@ -166,15 +178,15 @@ unsafe fn add_avx2(s: &WeightedSum<'_>, range: Range<usize>, out: &mut [f32]) {
     match s.width {
         64 => unsafe { add_blocked_lanes::<Avx2, 64, 4>(s, range, out) },
         128 => unsafe { add_blocked_lanes::<Avx2, 128, 4>(s, range, out) },
-        _ => add(s, range, out),
+        _ => add::<true>(s, range, out),
     }
 }
 
 /// [`add_blocked`] in an instruction set's own vectors: over each block of keys, the rows 3 at a
 /// time and the columns `V` vectors at a time, whose `3 x V` accumulators stay in registers. The same
-/// operations in the same order as every other body (a product, then a sum, per key in order; a
-/// block's sum then added to `out`), so a row's sum is the same to the bit in every form and whatever
-/// rows share the pass.
+/// operations in the same order as every other fused body (a fused multiply-add per key in order; a
+/// block's sum then added to `out`), so a row's sum is the same to the bit in every form with the
+/// instruction and whatever rows share the pass.
 ///
 /// # Safety
 /// Called from a function compiled for `L`'s instruction set, on a CPU that has it (as [`Lanes`]);
@@ -227,7 +239,7 @@ unsafe fn add_group_lanes<L: Lanes, const W: usize, const R: usize, const V: usi
             let weight = unsafe { L::splat(s.weights[(first + r) * s.keys + key]) };
             for (v, acc) in acc.iter_mut().enumerate() {
                 let value = unsafe { L::load(value[v * L::WIDTH..].as_ptr()) };
-                *acc = unsafe { L::add(*acc, L::mul(weight, value)) };
+                *acc = unsafe { L::fma(weight, value, *acc) };
             }
         }
     }

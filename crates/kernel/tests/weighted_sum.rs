@@ -1,7 +1,8 @@
 //! Attention's weighted sum of value rows, in every form (and the portable loop), adds what a plain
 //! sum in f64 gives, over any range of the keys, for widths that are not a multiple of any vector
-//! width; a row's sum is the same to the bit in every form and whatever rows share the pass; and
-//! operands that do not make the shape they claim are refused, naming it.
+//! width; a row's sum is the same to the bit whatever rows share the pass, and in every form this CPU
+//! runs, each of which fuses a product into its sum; and operands that do not make the shape they
+//! claim are refused, naming it.
 
 mod common;
 
@@ -53,7 +54,8 @@ fn a_weighted_sum_over_a_range_of_keys_adds_the_plain_sum_in_every_form() {
 }
 
 #[test]
-fn a_rows_weighted_sum_is_the_same_to_the_bit_in_every_form_whatever_rows_share_the_pass() {
+fn a_rows_weighted_sum_is_the_same_to_the_bit_whatever_rows_share_the_pass_and_in_every_fused_form()
+{
     // 300 keys from key 7: blocks of 128 and a part block; 13 and 14 rows: AVX2's groups of 3 and a
     // last group of 1 or 2.
     for (rows, width) in [(13, 64), (14, 64), (13, 128), (14, 128)] {
@@ -73,24 +75,61 @@ fn a_rows_weighted_sum_is_the_same_to_the_bit_in_every_form_whatever_rows_share_
             sum.add_to(form, range.clone(), &mut out).unwrap();
             out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
         };
-        // The kernel has no libtorch body: that form takes the portable loop.
-        let portable_in_all = sum_of(KernelForm::Libtorch, 0..rows);
         for form in KernelForm::ALL {
-            assert_eq!(
-                sum_of(form, 0..rows),
-                portable_in_all,
-                "{rows} rows, width {width}, {}",
-                form.name()
-            );
+            let all = sum_of(form, 0..rows);
             for row in [0, 4, rows - 1] {
                 assert_eq!(
                     sum_of(form, row..row + 1),
-                    portable_in_all[row * width..(row + 1) * width],
+                    all[row * width..(row + 1) * width],
                     "row {row} of {rows} alone, width {width}, {}",
                     form.name()
                 );
             }
         }
+        // The forms this CPU runs each take a fused multiply-add per key in the same order.
+        let fused: Vec<KernelForm> = KernelForm::ALL
+            .into_iter()
+            .filter(|f| *f != KernelForm::Libtorch && f.available())
+            .collect();
+        for pair in fused.windows(2) {
+            assert_eq!(
+                sum_of(pair[0], 0..rows),
+                sum_of(pair[1], 0..rows),
+                "{rows} rows, width {width}: {} against {}",
+                pair[0].name(),
+                pair[1].name()
+            );
+        }
+    }
+}
+
+#[test]
+fn every_form_this_cpu_runs_rounds_each_product_and_its_sum_once() {
+    // Key 0 puts -1 in the accumulator; key 1's product (1 + 2^-13)(1 - 2^-13) = 1 - 2^-26 rounds to 1
+    // in f32, so a product rounded before its sum leaves 0, and a fused one leaves -2^-26.
+    let (eps, width) = (2f32.powi(-13), 64);
+    let weights = [-1.0, 1.0 + eps];
+    let mut vals = vec![0.0; 2 * width];
+    vals[0] = 1.0;
+    vals[width] = 1.0 - eps;
+    let sum = WeightedSum {
+        weights: &weights,
+        values: &vals,
+        rows: 1,
+        keys: 2,
+        width,
+    };
+    let forms: Vec<KernelForm> = KernelForm::ALL
+        .into_iter()
+        .filter(|f| *f != KernelForm::Libtorch && f.available())
+        .collect();
+    if forms.is_empty() {
+        println!("skipped: this CPU runs no form of the kernel");
+    }
+    for form in forms {
+        let mut out = vec![0.0; width];
+        sum.add_to(form, 0..2, &mut out).unwrap();
+        assert_eq!(out[0], -(2f32.powi(-26)), "{}", form.name());
     }
 }
 
