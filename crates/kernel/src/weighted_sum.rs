@@ -230,18 +230,26 @@ unsafe fn add_group_lanes<L: Lanes, const W: usize, const R: usize, const V: usi
     column: usize,
     out: &mut [f32],
 ) {
-    // SAFETY (every vector operation): the caller's instruction set; each load and store reads or
-    // writes L::WIDTH values within a row's W columns.
+    // Checked once here rather than at every key (the loop's index checks cost more than its loads).
+    assert!(block.end <= s.keys && first + R <= s.rows && column + V * L::WIDTH <= W);
+    // Each row's weights from the block's first key: R pointers into `weights` `[rows, keys]`.
+    let weight_rows: [*const f32; R] =
+        std::array::from_fn(|r| s.weights[(first + r) * s.keys + block.start..].as_ptr());
+    let mut value_row = s.values[block.start * W + column..].as_ptr();
+    // SAFETY (every vector operation): the caller's instruction set; each load reads L::WIDTH values
+    // within key `block.start + k`'s columns `column..column + V * L::WIDTH` (the assert above), and
+    // each weight read lies within its row's keys of the block.
     let mut acc = [[unsafe { L::zero() }; V]; R];
-    for key in block.clone() {
-        let value = &s.values[key * W + column..key * W + column + V * L::WIDTH];
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let weight = unsafe { L::splat(s.weights[(first + r) * s.keys + key]) };
-            for (v, acc) in acc.iter_mut().enumerate() {
-                let value = unsafe { L::load(value[v * L::WIDTH..].as_ptr()) };
-                *acc = unsafe { L::fma(weight, value, *acc) };
+    for k in 0..block.len() {
+        let weights: [L::Vector; R] =
+            std::array::from_fn(|r| unsafe { L::splat(*weight_rows[r].wrapping_add(k)) });
+        for v in 0..V {
+            let value = unsafe { L::load(value_row.wrapping_add(v * L::WIDTH)) };
+            for (acc, weight) in acc.iter_mut().zip(&weights) {
+                acc[v] = unsafe { L::fma(*weight, value, acc[v]) };
             }
         }
+        value_row = value_row.wrapping_add(W);
     }
     for (r, acc) in acc.iter().enumerate() {
         let row = &mut out[(first + r) * W + column..(first + r) * W + column + V * L::WIDTH];
