@@ -514,10 +514,51 @@ fn bench_rows_times_a_pass_per_row_count_next_to_its_bounds() {
         }
     }
     assert!(report["bandwidth_gb_s"].as_f64().unwrap() > 0.0);
+    assert!(rows[0]["split_ms"].is_null(), "split only when asked");
 }
 
 #[test]
-fn bench_draft_time_splits_the_cycle_and_times_the_drafters_prefill_apart() {
+fn bench_rows_with_split_gives_each_pass_its_linear_maps_attention_and_the_rest() {
+    if !fetched() {
+        return;
+    }
+    let report = run(&[
+        "bench",
+        "rows",
+        "--target",
+        "smollm2-135m-instruct",
+        "--rows",
+        "1,4",
+        "--context",
+        "32",
+        "--repeats",
+        "2",
+        "--split",
+        "--json",
+    ]);
+    for row in report["rows"].as_array().unwrap() {
+        let split = row["split_ms"].as_object().expect("a split");
+        for step in [
+            "linear maps",
+            "attention",
+            "layers' rest",
+            "LM head",
+            "cache writes",
+            "other",
+        ] {
+            let ms = split.get(step).and_then(Value::as_f64);
+            assert!(
+                ms.is_some_and(|ms| ms.is_finite() && ms >= 0.0),
+                "{step}: {row}"
+            );
+        }
+        assert!(split["linear maps"].as_f64().unwrap() > 0.0, "{row}");
+    }
+}
+
+#[test]
+fn bench_draft_time_splits_the_cycle_into_layers_linear_maps_and_attention_and_times_the_drafters_prefill_apart(
+) {
     if !fetched() {
         return;
     }
@@ -550,6 +591,14 @@ fn bench_draft_time_splits_the_cycle_and_times_the_drafters_prefill_apart() {
             (calls - calls.round()).abs() < 1e-9,
             "layer 0 ran {calls} times a cycle: {context}"
         );
+        // A layer's weights are read by its linear maps, which stand apart with their bound.
+        let bound = |name: &str| {
+            (steps.iter().find(|s| s["step"] == name))
+                .map(|s| s["memory_bound_ms_per_cycle"].as_f64().unwrap())
+        };
+        assert_eq!(bound("layer 0"), Some(0.0), "{context}");
+        assert!(bound("linear maps").is_some_and(|ms| ms > 0.0), "{context}");
+        assert!(bound("attention").is_some(), "{context}");
     }
 }
 

@@ -5,6 +5,7 @@
 
 use crate::cpu::few_rows;
 use crate::mask::Visibility;
+use crate::time_split::{self, Step};
 use std::sync::{Arc, Mutex};
 use tch::{Device, Kind, Tensor};
 
@@ -37,6 +38,21 @@ pub fn attend(
 
 /// [`attend`] under a pass's [`Visibility`], whose scores' bias is built once for all its layers.
 pub fn attend_visible(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    visible: Option<&Visibility>,
+    softmax_scale: f64,
+) -> Tensor {
+    time_split::mark(
+        Step::Attention,
+        || 0,
+        || attend_unmarked(q, keys, values, visible, softmax_scale),
+    )
+}
+
+/// [`attend_visible`] without its time-split mark.
+fn attend_unmarked(
     q: &Tensor,
     keys: &Tensor,
     values: &Tensor,

@@ -87,6 +87,15 @@ impl Linear {
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
+        crate::time_split::mark(
+            crate::time_split::Step::LinearMaps,
+            || crate::time_split::bytes_of([&self.weight]),
+            || self.product(x),
+        )
+    }
+
+    /// `x W^T (+ bias) (+ the low-rank branch)`: [`Self::forward`] without its time-split mark.
+    fn product(&self, x: &Tensor) -> Tensor {
         // A few rows on a CPU (a verification pass): a kernel that reads the weight once (few_rows.rs).
         let few_rows = crate::cpu::few_rows::kernel_threads()
             .and_then(|threads| crate::cpu::few_rows::linear(x, &self.weight, threads));

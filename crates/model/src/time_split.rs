@@ -1,8 +1,9 @@
 //! Where a pass's time goes. The passes mark their steps (the embedding, the fusion of target features,
-//! each layer, cache writes, the LM head, sampling); while [`record`] runs on this thread, every mark adds
-//! its exclusive time (a step nested in another is taken out of the outer one) and the weight bytes it
-//! reads, so a drafting cycle splits into parts that sum to the time marked, each beside the time its
-//! weights take to read. When nothing records, a mark costs one thread-local read.
+//! each layer, and inside them the linear maps, attention and cache writes; the LM head, sampling);
+//! while [`record`] runs on this thread, every mark adds its exclusive time (a step nested in another
+//! is taken out of the outer one) and the weight bytes it reads (also taken out of the outer one's),
+//! so a drafting cycle splits into parts that sum to the time marked, each beside the time its weights
+//! take to read. When nothing records, a mark costs one thread-local read.
 //!
 //! CPU passes run synchronously, so the clock sees their work. On CUDA, [`record`] synchronises the
 //! device at each mark, which serialises the stream: a split there shows where time goes, not how fast
@@ -22,8 +23,14 @@ pub enum Step {
     /// Target features projected into the drafter (EAGLE-3's and DFlash's `fc`, its norms, and DFlash's
     /// context keys and values).
     Features,
-    /// One layer's norms, projections, attention and MLP (cache writes excluded).
+    /// One layer's norms, rotary embeddings, activations and reshapes: what is left of it once its
+    /// linear maps, attention and cache writes are taken out.
     Layer(usize),
+    /// The products of linear maps (a layer's projections and MLP, a drafter's `fc`), wherever they
+    /// run: the weight bytes a pass reads are theirs.
+    LinearMaps,
+    /// Attention over the cache: scores, mask, softmax and the weighted sum of the values.
+    Attention,
     /// Writing keys and values into a cache.
     CacheWrite,
     /// The LM head: hidden states to logits over the vocabulary.
@@ -38,6 +45,8 @@ impl std::fmt::Display for Step {
             Step::Embedding => write!(f, "embedding"),
             Step::Features => write!(f, "features"),
             Step::Layer(i) => write!(f, "layer {i}"),
+            Step::LinearMaps => write!(f, "linear maps"),
+            Step::Attention => write!(f, "attention"),
             Step::CacheWrite => write!(f, "cache writes"),
             Step::LmHead => write!(f, "LM head"),
             Step::Sampling => write!(f, "sampling"),
@@ -52,7 +61,8 @@ pub struct StepCost {
     pub seconds: f64,
     /// Times the step ran.
     pub calls: usize,
-    /// Weight bytes the step read, summed over its calls (0 for steps without weights).
+    /// Weight bytes the step read, summed over its calls (0 for steps without weights), exclusive as
+    /// its time is: what a step nested in it reads is the nested step's.
     pub weight_bytes: usize,
 }
 
@@ -106,13 +116,16 @@ pub fn mark<T>(step: Step, weight_bytes: impl FnOnce() -> usize, work: impl FnOn
         let at = now(recording.sync);
         // The outer step's stretch ends here; it resumes when this one ends.
         let outer = recording.running.take();
+        let bytes = weight_bytes();
         if let Some((outer_step, since)) = outer {
-            recording.split.steps.entry(outer_step).or_default().seconds +=
-                (at - since).as_secs_f64();
+            let outer_cost = recording.split.steps.entry(outer_step).or_default();
+            outer_cost.seconds += (at - since).as_secs_f64();
+            // The outer step counted the weights of the whole of its work, this one's included.
+            outer_cost.weight_bytes = outer_cost.weight_bytes.saturating_sub(bytes);
         }
         let cost = recording.split.steps.entry(step).or_default();
         cost.calls += 1;
-        cost.weight_bytes += weight_bytes();
+        cost.weight_bytes += bytes;
         recording.running = Some((step, at));
         Some(outer.map(|(s, _)| s))
     });

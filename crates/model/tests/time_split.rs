@@ -1,6 +1,6 @@
-//! Where a pass's time goes: marks nest exclusively, nothing is recorded outside a recording, and a
-//! pass of a real (tiny) model splits into its embedding, each layer, its cache writes and its LM head,
-//! each with the weight bytes it reads.
+//! Where a pass's time goes: marks nest exclusively, in time and in weight bytes, nothing is recorded
+//! outside a recording, and a pass of a real (tiny) model splits into its embedding, each layer, its
+//! linear maps, attention, cache writes and LM head, each with the weight bytes it reads.
 mod common;
 
 use common::{forward, load};
@@ -11,10 +11,18 @@ use tch::Device;
 #[test]
 fn a_step_nested_in_another_is_taken_out_of_the_outer_one() {
     let ((), split) = time_split::record(Device::Cpu, || {
-        time_split::mark(Step::Layer(0), || 10, || {
-            std::thread::sleep(Duration::from_millis(30));
-            time_split::mark(Step::CacheWrite, || 0, || std::thread::sleep(Duration::from_millis(60)));
-        });
+        time_split::mark(
+            Step::Layer(0),
+            || 10,
+            || {
+                std::thread::sleep(Duration::from_millis(30));
+                time_split::mark(
+                    Step::CacheWrite,
+                    || 0,
+                    || std::thread::sleep(Duration::from_millis(60)),
+                );
+            },
+        );
     });
     let layer = split.steps[&Step::Layer(0)];
     let cache = split.steps[&Step::CacheWrite];
@@ -25,14 +33,36 @@ fn a_step_nested_in_another_is_taken_out_of_the_outer_one() {
 
 #[test]
 fn marks_outside_a_recording_record_nothing_and_still_run() {
-    let value = time_split::mark(Step::LmHead, || panic!("bytes are not counted outside"), || 7);
+    let value = time_split::mark(
+        Step::LmHead,
+        || panic!("bytes are not counted outside"),
+        || 7,
+    );
     assert_eq!(value, 7);
     let ((), split) = time_split::record(Device::Cpu, || {});
     assert!(split.steps.is_empty());
 }
 
 #[test]
-fn a_forward_pass_splits_into_embedding_each_layer_cache_writes_and_the_lm_head() {
+fn a_step_nested_in_another_takes_its_weight_bytes_out_of_the_outer_one() {
+    let ((), split) = time_split::record(Device::Cpu, || {
+        time_split::mark(
+            Step::Layer(0),
+            || 100,
+            || {
+                time_split::mark(Step::LinearMaps, || 30, || ());
+                time_split::mark(Step::LinearMaps, || 50, || ());
+            },
+        );
+    });
+    assert_eq!(split.steps[&Step::Layer(0)].weight_bytes, 20);
+    assert_eq!(split.steps[&Step::LinearMaps].weight_bytes, 80);
+    assert_eq!(split.steps[&Step::LinearMaps].calls, 2);
+}
+
+#[test]
+fn a_forward_pass_splits_into_embedding_layers_linear_maps_attention_cache_writes_and_the_lm_head()
+{
     let model = load("llama");
     let net = &model.net;
     let mut cache = net.new_cache(8);
@@ -41,15 +71,36 @@ fn a_forward_pass_splits_into_embedding_each_layer_cache_writes_and_the_lm_head(
     for i in 0..layers {
         let layer = split.steps[&Step::Layer(i)];
         assert_eq!(layer.calls, 1, "layer {i}");
-        assert!(layer.weight_bytes > 0, "layer {i} reads its weights");
+        assert_eq!(
+            layer.weight_bytes, 0,
+            "layer {i}'s weights are its linear maps'"
+        );
     }
-    let layer_bytes: usize = (0..layers).map(|i| split.steps[&Step::Layer(i)].weight_bytes).sum();
+    let linear_maps = split.steps[&Step::LinearMaps];
+    // q, k, v, o and the MLP's three in every layer.
+    assert_eq!(linear_maps.calls, 7 * layers, "{linear_maps:?}");
     let head = split.steps[&Step::LmHead];
     assert_eq!(head.calls, 1);
-    let all_linears = net.linear_weight_bytes();
-    let head_untied = all_linears - layer_bytes;
-    assert!(head_untied == 0 || head_untied == head.weight_bytes, "layers and head cover every linear map");
-    assert_eq!(split.steps[&Step::CacheWrite].calls, layers, "one write per layer");
+    // A tied head reads the embedding, which is not among the linear maps.
+    let tied_head = match net.config.tie_word_embeddings {
+        true => time_split::bytes_of([net.lm_head_weight()]),
+        false => 0,
+    };
+    assert_eq!(
+        linear_maps.weight_bytes + head.weight_bytes,
+        net.linear_weight_bytes() + tied_head,
+        "the layers' linear maps and the head cover every linear map, once"
+    );
+    assert_eq!(
+        split.steps[&Step::Attention].calls,
+        layers,
+        "one attention per layer"
+    );
+    assert_eq!(
+        split.steps[&Step::CacheWrite].calls,
+        layers,
+        "one write per layer"
+    );
     assert_eq!(split.steps[&Step::Embedding].calls, 1);
     assert!(split.marked_seconds() > 0.0);
 }

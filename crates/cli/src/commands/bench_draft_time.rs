@@ -1,7 +1,8 @@
 //! `sharpdraft bench draft-time`: where a drafter's cycle goes. A greedy speculative decode runs with the
 //! drafter's calls (prefill, propose, observe) recorded step by step (`sharpdraft_model::time_split`):
-//! the embedding, the fusion of target features, each layer, cache writes, the LM head, sampling, and
-//! the rest of the drafter's own code. Each step stands beside its memory bound (the weight bytes it
+//! the embedding, the fusion of target features, each layer's own operations (norms, rotary
+//! embeddings, reshapes), the linear maps' products, attention, cache writes, the LM head, sampling,
+//! and the rest of the drafter's own code. Each step stands beside its memory bound (the weight bytes it
 //! read over the machine's read bandwidth), so a reader sees which part of a draft costs more than its
 //! weights and which part the weights themselves set. The drafter's prefill (the prompt's context
 //! features, once a request, over all of libtorch's threads) is timed apart from the cycles: spread
@@ -139,7 +140,10 @@ impl Drafter for Recorded<'_> {
     ) -> sharpdraft_draft::drafter::Result<()> {
         self.timed(false, |d| d.observe(ctx, feedback))
     }
-    fn set_key_selection(&mut self, selection: Option<KeySelection>) -> sharpdraft_draft::drafter::Result<()> {
+    fn set_key_selection(
+        &mut self,
+        selection: Option<KeySelection>,
+    ) -> sharpdraft_draft::drafter::Result<()> {
         self.inner.set_key_selection(selection)
     }
     fn wants_target_attention(&self) -> bool {
@@ -215,8 +219,13 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
         let (mut split, mut seconds, mut cycles, mut accepted) = (TimeSplit::default(), 0.0, 0, 0);
         let (mut prefill_seconds, mut requests) = (0.0, 0);
         for repeat in 0..args.repeats {
-            let (mut built, mut config) =
-                drafter_spec::prepare(&spec, &target, Sampling::greedy(), prompt.len(), args.new_tokens)?;
+            let (mut built, mut config) = drafter_spec::prepare(
+                &spec,
+                &target,
+                Sampling::greedy(),
+                prompt.len(),
+                args.new_tokens,
+            )?;
             // Every decode generates exactly `new_tokens`: no stop token ends one early.
             config.stop_tokens.clear();
             let mut recorded = Recorded {

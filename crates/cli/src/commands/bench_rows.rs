@@ -12,7 +12,11 @@ use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_model::generate::prefill;
-use sharpdraft_model::{cpu::few_rows, parse_kind, store::registry, CausalLm, ForwardInput, LogitRows};
+use sharpdraft_model::time_split::{self, Step};
+use sharpdraft_model::{
+    cpu::few_rows, parse_kind, store::registry, CausalLm, ForwardInput, LogitRows,
+};
+use std::collections::BTreeMap;
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
@@ -35,6 +39,11 @@ pub struct RowsBenchArgs {
     /// Timed passes per row count (after one untimed).
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
+    /// Also split each row count's pass into its steps (linear maps, attention, the layers' other
+    /// operations, cache writes, LM head, embedding), over as many passes again, recorded apart from
+    /// the timed ones (a recording reads the clock at every step).
+    #[arg(long)]
+    pub split: bool,
     /// Store every linear map's weight column-major (`[out, in]` viewed over `[in, out]` memory) before
     /// timing.
     #[arg(long)]
@@ -65,6 +74,9 @@ struct Row {
     head_transposed_ms: f64,
     /// The LM head through the few-row kernel, where it applies.
     head_kernel_ms: Option<f64>,
+    /// With `--split`: ms a pass in each step (`time_split`), the layers' own operations summed as
+    /// `layers' rest`, and `other` for what no step marks (the final norm, the pass's own code).
+    split_ms: Option<BTreeMap<String, f64>>,
 }
 
 #[derive(Serialize)]
@@ -197,6 +209,22 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
         let pass_ms = median_ms(&mut pass, args.repeats);
         let kernel_ms =
             (few_rows::kernel_seconds() - kernel_before) * 1e3 / (args.repeats.max(1) + 1) as f64;
+        let split_ms = args.split.then(|| {
+            let passes = args.repeats.max(1);
+            let started = Instant::now();
+            let ((), split) = time_split::record(Device::Cpu, || (0..passes).for_each(|_| pass()));
+            let unmarked = started.elapsed().as_secs_f64() - split.marked_seconds();
+            let mut by_step =
+                BTreeMap::from([("other".to_string(), unmarked * 1e3 / passes as f64)]);
+            for (step, cost) in &split.steps {
+                let name = match step {
+                    Step::Layer(_) => "layers' rest".to_string(),
+                    other => other.to_string(),
+                };
+                *by_step.entry(name).or_insert(0.0) += cost.seconds * 1e3 / passes as f64;
+            }
+            by_step
+        });
         let libtorch_pass_ms = median_ms(|| few_rows::without_kernel(&mut pass), args.repeats);
         let x = Tensor::randn([r, hidden], (net.kind(), Device::Cpu));
         let one = *one_row_ms.get_or_insert(pass_ms);
@@ -212,6 +240,7 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
             head_transposed_ms: median_ms(|| drop(x.mm(&head_t)), args.repeats),
             head_kernel_ms: few_rows::takes_rows(r, Device::Cpu, net.kind())
                 .then(|| median_ms(|| drop(few_rows::linear(&x, &head, threads)), args.repeats)),
+            split_ms,
         };
         if !args.json {
             println!(
@@ -227,6 +256,12 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
                 row.head_transposed_ms,
                 row.head_kernel_ms.map_or("-".to_string(), |ms| format!("{ms:.2} ms")),
             );
+            if let Some(split) = &row.split_ms {
+                let steps: Vec<String> = (split.iter())
+                    .map(|(step, ms)| format!("{step} {ms:.1}"))
+                    .collect();
+                println!("          split, ms a pass: {}", steps.join(", "));
+            }
         }
         rows.push(row);
     }
