@@ -230,7 +230,9 @@ unsafe fn add_group_lanes<L: Lanes, const W: usize, const R: usize, const V: usi
     column: usize,
     out: &mut [f32],
 ) {
-    // Checked once here rather than at every key (the loop's index checks cost more than its loads).
+    // Checked once here rather than at every key: the loop's index checks were more instructions than
+    // its loads and products, and held a row at a third of the rate its multiply-adds allow
+    // (`experiments/results/weighted-sum-ab`, before and after).
     assert!(block.end <= s.keys && first + R <= s.rows && column + V * L::WIDTH <= W);
     // Each row's weights from the block's first key: R pointers into `weights` `[rows, keys]`.
     let weight_rows: [*const f32; R] =
