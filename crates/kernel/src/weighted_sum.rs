@@ -55,9 +55,14 @@ impl WeightedSum<'_> {
                 reason,
             })
         };
-        if self.weights.len() != self.rows * self.keys
-            || self.values.len() != self.keys * self.width
-            || out.len() != self.rows * self.width
+        let (weights, values, outputs) = (
+            self.rows.checked_mul(self.keys),
+            self.keys.checked_mul(self.width),
+            self.rows.checked_mul(self.width),
+        );
+        if weights != Some(self.weights.len())
+            || values != Some(self.values.len())
+            || outputs != Some(out.len())
         {
             return refuse(format!(
                 "{} weights, {} values and {} outputs given",
@@ -231,16 +236,25 @@ unsafe fn add_group_lanes<L: Lanes, const W: usize, const R: usize, const V: usi
     out: &mut [f32],
 ) {
     // Checked once here rather than at every key: the loop's index checks were more instructions than
-    // its loads and products, and held a row at a third of the rate its multiply-adds allow
-    // (`experiments/results/weighted-sum-ab`, before and after).
-    assert!(block.end <= s.keys && first + R <= s.rows && column + V * L::WIDTH <= W);
+    // its loads and products, and held every row count at about 12 us a row over 4096 keys
+    // (`experiments/results/weighted-sum-ab`, before and after). With these bounds every read below
+    // lies within `weights` and `values`, whatever the caller.
+    assert!(
+        W == s.width
+            && block.end <= s.keys
+            && first + R <= s.rows
+            && column + V * L::WIDTH <= W
+            && s.values.len() >= block.end * W
+            && s.weights.len() >= (first + R - 1) * s.keys + block.end
+    );
     // Each row's weights from the block's first key: R pointers into `weights` `[rows, keys]`.
     let weight_rows: [*const f32; R] =
         std::array::from_fn(|r| s.weights[(first + r) * s.keys + block.start..].as_ptr());
     let mut value_row = s.values[block.start * W + column..].as_ptr();
     // SAFETY (every vector operation): the caller's instruction set; each load reads L::WIDTH values
-    // within key `block.start + k`'s columns `column..column + V * L::WIDTH` (the assert above), and
-    // each weight read lies within its row's keys of the block.
+    // within key `block.start + k`'s columns `column..column + V * L::WIDTH` of `values`, and each
+    // weight read is row `first + r`'s key `block.start + k` of `weights` (both within the slices by the
+    // assert above).
     let mut acc = [[unsafe { L::zero() }; V]; R];
     for k in 0..block.len() {
         let weights: [L::Vector; R] =

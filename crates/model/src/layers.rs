@@ -90,12 +90,13 @@ impl Linear {
         crate::time_split::mark(
             crate::time_split::Step::LinearMaps,
             || crate::time_split::bytes_of([&self.weight]),
-            || self.product(x),
+            || self.forward_unmarked(x),
         )
     }
 
-    /// `x W^T (+ bias) (+ the low-rank branch)`: [`Self::forward`] without its time-split mark.
-    fn product(&self, x: &Tensor) -> Tensor {
+    /// `x W^T (+ bias) (+ the low-rank branch)`: [`Self::forward`] without its time-split mark, for a
+    /// step that is not a linear map's (an LM head).
+    pub fn forward_unmarked(&self, x: &Tensor) -> Tensor {
         // A few rows on a CPU (a verification pass): a kernel that reads the weight once (few_rows.rs).
         let few_rows = crate::cpu::few_rows::kernel_threads()
             .and_then(|threads| crate::cpu::few_rows::linear(x, &self.weight, threads));

@@ -20,8 +20,8 @@ use tch::Device;
 pub enum Step {
     /// Token embedding lookups.
     Embedding,
-    /// Target features projected into the drafter (EAGLE-3's and DFlash's `fc`, its norms, and DFlash's
-    /// context keys and values).
+    /// Target features projected into the drafter: EAGLE-3's and DFlash's norms and reshapes around
+    /// the products (their `fc` and DFlash's context key and value projections are linear maps).
     Features,
     /// One layer's norms, rotary embeddings, activations and reshapes: what is left of it once its
     /// linear maps, attention and cache writes are taken out.
@@ -62,7 +62,8 @@ pub struct StepCost {
     /// Times the step ran.
     pub calls: usize,
     /// Weight bytes the step read, summed over its calls (0 for steps without weights), exclusive as
-    /// its time is: what a step nested in it reads is the nested step's.
+    /// its time is: what a step nested in a call reads is the nested step's, up to what the call
+    /// declared.
     pub weight_bytes: usize,
 }
 
@@ -91,8 +92,9 @@ impl TimeSplit {
 
 struct Recording {
     split: TimeSplit,
-    /// The innermost running step and when its current stretch started.
-    running: Option<(Step, Instant)>,
+    /// The innermost running step, when its current stretch started, and the weight bytes its call
+    /// declared that no step nested in it has claimed yet.
+    running: Option<(Step, Instant, usize)>,
     /// Synchronised before each clock read (a CUDA device).
     sync: Option<usize>,
 }
@@ -115,30 +117,35 @@ pub fn mark<T>(step: Step, weight_bytes: impl FnOnce() -> usize, work: impl FnOn
         let recording = r.as_mut()?;
         let at = now(recording.sync);
         // The outer step's stretch ends here; it resumes when this one ends.
-        let outer = recording.running.take();
         let bytes = weight_bytes();
-        if let Some((outer_step, since)) = outer {
-            let outer_cost = recording.split.steps.entry(outer_step).or_default();
-            outer_cost.seconds += (at - since).as_secs_f64();
-            // The outer step counted the weights of the whole of its work, this one's included.
-            outer_cost.weight_bytes = outer_cost.weight_bytes.saturating_sub(bytes);
-        }
+        let outer = recording
+            .running
+            .take()
+            .map(|(outer_step, since, unclaimed)| {
+                let outer_cost = recording.split.steps.entry(outer_step).or_default();
+                outer_cost.seconds += (at - since).as_secs_f64();
+                // The outer call counted the weights of the whole of its work, this one's included: as
+                // much of them as it declared moves to this step.
+                let claimed = bytes.min(unclaimed);
+                outer_cost.weight_bytes -= claimed;
+                (outer_step, unclaimed - claimed)
+            });
         let cost = recording.split.steps.entry(step).or_default();
         cost.calls += 1;
         cost.weight_bytes += bytes;
-        recording.running = Some((step, at));
-        Some(outer.map(|(s, _)| s))
+        recording.running = Some((step, at, bytes));
+        Some(outer)
     });
     let out = work();
     if let Some(outer) = entered {
         RECORDING.with(|r| {
             if let Some(recording) = r.borrow_mut().as_mut() {
                 let at = now(recording.sync);
-                if let Some((inner, since)) = recording.running.take() {
+                if let Some((inner, since, _)) = recording.running.take() {
                     recording.split.steps.entry(inner).or_default().seconds +=
                         (at - since).as_secs_f64();
                 }
-                recording.running = outer.map(|s| (s, at));
+                recording.running = outer.map(|(s, unclaimed)| (s, at, unclaimed));
             }
         });
     }

@@ -309,7 +309,7 @@ impl Transformer {
                 let few_rows = plain.then(|| few_rows::head(normed, weight)).flatten();
                 let logits = match (few_rows, &self.lm_head) {
                     (Some(logits), _) => logits,
-                    (None, Some(head)) => head.forward(normed),
+                    (None, Some(head)) => head.forward_unmarked(normed),
                     (None, None) => normed.matmul(&self.embed_tokens.transpose(0, 1)),
                 };
                 logits.to_kind(Kind::Float)

@@ -61,6 +61,30 @@ fn a_step_nested_in_another_takes_its_weight_bytes_out_of_the_outer_one() {
 }
 
 #[test]
+fn a_nested_step_takes_only_what_its_own_call_of_the_outer_step_declared() {
+    let ((), split) = time_split::record(Device::Cpu, || {
+        // One call declares its products' bytes, another declares none: the second's products take
+        // nothing from the first's.
+        time_split::mark(
+            Step::Layer(0),
+            || 100,
+            || {
+                time_split::mark(Step::LinearMaps, || 30, || ());
+            },
+        );
+        time_split::mark(
+            Step::Layer(0),
+            || 0,
+            || {
+                time_split::mark(Step::LinearMaps, || 50, || ());
+            },
+        );
+    });
+    assert_eq!(split.steps[&Step::Layer(0)].weight_bytes, 70);
+    assert_eq!(split.steps[&Step::LinearMaps].weight_bytes, 80);
+}
+
+#[test]
 fn a_forward_pass_splits_into_embedding_layers_linear_maps_attention_cache_writes_and_the_lm_head()
 {
     let model = load("llama");

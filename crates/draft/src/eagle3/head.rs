@@ -79,11 +79,15 @@ impl Eagle3Head {
             .get_or_init(|| time_split::bytes_of(self.linears().iter().map(|l| &l.weight)))
     }
 
-    /// Bytes of the layer's projections and MLP (one pass reads each once).
-    fn layer_bytes(&self) -> usize {
+    /// Weight bytes of the layer's q/k/v projections (what projecting rows reads).
+    fn projection_bytes(&self) -> usize {
+        time_split::bytes_of(self.layer.qkv.linears().iter().map(|l| &l.weight))
+    }
+
+    /// Weight bytes of the layer's o_proj and MLP (what finishing rows after attention reads).
+    fn finish_bytes(&self) -> usize {
         let layer = &self.layer;
-        let mut linears = layer.qkv.linears();
-        linears.push(&layer.o_proj);
+        let mut linears = vec![&layer.o_proj];
         linears.extend(layer.mlp.linears());
         time_split::bytes_of(linears.iter().map(|l| &l.weight))
     }
@@ -181,7 +185,9 @@ impl Eagle3Head {
         hidden: &Tensor,
         positions: &Tensor,
     ) -> (Tensor, Tensor, Tensor, Tensor) {
-        time_split::mark(Step::Layer(0), || 0, || self.project_rows(embeddings, hidden, positions))
+        time_split::mark(Step::Layer(0), || self.projection_bytes(), || {
+            self.project_rows(embeddings, hidden, positions)
+        })
     }
 
     fn project_rows(
@@ -220,7 +226,7 @@ impl Eagle3Head {
         visible: Option<&Tensor>,
     ) -> (Tensor, Tensor) {
         let l = &self.layer;
-        let h = time_split::mark(Step::Layer(0), || self.layer_bytes(), || {
+        let h = time_split::mark(Step::Layer(0), || self.finish_bytes(), || {
             let attn = l.o_proj.forward(&attend(
                 q,
                 keys,
@@ -236,7 +242,7 @@ impl Eagle3Head {
         let logits = time_split::mark(
             Step::LmHead,
             || time_split::bytes_of([&self.lm_head.weight]),
-            || self.lm_head.forward(&normed),
+            || self.lm_head.forward_unmarked(&normed),
         );
         let log_probs = time_split::mark(Step::Sampling, || 0, || {
             logits.to_kind(Kind::Float).log_softmax(-1, Kind::Float)
