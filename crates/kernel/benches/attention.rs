@@ -8,6 +8,12 @@
 //! once came out scalar, and a one-row decode step over 4096 keys took longer than a 4-row
 //! verification).
 //!
+//! Each product is timed twice: on one key head the core holds in its caches, as the bodies' own
+//! rate, and "from memory", each call on the next of a pool of key heads (and value heads) larger than
+//! any last-level cache, as a pass over a long context meets its keys and values. The difference is
+//! what reading them costs beyond the arithmetic: about the read time itself where the body waits for
+//! its reads, less where it hides them behind its products.
+//!
 //! ```sh
 //! cargo bench -p sharpdraft-kernel --bench attention -- [ROUNDS] [KEYS]
 //! cargo bench --profile dev -p sharpdraft-kernel --bench attention   # as `make run` builds it
@@ -24,6 +30,13 @@ use std::time::Instant;
 
 const WIDTH: usize = 64;
 const ROW_COUNTS: [usize; 7] = [1, 3, 6, 8, 9, 12, 16];
+/// The products timed, in the order of `times`' last index.
+const PRODUCTS: [&str; 4] = [
+    "scores",
+    "weighted sum",
+    "scores from memory",
+    "weighted sum from memory",
+];
 
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -40,6 +53,10 @@ fn time_us(mut work: impl FnMut()) -> f64 {
         })
         .fold(f64::INFINITY, f64::min)
 }
+
+/// Key heads (and as many value heads) in the "from memory" pool: 48 of 1 MiB each way at 4096 keys,
+/// 96 MiB in all, three times the largest last-level cache of the machines here.
+const POOL: usize = 48;
 
 fn main() {
     let args: Vec<usize> = std::env::args()
@@ -60,8 +77,16 @@ fn main() {
     };
     let key_rows = fill(keys * WIDTH, 1);
     let value_rows = fill(keys * WIDTH, 2);
-    // times[form][row count][0 = scores, 1 = weighted sum], one per round
-    let mut times = vec![vec![[Vec::new(), Vec::new()]; ROW_COUNTS.len()]; forms.len()];
+    let key_pool: Vec<Vec<f32>> = (0..POOL).map(|h| fill(keys * WIDTH, 10 + h)).collect();
+    let value_pool: Vec<Vec<f32>> = (0..POOL).map(|h| fill(keys * WIDTH, 100 + h)).collect();
+    // The pool's next head, round after round: each was last read POOL - 1 heads ago.
+    let mut next_head = 0usize;
+    let mut pool_head = move || {
+        next_head = (next_head + 1) % POOL;
+        next_head
+    };
+    // times[form][row count][product], one per round: PRODUCTS' order.
+    let mut times = vec![vec![[const { Vec::new() }; 4]; ROW_COUNTS.len()]; forms.len()];
     for round in 0..rounds {
         for (f, &form) in forms.iter().enumerate() {
             // Alternate the order of the row counts from round to round.
@@ -95,6 +120,20 @@ fn main() {
                 times[f][c][1].push(time_us(|| {
                     sum.add_to(form, 0..keys, &mut acc).expect("weighted sum");
                 }));
+                times[f][c][2].push(time_us(|| {
+                    let scores = KeyScores {
+                        keys: &key_pool[pool_head()],
+                        ..scores
+                    };
+                    scores.write_to(form, 0..keys, &mut out).expect("scores");
+                }));
+                times[f][c][3].push(time_us(|| {
+                    let sum = WeightedSum {
+                        values: &value_pool[pool_head()],
+                        ..sum
+                    };
+                    sum.add_to(form, 0..keys, &mut acc).expect("weighted sum");
+                }));
             }
         }
     }
@@ -105,7 +144,7 @@ fn main() {
     println!("| form | product | rows | us | us per row | per row vs 16 rows |");
     println!("|---|---|---|---|---|---|");
     for (f, form) in forms.iter().enumerate() {
-        for (p, product) in ["scores", "weighted sum"].iter().enumerate() {
+        for (p, product) in PRODUCTS.iter().enumerate() {
             let widest = median(&mut times[f][ROW_COUNTS.len() - 1][p].clone())
                 / ROW_COUNTS[ROW_COUNTS.len() - 1] as f64;
             for (c, &rows) in ROW_COUNTS.iter().enumerate() {
