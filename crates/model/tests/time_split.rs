@@ -43,18 +43,22 @@ fn marks_outside_a_recording_record_nothing_and_still_run() {
     assert!(split.steps.is_empty());
 }
 
+/// One call of layer 0 that declares `declared` weight bytes and runs a linear map of each of `maps`.
+fn layer_call(declared: usize, maps: &[usize]) {
+    time_split::mark(
+        Step::Layer(0),
+        || declared,
+        || {
+            for &bytes in maps {
+                time_split::mark(Step::LinearMaps, || bytes, || ());
+            }
+        },
+    );
+}
+
 #[test]
 fn a_step_nested_in_another_takes_its_weight_bytes_out_of_the_outer_one() {
-    let ((), split) = time_split::record(Device::Cpu, || {
-        time_split::mark(
-            Step::Layer(0),
-            || 100,
-            || {
-                time_split::mark(Step::LinearMaps, || 30, || ());
-                time_split::mark(Step::LinearMaps, || 50, || ());
-            },
-        );
-    });
+    let ((), split) = time_split::record(Device::Cpu, || layer_call(100, &[30, 50]));
     assert_eq!(split.steps[&Step::Layer(0)].weight_bytes, 20);
     assert_eq!(split.steps[&Step::LinearMaps].weight_bytes, 80);
     assert_eq!(split.steps[&Step::LinearMaps].calls, 2);
@@ -62,23 +66,11 @@ fn a_step_nested_in_another_takes_its_weight_bytes_out_of_the_outer_one() {
 
 #[test]
 fn a_nested_step_takes_only_what_its_own_call_of_the_outer_step_declared() {
+    // One call declares its products' bytes, another declares none: the second's products take
+    // nothing from the first's.
     let ((), split) = time_split::record(Device::Cpu, || {
-        // One call declares its products' bytes, another declares none: the second's products take
-        // nothing from the first's.
-        time_split::mark(
-            Step::Layer(0),
-            || 100,
-            || {
-                time_split::mark(Step::LinearMaps, || 30, || ());
-            },
-        );
-        time_split::mark(
-            Step::Layer(0),
-            || 0,
-            || {
-                time_split::mark(Step::LinearMaps, || 50, || ());
-            },
-        );
+        layer_call(100, &[30]);
+        layer_call(0, &[50]);
     });
     assert_eq!(split.steps[&Step::Layer(0)].weight_bytes, 70);
     assert_eq!(split.steps[&Step::LinearMaps].weight_bytes, 80);
