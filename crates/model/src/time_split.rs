@@ -1,7 +1,8 @@
 //! Where a pass's time goes. The passes mark their steps (the embedding, the fusion of target features,
 //! each layer, and inside them the linear maps, attention and cache writes; the LM head, sampling);
 //! while [`record`] runs on this thread, every mark adds its exclusive time (a step nested in another
-//! is taken out of the outer one) and the weight bytes it reads (also taken out of the outer one's),
+//! is taken out of the outer one) and the weight bytes it reads itself (a step whose weights are read
+//! by the linear maps nested in it declares none: [`crate::layers::Linear::forward`] marks each map's),
 //! so a drafting cycle splits into parts that sum to the time marked, each beside the time its weights
 //! take to read. When nothing records, a mark costs one thread-local read.
 //!
@@ -61,9 +62,8 @@ pub struct StepCost {
     pub seconds: f64,
     /// Times the step ran.
     pub calls: usize,
-    /// Weight bytes the step read, summed over its calls (0 for steps without weights), exclusive as
-    /// its time is: what a step nested in a call reads is the nested step's, up to what the call
-    /// declared.
+    /// Weight bytes the step read itself, summed over its calls (0 for steps without weights of their
+    /// own, such as a layer, whose weights its linear maps read).
     pub weight_bytes: usize,
 }
 
@@ -92,9 +92,8 @@ impl TimeSplit {
 
 struct Recording {
     split: TimeSplit,
-    /// The innermost running step, when its current stretch started, and the weight bytes its call
-    /// declared that no step nested in it has claimed yet.
-    running: Option<(Step, Instant, usize)>,
+    /// The innermost running step and when its current stretch started.
+    running: Option<(Step, Instant)>,
     /// Synchronised before each clock read (a CUDA device).
     sync: Option<usize>,
 }
@@ -117,35 +116,27 @@ pub fn mark<T>(step: Step, weight_bytes: impl FnOnce() -> usize, work: impl FnOn
         let recording = r.as_mut()?;
         let at = now(recording.sync);
         // The outer step's stretch ends here; it resumes when this one ends.
-        let bytes = weight_bytes();
-        let outer = recording
-            .running
-            .take()
-            .map(|(outer_step, since, unclaimed)| {
-                let outer_cost = recording.split.steps.entry(outer_step).or_default();
-                outer_cost.seconds += (at - since).as_secs_f64();
-                // The outer call counted the weights of the whole of its work, this one's included: as
-                // much of them as it declared moves to this step.
-                let claimed = bytes.min(unclaimed);
-                outer_cost.weight_bytes -= claimed;
-                (outer_step, unclaimed - claimed)
-            });
+        let outer = recording.running.take();
+        if let Some((outer_step, since)) = outer {
+            recording.split.steps.entry(outer_step).or_default().seconds +=
+                (at - since).as_secs_f64();
+        }
         let cost = recording.split.steps.entry(step).or_default();
         cost.calls += 1;
-        cost.weight_bytes += bytes;
-        recording.running = Some((step, at, bytes));
-        Some(outer)
+        cost.weight_bytes += weight_bytes();
+        recording.running = Some((step, at));
+        Some(outer.map(|(s, _)| s))
     });
     let out = work();
     if let Some(outer) = entered {
         RECORDING.with(|r| {
             if let Some(recording) = r.borrow_mut().as_mut() {
                 let at = now(recording.sync);
-                if let Some((inner, since, _)) = recording.running.take() {
+                if let Some((inner, since)) = recording.running.take() {
                     recording.split.steps.entry(inner).or_default().seconds +=
                         (at - since).as_secs_f64();
                 }
-                recording.running = outer.map(|(s, unclaimed)| (s, at, unclaimed));
+                recording.running = outer.map(|s| (s, at));
             }
         });
     }

@@ -396,9 +396,10 @@ impl Transformer {
         let mut hidden: Vec<Option<Tensor>> = input.taps.iter().map(|_| None).collect();
         for (i, layer) in self.layers.iter().enumerate() {
             record_taps(input.taps, Tap::LayerInput(i), &x, &mut hidden);
+            // The layer's weights are its linear maps', which mark their own bytes.
             x = time_split::mark(
                 Step::Layer(i),
-                || time_split::bytes_of(layer.linears().iter().map(|l| &l.weight)),
+                || 0,
                 || -> Result<Tensor> {
                     let attn_in = layer.input_layernorm.forward(&x);
                     let step = AttentionStep {

@@ -1,6 +1,7 @@
-//! Where a pass's time goes: marks nest exclusively, in time and in weight bytes, nothing is recorded
-//! outside a recording, and a pass of a real (tiny) model splits into its embedding, each layer, its
-//! linear maps, attention, cache writes and LM head, each with the weight bytes it reads.
+//! Where a pass's time goes: marks nest exclusively in time and each counts the weight bytes it reads
+//! itself, nothing is recorded outside a recording, and a pass of a real (tiny) model splits into its
+//! embedding, each layer, its linear maps, attention, cache writes and LM head, each with the weight
+//! bytes it reads.
 mod common;
 
 use common::{forward, load};
@@ -43,37 +44,25 @@ fn marks_outside_a_recording_record_nothing_and_still_run() {
     assert!(split.steps.is_empty());
 }
 
-/// One call of layer 0 that declares `declared` weight bytes and runs a linear map of each of `maps`.
-fn layer_call(declared: usize, maps: &[usize]) {
-    time_split::mark(
-        Step::Layer(0),
-        || declared,
-        || {
-            for &bytes in maps {
-                time_split::mark(Step::LinearMaps, || bytes, || ());
-            }
-        },
-    );
-}
-
 #[test]
-fn a_step_nested_in_another_takes_its_weight_bytes_out_of_the_outer_one() {
-    let ((), split) = time_split::record(Device::Cpu, || layer_call(100, &[30, 50]));
-    assert_eq!(split.steps[&Step::Layer(0)].weight_bytes, 20);
-    assert_eq!(split.steps[&Step::LinearMaps].weight_bytes, 80);
-    assert_eq!(split.steps[&Step::LinearMaps].calls, 2);
-}
-
-#[test]
-fn a_nested_step_takes_only_what_its_own_call_of_the_outer_step_declared() {
-    // One call declares its products' bytes, another declares none: the second's products take
-    // nothing from the first's.
+fn a_step_counts_the_weight_bytes_it_declares_and_a_nested_step_its_own_apart() {
     let ((), split) = time_split::record(Device::Cpu, || {
-        layer_call(100, &[30]);
-        layer_call(0, &[50]);
+        // A layer reads its weights through its linear maps: it declares none of its own.
+        for maps in [[30, 50], [20, 0]] {
+            time_split::mark(
+                Step::Layer(0),
+                || 0,
+                || {
+                    for bytes in maps {
+                        time_split::mark(Step::LinearMaps, || bytes, || ());
+                    }
+                },
+            );
+        }
     });
-    assert_eq!(split.steps[&Step::Layer(0)].weight_bytes, 70);
-    assert_eq!(split.steps[&Step::LinearMaps].weight_bytes, 80);
+    assert_eq!(split.steps[&Step::Layer(0)].weight_bytes, 0);
+    assert_eq!(split.steps[&Step::LinearMaps].weight_bytes, 100);
+    assert_eq!(split.steps[&Step::LinearMaps].calls, 4);
 }
 
 #[test]

@@ -52,11 +52,6 @@ impl Layer {
         out
     }
 
-    /// Bytes of the key and value projections' weights (what projecting context features reads).
-    fn key_value_bytes(&self) -> usize {
-        time_split::bytes_of(self.qkv.linears()[1..].iter().map(|l| &l.weight))
-    }
-
     /// Residual of the attention output `[R, heads * head_dim]`, then the MLP block.
     pub(crate) fn finish(&self, x: &Tensor, attention: &Tensor) -> Tensor {
         let x = x + self.o_proj.forward(attention);
@@ -296,11 +291,8 @@ impl DFlashDrafter {
         let (cos, sin) = self.rope.tables(&positions, c.kind());
         for (i, layer) in self.layers.iter().enumerate() {
             // The context's keys and values: features entering layer i.
-            let (k, v) = time_split::mark(
-                Step::Features,
-                || layer.key_value_bytes(),
-                || layer.keys_values(c, &cos, &sin),
-            );
+            // The projections' weights are their linear maps', marked there.
+            let (k, v) = time_split::mark(Step::Features, || 0, || layer.keys_values(c, &cos, &sin));
             let (_keys, _values) = self.cache.write(i, &k, &v)?;
         }
         self.cache.advance(rows);
@@ -341,8 +333,7 @@ impl DFlashDrafter {
             .collect();
         let mut speculation = self.cache.speculate();
         for ((i, layer), mask) in self.layers.iter().enumerate().zip(&masks) {
-            let bytes = || time_split::bytes_of(layer.linears().iter().map(|l| &l.weight));
-            x = time_split::mark(Step::Layer(i), bytes, || -> Result<Tensor> {
+            x = time_split::mark(Step::Layer(i), || 0, || -> Result<Tensor> {
                 let y = layer.input_layernorm.forward(&x);
                 let mut q = layer.queries(&y, &cos, &sin);
                 let (k, v) = layer.keys_values(&y, &cos, &sin);
@@ -408,7 +399,7 @@ impl DFlashDrafter {
         if let Some(features) = self.pending.take() {
             let c = time_split::mark(
                 Step::Features,
-                || time_split::bytes_of([&self.fc.weight]),
+                || 0,
                 || self.hidden_norm.forward(&self.fc.forward(&features.to_kind(kind))),
             );
             let start = self.cache.len();

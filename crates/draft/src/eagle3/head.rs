@@ -79,19 +79,6 @@ impl Eagle3Head {
             .get_or_init(|| time_split::bytes_of(self.linears().iter().map(|l| &l.weight)))
     }
 
-    /// Weight bytes of the layer's q/k/v projections (what projecting rows reads).
-    fn projection_bytes(&self) -> usize {
-        time_split::bytes_of(self.layer.qkv.linears().iter().map(|l| &l.weight))
-    }
-
-    /// Weight bytes of the layer's o_proj and MLP (what finishing rows after attention reads).
-    fn finish_bytes(&self) -> usize {
-        let layer = &self.layer;
-        let mut linears = vec![&layer.o_proj];
-        linears.extend(layer.mlp.linears());
-        time_split::bytes_of(linears.iter().map(|l| &l.weight))
-    }
-
     /// Loads the head's weights; `trainable` makes every weight take gradients (training). Returns the
     /// target taps the head reads.
     pub fn load(dir: &Path, target: &Transformer, trainable: bool) -> Result<(Self, Vec<Tap>)> {
@@ -159,9 +146,10 @@ impl Eagle3Head {
 
     /// `[T, 3 Ht]` target features -> `[T, H]`.
     pub(crate) fn fuse(&self, features: &Tensor) -> Tensor {
+        // `fc`'s weights are its own linear map's, marked there.
         time_split::mark(
             Step::Features,
-            || time_split::bytes_of([&self.fc.weight]),
+            || 0,
             || {
                 if self.fc_norm.is_empty() {
                     return self.fc.forward(features);
@@ -185,9 +173,7 @@ impl Eagle3Head {
         hidden: &Tensor,
         positions: &Tensor,
     ) -> (Tensor, Tensor, Tensor, Tensor) {
-        time_split::mark(Step::Layer(0), || self.projection_bytes(), || {
-            self.project_rows(embeddings, hidden, positions)
-        })
+        time_split::mark(Step::Layer(0), || 0, || self.project_rows(embeddings, hidden, positions))
     }
 
     fn project_rows(
@@ -226,7 +212,7 @@ impl Eagle3Head {
         visible: Option<&Tensor>,
     ) -> (Tensor, Tensor) {
         let l = &self.layer;
-        let h = time_split::mark(Step::Layer(0), || self.finish_bytes(), || {
+        let h = time_split::mark(Step::Layer(0), || 0, || {
             let attn = l.o_proj.forward(&attend(
                 q,
                 keys,
