@@ -476,9 +476,10 @@ fn bench_load_maps_the_weights_in_place_and_holds_no_more_than_a_copy() {
     );
 }
 
-/// `sharpdraft bench rows` once per row count in `rows` (comma-separated) over `context` keys.
-fn bench_rows(rows: &str, context: &str) -> Value {
-    run(&[
+/// `sharpdraft bench rows` once per row count in `rows` (comma-separated) over `context` keys, with
+/// `more` flags.
+fn bench_rows(rows: &str, context: &str, more: &[&str]) -> Value {
+    let mut args = vec![
         "bench",
         "rows",
         "--target",
@@ -490,7 +491,9 @@ fn bench_rows(rows: &str, context: &str) -> Value {
         "--repeats",
         "1",
         "--json",
-    ])
+    ];
+    args.extend(more);
+    run(&args)
 }
 
 #[test]
@@ -498,7 +501,7 @@ fn bench_rows_times_a_pass_per_row_count_next_to_its_bounds() {
     if !fetched() {
         return;
     }
-    let report = bench_rows("1,5", "32");
+    let report = bench_rows("1,5", "32", &[]);
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["relative_to_one_row"], 1.0);
@@ -522,20 +525,7 @@ fn bench_rows_with_split_gives_each_pass_its_linear_maps_attention_and_the_rest(
     if !fetched() {
         return;
     }
-    let report = run(&[
-        "bench",
-        "rows",
-        "--target",
-        "smollm2-135m-instruct",
-        "--rows",
-        "1,4",
-        "--context",
-        "32",
-        "--repeats",
-        "2",
-        "--split",
-        "--json",
-    ]);
+    let report = bench_rows("1,4", "32", &["--split"]);
     for row in report["rows"].as_array().unwrap() {
         let split = row["split_ms"].as_object().expect("a split");
         for step in [
@@ -683,7 +673,7 @@ fn libtorch_tensors_in_the_command_line_come_from_mimalloc() {
     if !fetched() {
         return;
     }
-    let report = bench_rows("1", "16");
+    let report = bench_rows("1", "16", &[]);
     let allocator = &report["allocator"];
     assert!(
         allocator["name"].as_str().unwrap().starts_with("mimalloc "),

@@ -6,22 +6,10 @@
 
 mod common;
 
-use common::values;
+use common::{forms_this_cpu_runs, values};
 
 use sharpdraft_kernel::products::{most_rows, pair_products_available};
 use sharpdraft_kernel::{product, KernelForm, ProductError, Rows, Shape, Weights};
-
-/// The forms with products of their own that this CPU runs.
-fn forms() -> Vec<KernelForm> {
-    let forms: Vec<KernelForm> = KernelForm::ALL
-        .into_iter()
-        .filter(|f| *f != KernelForm::Libtorch && f.available())
-        .collect();
-    if forms.is_empty() {
-        println!("skipped: this CPU has no form of the kernel (libtorch keeps every product)");
-    }
-    forms
-}
 
 /// bf16 by truncation, and its f32 value.
 fn to_bf16(v: &[f32]) -> Vec<u16> {
@@ -66,7 +54,7 @@ const SHAPES: [(usize, usize); 4] = [(1, 5), (67, 77), (256, 5), (96, 1)];
 
 #[test]
 fn every_form_multiplies_f32_weights_like_a_plain_sum_for_every_row_count() {
-    for form in forms() {
+    for form in forms_this_cpu_runs() {
         for (inputs, outputs) in SHAPES {
             for rows in 1..=16 {
                 let shape = Shape {
@@ -87,7 +75,7 @@ fn every_form_multiplies_f32_weights_like_a_plain_sum_for_every_row_count() {
 
 #[test]
 fn every_form_multiplies_bf16_weights_widened_as_they_are_read() {
-    for form in forms() {
+    for form in forms_this_cpu_runs() {
         for (inputs, outputs) in SHAPES {
             for rows in 1..=most_rows(form, true) + 3 {
                 let shape = Shape {
@@ -142,7 +130,7 @@ fn a_rows_result_is_the_same_to_the_bit_whatever_number_of_rows_shares_the_produ
         inputs: 67,
         outputs: 77,
     };
-    for form in forms() {
+    for form in forms_this_cpu_runs() {
         let x = values(16 * 67, 7);
         let weight = values(77 * 67, 8);
         let mut all = vec![0.0; 16 * 77];
@@ -181,7 +169,7 @@ fn operands_that_do_not_fit_their_shape_and_forms_the_cpu_cannot_run_are_refused
             form.name()
         );
     }
-    for form in forms() {
+    for form in forms_this_cpu_runs() {
         let short = product(
             form,
             Rows::F32(&x[..15]),

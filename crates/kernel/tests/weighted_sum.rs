@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::values;
+use common::{forms_this_cpu_runs, values};
 
 use sharpdraft_kernel::weighted_sum::WeightedSum;
 use sharpdraft_kernel::KernelForm;
@@ -87,11 +87,7 @@ fn a_rows_weighted_sum_is_the_same_to_the_bit_whatever_rows_share_the_pass_and_i
             }
         }
         // The forms this CPU runs each take a fused multiply-add per key in the same order.
-        let fused: Vec<KernelForm> = KernelForm::ALL
-            .into_iter()
-            .filter(|f| *f != KernelForm::Libtorch && f.available())
-            .collect();
-        for pair in fused.windows(2) {
+        for pair in forms_this_cpu_runs().windows(2) {
             assert_eq!(
                 sum_of(pair[0], 0..rows),
                 sum_of(pair[1], 0..rows),
@@ -119,14 +115,7 @@ fn every_form_this_cpu_runs_rounds_each_product_and_its_sum_once() {
         keys: 2,
         width,
     };
-    let forms: Vec<KernelForm> = KernelForm::ALL
-        .into_iter()
-        .filter(|f| *f != KernelForm::Libtorch && f.available())
-        .collect();
-    if forms.is_empty() {
-        println!("skipped: this CPU runs no form of the kernel");
-    }
-    for form in forms {
+    for form in forms_this_cpu_runs() {
         let mut out = vec![0.0; width];
         sum.add_to(form, 0..2, &mut out).unwrap();
         assert_eq!(out[0], -(2f32.powi(-26)), "{}", form.name());
