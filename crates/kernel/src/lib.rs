@@ -10,6 +10,7 @@
 //! - [`form`]: which form this CPU runs, or `SHARPDRAFT_KERNEL` forces.
 //! - [`workers`]: threads that wait, spinning, for the parts of a product.
 //! - [`key_scores`]: attention's scores for a few rows, each key read once, the lanes across the rows.
+//! - [`softmax`]: attention's score rows to probabilities, in place, between the two products.
 //! - [`weighted_sum`]: attention's probabilities times its values for a few rows, each value read once.
 //! - `multiply_add`: the fused or unfused `a * b + c` of both products' portable loops.
 //!
@@ -23,6 +24,7 @@ pub mod key_scores;
 mod lanes;
 mod multiply_add;
 pub mod products;
+pub mod softmax;
 mod streams;
 pub mod weighted_sum;
 pub mod workers;

@@ -142,9 +142,10 @@ fn mask_scores(scores: Tensor, visible: Option<&Visibility>, rows: i64) -> Tenso
 /// weighted sum of value rows (`few_rows::weighted_sum`), so that keys and values are each read once,
 /// over the kernel's threads. libtorch's GEMM packs (copies) the whole key or value matrix before
 /// multiplying a few rows by it, which over a long context took most of a pass; scores as one dot
-/// product per key and row cost a 4-row pass 5x a one-row pass's attention. The softmax stays
-/// libtorch's. A row's result does not depend on the rows beside it. f32 only (`None` otherwise, or
-/// where a tensor is not laid out for the kernel).
+/// product per key and row cost a 4-row pass 5x a one-row pass's attention. Between them the kernel's
+/// softmax where this CPU has its body, else libtorch's ([`softmax_over_threads`]). A row's result
+/// does not depend on the rows beside it. f32 only (`None` otherwise, or where a tensor is not laid
+/// out for the kernel).
 fn attend_on_kernel(
     q: &Tensor,
     keys: &Tensor,
@@ -162,7 +163,7 @@ fn attend_on_kernel(
     let grouped = q.contiguous().view([kv_heads, grouped_rows, head_dim]);
     // Scaled queries: a multiply of [Hkv, G T, D] rather than of the scores.
     let scores = few_rows::key_scores(&(grouped * softmax_scale), keys, threads)?; // [Hkv, G T, L]
-    let probs = softmax_over_threads(&mask_scores(scores, visible, rows), threads)?;
+    let probs = softmax_over_threads(mask_scores(scores, visible, rows), threads)?;
     Some(
         few_rows::weighted_sum(&probs, values, threads)? // [Hkv, G T, D]
             .view([heads, rows, head_dim])
@@ -172,10 +173,28 @@ fn attend_on_kernel(
 }
 
 /// The softmax over the last dimension of fresh f32 scores `[Hkv, G T, L]`, its rows split over the
+/// kernel's threads: the kernel's own softmax in place where this CPU has its body
+/// (`few_rows::softmax_in_place`), else libtorch's ([`libtorch_softmax_over_threads`]). `None` when a
+/// part failed.
+fn softmax_over_threads(scores: Tensor, threads: usize) -> Option<Tensor> {
+    time_split::mark(
+        Step::AttentionSoftmax,
+        || 0,
+        || {
+            let scores = scores.contiguous();
+            match few_rows::softmax_in_place(&scores, threads) {
+                Some(()) => Some(scores),
+                None => libtorch_softmax_over_threads(&scores, threads),
+            }
+        },
+    )
+}
+
+/// libtorch's softmax over the last dimension of f32 scores `[Hkv, G T, L]`, its rows split over the
 /// kernel's threads, into a contiguous tensor of the same shape. Inside a kernel pass libtorch runs on
 /// one thread, so one core took the whole softmax while the others waited: about a tenth of a 4-row
 /// verification over 4096 keys (`perf`, before). `None` when a part failed.
-fn softmax_over_threads(scores: &Tensor, threads: usize) -> Option<Tensor> {
+fn libtorch_softmax_over_threads(scores: &Tensor, threads: usize) -> Option<Tensor> {
     let (kv_heads, grouped_rows, length) = scores.size3().ok()?;
     let rows = kv_heads * grouped_rows;
     let flat = scores.contiguous().view([rows, length]);
@@ -324,15 +343,67 @@ mod tests {
         (q, keys, values, visible)
     }
 
-    #[test]
-    fn a_softmax_split_over_threads_is_libtorchs_softmax_to_the_bit() {
+    /// Scores `[3, 7, 4100]` (parts of unequal sizes, and more threads than some splits need) whose
+    /// last 100 keys are hidden.
+    fn hidden_tail_scores() -> Tensor {
         tch::manual_seed(4);
-        // 3 x 7 rows: parts of unequal sizes, and more threads than some splits need.
         let scores = Tensor::randn([3, 7, 4100], (Kind::Float, Device::Cpu)) * 4.0;
         let _ = scores.narrow(2, 4000, 100).fill_(f64::NEG_INFINITY);
+        scores
+    }
+
+    #[test]
+    fn the_kernels_softmax_split_over_threads_is_within_a_few_ulp_of_libtorchs() {
+        let scores = hidden_tail_scores();
         let expected = scores.softmax(-1, Kind::Float);
         for threads in [1, 2, 3, 5] {
-            let split = softmax_over_threads(&scores, threads).expect("every part ran");
+            let kernel = scores.copy();
+            if few_rows::softmax_in_place(&kernel, threads).is_none() {
+                println!("skipped: this CPU has no softmax body (AVX2 + FMA)");
+                return;
+            }
+            let hidden = kernel.narrow(2, 4000, 100);
+            assert_eq!(
+                hidden.count_nonzero(None).int64_value(&[]),
+                0,
+                "hidden keys weigh 0"
+            );
+            let relative = ((&kernel - &expected).abs() / (expected.abs() + 1e-30))
+                .max()
+                .double_value(&[]);
+            assert!(
+                relative < 1e-5,
+                "{threads} threads: relative difference {relative}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_few_row_pass_over_a_long_context_times_its_softmax_apart_from_the_rest_of_attention() {
+        if sharpdraft_kernel::form::current() == sharpdraft_kernel::KernelForm::Libtorch {
+            println!("skipped: this CPU has no form of the kernel");
+            return;
+        }
+        tch::manual_seed(9);
+        let (q, keys, values, visible) = inputs(3, 9, 4, 2048);
+        let visible = Visibility::new(visible);
+        let (_, split) = time_split::record(Device::Cpu, || {
+            few_rows::with_kernel(|| attend_visible(&q, &keys, &values, Some(&visible), 0.125))
+        });
+        let (attention, softmax) = (
+            split.steps[&Step::Attention],
+            split.steps[&Step::AttentionSoftmax],
+        );
+        assert_eq!((attention.calls, softmax.calls), (1, 1));
+        assert!(softmax.seconds > 0.0 && attention.seconds > 0.0);
+    }
+
+    #[test]
+    fn libtorchs_softmax_split_over_threads_is_its_softmax_in_one_piece_to_the_bit() {
+        let scores = hidden_tail_scores();
+        let expected = scores.softmax(-1, Kind::Float);
+        for threads in [1, 2, 3, 5] {
+            let split = libtorch_softmax_over_threads(&scores, threads).expect("every part ran");
             assert_eq!(split.size(), [3, 7, 4100]);
             assert!(
                 split.eq_tensor(&expected).all().int64_value(&[]) == 1,

@@ -30,8 +30,12 @@ pub enum Step {
     /// The products of linear maps (a layer's projections and MLP, a drafter's `fc`), wherever they
     /// run: the weight bytes a pass reads are theirs.
     LinearMaps,
-    /// Attention over the cache: scores, mask, softmax and the weighted sum of the values.
+    /// Attention over the cache: scores, mask and the weighted sum of the values (and the softmax
+    /// where it does not take the step below).
     Attention,
+    /// The softmax between attention's two products in a few-row pass on the kernel (nested in
+    /// [`Step::Attention`], which is timed without it).
+    AttentionSoftmax,
     /// Writing keys and values into a cache.
     CacheWrite,
     /// The LM head: hidden states to logits over the vocabulary.
@@ -48,6 +52,7 @@ impl std::fmt::Display for Step {
             Step::Layer(i) => write!(f, "layer {i}"),
             Step::LinearMaps => write!(f, "linear maps"),
             Step::Attention => write!(f, "attention"),
+            Step::AttentionSoftmax => write!(f, "attention's softmax"),
             Step::CacheWrite => write!(f, "cache writes"),
             Step::LmHead => write!(f, "LM head"),
             Step::Sampling => write!(f, "sampling"),

@@ -17,6 +17,7 @@
 use sharpdraft_kernel::form::{self as kernel_form, KernelForm};
 use sharpdraft_kernel::key_scores::{self, KeyScores};
 use sharpdraft_kernel::products::{multiply, pair_products_available, Operands, Shape};
+use sharpdraft_kernel::softmax;
 use sharpdraft_kernel::weighted_sum::WeightedSum;
 use sharpdraft_kernel::workers;
 use std::cell::Cell;
@@ -505,6 +506,42 @@ pub fn key_scores(queries: &Tensor, keys: &Tensor, threads: usize) -> Option<Ten
     }
     KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     Some(out)
+}
+
+/// The softmax over the last dimension of `scores [B, R, L]` (f32, contiguous, fresh: changed in place)
+/// on this kernel (`sharpdraft_kernel::softmax`), its rows split over `threads`; `None`, nothing
+/// changed, where it does not apply (another kind or layout, gradients, a form without a softmax body:
+/// the caller keeps libtorch's). Attention's softmax between its two products.
+pub fn softmax_in_place(scores: &Tensor, threads: usize) -> Option<()> {
+    let (batch, rows, length) = scores.size3().ok()?;
+    let applies = scores.device() == Device::Cpu
+        && scores.kind() == Kind::Float
+        && !scores.requires_grad()
+        && scores.is_contiguous()
+        && length >= 1
+        && softmax::has_body(kernel_form::current());
+    if !applies {
+        return None;
+    }
+    let (all_rows, length) = ((batch * rows) as usize, length as usize);
+    let parts = threads.clamp(1, all_rows.max(1)).min(cores());
+    let per_part = all_rows.div_ceil(parts);
+    let scores_at = scores.data_ptr() as usize;
+    let form = kernel_form::current();
+    let part = move |t: usize| {
+        let first = (t * per_part).min(all_rows);
+        let count = per_part.min(all_rows - first);
+        // SAFETY: `scores` is a contiguous f32 `[all_rows, length]` tensor, alive until `run_each` has
+        // waited for every part; part t changes only its own rows.
+        let rows = unsafe {
+            std::slice::from_raw_parts_mut(
+                (scores_at as *mut f32).add(first * length),
+                count * length,
+            )
+        };
+        softmax::softmax_rows(form, rows, length).expect("the rows are whole");
+    };
+    workers::run_each(parts, part).then_some(())
 }
 
 /// `probs [B, R, L] values [B, L, D]` -> `[B, R, D]` f32 on this kernel (`sharpdraft_kernel::weighted_sum`:
