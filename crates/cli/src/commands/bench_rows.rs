@@ -39,9 +39,9 @@ pub struct RowsBenchArgs {
     /// Timed passes per row count (after one untimed).
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
-    /// Also split each row count's pass into its steps (linear maps, attention, the layers' other
-    /// operations, cache writes, LM head, embedding), over as many passes again, recorded apart from
-    /// the timed ones (a recording reads the clock at every step).
+    /// Also split each row count's pass into its steps (linear maps, attention and, from 1024 keys,
+    /// its softmax apart, the layers' other operations, cache writes, LM head, embedding), over as many
+    /// passes again, recorded apart from the timed ones (a recording reads the clock at every step).
     #[arg(long)]
     pub split: bool,
     /// Store every linear map's weight column-major (`[out, in]` viewed over `[in, out]` memory) before
