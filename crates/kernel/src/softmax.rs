@@ -2,13 +2,13 @@
 //! `exp(x - max) / sum`. Between the scores ([`crate::key_scores`]) and the weighted sum
 //! ([`crate::weighted_sum`]) of a few-row pass over a long context, libtorch's softmax took about a
 //! seventh of the attention of a 4-row verification over 4096 keys (`bench rows --split`, the attention
-//! step's parts timed apart and not recorded: 2.7 of 19 ms). The exponential here is the usual
-//! single-precision one (a degree-5 polynomial after reducing by ln 2, as Cephes' `expf`), within about
-//! 1 ulp as libtorch's is; a row's weights come within 8 ulp of the exact
-//! softmax of its f32 differences to the maximum (tests/softmax.rs; 4.5 at worst over 50 rows of
-//! 4096 scores in [-20, 20], a run not recorded).
+//! step's parts timed apart in a run not recorded; `bench rows --split` now times the softmax as a step
+//! of its own). The exponential here is the usual single-precision one (a degree-5 polynomial after
+//! reducing by ln 2, as Cephes' `expf`); a row's weights come within 10 ulp of the exact softmax of its
+//! f32 differences to the maximum (tests/softmax.rs).
 //!
-//! A row's result depends only on that row (a decode step's rows and a verification's agree to the bit).
+//! A row's result depends only on that row and is the same to the bit whatever rows share the call;
+//! keys hidden at the end of a row (exp 0, in lanes by position) leave the others' weights as they are.
 //! Scores at minus infinity (hidden keys) get weight exactly 0. Only AVX2 + FMA has a body
 //! (AVX-512 CPUs run it too); elsewhere [`softmax_rows`] declines and the caller keeps libtorch's.
 
@@ -57,8 +57,8 @@ pub fn softmax_rows(
 mod avx2 {
     use std::arch::x86_64::*;
 
-    /// Inputs below this give 0: exp(-87.34) is about f32's smallest normal, and the scale 2^n
-    /// built from the exponent field below would not be a number past it.
+    /// Inputs below this give 0: exp(-87.34) is about f32's smallest normal, and past it the scale 2^n
+    /// built from the exponent field below would be 0 (n = -127) or minus infinity (n = -128).
     const LOWEST: f32 = -87.336_55;
     const HIGHEST: f32 = 88.376_26;
     const LOG2_E: f32 = std::f32::consts::LOG2_E;
@@ -124,25 +124,28 @@ mod avx2 {
         _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps::<1>(pair, pair)))
     }
 
-    /// One row's softmax in place: its maximum; `exp(x - max)` written back and summed (in lanes,
-    /// then across them, then the tail past the last 8); each value times `1 / sum`.
+    /// One row's softmax in place: its maximum; `exp(x - max)` written back and summed in lanes (value
+    /// i into lane i mod 8, the tail past the last whole 8 padded with minus infinity, so exp 0), then
+    /// across them; each value times `1 / sum`. Every access goes through one pointer taken from the
+    /// row, which is not touched otherwise meanwhile.
     ///
     /// # Safety
     /// The CPU has AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn softmax_row(row: &mut [f32]) {
-        let whole = row.len() / 8 * 8;
-        let at = row.as_mut_ptr();
-        let mut max = f32::NEG_INFINITY;
-        if whole > 0 {
-            let mut lanes = _mm256_set1_ps(f32::NEG_INFINITY);
-            for i in (0..whole).step_by(8) {
-                // SAFETY: i + 8 <= whole <= row.len() (every access below likewise).
-                lanes = _mm256_max_ps(lanes, unsafe { _mm256_loadu_ps(at.add(i)) });
-            }
-            max = unsafe { max_of_lanes(lanes) };
+        let (length, at) = (row.len(), row.as_mut_ptr());
+        let whole = length / 8 * 8;
+        let tail_len = length - whole;
+        // SAFETY (every access below): i + 8 <= whole <= length, and the tail's tail_len < 8 values
+        // start at whole.
+        let mut lanes = _mm256_set1_ps(f32::NEG_INFINITY);
+        for i in (0..whole).step_by(8) {
+            lanes = _mm256_max_ps(lanes, unsafe { _mm256_loadu_ps(at.add(i)) });
         }
-        max = row[whole..].iter().fold(max, |m, &x| m.max(x));
+        let mut tail = [f32::NEG_INFINITY; 8];
+        unsafe { std::ptr::copy_nonoverlapping(at.add(whole), tail.as_mut_ptr(), tail_len) };
+        let tail_lanes = unsafe { _mm256_loadu_ps(tail.as_ptr()) };
+        let max = unsafe { max_of_lanes(_mm256_max_ps(lanes, tail_lanes)) };
         // A row that sees no key keeps minus infinity everywhere and gives NaN, as libtorch's does.
         let shift = _mm256_set1_ps(max);
         let mut sums = _mm256_setzero_ps();
@@ -151,31 +154,21 @@ mod avx2 {
             unsafe { _mm256_storeu_ps(at.add(i), e) };
             sums = _mm256_add_ps(sums, e);
         }
-        let mut sum = unsafe { sum_of_lanes(sums) };
-        // The tail through the same lanes, padded with minus infinity (exp 0).
-        let tail_len = row.len() - whole;
-        if tail_len > 0 {
-            let mut tail = [f32::NEG_INFINITY; 8];
-            tail[..tail_len].copy_from_slice(&row[whole..]);
-            let mut e = [0f32; 8];
-            unsafe {
-                _mm256_storeu_ps(
-                    e.as_mut_ptr(),
-                    exp(_mm256_sub_ps(_mm256_loadu_ps(tail.as_ptr()), shift)),
-                )
-            };
-            row[whole..].copy_from_slice(&e[..tail_len]);
-            sum += e.iter().sum::<f32>();
-        }
-        let scale = _mm256_set1_ps(1.0 / sum);
+        let tail_exps = unsafe { exp(_mm256_sub_ps(tail_lanes, shift)) };
+        sums = _mm256_add_ps(sums, tail_exps);
+        unsafe { _mm256_storeu_ps(tail.as_mut_ptr(), tail_exps) };
+        let scale = _mm256_set1_ps(1.0 / unsafe { sum_of_lanes(sums) });
         for i in (0..whole).step_by(8) {
             unsafe {
                 _mm256_storeu_ps(at.add(i), _mm256_mul_ps(_mm256_loadu_ps(at.add(i)), scale))
             };
         }
-        let scale = 1.0 / sum;
-        for x in &mut row[whole..] {
-            *x *= scale;
+        unsafe {
+            _mm256_storeu_ps(
+                tail.as_mut_ptr(),
+                _mm256_mul_ps(_mm256_loadu_ps(tail.as_ptr()), scale),
+            );
+            std::ptr::copy_nonoverlapping(tail.as_ptr(), at.add(whole), tail_len);
         }
     }
 }

@@ -509,10 +509,12 @@ pub fn key_scores(queries: &Tensor, keys: &Tensor, threads: usize) -> Option<Ten
 }
 
 /// The softmax over the last dimension of `scores [B, R, L]` (f32, contiguous, fresh: changed in place)
-/// on this kernel (`sharpdraft_kernel::softmax`), its rows split over `threads`; `None`, nothing
-/// changed, where it does not apply (another kind or layout, gradients, a form without a softmax body:
-/// the caller keeps libtorch's). Attention's softmax between its two products.
-pub fn softmax_in_place(scores: &Tensor, threads: usize) -> Option<()> {
+/// on this kernel (`sharpdraft_kernel::softmax`), its rows split over `threads`: `Some(true)` once
+/// done, `Some(false)` when a part failed (some rows may be changed, others not: the scores are
+/// spoiled), `None`, nothing changed, where it does not apply (another kind or layout, gradients, a
+/// form without a softmax body: the caller keeps libtorch's). Attention's softmax between its two
+/// products.
+pub fn softmax_in_place(scores: &Tensor, threads: usize) -> Option<bool> {
     let (batch, rows, length) = scores.size3().ok()?;
     let applies = scores.device() == Device::Cpu
         && scores.kind() == Kind::Float
@@ -524,7 +526,10 @@ pub fn softmax_in_place(scores: &Tensor, threads: usize) -> Option<()> {
         return None;
     }
     let (all_rows, length) = ((batch * rows) as usize, length as usize);
-    let parts = threads.clamp(1, all_rows.max(1)).min(cores());
+    if all_rows == 0 {
+        return Some(true);
+    }
+    let parts = threads.clamp(1, all_rows).min(cores());
     let per_part = all_rows.div_ceil(parts);
     let scores_at = scores.data_ptr() as usize;
     let form = kernel_form::current();
@@ -541,7 +546,7 @@ pub fn softmax_in_place(scores: &Tensor, threads: usize) -> Option<()> {
         };
         softmax::softmax_rows(form, rows, length).expect("the rows are whole");
     };
-    workers::run_each(parts, part).then_some(())
+    Some(workers::run_each(parts, part))
 }
 
 /// `probs [B, R, L] values [B, L, D]` -> `[B, R, D]` f32 on this kernel (`sharpdraft_kernel::weighted_sum`:
