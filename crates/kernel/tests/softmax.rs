@@ -9,9 +9,9 @@ use sharpdraft_kernel::KernelForm;
 
 /// The form with a softmax body that this CPU runs, or `None` (the test then says it skipped).
 fn form_with_a_body() -> Option<KernelForm> {
-    let form = [KernelForm::Avx512, KernelForm::Avx2]
+    let form = common::forms_this_cpu_runs()
         .into_iter()
-        .find(|f| f.available() && has_body(*f));
+        .find(|f| has_body(*f));
     if form.is_none() {
         println!("skipped: this CPU has no softmax body (AVX2 + FMA); attention keeps libtorch's");
     }

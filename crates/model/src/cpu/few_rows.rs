@@ -516,12 +516,13 @@ pub fn key_scores(queries: &Tensor, keys: &Tensor, threads: usize) -> Option<Ten
 /// products.
 pub fn softmax_in_place(scores: &Tensor, threads: usize) -> Option<bool> {
     let (batch, rows, length) = scores.size3().ok()?;
+    let form = kernel_form::current();
     let applies = scores.device() == Device::Cpu
         && scores.kind() == Kind::Float
         && !scores.requires_grad()
         && scores.is_contiguous()
         && length >= 1
-        && softmax::has_body(kernel_form::current());
+        && softmax::has_body(form);
     if !applies {
         return None;
     }
@@ -532,7 +533,6 @@ pub fn softmax_in_place(scores: &Tensor, threads: usize) -> Option<bool> {
     let parts = threads.clamp(1, all_rows).min(cores());
     let per_part = all_rows.div_ceil(parts);
     let scores_at = scores.data_ptr() as usize;
-    let form = kernel_form::current();
     let part = move |t: usize| {
         let first = (t * per_part).min(all_rows);
         let count = per_part.min(all_rows - first);
