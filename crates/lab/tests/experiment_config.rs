@@ -55,6 +55,57 @@ fn a_valid_experiment_expands_to_units_of_every_arm_with_the_target_alone_first(
 }
 
 #[test]
+fn a_drafter_that_names_its_methods_runs_only_those_and_needs_no_schedule_for_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    // Drafter e names no schedule: the fixed-scaling method would be refused for it, had it to run it.
+    let text = VALID
+        .replace(
+            "  - {name: d, spec: {method: dflash, checkpoint: some-dflash}}",
+            "  - {name: d, spec: {method: dflash, checkpoint: some-dflash}, schedule: d-schedule}\n  - {name: e, spec: {method: vanilla, checkpoint: some-llm}, methods: [lora, unmodified]}",
+        )
+        .replace(
+            "  - {name: unmodified}",
+            "  - {name: unmodified}\n  - {name: fixed, scaling: {mode: fixed}}",
+        );
+    let experiment = Experiment::load(&write(dir.path(), "exp.yaml", &text)).unwrap();
+    let labels: Vec<String> = arms(&experiment).iter().map(|a| a.label()).collect();
+    assert_eq!(
+        labels,
+        [
+            "target / ar",
+            "d / unmodified",
+            "d / fixed",
+            "d / lora",
+            "e / unmodified",
+            "e / lora"
+        ]
+    );
+}
+
+#[test]
+fn a_drafter_may_name_only_drafting_methods_of_the_experiment() {
+    let drafter = "  - {name: d, spec: {method: dflash, checkpoint: some-dflash}}";
+    for (methods, expected) in [
+        (
+            "[lora, window]",
+            "methods names \"window\", which is not a drafting method",
+        ),
+        (
+            "[ar]",
+            "methods names \"ar\", which is not a drafting method",
+        ),
+        ("[]", "drafter \"d\": methods is empty"),
+    ] {
+        let edited = format!(
+            "  - {{name: d, spec: {{method: dflash, checkpoint: some-dflash}}, methods: {methods}}}"
+        );
+        let err = error(&VALID.replace(drafter, &edited));
+        assert!(err.contains(expected), "{methods}: {err}");
+        assert!(err.contains("exp.yaml"), "{err}");
+    }
+}
+
+#[test]
 fn shards_cover_the_grid_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let experiment = Experiment::load(&write(dir.path(), "exp.yaml", VALID)).unwrap();

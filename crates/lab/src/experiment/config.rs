@@ -129,6 +129,20 @@ pub struct DrafterEntry {
     /// A calibrate config (`configs/calibrate/`) run first when `schedule` is missing and needed.
     #[serde(default)]
     pub calibrate: Option<PathBuf>,
+    /// The drafting methods this drafter runs, by name; every drafting method when absent. A method that
+    /// means nothing for a drafter (query scaling below the length a drafter was trained at) then costs
+    /// no hours of decoding that repeat another arm's.
+    #[serde(default)]
+    pub methods: Option<Vec<String>>,
+}
+
+impl DrafterEntry {
+    /// Whether this drafter runs `method` (a drafting method).
+    pub fn runs(&self, method: &MethodEntry) -> bool {
+        self.methods
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| *n == method.name))
+    }
 }
 
 /// One method: target alone, or the drafter with options overlaid on its specification.
@@ -537,15 +551,28 @@ impl Experiment {
             }
         }
         for drafter in &self.drafters {
-            for method in self.methods.iter().filter(|m| !m.target_only) {
-                let spec = self.spec(drafter, method)?;
-                spec.validate().with_context(|| {
-                    format!(
-                        "{f}: drafter {:?} with method {:?}",
-                        drafter.name, method.name
-                    )
-                })?;
+            ensure!(
+                drafter.methods.as_ref().is_none_or(|m| !m.is_empty()),
+                "{f}: drafter {:?}: methods is empty; name at least one drafting method, or drop the key to run them all",
+                drafter.name
+            );
+            for name in drafter.methods.iter().flatten() {
+                let method = self.methods.iter().find(|m| m.name == *name);
+                ensure!(
+                    method.is_some_and(|m| !m.target_only),
+                    "{f}: drafter {:?}: methods names {name:?}, which is not a drafting method of this experiment",
+                    drafter.name
+                );
             }
+        }
+        for (drafter, method) in self.drafting_pairs() {
+            let spec = self.spec(drafter, method)?;
+            spec.validate().with_context(|| {
+                format!(
+                    "{f}: drafter {:?} with method {:?}",
+                    drafter.name, method.name
+                )
+            })?;
         }
         Ok(())
     }
@@ -604,6 +631,17 @@ impl Experiment {
     }
 
     /// The drafter specification `method` runs `drafter` with.
+    /// Every drafter with every drafting method it runs, drafters in the order written and each
+    /// drafter's methods in the experiment's order.
+    pub fn drafting_pairs(&self) -> impl Iterator<Item = (&DrafterEntry, &MethodEntry)> {
+        self.drafters.iter().flat_map(move |drafter| {
+            self.methods
+                .iter()
+                .filter(move |m| !m.target_only && drafter.runs(m))
+                .map(move |m| (drafter, m))
+        })
+    }
+
     pub fn spec(&self, drafter: &DrafterEntry, method: &MethodEntry) -> Result<DrafterSpec> {
         let mut spec = drafter.spec.clone();
         if let Some(scaling) = &method.scaling {

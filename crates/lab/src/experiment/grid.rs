@@ -51,7 +51,7 @@ impl Arm {
 }
 
 /// Every arm of `experiment`: the target-only methods first (the speed-ups' denominators, the first
-/// of them the baseline), then every drafter with every other method, in the order written.
+/// of them the baseline), then every drafter with every other method it runs, in the order written.
 pub fn arms(experiment: &Experiment) -> Vec<Arm> {
     let target_only = experiment
         .methods
@@ -61,15 +61,9 @@ pub fn arms(experiment: &Experiment) -> Vec<Arm> {
             drafter: None,
             method: m.name.clone(),
         });
-    let drafting = experiment.drafters.iter().flat_map(|d| {
-        experiment
-            .methods
-            .iter()
-            .filter(|m| !m.target_only)
-            .map(|m| Arm {
-                drafter: Some(d.name.clone()),
-                method: m.name.clone(),
-            })
+    let drafting = experiment.drafting_pairs().map(|(d, m)| Arm {
+        drafter: Some(d.name.clone()),
+        method: m.name.clone(),
     });
     target_only.chain(drafting).collect()
 }

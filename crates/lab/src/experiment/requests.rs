@@ -116,12 +116,10 @@ fn build_requests(
 /// Every schedule file some arm of `experiment` reads.
 pub fn schedule_files(experiment: &Experiment) -> Result<BTreeSet<PathBuf>> {
     let mut out = BTreeSet::new();
-    for drafter in &experiment.drafters {
-        for method in experiment.methods.iter().filter(|m| !m.target_only) {
-            let spec = experiment.spec(drafter, method)?;
-            if let Some(schedule) = &spec.scaling.schedule {
-                out.insert(resolve_schedule(schedule));
-            }
+    for (drafter, method) in experiment.drafting_pairs() {
+        let spec = experiment.spec(drafter, method)?;
+        if let Some(schedule) = &spec.scaling.schedule {
+            out.insert(resolve_schedule(schedule));
         }
     }
     Ok(out)

@@ -136,7 +136,10 @@ fn ensure_drafters(experiment: &Experiment) -> Result<()> {
             );
             crate::train::run(train)?;
         }
-        if drafting.iter().any(|m| m.scales_with_drafter_schedule()) {
+        if drafting
+            .iter()
+            .any(|m| drafter.runs(m) && m.scales_with_drafter_schedule())
+        {
             ensure_schedule(experiment, drafter)?;
         }
     }
@@ -196,31 +199,34 @@ fn check_arms(experiment: &Experiment, target: &CausalLm, requests: &GridRequest
         .flat_map(|list| list.iter().map(|(_, ids)| ids.len()))
         .min()
         .unwrap_or(1);
-    for drafter in &experiment.drafters {
-        for method in experiment.methods.iter().filter(|m| !m.target_only) {
-            let at = || format!("{f}: drafter {:?} with method {:?}", drafter.name, method.name);
-            let spec = experiment.spec(drafter, method)?;
-            if let Some(window) = spec.window {
-                ensure!(
-                    window as u64 <= positions,
-                    "{}: window {window} is wider than the {positions} positions the target sees",
-                    at()
-                );
-            }
-            if let Some(r) = &spec.retrieval {
-                ensure!(
-                    r.chunk as u64 <= positions
-                        && r.recent as u64 <= positions
-                        && r.top_chunks as u64 <= positions,
-                    "{}: retrieval chunk {}, top_chunks {} and recent {} must each fit the {positions} positions the target sees",
-                    at(),
-                    r.chunk,
-                    r.top_chunks,
-                    r.recent
-                );
-            }
-            drafter_spec::prepare(&spec, target, sampling, shortest, 1).with_context(at)?;
+    for (drafter, method) in experiment.drafting_pairs() {
+        let at = || {
+            format!(
+                "{f}: drafter {:?} with method {:?}",
+                drafter.name, method.name
+            )
+        };
+        let spec = experiment.spec(drafter, method)?;
+        if let Some(window) = spec.window {
+            ensure!(
+                window as u64 <= positions,
+                "{}: window {window} is wider than the {positions} positions the target sees",
+                at()
+            );
         }
+        if let Some(r) = &spec.retrieval {
+            ensure!(
+                r.chunk as u64 <= positions
+                    && r.recent as u64 <= positions
+                    && r.top_chunks as u64 <= positions,
+                "{}: retrieval chunk {}, top_chunks {} and recent {} must each fit the {positions} positions the target sees",
+                at(),
+                r.chunk,
+                r.top_chunks,
+                r.recent
+            );
+        }
+        drafter_spec::prepare(&spec, target, sampling, shortest, 1).with_context(at)?;
     }
     Ok(())
 }
