@@ -95,6 +95,10 @@ fn a_drafter_may_name_only_drafting_methods_of_the_experiment() {
             "methods names \"ar\", which is not a drafting method",
         ),
         ("[]", "drafter \"d\": methods is empty"),
+        (
+            "[lora, lora]",
+            "drafter \"d\": methods lists \"lora\" twice",
+        ),
     ] {
         let edited = format!(
             "  - {{name: d, spec: {{method: dflash, checkpoint: some-dflash}}, methods: {methods}}}"

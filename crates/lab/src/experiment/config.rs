@@ -556,6 +556,9 @@ impl Experiment {
                 "{f}: drafter {:?}: methods is empty; name at least one drafting method, or drop the key to run them all",
                 drafter.name
             );
+            if let Some(names) = &drafter.methods {
+                no_duplicates(names, &format!("drafter {:?}: methods", drafter.name), file)?;
+            }
             for name in drafter.methods.iter().flatten() {
                 let method = self.methods.iter().find(|m| m.name == *name);
                 ensure!(
@@ -630,7 +633,6 @@ impl Experiment {
         Ok(())
     }
 
-    /// The drafter specification `method` runs `drafter` with.
     /// Every drafter with every drafting method it runs, drafters in the order written and each
     /// drafter's methods in the experiment's order.
     pub fn drafting_pairs(&self) -> impl Iterator<Item = (&DrafterEntry, &MethodEntry)> {
@@ -642,6 +644,7 @@ impl Experiment {
         })
     }
 
+    /// The drafter specification `method` runs `drafter` with.
     pub fn spec(&self, drafter: &DrafterEntry, method: &MethodEntry) -> Result<DrafterSpec> {
         let mut spec = drafter.spec.clone();
         if let Some(scaling) = &method.scaling {
