@@ -264,17 +264,16 @@ fn fetch_verifies_what_it_reports_and_repairs_a_changed_model_without_deleting_i
     );
 }
 
-#[test]
-fn a_drafter_whose_training_was_killed_is_refused_until_allowed() {
-    let Some(_) = target_dir() else { return };
-    let dir = tempfile::tempdir().unwrap();
+/// A DFlash training run of 100000 steps on SmolLM2 in `dir`, killed (SIGKILL) once it has written its
+/// drafter; returns the config and the drafter's folder.
+fn a_training_run_killed_after_its_first_drafter(dir: &Path) -> (PathBuf, PathBuf) {
     std::fs::write(
-        dir.path().join("text.txt"),
+        dir.join("text.txt"),
         "The quick brown fox jumps over the lazy dog. ".repeat(300),
     )
     .unwrap();
-    let out_dir = dir.path().join("drafter");
-    let config = dir.path().join("train.yaml");
+    let out_dir = dir.join("drafter");
+    let config = dir.join("train.yaml");
     std::fs::write(
         &config,
         format!(
@@ -305,6 +304,14 @@ fn a_drafter_whose_training_was_killed_is_refused_until_allowed() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     child.kill().unwrap(); // SIGKILL: no clean-up runs
     child.wait().unwrap();
+    (config, out_dir)
+}
+
+#[test]
+fn a_drafter_whose_training_was_killed_is_refused_until_allowed() {
+    let Some(_) = target_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_, out_dir) = a_training_run_killed_after_its_first_drafter(dir.path());
     let drafter = out_dir.display().to_string();
     let generate = |extra: &[&str]| {
         let mut args = vec![
@@ -328,6 +335,43 @@ fn a_drafter_whose_training_was_killed_is_refused_until_allowed() {
         &["unfinished", "--allow-unfinished", "drafter"],
     );
     assert_success(&generate(&["--allow-unfinished"]));
+}
+
+#[test]
+fn a_killed_training_run_resumes_from_the_target_windows_it_kept_and_removes_them_at_its_end() {
+    let Some(_) = target_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (config, out_dir) = a_training_run_killed_after_its_first_drafter(dir.path());
+    let kept = out_dir.join("target_windows.safetensors");
+    assert!(kept.exists(), "the killed run kept the target's windows");
+    // Fewer steps than the killed run asked for: the resume ends at once, after reading the windows.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("steps: 100000\n", "steps: 2\n")).unwrap();
+    let out = sharpdraft(&["train", config.to_str().unwrap()]);
+    assert_success(&out);
+    assert!(
+        stderr(&out).contains("read the target's 4 windows this run kept"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !stderr(&out).contains("extracting target features"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!kept.exists(), "a finished run keeps no windows");
+
+    // A file of that name the run did not write is neither read nor removed.
+    std::fs::write(&kept, b"my notes").unwrap();
+    std::fs::write(&config, text.replace("steps: 100000\n", "steps: 3\n")).unwrap();
+    let out = sharpdraft(&["train", config.to_str().unwrap()]);
+    assert_success(&out);
+    assert!(
+        stderr(&out).contains("extracting target features"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read(&kept).unwrap(), b"my notes");
 }
 
 #[test]

@@ -12,6 +12,7 @@ pub mod plot;
 pub mod probe_run;
 pub mod scaling;
 pub mod table;
+pub mod target_windows;
 pub mod train;
 
 pub use error::{LabError, Result};

@@ -17,6 +17,7 @@
 use crate::datasets::{token_stream, Source};
 use crate::error::{bail, ensure, Context, Result};
 use crate::loss_curve;
+use crate::target_windows;
 use serde::{Deserialize, Serialize};
 use sharpdraft_draft::dflash_train::{self, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3_train::{self, Eagle3Objective, Eagle3Options};
@@ -454,6 +455,8 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     if state.losses.is_empty() {
         bail!("no training step was run");
     }
+    // The target's windows were kept for a resume; a finished run has none left to make.
+    target_windows::remove(&out_dir)?;
     output_folder::Marker::new("train", true, about).write(&out_dir)?;
     Ok(out_dir)
 }
@@ -498,13 +501,33 @@ fn prepare_out_folder(
     })
 }
 
-/// Target windows of `n0` tokens with the features at `taps` (`[n0, taps * H]` each) and top-k targets.
+/// Target windows of `n0` tokens with the features at `taps` (`[n0, taps * H]` each) and top-k targets:
+/// the ones this run kept in `out_dir` when their key matches, else extracted and kept there until the
+/// run's last step ([`target_windows`]).
 fn extract_target_windows(
     config: &TrainConfig,
     target: &CausalLm,
     stream: &[i64],
     taps: &[Tap],
+    out_dir: &Path,
 ) -> Result<Vec<TrainWindow>> {
+    let key = target_windows::WindowsKey {
+        target: &config.target,
+        stream,
+        taps,
+        n0: config.n0,
+        max_windows: config.windows,
+        top_k: config.top_k_targets,
+    }
+    .digest();
+    if let Some(windows) = target_windows::load(out_dir, &key, target.net.device())? {
+        eprintln!(
+            "read the target's {} windows this run kept in {}",
+            windows.len(),
+            out_dir.join(target_windows::FILE).display()
+        );
+        return Ok(windows);
+    }
     eprintln!(
         "extracting target features: {} tokens, up to {} windows of {}",
         stream.len(),
@@ -524,6 +547,7 @@ fn extract_target_windows(
         windows.len(),
         windows.len() as i64 * config.n0
     );
+    target_windows::save(out_dir, &key, &windows)?;
     Ok(windows)
 }
 
@@ -554,7 +578,7 @@ fn start_from_checkpoint<'t>(
     ensure_configured_layers_match(config, &taps, &source)?;
     Ok((
         objective,
-        extract_target_windows(config, target, stream, &taps)?,
+        extract_target_windows(config, target, stream, &taps, out_dir)?,
     ))
 }
 
@@ -568,7 +592,7 @@ fn start_fresh<'t>(
     device: tch::Device,
 ) -> Result<(Box<dyn OwnedObjective + 't>, Vec<TrainWindow>)> {
     let taps = configured_taps(config, target.net.config.num_layers);
-    let windows = extract_target_windows(config, target, stream, &taps)?;
+    let windows = extract_target_windows(config, target, stream, &taps, out_dir)?;
     match &config.method {
         MethodConfig::Eagle3(e) => eagle3_train::init(out_dir, target, &windows, e, config.seed)?,
         MethodConfig::Pard(p) => pard_train::init(out_dir, target, p)?,

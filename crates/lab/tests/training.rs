@@ -701,3 +701,93 @@ fn a_dflash_drafter_over_a_draft_vocabulary_learns_round_trips_and_keeps_the_tar
     let accepted: usize = report.cycles.iter().map(|c| c.accepted).sum();
     assert!(accepted > 0, "a trained drafter over its vocabulary gets drafts accepted");
 }
+
+#[test]
+fn target_windows_kept_for_a_resume_load_back_bit_identically_only_under_their_own_key() {
+    use sharpdraft_lab::target_windows::{self, Kept};
+    let target = target();
+    let dir = tempfile::tempdir().unwrap();
+    for method in [Method::Eagle3, Method::Pard] {
+        let extracted = windows(&target, method, 3);
+        target_windows::save(dir.path(), "key-a", &extracted).unwrap();
+        assert_eq!(
+            target_windows::kept(dir.path()).unwrap(),
+            Kept::Windows {
+                key: "key-a".into()
+            }
+        );
+        assert!(target_windows::load(dir.path(), "key-b", Device::Cpu)
+            .unwrap()
+            .is_none());
+        let loaded = target_windows::load(dir.path(), "key-a", Device::Cpu)
+            .unwrap()
+            .expect("kept under key-a");
+        assert_eq!(loaded.len(), 3);
+        for (a, b) in extracted.iter().zip(&loaded) {
+            assert_eq!(a.tokens, b.tokens);
+            assert_eq!(a.features.is_some(), b.features.is_some(), "{method:?}");
+            if let (Some(x), Some(y)) = (&a.features, &b.features) {
+                assert!(x.equal(y), "{method:?}: features");
+            }
+            assert!(a.top_ids.equal(&b.top_ids) && a.top_probs.equal(&b.top_probs));
+        }
+        target_windows::remove(dir.path()).unwrap();
+        assert_eq!(target_windows::kept(dir.path()).unwrap(), Kept::None);
+    }
+
+    // A file of that name the workbench did not write is never read, replaced or removed.
+    let path = dir.path().join(target_windows::FILE);
+    std::fs::write(&path, b"a user's own file").unwrap();
+    assert_eq!(target_windows::kept(dir.path()).unwrap(), Kept::Foreign);
+    target_windows::save(dir.path(), "key-a", &windows(&target, Method::Pard, 1)).unwrap();
+    assert!(target_windows::load(dir.path(), "key-a", Device::Cpu)
+        .unwrap()
+        .is_none());
+    target_windows::remove(dir.path()).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"a user's own file");
+}
+
+#[test]
+fn the_key_of_the_target_windows_changes_with_each_thing_they_are_extracted_from() {
+    use sharpdraft_lab::target_windows::WindowsKey;
+    let stream = stream();
+    let taps = taps(Method::Eagle3);
+    let base = WindowsKey {
+        target: "t",
+        stream: &stream,
+        taps: &taps,
+        n0: 64,
+        max_windows: 4,
+        top_k: 8,
+    };
+    let digest = base.digest();
+    assert_eq!(
+        digest,
+        WindowsKey { ..base }.digest(),
+        "the same inputs, the same key"
+    );
+    let shorter = &stream[..stream.len() - 1];
+    let fewer_taps = &taps[..2];
+    for other in [
+        WindowsKey {
+            target: "u",
+            ..base
+        },
+        WindowsKey {
+            stream: shorter,
+            ..base
+        },
+        WindowsKey {
+            taps: fewer_taps,
+            ..base
+        },
+        WindowsKey { n0: 32, ..base },
+        WindowsKey {
+            max_windows: 5,
+            ..base
+        },
+        WindowsKey { top_k: 4, ..base },
+    ] {
+        assert_ne!(other.digest(), digest);
+    }
+}
