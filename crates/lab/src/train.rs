@@ -456,7 +456,9 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
         bail!("no training step was run");
     }
     // The target's windows were kept for a resume; a finished run has none left to make.
-    target_windows::remove(&out_dir)?;
+    if let Err(e) = target_windows::remove(&out_dir) {
+        eprintln!("{e:#}: delete it by hand; the drafter does not need it");
+    }
     output_folder::Marker::new("train", true, about).write(&out_dir)?;
     Ok(out_dir)
 }
@@ -547,7 +549,10 @@ fn extract_target_windows(
         windows.len(),
         windows.len() as i64 * config.n0
     );
-    target_windows::save(out_dir, &key, &windows)?;
+    // Keeping them only spares a resume the extraction: a failed write (a full disk) costs no run.
+    if let Err(e) = target_windows::save(out_dir, &key, &windows) {
+        eprintln!("the target's windows are not kept ({e:#}); a resumed run extracts them again");
+    }
     Ok(windows)
 }
 
