@@ -344,33 +344,31 @@ fn a_killed_training_run_resumes_from_the_target_windows_it_kept_and_removes_the
     let (config, out_dir) = a_training_run_killed_after_its_first_drafter(dir.path());
     let kept = out_dir.join("target_windows.safetensors");
     assert!(kept.exists(), "the killed run kept the target's windows");
-    // Fewer steps than the killed run asked for: the resume ends at once, after reading the windows.
+    // The same run with 2 steps rather than 100000: a resume that reads the windows, trains to its
+    // end and finishes. Returns what it said.
     let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, text.replace("steps: 100000\n", "steps: 2\n")).unwrap();
-    let out = sharpdraft(&["train", config.to_str().unwrap()]);
-    assert_success(&out);
-    assert!(
-        stderr(&out).contains("read the target's 4 windows this run kept"),
-        "{}",
+    let train_to = |steps: usize| {
+        std::fs::write(
+            &config,
+            text.replace("steps: 100000\n", &format!("steps: {steps}\n")),
+        )
+        .unwrap();
+        let out = sharpdraft(&["train", config.to_str().unwrap()]);
+        assert_success(&out);
         stderr(&out)
-    );
+    };
+    let said = train_to(2);
     assert!(
-        !stderr(&out).contains("extracting target features"),
-        "{}",
-        stderr(&out)
+        said.contains("read the target's 4 windows this run kept"),
+        "{said}"
     );
+    assert!(!said.contains("extracting target features"), "{said}");
     assert!(!kept.exists(), "a finished run keeps no windows");
 
     // A file of that name the run did not write is neither read nor removed.
     std::fs::write(&kept, b"my notes").unwrap();
-    std::fs::write(&config, text.replace("steps: 100000\n", "steps: 3\n")).unwrap();
-    let out = sharpdraft(&["train", config.to_str().unwrap()]);
-    assert_success(&out);
-    assert!(
-        stderr(&out).contains("extracting target features"),
-        "{}",
-        stderr(&out)
-    );
+    let said = train_to(3);
+    assert!(said.contains("extracting target features"), "{said}");
     assert_eq!(std::fs::read(&kept).unwrap(), b"my notes");
 }
 

@@ -8,14 +8,20 @@ use std::path::Path;
 /// Writes `contents` to `path` through `<path>.tmp` and a rename. A failed write removes its
 /// temporary file and says what stopped it and the way out.
 pub fn write_whole(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
+    let tmp = temporary_beside(path);
     let written = std::fs::write(&tmp, contents).and_then(|()| std::fs::rename(&tmp, path));
     written.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         LabError::Invalid(format!("writing {}: {e}{}", path.display(), way_out(&e)))
     })
+}
+
+/// The temporary file a whole write goes through: `<path>.tmp`, in the same folder so the rename
+/// stays on one filesystem.
+pub fn temporary_beside(path: &Path) -> std::path::PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::path::PathBuf::from(tmp)
 }
 
 /// What to do about a failed write, by its cause.

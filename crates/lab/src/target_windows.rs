@@ -8,13 +8,13 @@
 //! removed when the run reaches its last step, since a finished drafter's folder is what users copy.
 //! A file of that name the run did not write is never read, overwritten or removed.
 
-use crate::atomic_write::way_out;
+use crate::atomic_write::{temporary_beside, way_out};
 use crate::error::{Context, LabError, Result};
 use sha2::{Digest, Sha256};
 use sharpdraft_draft::training::{Divergence, TrainWindow};
 use sharpdraft_model::Tap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tch::{Device, Tensor};
 
 /// The file's name inside the run's folder.
@@ -168,7 +168,7 @@ pub fn save(dir: &Path, key: &str, windows: &[TrainWindow]) -> Result<()> {
         named.push((name("top_ids"), window.top_ids.to_device(Device::Cpu)));
         named.push((name("top_probs"), window.top_probs.to_device(Device::Cpu)));
     }
-    let tmp = temporary(&path);
+    let tmp = temporary_beside(&path);
     let written = Tensor::write_safetensors(&named, &tmp)
         .map_err(LabError::from)
         .and_then(|()| std::fs::rename(&tmp, &path).map_err(LabError::from));
@@ -190,10 +190,4 @@ pub fn remove(dir: &Path) -> Result<()> {
         std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
     }
     Ok(())
-}
-
-fn temporary(path: &Path) -> PathBuf {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    PathBuf::from(tmp)
 }
