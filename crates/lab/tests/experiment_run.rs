@@ -220,6 +220,94 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
 }
 
 #[test]
+fn each_method_is_compared_with_the_unmodified_drafter_request_by_request() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A second drafting method that does the same work as the first.
+    let methods = "  - {name: ar, target_only: true}\n  - {name: unmodified}\n  - {name: again}\n";
+    let path = experiment(dir.path(), methods, SHORT_PROMPTS);
+    let out = dir.path().join("run");
+    run(&path, &options(&out)).unwrap();
+
+    let results = Table::read_parquet(&out.join("results.parquet")).unwrap();
+    let (method, prompt) = (
+        results.strs("method").unwrap(),
+        results.i64s("prompt").unwrap(),
+    );
+    let row_of = |m: &str, p: i64| {
+        (0..results.rows())
+            .find(|&r| method[r] == m && prompt[r] == p)
+            .unwrap()
+    };
+    let (tokens_per_s, vs, decode_vs) = (
+        results.f64s("tokens_per_s").unwrap(),
+        results.f64s("vs_reference").unwrap(),
+        results.f64s("decode_vs_reference").unwrap(),
+    );
+    let mut ratios = Vec::new();
+    for p in 0..2 {
+        let (again, reference) = (row_of("again", p), row_of("unmodified", p));
+        let ratio = tokens_per_s[again] / tokens_per_s[reference];
+        assert!(
+            (vs[again] - ratio).abs() < 1e-12,
+            "prompt {p}: {} against {ratio}",
+            vs[again]
+        );
+        assert!(decode_vs[again].is_finite() && decode_vs[again] > 0.0);
+        assert_eq!((vs[reference], decode_vs[reference]), (1.0, 1.0));
+        assert!(
+            vs[row_of("ar", p)].is_nan(),
+            "the target alone has no reference"
+        );
+        ratios.push(ratio);
+    }
+
+    let summary = Table::read_parquet(&out.join("summary.parquet")).unwrap();
+    let again = (0..summary.rows())
+        .find(|&r| summary.strs("method").unwrap()[r] == "again")
+        .unwrap();
+    let (estimate, lo, hi) = (
+        summary.f64s("vs_reference").unwrap()[again],
+        summary.f64s("vs_reference_lo").unwrap()[again],
+        summary.f64s("vs_reference_hi").unwrap()[again],
+    );
+    assert!(
+        (estimate - (ratios[0] + ratios[1]) / 2.0).abs() < 1e-12,
+        "the median of the per-request ratios {ratios:?}: {estimate}"
+    );
+    assert!(lo <= estimate && estimate <= hi, "{lo} {estimate} {hi}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("| vs unmodified, paired | decode vs unmodified |"),
+        "{report}"
+    );
+    let again_line = report
+        .lines()
+        .find(|l| l.contains("| self | again |"))
+        .unwrap_or_else(|| panic!("no line of the second method in {report}"));
+    let verdict = if lo > 1.0 {
+        "higher"
+    } else if hi < 1.0 {
+        "lower"
+    } else {
+        "~"
+    };
+    let faster = ratios.iter().filter(|&&r| r > 1.0).count();
+    assert_eq!(
+        summary.i64s("vs_reference_faster").unwrap()[again],
+        faster as i64
+    );
+    assert!(
+        again_line.contains(&format!(
+            "{estimate:.2} [{lo:.2}, {hi:.2}] {verdict} ({faster}/2 faster) |"
+        )),
+        "{again_line}"
+    );
+}
+
+#[test]
 fn a_finished_run_is_refused_without_resume_and_resume_reruns_only_what_is_missing() {
     if !fetched() {
         return;

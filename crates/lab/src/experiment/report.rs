@@ -36,6 +36,14 @@ pub struct SummaryRow {
     pub speedup: Interval,
     /// The same for the decode alone (prefill left out).
     pub decode_speedup: Interval,
+    /// Median over requests of tokens/s against the same drafter under the reference method (the
+    /// experiment's first drafting method) on the same request, end to end and decode alone; unknown
+    /// in summaries written before these columns existed.
+    pub vs_reference: Interval,
+    pub decode_vs_reference: Interval,
+    /// Requests on which the method was faster than the reference, end to end and decode alone.
+    pub vs_reference_faster: i64,
+    pub decode_vs_reference_faster: i64,
     pub tokens_per_s: Interval,
     /// Requests decoded again because they first ran under other processes' load, and those whose
     /// kept attempt still did.
@@ -114,6 +122,30 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
         interval("decode_speedup")?,
         interval("tokens_per_s")?,
     );
+    // Summaries committed before the paired comparison have no such columns: their rows fall back to
+    // comparing the speed-up intervals.
+    let optional_interval = |n: &str| -> Result<Vec<Interval>> {
+        if t.column(n).is_ok() {
+            interval(n)
+        } else {
+            Ok(vec![Interval::UNKNOWN; t.rows()])
+        }
+    };
+    let (vs_reference, decode_vs_reference) = (
+        optional_interval("vs_reference")?,
+        optional_interval("decode_vs_reference")?,
+    );
+    let optional_count = |n: &str| -> Result<Vec<i64>> {
+        if t.column(n).is_ok() {
+            i(n)
+        } else {
+            Ok(vec![0; t.rows()])
+        }
+    };
+    let (vs_reference_faster, decode_vs_reference_faster) = (
+        optional_count("vs_reference_faster")?,
+        optional_count("decode_vs_reference_faster")?,
+    );
     let (lo, hi, prompt_tokens, distinct, update_s) = (
         f("bin_lo_n0")?,
         f("bin_hi_n0")?,
@@ -141,6 +173,10 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
             distinct_4grams: distinct[r],
             speedup: speedup[r],
             decode_speedup: decode_speedup[r],
+            vs_reference: vs_reference[r],
+            decode_vs_reference: decode_vs_reference[r],
+            vs_reference_faster: vs_reference_faster[r],
+            decode_vs_reference_faster: decode_vs_reference_faster[r],
             tokens_per_s: tps[r],
             retried_requests: retried[r],
             loaded_requests: loaded[r],
@@ -230,17 +266,50 @@ fn reference_method(experiment: &Experiment) -> Option<&str> {
         .map(|m| m.name.as_str())
 }
 
-/// How `row`'s speed-up compares with the reference method's on the same drafter, workload and
-/// context: `~` when the intervals overlap (not resolved), `higher` / `lower` when they do not.
-fn against_reference(row: &SummaryRow, rows: &[SummaryRow], reference: Option<&str>) -> String {
+/// Whether a paired ratio's interval lies above 1, below it, or holds it.
+fn verdict(ratio: &Interval) -> &'static str {
+    if ratio.lo > 1.0 {
+        "higher"
+    } else if ratio.hi < 1.0 {
+        "lower"
+    } else {
+        "~"
+    }
+}
+
+/// How `row` compares with the reference method on the same drafter, workload and context: end to end
+/// and for the decode alone, each the median over requests of the ratio of the two arms' tokens/s on
+/// the same request, with its interval, `higher` / `lower` when the interval lies off 1, `~` when it
+/// holds 1 (not resolved), and on how many of the requests the method was the faster. Summaries without the paired columns compare the two speed-up intervals:
+/// `~` when they overlap.
+fn against_reference(
+    row: &SummaryRow,
+    rows: &[SummaryRow],
+    reference: Option<&str>,
+) -> (String, String) {
+    let dash = || ("-".to_string(), "-".to_string());
     let Some(reference) = reference else {
-        return "-".into();
+        return dash();
     };
     if row.drafter == TARGET_ONLY {
-        return "-".into();
+        return dash();
     }
     if row.method == reference {
-        return "(reference)".into();
+        return ("(reference)".into(), "(reference)".into());
+    }
+    if row.vs_reference.known() {
+        let paired = |ratio: &Interval, faster: i64| {
+            format!(
+                "{} {} ({faster}/{} faster)",
+                with_interval(ratio, 2),
+                verdict(ratio),
+                row.requests
+            )
+        };
+        return (
+            paired(&row.vs_reference, row.vs_reference_faster),
+            paired(&row.decode_vs_reference, row.decode_vs_reference_faster),
+        );
     }
     let other = rows.iter().find(|r| {
         r.bin == "all"
@@ -249,16 +318,24 @@ fn against_reference(row: &SummaryRow, rows: &[SummaryRow], reference: Option<&s
             && r.workload == row.workload
             && r.context == row.context
     });
-    match other {
-        Some(other) if row.speedup.overlaps(&other.speedup) => "~ (intervals overlap)".into(),
-        Some(other) if row.speedup.known() && other.speedup.known() => {
-            if row.speedup.estimate > other.speedup.estimate {
-                "higher".into()
-            } else {
-                "lower".into()
-            }
+    let unpaired = |mine: &Interval, theirs: &Interval| {
+        if mine.overlaps(theirs) {
+            "~ (intervals overlap)"
+        } else if !(mine.known() && theirs.known()) {
+            "n/a"
+        } else if mine.estimate > theirs.estimate {
+            "higher"
+        } else {
+            "lower"
         }
-        _ => "n/a".into(),
+        .to_string()
+    };
+    match other {
+        Some(other) => (
+            unpaired(&row.speedup, &other.speedup),
+            unpaired(&row.decode_speedup, &other.decode_speedup),
+        ),
+        None => ("n/a".into(), "n/a".into()),
     }
 }
 
@@ -266,8 +343,8 @@ fn against_reference(row: &SummaryRow, rows: &[SummaryRow], reference: Option<&s
 pub fn headline(rows: &[SummaryRow], experiment: &Experiment) -> String {
     let reference = reference_method(experiment);
     let mut out = format!(
-        "| workload | context | drafter | method | requests | tau | speedup vs target alone | decode speedup | vs {} | tokens/s | = target's output | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB | decoded again / still under load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-        reference.unwrap_or("-")
+        "| workload | context | drafter | method | requests | tau | speedup vs target alone | decode speedup | vs {reference}, paired | decode vs {reference} | tokens/s | = target's output | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB | decoded again / still under load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        reference = reference.unwrap_or("-")
     );
     for r in rows.iter().filter(|r| r.bin == "all") {
         let context = if r.setting != "long_generation" && r.n0 > 0 {
@@ -279,9 +356,10 @@ pub fn headline(rows: &[SummaryRow], experiment: &Experiment) -> String {
         } else {
             r.context_label()
         };
+        let (vs, decode_vs) = against_reference(r, rows, reference);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} |",
             r.workload,
             context,
             r.drafter,
@@ -290,7 +368,8 @@ pub fn headline(rows: &[SummaryRow], experiment: &Experiment) -> String {
             with_interval(&r.tau, 2),
             with_interval(&r.speedup, 2),
             with_interval(&r.decode_speedup, 2),
-            against_reference(r, rows, reference),
+            vs,
+            decode_vs,
             number(r.tokens_per_s.estimate, 1),
             match (r.drafter == TARGET_ONLY, r.matches_target) {
                 (true, _) => "-",
@@ -424,9 +503,13 @@ pub fn write(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result
          against the target alone on the same request, update time included; decode speedup leaves the \
          prefill out. Brackets: a 95% percentile-bootstrap interval over those requests (2000 resamples; \
          none with one request). tau: tokens per target pass (bonus included), pooled over requests, with \
-         its interval. The `vs` column compares each method's speed-up with the first drafting method's \
-         on the same drafter and context: `~` when the intervals overlap, so the difference is not \
-         resolved. Load: an arm whose decode of a request ran while other processes took more than 10% \
+         its interval. The `vs` columns compare each method with the first drafting method on the same \
+         drafter, paired: the median over requests of the ratio of the two methods' tokens/s on the \
+         same request (end to end, and the decode alone), with its interval; `higher` or `lower` when \
+         the interval lies off 1, `~` when it holds 1, so these requests do not resolve the difference; \
+         and on how many of the requests the method was the faster (with few requests the interval \
+         cannot be wider than their range: n of n faster has a sign test's one-sided p of 2^-n). \
+         Load: an arm whose decode of a request ran while other processes took more than 10% \
          of the cores is decoded again once the machine is quiet (the experiment's `timing:`); the last \
          column counts the requests decoded again, and those whose kept decode still ran under load \
          (`results.parquet` has each decode's share, and each unit's load average, steal and throttling). \

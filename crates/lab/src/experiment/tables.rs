@@ -4,7 +4,9 @@
 //! - `cycles.parquet`: one row per verification cycle with the context it drafted at;
 //! - `summary.parquet`: per drafter x method x workload x context, and for long generation per context
 //!   bin along the generation: tau, the speed-up end to end and of the decode alone, tokens/s, each
-//!   with its 95% interval ([`super::intervals`]), where a cycle's time goes (drafting and verifying,
+//!   with its 95% interval ([`super::intervals`]), the same two speed-ups against the first drafting
+//!   method of the same drafter on the same request (paired, so a load or a prompt that slows both
+//!   arms cancels out of the comparison), where a cycle's time goes (drafting and verifying,
 //!   beside the target alone's time per token on the same requests), update seconds, memory, and how
 //!   many units ran under load.
 //!
@@ -107,13 +109,30 @@ fn baseline<'a>(experiment: &Experiment, record: &'a UnitRecord) -> Option<&'a A
         .find(|a| a.arm.drafter.is_none() && a.arm.method == method.name)
 }
 
-/// One request of one arm, with its paired baseline row (the target alone on the same request of the
-/// same unit, decoded seconds apart).
+/// The reference arm of a drafting arm: the same drafter under the experiment's first drafting method
+/// (the unmodified drafter, as the shipped experiments list it), in the same unit.
+fn reference<'a>(
+    experiment: &Experiment,
+    record: &'a UnitRecord,
+    arm: &ArmRecord,
+) -> Option<&'a ArmRecord> {
+    arm.arm.drafter.as_ref()?;
+    let method = experiment.methods.iter().find(|m| !m.target_only)?;
+    record
+        .arms
+        .iter()
+        .find(|a| a.arm.drafter == arm.arm.drafter && a.arm.method == method.name)
+}
+
+/// One request of one arm, with its paired rows on the same request of the same unit, decoded seconds
+/// apart: the target alone's (`base`) and, for a drafting arm, its drafter's under the reference method
+/// (`reference`).
 #[derive(Clone, Copy)]
 struct PairedRow<'a> {
     record: &'a UnitRecord,
     row: &'a RequestRow,
     base: Option<&'a RequestRow>,
+    reference: Option<&'a RequestRow>,
 }
 
 impl PairedRow<'_> {
@@ -127,6 +146,20 @@ impl PairedRow<'_> {
     fn decode_speedup(&self) -> f64 {
         self.base.map_or(f64::NAN, |b| {
             self.row.decode_tokens_per_second() / b.decode_tokens_per_second()
+        })
+    }
+
+    /// tokens/s against the reference method's on the same request (1 for the reference itself).
+    fn vs_reference(&self) -> f64 {
+        self.reference.map_or(f64::NAN, |r| {
+            self.row.tokens_per_second() / r.tokens_per_second()
+        })
+    }
+
+    /// The same for the decode alone.
+    fn decode_vs_reference(&self) -> f64 {
+        self.reference.map_or(f64::NAN, |r| {
+            self.row.decode_tokens_per_second() / r.decode_tokens_per_second()
         })
     }
 
@@ -161,6 +194,7 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
     for record in units {
         let base = baseline(experiment, record);
         for arm in &record.arms {
+            let reference = reference(experiment, record, arm);
             let cell = cells
                 .entry((
                     arm.arm.drafter_name().to_string(),
@@ -175,6 +209,8 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
                     record,
                     row: r,
                     base: base.and_then(|b| b.requests.iter().find(|x| x.prompt == r.prompt)),
+                    reference: reference
+                        .and_then(|a| a.requests.iter().find(|x| x.prompt == r.prompt)),
                 };
                 cell.0.push(sample);
                 push_result_row(&mut results, arm, &sample, greedy);
@@ -218,6 +254,8 @@ fn push_result_row(results: &mut Rows, arm: &ArmRecord, sample: &PairedRow, gree
     results.f("tokens_per_s", r.tokens_per_second());
     results.f("speedup", sample.speedup());
     results.f("decode_speedup", sample.decode_speedup());
+    results.f("vs_reference", sample.vs_reference());
+    results.f("decode_vs_reference", sample.decode_vs_reference());
     results.i("matches_target", sample.matches_target(greedy));
     results.f("update_seconds", r.update_seconds);
     results.u("updates", r.updates as u64);
@@ -384,6 +422,17 @@ fn summary_row(
     };
     summary.interval("speedup", of(|s| s.speedup()));
     summary.interval("decode_speedup", of(|s| s.decode_speedup()));
+    // The paired comparison with the reference method: the median over requests of the ratio of the
+    // two arms' tokens/s on each request. Two methods whose speed-up intervals overlap (the prompts
+    // differ more than the methods do) can still differ on every request, which this resolves.
+    summary.interval("vs_reference", of(|s| s.vs_reference()));
+    summary.interval("decode_vs_reference", of(|s| s.decode_vs_reference()));
+    // How many requests the method decoded faster than the reference: with few requests a bootstrap
+    // interval is narrow (it cannot be wider than the samples' range), so the report shows the count
+    // beside it (all n of n faster has a sign test's one-sided p of 2^-n).
+    let faster = |f: fn(&PairedRow) -> f64| samples.iter().filter(|s| f(s) > 1.0).count() as u64;
+    summary.u("vs_reference_faster", faster(|s| s.vs_reference()));
+    summary.u("decode_vs_reference_faster", faster(|s| s.decode_vs_reference()));
     summary.interval("tokens_per_s", of(|s| s.row.tokens_per_second()));
     summary.interval(
         "ar_tokens_per_s",
