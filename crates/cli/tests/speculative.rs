@@ -593,6 +593,64 @@ fn bench_draft_time_splits_the_cycle_into_layers_linear_maps_and_attention_and_t
 }
 
 #[test]
+fn bench_draft_time_times_a_drafter_in_f32_and_bf16_in_turn_and_pairs_their_cycles_by_repeat() {
+    if !fetched() {
+        return;
+    }
+    let args: Vec<&str> = "bench draft-time --target smollm2-135m-instruct \
+        --drafter smollm2-135m-instruct --method vanilla --draft-len 2 \
+        --contexts 16 --new-tokens 9 --repeats 3 --drafter-dtypes f32,bf16 --json"
+        .split_whitespace()
+        .collect();
+    let report = run(&args);
+    let contexts = report["contexts"].as_array().unwrap();
+    let dtypes: Vec<&str> = contexts
+        .iter()
+        .map(|c| c["drafter_dtype"].as_str().unwrap())
+        .collect();
+    assert_eq!(dtypes, ["f32", "bf16"], "{report}");
+    // The same maps read in bf16: half the bytes a call, so half the memory bound a call (one
+    // bandwidth per run).
+    let bound_per_call = |context: &Value| {
+        let maps = (context["steps"].as_array().unwrap().iter())
+            .find(|s| s["step"] == "linear maps")
+            .unwrap();
+        maps["memory_bound_ms_per_cycle"].as_f64().unwrap()
+            / maps["calls_per_cycle"].as_f64().unwrap()
+    };
+    let halved = bound_per_call(&contexts[1]) / bound_per_call(&contexts[0]);
+    assert!(
+        (halved - 0.5).abs() < 0.01,
+        "bf16 over f32 bytes a call: {halved}"
+    );
+    let paired = report["paired"].as_array().unwrap();
+    assert_eq!(paired.len(), 1, "{report}");
+    assert_eq!(paired[0]["baseline"], "f32");
+    assert_eq!(paired[0]["dtype"], "bf16");
+    let ratios = paired[0]["ratios"].as_array().unwrap();
+    assert_eq!(ratios.len(), 2, "the timed repeats, the warm-up left out");
+    assert!(ratios
+        .iter()
+        .all(|r| r.as_f64().is_some_and(|r| r.is_finite() && r > 0.0)));
+    // A dtype list and a single dtype are one choice, not two.
+    let both = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+        .args([
+            "bench",
+            "draft-time",
+            "--drafter",
+            "smollm2-135m-instruct",
+            "--method",
+            "vanilla",
+        ])
+        .args(["--drafter-dtypes", "f32,bf16", "--drafter-dtype", "bf16"])
+        .output()
+        .unwrap();
+    assert!(!both.status.success());
+    let error = String::from_utf8_lossy(&both.stderr);
+    assert!(error.contains("--drafter-dtype"), "{error}");
+}
+
+#[test]
 fn bench_speculative_pools_speculation_against_ar_over_prompts_greedy_and_sampled() {
     if !fetched() {
         return;

@@ -1,10 +1,13 @@
 //! On the real default target (when fetched; `make test` fetches it): speculative greedy output equals
-//! autoregressive greedy output for every drafter, chain and tree.
+//! autoregressive greedy output for every drafter, chain and tree (DFlash and EAGLE-3 in bf16 too).
 mod common;
 
 use common::*;
 use sharpdraft_draft::{TreeShape, VanillaDrafter};
-use sharpdraft_model::{store::registry, CausalLm, ChatMessage, Sampling};
+use sharpdraft_math::ScaleSchedule;
+use sharpdraft_model::{
+    store::registry, CausalLm, ChatMessage, QueryScaling, Sampling, ScaledQueries, ScalingMode,
+};
 use tch::{Device, Kind};
 
 fn smollm2() -> Option<CausalLm> {
@@ -136,6 +139,32 @@ fn smollm2_speculative_greedy_equals_autoregressive_greedy_for_every_drafter() {
         want,
         "dflash"
     );
+    // The DFlash drafter and the EAGLE-3 head in bf16 beside the f32 target (half the bytes a draft),
+    // their queries scaled past n0 = 4: the output is still the target's.
+    let scaled = |drafter: &mut dyn ScaledQueries| {
+        let (layers, heads) = drafter.query_layout();
+        let schedule = ScaleSchedule::global(4.0, 0.5).unwrap();
+        let scaling = QueryScaling::new(ScalingMode::Fixed(schedule), layers, heads).unwrap();
+        drafter.set_query_scaling(scaling);
+    };
+    let mut bf16_dflash =
+        sharpdraft_draft::DFlashDrafter::load_as(&dflash_dir, &target.net, 512, Kind::BFloat16)
+            .unwrap();
+    scaled(&mut bf16_dflash);
+    let report = spec(&target, &mut bf16_dflash, &prompt, 24, Sampling::greedy());
+    assert_eq!(report.ids, want, "bf16 dflash");
+    let mut bf16_eagle = sharpdraft_draft::Eagle3Drafter::load_as(
+        dir.path(),
+        &target.net,
+        TreeShape::chain(4),
+        Sampling::greedy(),
+        512,
+        Kind::BFloat16,
+    )
+    .unwrap();
+    scaled(&mut bf16_eagle);
+    let report = spec(&target, &mut bf16_eagle, &prompt, 24, Sampling::greedy());
+    assert_eq!(report.ids, want, "bf16 eagle3");
     // Its chains ended early: random weights give no draft as much as 99%, so each chain is its
     // first draft; and no draft is under one in a billion, so each chain is the whole block.
     for (threshold, length) in [(0.99, 1), (1e-9, 7)] {

@@ -70,9 +70,12 @@ pub struct DrafterSpec {
     /// Online adaptation from verification (full or LoRA); none by default.
     #[serde(default)]
     pub adapt: Option<AdaptConfig>,
-    /// The dtype of a drafter that holds its own weights (vanilla, PARD): `f32`, `bf16` or `f16`; the
-    /// target's by default. On a CPU a bf16 drafter reads half the bytes per draft while the target
-    /// verifies in f32, so the output stays the f32 target's own.
+    /// The dtype of the drafter's own weights: `f32`, `bf16` or `f16`; the target's by default. Vanilla
+    /// and PARD drafters are whole models; an EAGLE-3 head and a DFlash drafter keep their layers (and
+    /// the draft vocabulary's head rows) in it and take the target's embeddings and features in it,
+    /// while a DFlash drafter without a draft vocabulary reads the target's head in the target's dtype.
+    /// On a CPU a bf16 drafter reads half the bytes per draft while the target verifies in f32, so the
+    /// output stays the f32 target's own.
     #[serde(default)]
     pub dtype: Option<String>,
 }
@@ -144,11 +147,6 @@ impl DrafterSpec {
             adapt.validate().map_err(LabError::Invalid)?;
         }
         if let Some(dtype) = &self.dtype {
-            ensure!(
-                matches!(self.method, Method::Vanilla | Method::Pard),
-                "dtype (--drafter-dtype) {dtype}: only vanilla and PARD drafters hold all their own weights; {} shares the target's and runs in its dtype",
-                self.method.name()
-            );
             parse_kind(dtype)
                 .map_err(|e| LabError::Invalid(format!("dtype (--drafter-dtype): {e}")))?;
         }
@@ -234,8 +232,8 @@ impl LoadedDrafter {
 
 /// Loads the drafter of `spec` for `target`, with its query scaling set. `positions` counts the
 /// committed positions its caches must hold (prompt and new tokens); each drafter adds room for its own
-/// drafts. Vanilla and PARD drafters load on the target's device, in the target's dtype unless the
-/// specification names their own.
+/// drafts. Drafters load on the target's device, in the target's dtype unless the specification names
+/// their own.
 pub fn load(
     spec: &DrafterSpec,
     target: &CausalLm,
@@ -277,12 +275,13 @@ fn load_unscaled(
             let shape = spec
                 .tree
                 .unwrap_or_else(|| TreeShape::chain(spec.draft_len));
-            LoadedDrafter::Eagle3(Eagle3Drafter::load(
+            LoadedDrafter::Eagle3(Eagle3Drafter::load_as(
                 &dir,
                 &target.net,
                 shape,
                 sampling,
                 capacity,
+                kind,
             )?)
         }
         Method::Pard => LoadedDrafter::Pard(PardDrafter::new(
@@ -292,7 +291,8 @@ fn load_unscaled(
             capacity,
         )?),
         Method::Dflash => LoadedDrafter::Dflash(
-            DFlashDrafter::load(&dir, &target.net, capacity)?.with_stop_below(spec.stop_below),
+            DFlashDrafter::load_as(&dir, &target.net, capacity, kind)?
+                .with_stop_below(spec.stop_below),
         ),
     };
     loaded

@@ -1,7 +1,7 @@
 //! Training each drafter (EAGLE-3.1, PARD, DFlash) on a tiny random target: a few steps lower the loss; a
 //! saved checkpoint reloads bit-identically and drafts the same tokens under real verification; an
 //! interrupted run resumes from its last checkpoint (weights and optimizer moments) and ends where an
-//! uninterrupted run ends.
+//! uninterrupted run ends; each trained drafter drafts in bf16 beside the f32 target.
 use sharpdraft_decode::{speculative_generate, SpecConfig};
 use sharpdraft_draft::dflash_train::{self, block_visibility, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3_train::{self, frequent_tokens, Eagle3Objective, Eagle3Options};
@@ -789,5 +789,78 @@ fn the_key_of_the_target_windows_changes_with_each_thing_they_are_extracted_from
         WindowsKey { top_k: 4, ..base },
     ] {
         assert_ne!(other.digest(), digest);
+    }
+}
+
+#[test]
+fn every_trained_drafter_drafts_in_bf16_beside_an_f32_target_and_keeps_its_output() {
+    let target = target();
+    let prompt: Vec<i64> = stream()[..20].to_vec();
+    let want = greedy_ids(&target, &prompt, 64);
+    let over_16_tokens = DFlashOptions {
+        draft_vocab: 16,
+        ..dflash_options()
+    };
+    for (method, dflash) in [
+        (Method::Eagle3, None),
+        (Method::Pard, None),
+        (Method::Dflash, None),
+        (Method::Dflash, Some(over_16_tokens)),
+    ] {
+        let windows = windows(&target, method, 8);
+        let dir = tempfile::tempdir().unwrap();
+        match &dflash {
+            Some(options) => {
+                dflash_train::init(dir.path(), &target, &windows, options).unwrap();
+                let objective = DFlashObjective::load(dir.path(), &target.net, options, 1).unwrap();
+                train(
+                    &objective,
+                    &windows,
+                    dir.path(),
+                    &loop_config(60),
+                    &mut Quiet,
+                )
+                .unwrap();
+            }
+            None => {
+                run(method, dir.path(), &target, &windows, 60);
+            }
+        }
+        let label = match dflash {
+            Some(_) => format!("{method:?} over 16 tokens"),
+            None => format!("{method:?}"),
+        };
+        let accepted_in = |dtype: Option<&str>| -> usize {
+            let spec = DrafterSpec {
+                draft_len: 3,
+                dtype: dtype.map(str::to_string),
+                ..DrafterSpec::new(method, dir.path().to_str().unwrap())
+            };
+            let mut built = drafter_spec::build(&spec, &target, Sampling::greedy(), 256).unwrap();
+            if dtype == Some("bf16") {
+                for (name, weight) in built.drafter.variables() {
+                    assert_eq!(weight.kind(), Kind::BFloat16, "{label}: {name} is not bf16");
+                }
+            }
+            let report = speculative_generate(
+                &target.net,
+                built.drafter.as_mut(),
+                &prompt,
+                &greedy_config(64),
+            )
+            .unwrap();
+            assert_eq!(
+                report.ids, want,
+                "{label} in {dtype:?}: not the f32 target's output"
+            );
+            report.cycles.iter().map(|c| c.accepted).sum()
+        };
+        let (f32_accepted, bf16_accepted) = (accepted_in(None), accepted_in(Some("bf16")));
+        assert!(f32_accepted > 0, "{label}: no draft accepted in f32");
+        // bf16 rounds the drafter's logits, which may flip a near tie; it must not stop drafting.
+        assert!(
+            bf16_accepted * 4 >= f32_accepted * 3,
+            "{label}: {bf16_accepted} drafts accepted in bf16 against {f32_accepted} in f32"
+        );
     }
 }

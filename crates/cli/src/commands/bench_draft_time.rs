@@ -6,7 +6,9 @@
 //! read over the machine's read bandwidth), so a reader sees which part of a draft costs more than its
 //! weights and which part the weights themselves set. The drafter's prefill (the prompt's context
 //! features, once a request, over all of libtorch's threads) is timed apart from the cycles: spread
-//! over them it would read as a per-cycle cost that grows with the prompt.
+//! over them it would read as a per-cycle cost that grows with the prompt. `--drafter-dtypes f32,bf16`
+//! times the same drafter in each dtype in turn, repeat by repeat, and gives the ratio of their cycles
+//! paired by repeat, so a slow minute of a shared machine falls on both.
 
 use super::bench_rows::read_bandwidth;
 use super::bounds::{ensure_context, ensure_repeats, ensure_within, target_config};
@@ -36,6 +38,16 @@ pub struct DraftTimeBenchArgs {
     /// Decodes per context (their steps are summed; the first one warms up and is left out).
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
+    /// The drafter's weights in each of these dtypes (f32, bf16, f16), side by side: every repeat
+    /// decodes once in each, in turn, and each dtype's cycle is compared with the first's, repeat by
+    /// repeat. One dtype, the target's, by default (or `--drafter-dtype`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        conflicts_with = "drafter_dtype",
+        requires = "drafter"
+    )]
+    pub drafter_dtypes: Vec<String>,
     #[arg(long)]
     pub json: bool,
     /// The drafter, drafting as it would in `generate` (one `--scaling` kind at most).
@@ -60,6 +72,8 @@ struct StepRow {
 #[derive(Serialize)]
 struct ContextRow {
     context: usize,
+    /// The drafter's dtype (`None`: the target's).
+    drafter_dtype: Option<String>,
     cycles: usize,
     /// Wall-clock time inside the drafter's calls, per cycle.
     drafter_ms_per_cycle: f64,
@@ -71,6 +85,17 @@ struct ContextRow {
     steps: Vec<StepRow>,
 }
 
+/// One dtype's drafter cycle against the first dtype's, at one context, paired by repeat.
+#[derive(Serialize)]
+struct PairedRow {
+    context: usize,
+    baseline: String,
+    dtype: String,
+    /// Per timed repeat: the baseline's drafter ms per cycle over this dtype's (above 1: faster).
+    ratios: Vec<f64>,
+    median: f64,
+}
+
 #[derive(Serialize)]
 struct Report {
     method: String,
@@ -78,6 +103,8 @@ struct Report {
     allocator: AllocatorReport,
     read_bandwidth_gb_s: f64,
     contexts: Vec<ContextRow>,
+    /// With `--drafter-dtypes`: each later dtype against the first, per context.
+    paired: Vec<PairedRow>,
 }
 
 /// Time recorded step by step over some of a drafter's calls.
@@ -160,6 +187,79 @@ impl Drafter for Recorded<'_> {
     }
 }
 
+/// One dtype's timed decodes at one context (the warm-up left out).
+#[derive(Default)]
+struct Timed {
+    split: TimeSplit,
+    seconds: f64,
+    cycles: usize,
+    accepted: usize,
+    prefill_seconds: f64,
+    requests: usize,
+    /// Each timed decode's drafter ms per cycle, in repeat order (what the paired ratio compares).
+    ms_per_cycle: Vec<f64>,
+}
+
+impl Timed {
+    fn add(&mut self, recorded: &Recorded<'_>, report: &sharpdraft_decode::SpecReport) {
+        let cycles = report.cycles.len();
+        self.split.add(&recorded.cycles.split);
+        self.seconds += recorded.cycles.seconds;
+        self.prefill_seconds += recorded.prefill.seconds;
+        self.requests += 1;
+        self.cycles += cycles;
+        self.accepted += report.cycles.iter().map(|c| c.accepted).sum::<usize>();
+        self.ms_per_cycle
+            .push(recorded.cycles.seconds * 1e3 / cycles.max(1) as f64);
+    }
+
+    fn row(&self, context: usize, drafter_dtype: Option<String>, bandwidth: f64) -> ContextRow {
+        let cycles = self.cycles.max(1) as f64;
+        ContextRow {
+            context,
+            drafter_dtype,
+            cycles: self.cycles,
+            drafter_ms_per_cycle: self.seconds * 1e3 / cycles,
+            tau: 1.0 + self.accepted as f64 / cycles,
+            prefill_ms_per_request: self.prefill_seconds * 1e3 / self.requests.max(1) as f64,
+            steps: step_rows(&self.split, self.seconds, self.cycles, bandwidth),
+        }
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+fn print_row(row: &ContextRow) {
+    let dtype =
+        (row.drafter_dtype.as_deref()).map_or(String::new(), |d| format!(" (drafter in {d})"));
+    println!(
+        "context {}{dtype}: {} cycles, tau {:.2}, drafter {:.2} ms/cycle (its prefill apart: {:.1} ms a request)",
+        row.context, row.cycles, row.tau, row.drafter_ms_per_cycle, row.prefill_ms_per_request
+    );
+    println!(
+        "  {:<44} {:>10} {:>7} {:>8} {:>12}",
+        "step", "ms/cycle", "share", "calls", "bound ms"
+    );
+    for s in &row.steps {
+        println!(
+            "  {:<44} {:>10.3} {:>6.1}% {:>8.1} {:>12.3}",
+            s.step,
+            s.ms_per_cycle,
+            s.share * 100.0,
+            s.calls_per_cycle,
+            s.memory_bound_ms_per_cycle
+        );
+    }
+}
+
 /// The steps of `split` per cycle, in pass order, then what no step marked (`other`).
 fn step_rows(split: &TimeSplit, seconds: f64, cycles: usize, bandwidth: f64) -> Vec<StepRow> {
     let per_cycle = |x: f64| x / cycles.max(1) as f64;
@@ -209,77 +309,99 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
     let device = target.net.device();
     let bandwidth = read_bandwidth();
     let vocab = target.net.config.vocab_size;
-    let spec = args.draft.spec(name, kinds[0]);
+    let base_spec = args.draft.spec(name, kinds[0]);
+    // One run per dtype, in turn within every repeat; `None` keeps the specification's own.
+    let dtypes: Vec<Option<String>> = if args.drafter_dtypes.is_empty() {
+        vec![base_spec.dtype.clone()]
+    } else {
+        args.drafter_dtypes.iter().cloned().map(Some).collect()
+    };
+    let specs: Vec<_> = (dtypes.iter())
+        .map(|dtype| drafter_spec::DrafterSpec {
+            dtype: dtype.clone(),
+            ..base_spec.clone()
+        })
+        .collect();
+    for spec in &specs {
+        spec.validate()?;
+    }
     let mut contexts = Vec::new();
+    let mut paired = Vec::new();
     for &context in &args.contexts {
         // A fixed pseudo-random prompt: the drafter's passes are what is timed, not its acceptance.
         let prompt: Vec<i64> = (0..context as i64)
             .map(|i| (i * 7919 + 13) % (vocab - 1) + 1)
             .collect();
-        let (mut split, mut seconds, mut cycles, mut accepted) = (TimeSplit::default(), 0.0, 0, 0);
-        let (mut prefill_seconds, mut requests) = (0.0, 0);
+        let mut runs: Vec<Timed> = specs.iter().map(|_| Timed::default()).collect();
         for repeat in 0..args.repeats {
-            let (mut built, mut config) = drafter_spec::prepare(
-                &spec,
-                &target,
-                Sampling::greedy(),
-                prompt.len(),
-                args.new_tokens,
-            )?;
-            // Every decode generates exactly `new_tokens`: no stop token ends one early.
-            config.stop_tokens.clear();
-            let mut recorded = Recorded {
-                inner: built.drafter.as_mut(),
-                device,
-                prefill: Recording::default(),
-                cycles: Recording::default(),
-            };
-            let report = speculative_generate(&target.net, &mut recorded, &prompt, &config)?;
-            if repeat == 0 {
-                continue;
+            for (spec, timed) in specs.iter().zip(&mut runs) {
+                let (mut built, mut config) = drafter_spec::prepare(
+                    spec,
+                    &target,
+                    Sampling::greedy(),
+                    prompt.len(),
+                    args.new_tokens,
+                )?;
+                // Every decode generates exactly `new_tokens`: no stop token ends one early.
+                config.stop_tokens.clear();
+                let mut recorded = Recorded {
+                    inner: built.drafter.as_mut(),
+                    device,
+                    prefill: Recording::default(),
+                    cycles: Recording::default(),
+                };
+                let report = speculative_generate(&target.net, &mut recorded, &prompt, &config)?;
+                if repeat > 0 {
+                    timed.add(&recorded, &report);
+                }
             }
-            split.add(&recorded.cycles.split);
-            seconds += recorded.cycles.seconds;
-            prefill_seconds += recorded.prefill.seconds;
-            requests += 1;
-            cycles += report.cycles.len();
-            accepted += report.cycles.iter().map(|c| c.accepted).sum::<usize>();
         }
-        let row = ContextRow {
-            context,
-            cycles,
-            drafter_ms_per_cycle: seconds * 1e3 / cycles.max(1) as f64,
-            tau: 1.0 + accepted as f64 / cycles.max(1) as f64,
-            prefill_ms_per_request: prefill_seconds * 1e3 / requests.max(1) as f64,
-            steps: step_rows(&split, seconds, cycles, bandwidth),
-        };
-        if !args.json {
-            println!(
-                "context {}: {} cycles, tau {:.2}, drafter {:.2} ms/cycle (its prefill apart: {:.1} ms a request)",
-                row.context, row.cycles, row.tau, row.drafter_ms_per_cycle, row.prefill_ms_per_request
-            );
-            println!(
-                "  {:<44} {:>10} {:>7} {:>8} {:>12}",
-                "step", "ms/cycle", "share", "calls", "bound ms"
-            );
-            for s in &row.steps {
+        for (dtype, timed) in dtypes.iter().zip(&runs) {
+            let row = timed.row(context, dtype.clone(), bandwidth);
+            if !args.json {
+                print_row(&row);
+            }
+            contexts.push(row);
+        }
+        for (dtype, timed) in dtypes.iter().zip(&runs).skip(1) {
+            let name = |d: &Option<String>| d.clone().unwrap_or_else(|| "the target's".into());
+            let ratios: Vec<f64> = (runs[0].ms_per_cycle.iter())
+                .zip(&timed.ms_per_cycle)
+                .map(|(baseline, this)| baseline / this)
+                .collect();
+            let row = PairedRow {
+                context,
+                baseline: name(&dtypes[0]),
+                dtype: name(dtype),
+                median: median(&ratios),
+                ratios,
+            };
+            if !args.json {
+                let (low, high) = (row.ratios.iter())
+                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &r| {
+                        (l.min(r), h.max(r))
+                    });
                 println!(
-                    "  {:<44} {:>10.3} {:>6.1}% {:>8.1} {:>12.3}",
-                    s.step,
-                    s.ms_per_cycle,
-                    s.share * 100.0,
-                    s.calls_per_cycle,
-                    s.memory_bound_ms_per_cycle
+                    "context {}: drafter cycle in {} over in {}, repeat by repeat: median {:.2} [{:.2}, {:.2}] over {} repeats ({})",
+                    row.context,
+                    row.baseline,
+                    row.dtype,
+                    row.median,
+                    low,
+                    high,
+                    row.ratios.len(),
+                    (row.ratios.iter()).map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ")
                 );
             }
+            paired.push(row);
         }
-        contexts.push(row);
     }
     let report = Report {
-        method: spec.method.to_string(),
+        method: base_spec.method.to_string(),
         allocator: allocator::report(),
         read_bandwidth_gb_s: bandwidth / 1e9,
         contexts,
+        paired,
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);

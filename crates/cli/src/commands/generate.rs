@@ -111,7 +111,7 @@ pub struct DrafterArgs {
     pub retrieval_options: RetrievalConfig,
     #[command(flatten)]
     pub adapt: AdaptArgs,
-    /// The drafter's own dtype (vanilla, PARD): f32, bf16 or f16; the target's (--dtype) by default.
+    /// The drafter's own weights' dtype (every method): f32, bf16 or f16; the target's (--dtype) by default.
     #[arg(long, requires = "drafter")]
     pub drafter_dtype: Option<String>,
 }

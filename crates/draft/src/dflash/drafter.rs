@@ -85,9 +85,12 @@ pub struct DFlashDrafter {
     cache: KvCache,
     /// Target features `[m, n_t * H]` of committed tokens whose context K/V are not cached yet.
     pending: Option<Tensor>,
+    /// The kind of the drafter's weights and block rows: the target's unless loaded with its own
+    /// ([`DFlashDrafter::load_as`]). Its cache and attention keep the target's kind.
+    kind: Kind,
     forward_seconds: f64,
     /// The checkpoint's draft vocabulary and the target's head rows of it `[V, H]` (a copy, in the
-    /// target's kind); `None` when the drafter drafts over the whole vocabulary.
+    /// drafter's kind); `None` when the drafter drafts over the whole vocabulary.
     draft_head: Option<(DraftVocabulary, Tensor)>,
     /// Bytes of the drafter's linear maps, counted once (each proposal asks whether the kernel pays).
     weight_bytes: std::sync::OnceLock<usize>,
@@ -144,8 +147,19 @@ impl DFlashDrafter {
         out
     }
 
-    /// Loads a drafter in the published layout (config.json with `dflash_config` + model.safetensors).
+    /// Loads a drafter in the published layout (config.json with `dflash_config` + model.safetensors),
+    /// in the target's kind.
     pub fn load(dir: &Path, target: &Transformer, capacity: i64) -> Result<Self> {
+        Self::load_as(dir, target, capacity, target.kind())
+    }
+
+    /// [`DFlashDrafter::load`] with the drafter's own weights and draft-vocabulary head rows in `kind`
+    /// (a bf16 drafter beside an f32 target reads half the bytes of its maps a draft). The target's
+    /// embeddings and features enter in `kind`; keys, values and queries meet in the target's kind, so
+    /// attention over a long context runs where the target's does (the few-row kernel's attention is
+    /// f32); without a draft vocabulary the block's last rows go through the target's head in the
+    /// target's kind; logits are f32 either way.
+    pub fn load_as(dir: &Path, target: &Transformer, capacity: i64, kind: Kind) -> Result<Self> {
         let CheckedConfig {
             config,
             raw,
@@ -175,7 +189,7 @@ impl DFlashDrafter {
         );
         let hidden_norm = RmsNorm::new(&root / "hidden_norm", hidden, eps);
         let norm = RmsNorm::new(&root / "norm", hidden, eps);
-        vars.set_kind(target.kind());
+        vars.set_kind(kind);
         // Other exporters: `midlayer.` is layer 0, `encoder.fc.` is fc (docs/drafters.md §4.2).
         let route = |name: &str| -> Route {
             let name = if let Some(rest) = name.strip_prefix("midlayer.") {
@@ -200,7 +214,9 @@ impl DFlashDrafter {
             dir,
         )?;
         let draft_head = (!vocabulary.is_whole(vocab)).then(|| {
-            let rows = target.lm_head_weight().index_select(0, &vocabulary.target_ids(device));
+            let rows = (target.lm_head_weight())
+                .index_select(0, &vocabulary.target_ids(device))
+                .to_kind(kind);
             (vocabulary, rows)
         });
         let rope = Rope::with_base(
@@ -237,6 +253,7 @@ impl DFlashDrafter {
             mask_token,
             cache,
             pending: None,
+            kind,
             forward_seconds: 0.0,
             draft_head,
             weight_bytes: std::sync::OnceLock::new(),
@@ -309,7 +326,7 @@ impl DFlashDrafter {
         start: i64,
         mut observer: Option<&mut dyn AttentionObserver>,
     ) -> Result<Tensor> {
-        let (device, kind) = (target.device(), target.kind());
+        let (device, kind) = (target.device(), self.kind);
         let context = self.cache.len();
         if context != start {
             return Err(DraftError::Protocol(format!(
@@ -319,7 +336,7 @@ impl DFlashDrafter {
         let b = self.block_size;
         let mut block = vec![self.mask_token; b as usize];
         block[0] = root;
-        let mut x = target.embed(&Tensor::from_slice(&block).to_device(device));
+        let mut x = (target.embed(&Tensor::from_slice(&block).to_device(device))).to_kind(kind);
         let positions = Tensor::arange_start(start, start + b, (Kind::Int64, device));
         let (cos, sin) = self.rope.tables(&positions, kind);
         let softmax_scale = 1.0 / (self.head_dim as f64).sqrt();
@@ -335,9 +352,11 @@ impl DFlashDrafter {
         for ((i, layer), mask) in self.layers.iter().enumerate().zip(&masks) {
             x = time_split::mark(Step::Layer(i), || 0, || -> Result<Tensor> {
                 let y = layer.input_layernorm.forward(&x);
-                let mut q = layer.queries(&y, &cos, &sin);
                 let (k, v) = layer.keys_values(&y, &cos, &sin);
+                // The cache converts the block's keys and values to its (the target's) kind; the
+                // queries follow, and the attention's output comes back to the drafter's kind.
                 let (keys, values) = speculation.write(i, &k, &v)?;
+                let mut q = layer.queries(&y, &cos, &sin).to_kind(keys.kind());
                 // Every row of a non-causal block sees context + B keys: one scalar per pass (derivations/top-k-mass-scaling.md §6).
                 if !self.query_scaling.is_off() {
                     let counts = visible_counts(mask.as_ref(), b, keys.size()[1])?;
@@ -353,10 +372,8 @@ impl DFlashDrafter {
                     };
                     observer.observe(i, &view);
                 }
-                Ok(layer.finish(
-                    &x,
-                    &attend(&q, &keys, &values, mask.as_ref(), softmax_scale),
-                ))
+                let attention = attend(&q, &keys, &values, mask.as_ref(), softmax_scale);
+                Ok(layer.finish(&x, &attention.to_kind(kind)))
             })?;
         }
         Ok(x)
@@ -375,7 +392,7 @@ impl DFlashDrafter {
         observer: &mut dyn AttentionObserver,
     ) -> Result<()> {
         let _guard = tch::no_grad_guard();
-        let kind = target.kind();
+        let kind = self.kind;
         for &p in positions {
             let written = self.cache.len();
             if p < written || p as usize >= tokens.len() {
@@ -443,7 +460,7 @@ impl DFlashDrafter {
     /// head rows of it), or `[R, vocab]` through the target's head when the drafter has none.
     pub(crate) fn draft_logits(&self, target: &Transformer, normed: &Tensor) -> Tensor {
         let Some((_, rows)) = &self.draft_head else {
-            return target.lm_head(normed);
+            return target.lm_head(&normed.to_kind(target.kind()));
         };
         time_split::mark(
             Step::LmHead,
@@ -505,7 +522,7 @@ impl Drafter for DFlashDrafter {
         self.taps.clone()
     }
 
-    fn prefill(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+    fn prefill(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
         let _guard = tch::no_grad_guard();
         let started = std::time::Instant::now();
         // A new request: nothing of an earlier one stays in the cache.
@@ -513,7 +530,7 @@ impl Drafter for DFlashDrafter {
         // The prompt's context features, many rows: here, with the target's prefill, on all of
         // libtorch's threads (a decoding loop holds it to one).
         self.pending = target_hidden.map(Tensor::shallow_clone);
-        self.write_pending(ctx.target.kind())?;
+        self.write_pending(self.kind)?;
         self.forward_seconds += started.elapsed().as_secs_f64();
         Ok(())
     }
@@ -526,7 +543,7 @@ impl Drafter for DFlashDrafter {
         // from memory.
         let bytes = *(self.weight_bytes)
             .get_or_init(|| time_split::bytes_of(self.linears().iter().map(|l| &l.weight)));
-        let (device, kind) = (ctx.target.device(), ctx.target.kind());
+        let (device, kind) = (ctx.target.device(), self.kind);
         let drafts = few_rows::where_it_pays(self.block_size, device, kind, bytes, || {
             self.write_pending(kind)?;
             self.draft_block(ctx)

@@ -46,7 +46,7 @@ impl Eagle3Drafter {
             .embed(&Tensor::from_slice(tokens).to_device(device));
         let positions = Tensor::arange_start(fed, fed + count, (Kind::Int64, device));
         let head = &self.head;
-        let fused = head.fuse(&features.to_kind(ctx.target.kind()));
+        let fused = head.fuse(&features);
         let timer = std::time::Instant::now();
         let (hidden, log_probs) = head.forward(
             &embeddings,
@@ -63,7 +63,7 @@ impl Eagle3Drafter {
     }
 
     /// Loads a head in the published layout (config.json + model.safetensors; `midlayer.` or `layers.0.`)
-    /// for `target`.
+    /// for `target`, in the target's kind.
     pub fn load(
         dir: &Path,
         target: &Transformer,
@@ -71,7 +71,20 @@ impl Eagle3Drafter {
         sampling: Sampling,
         capacity: i64,
     ) -> Result<Self> {
-        let (head, taps) = Eagle3Head::load(dir, target, false)?;
+        Self::load_as(dir, target, shape, sampling, capacity, target.kind())
+    }
+
+    /// [`Eagle3Drafter::load`] with the head's weights in `kind` ([`Eagle3Head::load_as`]); its cache
+    /// keeps the target's kind, so attention over a long context runs where the target's does.
+    pub fn load_as(
+        dir: &Path,
+        target: &Transformer,
+        shape: TreeShape,
+        sampling: Sampling,
+        capacity: i64,
+        kind: Kind,
+    ) -> Result<Self> {
+        let (head, taps) = Eagle3Head::load_as(dir, target, false, kind)?;
         shape.validate(head.vocabulary.len())?;
         // The stable context plus one tree's rows: the first step and `top_k` per expansion step.
         let tree_rows = ((shape.depth + 1) * shape.top_k) as i64;
@@ -129,9 +142,7 @@ impl Eagle3Drafter {
             let ids = Tensor::from_slice(&tokens[start as usize..(start + rows) as usize]);
             let embeddings = target.embed(&ids.to_device(device));
             let positions = Tensor::arange_start(fed, fed + rows, (Kind::Int64, device));
-            let fused = self
-                .head
-                .fuse(&features.narrow(0, start, rows).to_kind(target.kind()));
+            let fused = self.head.fuse(&features.narrow(0, start, rows));
             let _ = self.head.forward(
                 &embeddings,
                 &fused,
@@ -285,7 +296,7 @@ impl Drafter for Eagle3Drafter {
         // memory. Not while a prompt's features wait to be fed: libtorch, single-threaded in a kernel
         // pass, would run them on one core.
         let bytes = self.head.weight_bytes();
-        let (device, kind) = (ctx.target.device(), ctx.target.kind());
+        let (device, kind) = (ctx.target.device(), self.head.kind());
         let rows = self.shape.top_k.max(1) as i64;
         match self.pending.as_ref().map_or(0, |p| p.size()[0]) {
             0..=few_rows::HEAD_ROWS => {

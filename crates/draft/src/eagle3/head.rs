@@ -52,6 +52,9 @@ pub struct Eagle3Head {
     pub(crate) query_scaling: QueryScaling,
     /// The keys drafting rows may see (sliding window, retrieval); `None`: all their mask allows.
     pub(crate) key_selection: Option<KeySelection>,
+    /// The kind of the head's weights, which its inputs (the target's embeddings and features) take on
+    /// entry: the target's unless loaded with its own ([`Eagle3Head::load_as`]).
+    pub(crate) kind: Kind,
 }
 
 pub(crate) fn checkpoint_error(path: &Path, reason: impl Into<String>) -> DraftError {
@@ -79,9 +82,22 @@ impl Eagle3Head {
             .get_or_init(|| time_split::bytes_of(self.linears().iter().map(|l| &l.weight)))
     }
 
-    /// Loads the head's weights; `trainable` makes every weight take gradients (training). Returns the
-    /// target taps the head reads.
+    /// Loads the head's weights in the target's kind; `trainable` makes every weight take gradients
+    /// (training). Returns the target taps the head reads.
     pub fn load(dir: &Path, target: &Transformer, trainable: bool) -> Result<(Self, Vec<Tap>)> {
+        Self::load_as(dir, target, trainable, target.kind())
+    }
+
+    /// [`Eagle3Head::load`] with the head's weights in `kind` (a bf16 head beside an f32 target reads
+    /// half the bytes of its maps a draft); the target's embeddings and features are cast to it on
+    /// entry, attention runs in its keys' kind (the drafter's cache keeps the target's), and its
+    /// log-probabilities are f32 either way.
+    pub fn load_as(
+        dir: &Path,
+        target: &Transformer,
+        trainable: bool,
+        kind: Kind,
+    ) -> Result<(Self, Vec<Tap>)> {
         crate::checkpoint_kind::expect_kind(dir, crate::Method::Eagle3)?;
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path)
@@ -97,7 +113,7 @@ impl Eagle3Head {
         let device = target.device();
         let mut vars = nn::VarStore::new(device);
         let weights = HeadWeights::new(&vars.root(), &config, trainable);
-        vars.set_kind(target.kind());
+        vars.set_kind(kind);
         let route = |name: &str| -> Route {
             let name = name
                 .strip_prefix("layers.0.")
@@ -140,12 +156,19 @@ impl Eagle3Head {
             head_dim,
             query_scaling: QueryScaling::off(),
             key_selection: None,
+            kind,
         };
         Ok((head, ids.into_iter().map(Tap::LayerInput).collect()))
     }
 
-    /// `[T, 3 Ht]` target features -> `[T, H]`.
+    /// The kind of the head's weights and of its hidden states.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// `[T, 3 Ht]` target features (any kind) -> `[T, H]` in the head's kind.
     pub(crate) fn fuse(&self, features: &Tensor) -> Tensor {
+        let features = &features.to_kind(self.kind);
         // `fc`'s weights are its own linear map's, marked there.
         time_split::mark(
             Step::Features,
@@ -183,6 +206,8 @@ impl Eagle3Head {
         positions: &Tensor,
     ) -> (Tensor, Tensor, Tensor, Tensor) {
         let l = &self.layer;
+        // The target's embeddings (and, fed back, the head's own hidden states) in the head's kind.
+        let (embeddings, hidden) = (&embeddings.to_kind(self.kind), &hidden.to_kind(self.kind));
         let residual = if self.config.norm_before_residual {
             l.hidden_norm.forward(hidden)
         } else {
@@ -213,13 +238,8 @@ impl Eagle3Head {
     ) -> (Tensor, Tensor) {
         let l = &self.layer;
         let h = time_split::mark(Step::Layer(0), || 0, || {
-            let attn = l.o_proj.forward(&attend(
-                q,
-                keys,
-                values,
-                visible,
-                1.0 / (self.head_dim as f64).sqrt(),
-            ));
+            let attended = attend(q, keys, values, visible, 1.0 / (self.head_dim as f64).sqrt());
+            let attn = l.o_proj.forward(&attended.to_kind(self.kind));
             let h = residual + attn;
             let post = l.post_attention_layernorm.forward(&h);
             &h + l.mlp.forward(&post)
@@ -263,7 +283,9 @@ impl Eagle3Head {
         // Over every position; cut to the keys the cache still holds (a bounded window).
         let visible = cache.held_columns(mask.materialize(past, rows, embeddings.device())?);
         // n_i = stable context + depth + 1 in a tree: the row-sum of its mask (derivations/top-k-mass-scaling.md §6).
-        let mut q = q;
+        // The cache holds the target's kind (its write converts the head's keys and values); the
+        // queries meet them there, and `finish` brings the attention back to the head's kind.
+        let mut q = q.to_kind(keys.kind());
         if !self.query_scaling.is_off() {
             self.query_scaling
                 .apply(&mut q, 0, &mask.visible_counts(past, rows)?)?;
