@@ -20,6 +20,7 @@ use serde::Serialize;
 use sharpdraft_decode::speculative_generate;
 use sharpdraft_draft::{DraftContext, Drafter, DrafterStats, Feedback, Proposal};
 use sharpdraft_lab::drafter_spec;
+use sharpdraft_lab::experiment::intervals::median;
 use sharpdraft_model::time_split::{self, TimeSplit};
 use sharpdraft_model::{KeySelection, Sampler, Sampling, Tap};
 use std::time::Instant;
@@ -224,16 +225,6 @@ impl Timed {
             prefill_ms_per_request: self.prefill_seconds * 1e3 / self.requests.max(1) as f64,
             steps: step_rows(&self.split, self.seconds, self.cycles, bandwidth),
         }
-    }
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
     }
 }
 

@@ -540,13 +540,10 @@ impl Drafter for DFlashDrafter {
         let started = std::time::Instant::now();
         // The last cycle's verified rows into the context, then a block of a few rows through the
         // drafter's maps and the target's head: the few-row kernel where the drafter's weights stream
-        // from memory. A verification runs between two proposals and streams the target's weights
-        // through the cache, so they stream whenever both together outgrow it, however small the
-        // drafter alone (a bf16 drafter under the cache's size otherwise stayed on libtorch's
-        // few-row products, at three times its memory bound).
+        // from memory (with the target's, between two proposals).
         let bytes = *(self.weight_bytes)
             .get_or_init(|| time_split::bytes_of(self.linears().iter().map(|l| &l.weight)));
-        let streamed = bytes + ctx.target.linear_weight_bytes();
+        let streamed = ctx.streamed_bytes(bytes);
         let (device, kind) = (ctx.target.device(), self.kind);
         let drafts = few_rows::where_it_pays(self.block_size, device, kind, streamed, || {
             self.write_pending(kind)?;

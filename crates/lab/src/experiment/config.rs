@@ -389,6 +389,15 @@ fn names_unique<'a>(names: impl Iterator<Item = &'a str>, what: &str, file: &Pat
 }
 
 impl Experiment {
+    /// The method every other drafting method is compared with, request by request: the first
+    /// drafting method listed (the unmodified drafter, as the shipped experiments list it).
+    pub fn reference_method(&self) -> Option<&str> {
+        self.methods
+            .iter()
+            .find(|m| !m.target_only)
+            .map(|m| m.name.as_str())
+    }
+
     /// Reads `path` and its blocks and checks what can be checked without models.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)

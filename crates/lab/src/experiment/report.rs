@@ -124,28 +124,18 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
     );
     // Summaries committed before the paired comparison have no such columns: their rows fall back to
     // comparing the speed-up intervals.
-    let optional_interval = |n: &str| -> Result<Vec<Interval>> {
-        if t.column(n).is_ok() {
-            interval(n)
-        } else {
-            Ok(vec![Interval::UNKNOWN; t.rows()])
-        }
+    let missing = |n: &str| t.column(n).is_err();
+    let (vs_reference, decode_vs_reference) = match missing("vs_reference") {
+        true => (
+            vec![Interval::UNKNOWN; t.rows()],
+            vec![Interval::UNKNOWN; t.rows()],
+        ),
+        false => (interval("vs_reference")?, interval("decode_vs_reference")?),
     };
-    let (vs_reference, decode_vs_reference) = (
-        optional_interval("vs_reference")?,
-        optional_interval("decode_vs_reference")?,
-    );
-    let optional_count = |n: &str| -> Result<Vec<i64>> {
-        if t.column(n).is_ok() {
-            i(n)
-        } else {
-            Ok(vec![0; t.rows()])
-        }
+    let (vs_reference_faster, decode_vs_reference_faster) = match missing("vs_reference_faster") {
+        true => (vec![0; t.rows()], vec![0; t.rows()]),
+        false => (i("vs_reference_faster")?, i("decode_vs_reference_faster")?),
     };
-    let (vs_reference_faster, decode_vs_reference_faster) = (
-        optional_count("vs_reference_faster")?,
-        optional_count("decode_vs_reference_faster")?,
-    );
     let (lo, hi, prompt_tokens, distinct, update_s) = (
         f("bin_lo_n0")?,
         f("bin_hi_n0")?,
@@ -258,14 +248,6 @@ fn with_interval(v: &Interval, digits: usize) -> String {
 
 /// The method every other method of a drafter is compared with: the experiment's first drafting
 /// method (the unmodified drafter, as the shipped experiments list it).
-fn reference_method(experiment: &Experiment) -> Option<&str> {
-    experiment
-        .methods
-        .iter()
-        .find(|m| !m.target_only)
-        .map(|m| m.name.as_str())
-}
-
 /// Whether a paired ratio's interval lies above 1, below it, or holds it.
 fn verdict(ratio: &Interval) -> &'static str {
     if ratio.lo > 1.0 {
@@ -341,7 +323,7 @@ fn against_reference(
 
 /// The headline table (one line per drafter x method x workload x context) as markdown.
 pub fn headline(rows: &[SummaryRow], experiment: &Experiment) -> String {
-    let reference = reference_method(experiment);
+    let reference = experiment.reference_method();
     let mut out = format!(
         "| workload | context | drafter | method | requests | tau | speedup vs target alone | decode speedup | vs {reference}, paired | decode vs {reference} | tokens/s | = target's output | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB | decoded again / still under load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         reference = reference.unwrap_or("-")

@@ -117,11 +117,11 @@ fn reference<'a>(
     arm: &ArmRecord,
 ) -> Option<&'a ArmRecord> {
     arm.arm.drafter.as_ref()?;
-    let method = experiment.methods.iter().find(|m| !m.target_only)?;
+    let method = experiment.reference_method()?;
     record
         .arms
         .iter()
-        .find(|a| a.arm.drafter == arm.arm.drafter && a.arm.method == method.name)
+        .find(|a| a.arm.drafter == arm.arm.drafter && a.arm.method == method)
 }
 
 /// One request of one arm, with its paired rows on the same request of the same unit, decoded seconds
@@ -136,31 +136,29 @@ struct PairedRow<'a> {
 }
 
 impl PairedRow<'_> {
+    /// `rate` of this request over `rate` of the same request in another arm (NaN without one).
+    fn ratio(&self, other: Option<&RequestRow>, rate: fn(&RequestRow) -> f64) -> f64 {
+        other.map_or(f64::NAN, |o| rate(self.row) / rate(o))
+    }
+
     /// tokens/s against the target alone's on the same request.
     fn speedup(&self) -> f64 {
-        self.base
-            .map_or(f64::NAN, |b| self.row.tokens_per_second() / b.tokens_per_second())
+        self.ratio(self.base, RequestRow::tokens_per_second)
     }
 
     /// The same for the decode alone (after the prefill).
     fn decode_speedup(&self) -> f64 {
-        self.base.map_or(f64::NAN, |b| {
-            self.row.decode_tokens_per_second() / b.decode_tokens_per_second()
-        })
+        self.ratio(self.base, RequestRow::decode_tokens_per_second)
     }
 
     /// tokens/s against the reference method's on the same request (1 for the reference itself).
     fn vs_reference(&self) -> f64 {
-        self.reference.map_or(f64::NAN, |r| {
-            self.row.tokens_per_second() / r.tokens_per_second()
-        })
+        self.ratio(self.reference, RequestRow::tokens_per_second)
     }
 
     /// The same for the decode alone.
     fn decode_vs_reference(&self) -> f64 {
-        self.reference.map_or(f64::NAN, |r| {
-            self.row.decode_tokens_per_second() / r.decode_tokens_per_second()
-        })
+        self.ratio(self.reference, RequestRow::decode_tokens_per_second)
     }
 
     /// 1 when the output equals the target's own greedy output, 0 when it differs, -1 when not
