@@ -10,6 +10,7 @@ use crate::verify::{verify_greedy, verify_stochastic, Verdict};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal};
+use sharpdraft_model::cpu::few_rows;
 use sharpdraft_model::generate::prefill_with_taps;
 use sharpdraft_model::{
     AttentionMask, AttentionObserver, AttentionView, ForwardInput, KvCache, LogitRows, Sampler,
@@ -129,14 +130,18 @@ impl<'a> Session<'a> {
         let device = target.device();
         let cycle_start = Instant::now();
         let context = self.committed.len() as i64;
-        let proposal = drafter.propose(
-            &DraftContext {
-                committed: &self.committed,
-                target,
-                greedy,
-            },
-            &mut self.drafter_sampler,
-        )?;
+        // The target's verification streams its weights through the cache between two proposals, so
+        // the drafter's few-row passes weigh them beside its own (few_rows::beside).
+        let proposal = few_rows::beside(target.linear_weight_bytes(), || {
+            drafter.propose(
+                &DraftContext {
+                    committed: &self.committed,
+                    target,
+                    greedy,
+                },
+                &mut self.drafter_sampler,
+            )
+        })?;
         proposal
             .validate(target.config.vocab_size)
             .map_err(|reason| DecodeError::Proposal {

@@ -51,19 +51,6 @@ pub struct DraftContext<'a> {
     pub greedy: bool,
 }
 
-impl DraftContext<'_> {
-    /// The weight bytes that pass through the CPU's cache between two proposals of a drafter whose
-    /// own linear maps hold `drafter_bytes`: those and the target's, whose verification runs between
-    /// them. A drafter's pass streams its weights from memory whenever these outgrow the cache, however
-    /// small the drafter alone, so this is what its few-row passes weigh against the cache
-    /// (`few_rows::where_it_pays`); by its own bytes, the Qwen v8k DFlash drafter in bf16 stayed on
-    /// libtorch's few-row products under a 300 MiB cache, its maps at 1.7 times their memory bound
-    /// (docs/benchmarks.md, "A drafter in bf16").
-    pub fn streamed_bytes(&self, drafter_bytes: usize) -> usize {
-        drafter_bytes + self.target.linear_weight_bytes()
-    }
-}
-
 /// What verification kept in one cycle.
 pub struct Feedback<'a> {
     /// Proposal node indices on the accepted path, root to leaf.

@@ -255,16 +255,3 @@ fn dflash_capture_layers_default_to_the_published_spacing() {
         vec![15]
     );
 }
-
-#[test]
-fn a_drafters_few_row_passes_weigh_the_targets_weights_beside_its_own() {
-    let target = load(&fixture("llama"));
-    let ctx = sharpdraft_draft::DraftContext {
-        committed: &[1],
-        target: &target.net,
-        greedy: true,
-    };
-    let targets = target.net.linear_weight_bytes();
-    assert!(targets > 0);
-    assert_eq!(ctx.streamed_bytes(1000), 1000 + targets);
-}

@@ -327,8 +327,9 @@ impl Transformer {
     pub fn forward(&self, input: ForwardInput<'_>, cache: &mut KvCache) -> Result<ForwardOutput> {
         let rows = input.ids.size().first().copied().unwrap_or(0);
         let pass = || self.forward_pass(input, cache);
-        // A few rows of a frozen CPU model too large for the cache (a verification pass, a drafting
-        // step): the whole pass with the kernel that reads each weight once; any other pass on
+        // A few rows of a frozen CPU model too large for the cache, with whatever streams through it
+        // beside (a verification pass; a drafting step, beside the target's weights): the whole pass
+        // with the kernel that reads each weight once; any other pass on
         // libtorch's own threads, also inside a decoding loop (few_rows::where_it_pays). Weights being
         // trained keep libtorch's products.
         let frozen = self

@@ -540,12 +540,11 @@ impl Drafter for DFlashDrafter {
         let started = std::time::Instant::now();
         // The last cycle's verified rows into the context, then a block of a few rows through the
         // drafter's maps and the target's head: the few-row kernel where the drafter's weights stream
-        // from memory (with the target's, between two proposals).
+        // from memory (with the target's, between two proposals: few_rows::beside).
         let bytes = *(self.weight_bytes)
             .get_or_init(|| time_split::bytes_of(self.linears().iter().map(|l| &l.weight)));
-        let streamed = ctx.streamed_bytes(bytes);
         let (device, kind) = (ctx.target.device(), self.kind);
-        let drafts = few_rows::where_it_pays(self.block_size, device, kind, streamed, || {
+        let drafts = few_rows::where_it_pays(self.block_size, device, kind, bytes, || {
             self.write_pending(kind)?;
             self.draft_block(ctx)
         })?;

@@ -293,14 +293,14 @@ impl Drafter for Eagle3Drafter {
 
     fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
         // Tree levels of a few rows through the head: the few-row kernel where its weights stream from
-        // memory (with the target's, between two proposals). Not while a prompt's features wait to be
-        // fed: libtorch, single-threaded in a kernel pass, would run them on one core.
-        let streamed = ctx.streamed_bytes(self.head.weight_bytes());
+        // memory (with the target's, between two proposals: few_rows::beside). Not while a prompt's
+        // features wait to be fed: libtorch, single-threaded in a kernel pass, would run them on one core.
+        let bytes = self.head.weight_bytes();
         let (device, kind) = (ctx.target.device(), self.head.kind());
         let rows = self.shape.top_k.max(1) as i64;
         match self.pending.as_ref().map_or(0, |p| p.size()[0]) {
             0..=few_rows::HEAD_ROWS => {
-                few_rows::where_it_pays(rows, device, kind, streamed, || self.expand(ctx, sampler))
+                few_rows::where_it_pays(rows, device, kind, bytes, || self.expand(ctx, sampler))
             }
             _ => self.expand(ctx, sampler),
         }

@@ -1,0 +1,94 @@
+//! A drafter's few-row passes run between two verifications, which stream the target's weights through
+//! the CPU's cache, so each proposal weighs the target's bytes beside the drafter's own when it picks
+//! the few-row kernel (`few_rows::beside`), whatever the drafter's method.
+mod common;
+
+use common::*;
+use sharpdraft_draft::drafter::Result;
+use sharpdraft_draft::{DraftContext, Drafter, DrafterStats, Feedback, Method, Proposal};
+use sharpdraft_model::cpu::few_rows;
+use sharpdraft_model::{KeySelection, Sampler, Sampling, Tap};
+use tch::Tensor;
+
+/// A drafter that notes the bytes streamed around each of its proposals and drafts as the one it wraps.
+struct Noting<D> {
+    inner: D,
+    streamed_during_proposals: Vec<usize>,
+}
+
+impl<D: Drafter> Drafter for Noting<D> {
+    fn method(&self) -> Method {
+        self.inner.method()
+    }
+    fn target_taps(&self) -> Vec<Tap> {
+        self.inner.target_taps()
+    }
+    fn prefill(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        self.inner.prefill(ctx, target_hidden)
+    }
+    fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
+        self.streamed_during_proposals
+            .push(few_rows::streamed_bytes(0));
+        self.inner.propose(ctx, sampler)
+    }
+    fn observe(&mut self, ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
+        self.inner.observe(ctx, feedback)
+    }
+    fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
+        self.inner.set_key_selection(selection)
+    }
+    fn variables(&self) -> Vec<(String, Tensor)> {
+        self.inner.variables()
+    }
+    fn stats(&self) -> DrafterStats {
+        self.inner.stats()
+    }
+}
+
+#[test]
+fn every_proposal_weighs_the_targets_weights_beside_the_drafters_own() {
+    let target = load("llama");
+    let targets = target.net.linear_weight_bytes();
+    assert!(targets > 0);
+    let mut drafter = Noting {
+        inner: vanilla("qwen2", &target, 3, Sampling::greedy()),
+        streamed_during_proposals: Vec::new(),
+    };
+
+    let report = spec(&target, &mut drafter, &PROMPT, 12, Sampling::greedy());
+
+    assert_eq!(report.ids, greedy_ar(&target, &PROMPT, 12));
+    assert_eq!(drafter.streamed_during_proposals.len(), report.cycles.len());
+    assert!(
+        drafter
+            .streamed_during_proposals
+            .iter()
+            .all(|&bytes| bytes == targets),
+        "bytes streamed beside each proposal {:?}, the target's {targets}",
+        drafter.streamed_during_proposals
+    );
+    assert_eq!(
+        few_rows::streamed_bytes(1000),
+        1000,
+        "outside a proposal a pass weighs its own bytes"
+    );
+}
+
+#[test]
+fn the_bytes_beside_a_pass_are_its_callers_only_while_it_runs() {
+    let inside = few_rows::beside(5000, || {
+        let nested = few_rows::beside(7, || few_rows::streamed_bytes(1));
+        (few_rows::streamed_bytes(1000), nested)
+    });
+    assert_eq!(inside, (6000, 8));
+    assert_eq!(few_rows::streamed_bytes(1000), 1000);
+
+    let unwound =
+        std::panic::catch_unwind(|| few_rows::beside(5000, || panic!("a failed proposal")));
+    assert!(unwound.is_err());
+    assert_eq!(
+        few_rows::streamed_bytes(1000),
+        1000,
+        "after a proposal that unwound"
+    );
+}
