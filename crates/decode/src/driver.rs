@@ -291,11 +291,17 @@ pub fn speculative_generate(
     let started = Instant::now();
     let mut session = Session::prefill(target, drafter, prompt, config)?;
     let prefill_seconds = started.elapsed().as_secs_f64();
-    target.decoding(|| -> Result<()> {
-        while !session.finished {
-            session.cycle(drafter)?;
-        }
-        Ok(())
+    // Each proposal streams the drafter's weights through the cache between two verifications, so the
+    // loop and the target's passes in it weigh them beside the target's own, as each proposal weighs
+    // the target's (Session::cycle).
+    let drafter_bytes = drafter.stats().weight_bytes;
+    few_rows::beside(drafter_bytes, || {
+        target.decoding(|| -> Result<()> {
+            while !session.finished {
+                session.cycle(drafter)?;
+            }
+            Ok(())
+        })
     })?;
     let drafter_stats = drafter.stats();
     Ok(SpecReport {

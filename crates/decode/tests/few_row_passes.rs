@@ -1,6 +1,7 @@
 //! A drafter's few-row passes run between two verifications, which stream the target's weights through
 //! the CPU's cache, so each proposal weighs the target's bytes beside the drafter's own when it picks
-//! the few-row kernel (`few_rows::beside`), whatever the drafter's method.
+//! the few-row kernel (`few_rows::beside`), whatever the drafter's method; and the target's passes in
+//! the loop, between two proposals, weigh the drafter's bytes beside the target's own.
 mod common;
 
 use common::*;
@@ -10,10 +11,12 @@ use sharpdraft_model::cpu::few_rows;
 use sharpdraft_model::{KeySelection, Sampler, Sampling, Tap};
 use tch::Tensor;
 
-/// A drafter that notes the bytes streamed around each of its proposals and drafts as the one it wraps.
+/// A drafter that notes the bytes streamed beside each of its proposals, and beside the verification
+/// before each `observe`, and drafts as the one it wraps.
 struct Noting<D> {
     inner: D,
     streamed_during_proposals: Vec<usize>,
+    streamed_between_proposals: Vec<usize>,
 }
 
 impl<D: Drafter> Drafter for Noting<D> {
@@ -32,6 +35,8 @@ impl<D: Drafter> Drafter for Noting<D> {
         self.inner.propose(ctx, sampler)
     }
     fn observe(&mut self, ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
+        self.streamed_between_proposals
+            .push(few_rows::streamed_bytes(0));
         self.inner.observe(ctx, feedback)
     }
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
@@ -46,14 +51,17 @@ impl<D: Drafter> Drafter for Noting<D> {
 }
 
 #[test]
-fn every_proposal_weighs_the_targets_weights_beside_the_drafters_own() {
+fn every_proposal_weighs_the_targets_weights_and_every_verification_the_drafters() {
     let target = load("llama");
     let targets = target.net.linear_weight_bytes();
     assert!(targets > 0);
     let mut drafter = Noting {
         inner: vanilla("qwen2", &target, 3, Sampling::greedy()),
         streamed_during_proposals: Vec::new(),
+        streamed_between_proposals: Vec::new(),
     };
+    let drafters = drafter.stats().weight_bytes;
+    assert!(drafters > 0 && drafters != targets);
 
     let report = spec(&target, &mut drafter, &PROMPT, 12, Sampling::greedy());
 
@@ -67,10 +75,20 @@ fn every_proposal_weighs_the_targets_weights_beside_the_drafters_own() {
         "bytes streamed beside each proposal {:?}, the target's {targets}",
         drafter.streamed_during_proposals
     );
+    // The last cycle ends the request before the drafter observes it.
+    assert!(drafter.streamed_between_proposals.len() + 1 >= report.cycles.len());
+    assert!(
+        drafter
+            .streamed_between_proposals
+            .iter()
+            .all(|&bytes| bytes == drafters),
+        "between two proposals the target's passes weigh the drafter's {drafters} bytes: {:?}",
+        drafter.streamed_between_proposals
+    );
     assert_eq!(
         few_rows::streamed_bytes(1000),
         1000,
-        "outside a proposal a pass weighs its own bytes"
+        "outside the loop a pass weighs its own bytes"
     );
 }
 

@@ -65,4 +65,33 @@ fn a_decoding_loop_holds_libtorch_to_one_thread_and_gives_its_threads_back_where
     assert!(unwound.is_err());
     assert_eq!(tch::get_num_threads(), 2, "after a loop that unwound");
     assert!(!few_rows::holds_libtorch_to_one_thread());
+
+    // A model the cache holds alone takes the kernel, and holds a loop to one thread, beside another
+    // model whose weights together with its own outgrow the cache (a drafter beside its target).
+    let cache = few_rows::min_weight_bytes();
+    let kernel_on = || {
+        few_rows::where_it_pays(1, Device::Cpu, Kind::Float, 1, || {
+            few_rows::kernel_threads().is_some()
+        })
+    };
+    assert!(
+        !kernel_on(),
+        "alone, one byte of weights keeps libtorch's products"
+    );
+    assert!(
+        few_rows::beside(cache, kernel_on),
+        "beside a model the size of the cache"
+    );
+    assert!(
+        !few_rows::beside(cache - 2, kernel_on),
+        "beside a model that fits with it"
+    );
+    let loop_threads = few_rows::beside(cache, || {
+        few_rows::decoding(Device::Cpu, Kind::Float, 1, tch::get_num_threads)
+    });
+    assert_eq!(
+        loop_threads, 1,
+        "a loop beside another model holds libtorch"
+    );
+    assert_eq!(tch::get_num_threads(), 2);
 }

@@ -155,7 +155,8 @@ thread_local! {
     static DECODING: std::cell::RefCell<Option<LibtorchStepsAside>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Runs `decode`, the token loop of a model whose one-row passes take this kernel (`takes(1, ..)`),
+/// Runs `decode`, the token loop of a model whose one-row passes take this kernel (`takes(1, ..)` of
+/// its bytes and, inside [`beside`], the other model's),
 /// with libtorch single-threaded from its first pass to its last, not only inside each pass. Between
 /// two passes a loop runs small operations over the logits (an argmax over 49152 entries, a softmax)
 /// that libtorch splits over its OpenMP threads, and an idle OpenMP thread then spins for milliseconds
@@ -170,7 +171,8 @@ pub fn decoding<T>(
     weight_bytes: usize,
     decode: impl FnOnce() -> T,
 ) -> T {
-    if holds_libtorch_to_one_thread() || !automatic() || !takes(1, device, kind, weight_bytes) {
+    let streamed = streamed_bytes(weight_bytes);
+    if holds_libtorch_to_one_thread() || !automatic() || !takes(1, device, kind, streamed) {
         return decode();
     }
     struct Leave;
@@ -225,11 +227,12 @@ thread_local! {
     static BESIDE: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Runs `work`, passes of one model between which another model of `other_bytes` (its linear maps)
-/// streams its weights through the same cache: a drafter's proposal, between two verifications by its
-/// target (the decoding loop wraps each). Its passes weigh both models' bytes against the cache
-/// ([`streamed_bytes`]): a drafter small enough for the cache alone still reads its weights from
-/// memory when the target's evicted them. Measured on a 300 MiB L3 (docs/benchmarks.md, "A drafter in
+/// Runs `work`, passes of one model between which another model of `other_bytes` (its weights) streams
+/// its own through the same cache: a drafter's proposal between two verifications by its target, and
+/// the target's passes of a speculative loop between two proposals (the loop wraps both). Those passes
+/// weigh both models' bytes against the cache ([`streamed_bytes`]; the innermost `beside` counts): a
+/// drafter small enough for the cache alone still reads its weights from memory when the target's
+/// evicted them. Measured on a 300 MiB L3 (docs/benchmarks.md, "A drafter in
 /// bf16"): by its own bytes the Qwen v8k DFlash drafter in bf16 stayed on libtorch's few-row products,
 /// its maps at 1.7 times their memory bound.
 pub fn beside<T>(other_bytes: usize, work: impl FnOnce() -> T) -> T {
@@ -287,7 +290,8 @@ pub fn automatic() -> bool {
     MODE.with(Cell::get) == Mode::Automatic
 }
 
-/// Models whose linear maps fit in this CPU's last-level cache keep libtorch's products: read from the
+/// Models whose linear maps fit in this CPU's last-level cache (with those of another model whose
+/// passes run between theirs: [`beside`]) keep libtorch's products: read from the
 /// cache, a pass is bound by libtorch's per-operation overhead, which the single-threaded libtorch of a
 /// kernel pass makes worse. Measured (`bench rows`, SmolLM2-135M, 0.43 GB of linear weights in f32): on
 /// CPUs whose cache reports 480 MB, 5 rows took 68 ms with the kernel and 44 ms without; on an AMD EPYC
