@@ -66,24 +66,16 @@ fn every_proposal_weighs_the_targets_weights_and_every_verification_the_drafters
     let report = spec(&target, &mut drafter, &PROMPT, 12, Sampling::greedy());
 
     assert_eq!(report.ids, greedy_ar(&target, &PROMPT, 12));
-    assert_eq!(drafter.streamed_during_proposals.len(), report.cycles.len());
-    assert!(
-        drafter
-            .streamed_during_proposals
-            .iter()
-            .all(|&bytes| bytes == targets),
-        "bytes streamed beside each proposal {:?}, the target's {targets}",
-        drafter.streamed_during_proposals
+    assert_eq!(
+        drafter.streamed_during_proposals,
+        vec![targets; report.cycles.len()],
+        "every proposal weighs the target's {targets} bytes beside the drafter's"
     );
     // The last cycle ends the request before the drafter observes it.
-    assert!(drafter.streamed_between_proposals.len() + 1 >= report.cycles.len());
-    assert!(
-        drafter
-            .streamed_between_proposals
-            .iter()
-            .all(|&bytes| bytes == drafters),
-        "between two proposals the target's passes weigh the drafter's {drafters} bytes: {:?}",
-        drafter.streamed_between_proposals
+    assert_eq!(
+        drafter.streamed_between_proposals,
+        vec![drafters; report.cycles.len() - 1],
+        "between two proposals the target's passes weigh the drafter's {drafters} bytes"
     );
     assert_eq!(
         few_rows::streamed_bytes(1000),

@@ -223,7 +223,7 @@ fn threads_outside_a_pass() -> usize {
 }
 
 thread_local! {
-    /// Inside [`beside`] on this thread: the bytes of the other model's linear maps.
+    /// Inside [`beside`] on this thread: the other model's weight bytes.
     static BESIDE: Cell<usize> = const { Cell::new(0) };
 }
 
