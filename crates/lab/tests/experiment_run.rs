@@ -189,6 +189,17 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
             cycle_median(cycle_column)
         );
     }
+    // The first cycle's drafting (a prompt's catch-up) stands apart: the median over the 2 requests.
+    let first_draft_ms: Vec<f64> = (0..cycles.rows())
+        .filter(|&r| cycles.i64s("cycle").unwrap()[r] == 0)
+        .map(|r| 1e3 * cycles.f64s("draft_seconds").unwrap()[r])
+        .collect();
+    assert_eq!(first_draft_ms.len(), 2);
+    let got = summary.f64s("first_draft_ms").unwrap()[drafter_row];
+    assert!(
+        (got - (first_draft_ms[0] + first_draft_ms[1]) / 2.0).abs() < 1e-9,
+        "first_draft_ms: {got} against the first cycles' {first_draft_ms:?}"
+    );
     let decode_ms: Vec<f64> = (0..results.rows())
         .filter(|&r| results.strs("method").unwrap()[r] == "ar")
         .map(|r| {

@@ -1,14 +1,15 @@
 //! The EAGLE-3 drafter: catch-up on committed pairs, then tree expansion under a speculation guard.
 
-use sharpdraft_model::cpu::few_rows;
 use super::tree::{grow, rerank, Child, Node};
 use super::*;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
+use sharpdraft_model::cpu::few_rows;
+use sharpdraft_model::generate::PREFILL_CHUNK;
 use sharpdraft_model::{
-    AttentionMask, AttentionObserver, KeySelection, KvCache, QueryScaling, Sampler, Sampling, Tap,
-    ScaledQueries, Transformer,
+    AttentionMask, AttentionObserver, KeySelection, KvCache, LogitRows, QueryScaling, Sampler,
+    Sampling, ScaledQueries, Tap, Transformer,
 };
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
@@ -26,9 +27,20 @@ pub struct Eagle3Drafter {
 
 impl Eagle3Drafter {
     /// Step 1 of a proposal: feeds the (token, target feature) pairs of newly committed tokens into the
-    /// stable cache. Returns the stable length and the last pair's hidden state `[1, H]` and draft
-    /// log-probabilities `[draft_vocab]`, where expansion starts.
+    /// stable cache, a prompt's in chunks of the target's prefill (so no pass builds a mask or scores
+    /// over the whole prompt at once), with the head's log-probabilities of the last row alone. Returns
+    /// the stable length and the last pair's hidden state `[1, H]` and draft log-probabilities
+    /// `[draft_vocab]`, where expansion starts.
     fn catch_up(&mut self, ctx: &DraftContext<'_>) -> Result<(i64, Tensor, Tensor)> {
+        self.catch_up_in_chunks(ctx, PREFILL_CHUNK)
+    }
+
+    /// [`Self::catch_up`] in passes of at most `chunk` rows.
+    fn catch_up_in_chunks(
+        &mut self,
+        ctx: &DraftContext<'_>,
+        chunk: i64,
+    ) -> Result<(i64, Tensor, Tensor)> {
         let device = ctx.target.device();
         // Every cached row is committed here: the moment a bounded cache may drop old keys.
         self.cache.slide();
@@ -38,28 +50,45 @@ impl Eagle3Drafter {
                 "EAGLE-3 has no target features to pair (prefill not called?)".into(),
             )
         })?;
-        let fed = self.cache.len();
         let count = features.size()[0];
-        let tokens = &ctx.committed[fed as usize + 1..fed as usize + 1 + count as usize];
-        let embeddings = ctx
-            .target
-            .embed(&Tensor::from_slice(tokens).to_device(device));
-        let positions = Tensor::arange_start(fed, fed + count, (Kind::Int64, device));
-        let head = &self.head;
-        let fused = head.fuse(&features);
-        let timer = std::time::Instant::now();
-        let (hidden, log_probs) = head.forward(
-            &embeddings,
-            &fused,
-            &positions,
-            &AttentionMask::Causal,
-            &mut self.cache,
-            None,
-        )?;
-        self.forward_seconds
-            .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
-        let stable = self.cache.len();
-        Ok((stable, hidden.narrow(0, count - 1, 1), log_probs.get(count - 1)))
+        let mut last = None;
+        let mut start = 0;
+        while start < count {
+            let rows = chunk.min(count - start);
+            let fed = self.cache.len();
+            let tokens = &ctx.committed[fed as usize + 1..(fed + rows) as usize + 1];
+            let embeddings = ctx
+                .target
+                .embed(&Tensor::from_slice(tokens).to_device(device));
+            let positions = Tensor::arange_start(fed, fed + rows, (Kind::Int64, device));
+            let fused = self.head.fuse(&features.narrow(0, start, rows));
+            let final_chunk = start + rows == count;
+            let log_prob_rows = if final_chunk {
+                LogitRows::Last
+            } else {
+                LogitRows::None
+            };
+            let timer = std::time::Instant::now();
+            let (hidden, log_probs) = self.head.forward(
+                &embeddings,
+                &fused,
+                &positions,
+                &AttentionMask::Causal,
+                &mut self.cache,
+                None,
+                log_prob_rows,
+            )?;
+            self.forward_seconds
+                .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
+            if final_chunk {
+                last = Some((hidden.narrow(0, rows - 1, 1), log_probs.get(0)));
+            }
+            start += rows;
+        }
+        let (hidden, log_probs) = last.ok_or_else(|| {
+            DraftError::Protocol("EAGLE-3 has no committed pair to draft from".into())
+        })?;
+        Ok((self.cache.len(), hidden, log_probs))
     }
 
     /// Loads a head in the published layout (config.json + model.safetensors; `midlayer.` or `layers.0.`)
@@ -150,6 +179,7 @@ impl Eagle3Drafter {
                 &AttentionMask::Causal,
                 &mut self.cache,
                 Some(&mut *observer),
+                LogitRows::None,
             )?;
             start += rows;
         }
@@ -224,6 +254,7 @@ impl Eagle3Drafter {
                 &mask,
                 &mut speculation,
                 None,
+                LogitRows::All,
             )?;
             self.forward_seconds
                 .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
@@ -268,7 +299,6 @@ impl Eagle3Drafter {
         };
         Ok(proposal)
     }
-
 }
 
 impl Drafter for Eagle3Drafter {
@@ -315,7 +345,11 @@ impl Drafter for Eagle3Drafter {
     }
 
     fn stats(&self) -> DrafterStats {
-        DrafterStats::of(self.cache.bytes_allocated(), self.forward_seconds.get(), &self.variables())
+        DrafterStats::of(
+            self.cache.bytes_allocated(),
+            self.forward_seconds.get(),
+            &self.variables(),
+        )
     }
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
@@ -342,9 +376,11 @@ fn frontier_mask(
     let rows = frontier.len() as i64;
     let mut visible = vec![false; (rows * (first_row + rows)) as usize];
     for (r, &node) in frontier.iter().enumerate() {
-        let row_mask = &mut visible
-            [(r as i64 * (first_row + rows)) as usize..((r as i64 + 1) * (first_row + rows)) as usize];
-        row_mask[..stable as usize].iter_mut().for_each(|v| *v = true);
+        let row_mask = &mut visible[(r as i64 * (first_row + rows)) as usize
+            ..((r as i64 + 1) * (first_row + rows)) as usize];
+        row_mask[..stable as usize]
+            .iter_mut()
+            .for_each(|v| *v = true);
         let mut ancestor = nodes[node].parent;
         while let Some(a) = ancestor {
             if let Some(row) = nodes[a].row {
@@ -399,5 +435,74 @@ impl ScaledQueries for Eagle3Drafter {
 
     fn set_query_scaling(&mut self, scaling: QueryScaling) {
         self.head.query_scaling = scaling;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eagle3::{write_random_head, RandomHeadOptions};
+    use sharpdraft_model::CausalLm;
+
+    /// The llama fixture of crates/model/tests (2 layers, hidden 32, vocabulary 64, 128 positions).
+    fn fixture_target() -> CausalLm {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../model/tests/fixtures/llama");
+        CausalLm::load(&dir, Device::Cpu, Kind::Float).unwrap()
+    }
+
+    /// A random head for `target`, its prompt features fed as a request's prefill hands them over.
+    fn head_after_prefill(dir: &Path, target: &CausalLm, features: &Tensor) -> Eagle3Drafter {
+        let mut drafter = Eagle3Drafter::load(
+            dir,
+            &target.net,
+            TreeShape::chain(3),
+            Sampling::greedy(),
+            64,
+        )
+        .unwrap();
+        let committed = [0i64];
+        let ctx = DraftContext {
+            committed: &committed,
+            target: &target.net,
+            greedy: true,
+        };
+        drafter.prefill(&ctx, Some(features)).unwrap();
+        drafter
+    }
+
+    #[test]
+    fn catching_up_on_a_prompt_in_chunks_gives_the_one_pass_hidden_state_log_probs_and_cache() {
+        let _guard = tch::no_grad_guard();
+        tch::manual_seed(7);
+        let target = fixture_target();
+        let dir = tempfile::tempdir().unwrap();
+        write_random_head(dir.path(), &target.net, &RandomHeadOptions::default()).unwrap();
+        // 21 committed tokens: the 20 pairs of a prompt, then the root.
+        let committed: Vec<i64> = (0..21).map(|i| (i * 7 + 3) % 64).collect();
+        let hidden = target.net.config.hidden_size;
+        let features = Tensor::randn([20, 3 * hidden], (Kind::Float, Device::Cpu));
+        let ctx = DraftContext {
+            committed: &committed,
+            target: &target.net,
+            greedy: true,
+        };
+
+        let mut whole = head_after_prefill(dir.path(), &target, &features);
+        let (stable, one_pass_hidden, one_pass_log_probs) =
+            whole.catch_up_in_chunks(&ctx, 20).unwrap();
+        let mut chunked = head_after_prefill(dir.path(), &target, &features);
+        // 8 + 8 + 4 rows: the last chunk is shorter, as a prompt's usually is.
+        let (chunked_stable, chunked_hidden, chunked_log_probs) =
+            chunked.catch_up_in_chunks(&ctx, 8).unwrap();
+
+        assert_eq!((stable, chunked_stable), (20, 20));
+        assert_eq!(one_pass_log_probs.size(), chunked_log_probs.size());
+        assert!(one_pass_hidden.allclose(&chunked_hidden, 1e-5, 1e-5, false));
+        assert!(one_pass_log_probs.allclose(&chunked_log_probs, 1e-5, 1e-5, false));
+        let (whole_keys, whole_values) = whole.cache.layer(0);
+        let (chunked_keys, chunked_values) = chunked.cache.layer(0);
+        assert!(whole_keys.allclose(&chunked_keys, 1e-5, 1e-5, false));
+        assert!(whole_values.allclose(&chunked_values, 1e-5, 1e-5, false));
     }
 }

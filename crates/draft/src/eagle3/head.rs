@@ -1,18 +1,18 @@
 //! The trained part of an EAGLE-3 head: loading the published layout and the layer math
 //! (feature fusion, projection, attention and MLP, the draft-vocabulary LM head).
 
-use crate::draft_vocabulary::DraftVocabulary;
-use sharpdraft_model::time_split::{self, Step};
 use super::*;
+use crate::draft_vocabulary::DraftVocabulary;
 use crate::drafter::{DraftError, Result};
 use crate::random_init::save_trained;
+use sharpdraft_model::attention::attend;
 use sharpdraft_model::layers::{Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
 use sharpdraft_model::rope::Rope;
-use sharpdraft_model::attention::attend;
+use sharpdraft_model::time_split::{self, Step};
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
 use sharpdraft_model::{
-    AttentionMask, AttentionObserver, AttentionView, KeySelection, KvCache, QueryScaling, Sampling,
-    Tap, Transformer,
+    AttentionMask, AttentionObserver, AttentionView, KeySelection, KvCache, LogitRows,
+    QueryScaling, Sampling, Tap, Transformer,
 };
 use std::path::Path;
 use tch::{nn, Kind, Tensor};
@@ -196,7 +196,11 @@ impl Eagle3Head {
         hidden: &Tensor,
         positions: &Tensor,
     ) -> (Tensor, Tensor, Tensor, Tensor) {
-        time_split::mark(Step::Layer(0), || 0, || self.project_rows(embeddings, hidden, positions))
+        time_split::mark(
+            Step::Layer(0),
+            || 0,
+            || self.project_rows(embeddings, hidden, positions),
+        )
     }
 
     fn project_rows(
@@ -227,7 +231,9 @@ impl Eagle3Head {
     }
 
     /// Second half: attention over `keys`/`values` (`[Hkv, L, D]`, `visible` `[T, L]`), MLP, head. Returns the
-    /// next-step hidden `[T, H]` and draft-vocab log-probabilities `[T, draft_vocab]` (f32).
+    /// next-step hidden `[T, H]` and draft-vocab log-probabilities `[R, draft_vocab]` (f32) of the
+    /// `log_prob_rows` (all `T`, the last, or none): a prompt's catch-up needs only its last row's, and
+    /// the head over every row of a long prompt would cost more than the layer.
     pub(crate) fn finish(
         &self,
         residual: Tensor,
@@ -235,29 +241,50 @@ impl Eagle3Head {
         keys: &Tensor,
         values: &Tensor,
         visible: Option<&Tensor>,
+        log_prob_rows: LogitRows,
     ) -> (Tensor, Tensor) {
         let l = &self.layer;
-        let h = time_split::mark(Step::Layer(0), || 0, || {
-            let attended = attend(q, keys, values, visible, 1.0 / (self.head_dim as f64).sqrt());
-            let attn = l.o_proj.forward(&attended.to_kind(self.kind));
-            let h = residual + attn;
-            let post = l.post_attention_layernorm.forward(&h);
-            &h + l.mlp.forward(&post)
-        });
+        let h = time_split::mark(
+            Step::Layer(0),
+            || 0,
+            || {
+                let attended = attend(
+                    q,
+                    keys,
+                    values,
+                    visible,
+                    1.0 / (self.head_dim as f64).sqrt(),
+                );
+                let attn = l.o_proj.forward(&attended.to_kind(self.kind));
+                let h = residual + attn;
+                let post = l.post_attention_layernorm.forward(&h);
+                &h + l.mlp.forward(&post)
+            },
+        );
         let normed = self.norm.forward(&h);
+        let rows = normed.size()[0];
+        let headed = match log_prob_rows {
+            LogitRows::All => normed.shallow_clone(),
+            LogitRows::Last => normed.narrow(0, rows - 1, 1),
+            LogitRows::None => normed.narrow(0, rows, 0),
+        };
         let logits = time_split::mark(
             Step::LmHead,
             || time_split::bytes_of([&self.lm_head.weight]),
-            || self.lm_head.forward_unmarked(&normed),
+            || self.lm_head.forward_unmarked(&headed),
         );
-        let log_probs = time_split::mark(Step::Sampling, || 0, || {
-            logits.to_kind(Kind::Float).log_softmax(-1, Kind::Float)
-        });
+        let log_probs = time_split::mark(
+            Step::Sampling,
+            || 0,
+            || logits.to_kind(Kind::Float).log_softmax(-1, Kind::Float),
+        );
         (if self.config.norm_output { normed } else { h }, log_probs)
     }
 
     /// One pass of the layer over `T` rows against the drafter's cache; the attention (after any query
-    /// scaling) is offered to `observer`.
+    /// scaling) is offered to `observer`. Returns the next-step hidden `[T, H]` and the log-probabilities
+    /// of the `log_prob_rows` (see [`Self::finish`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn forward(
         &self,
         embeddings: &Tensor,
@@ -266,6 +293,7 @@ impl Eagle3Head {
         mask: &AttentionMask,
         cache: &mut KvCache,
         observer: Option<&mut dyn AttentionObserver>,
+        log_prob_rows: LogitRows,
     ) -> Result<(Tensor, Tensor)> {
         let rows = embeddings.size()[0];
         cache.reserve(rows)?;
@@ -301,7 +329,14 @@ impl Eagle3Head {
             };
             observer.observe(0, &view);
         }
-        let out = self.finish(residual, &q, &keys, &values, visible.as_ref());
+        let out = self.finish(
+            residual,
+            &q,
+            &keys,
+            &values,
+            visible.as_ref(),
+            log_prob_rows,
+        );
         cache.advance(rows);
         Ok(out)
     }
@@ -372,46 +407,46 @@ fn check_fits_target(
     t: &sharpdraft_model::ModelConfig,
     config_path: &Path,
 ) -> Result<Vec<usize>> {
-        if config.num_hidden_layers != 1 {
-            return Err(checkpoint_error(
-                &config_path,
-                format!(
-                    "num_hidden_layers = {}: an EAGLE-3 head has one layer",
-                    config.num_hidden_layers
-                ),
-            ));
-        }
-        let target_hidden = config.target_hidden_size.unwrap_or(config.hidden_size);
-        if target_hidden != t.hidden_size {
-            return Err(DraftError::Mismatch(format!(
-                "EAGLE-3 target_hidden_size {target_hidden} but the target's hidden_size is {}",
-                t.hidden_size
-            )));
-        }
-        if config.hidden_size != t.hidden_size {
-            return Err(DraftError::Mismatch(format!(
-                "EAGLE-3 hidden_size {} must equal the target's {} (it shares the embedding)",
-                config.hidden_size, t.hidden_size
-            )));
-        }
-        if config.vocab_size != t.vocab_size {
-            return Err(DraftError::Mismatch(format!(
-                "EAGLE-3 vocab_size {} differs from the target's {}",
-                config.vocab_size, t.vocab_size
-            )));
-        }
-        let layers = t.num_layers;
-        let ids = config
-            .eagle_config
-            .as_ref()
-            .and_then(|e| e.eagle_aux_hidden_state_layer_ids.clone())
-            .unwrap_or_else(|| default_capture_layers(layers));
-        if ids.len() != 3 || ids.iter().any(|&i| i > layers) {
-            return Err(DraftError::Mismatch(format!(
-                "EAGLE-3 capture layers {ids:?} do not fit a {layers}-layer target"
-            )));
-        }
-        Ok(ids)
+    if config.num_hidden_layers != 1 {
+        return Err(checkpoint_error(
+            &config_path,
+            format!(
+                "num_hidden_layers = {}: an EAGLE-3 head has one layer",
+                config.num_hidden_layers
+            ),
+        ));
+    }
+    let target_hidden = config.target_hidden_size.unwrap_or(config.hidden_size);
+    if target_hidden != t.hidden_size {
+        return Err(DraftError::Mismatch(format!(
+            "EAGLE-3 target_hidden_size {target_hidden} but the target's hidden_size is {}",
+            t.hidden_size
+        )));
+    }
+    if config.hidden_size != t.hidden_size {
+        return Err(DraftError::Mismatch(format!(
+            "EAGLE-3 hidden_size {} must equal the target's {} (it shares the embedding)",
+            config.hidden_size, t.hidden_size
+        )));
+    }
+    if config.vocab_size != t.vocab_size {
+        return Err(DraftError::Mismatch(format!(
+            "EAGLE-3 vocab_size {} differs from the target's {}",
+            config.vocab_size, t.vocab_size
+        )));
+    }
+    let layers = t.num_layers;
+    let ids = config
+        .eagle_config
+        .as_ref()
+        .and_then(|e| e.eagle_aux_hidden_state_layer_ids.clone())
+        .unwrap_or_else(|| default_capture_layers(layers));
+    if ids.len() != 3 || ids.iter().any(|&i| i > layers) {
+        return Err(DraftError::Mismatch(format!(
+            "EAGLE-3 capture layers {ids:?} do not fit a {layers}-layer target"
+        )));
+    }
+    Ok(ids)
 }
 
 /// The head's variables, created (untrained) under `root` with the checkpoint's names: the layer,
@@ -490,22 +525,22 @@ impl HeadWeights {
 
 /// The head's rotary embedding: the config's theta, and llama3 scaling when it names it.
 fn rope_of(config: &Eagle3Config, head_dim: i64, device: tch::Device) -> Rope {
-        let scaling = config
-            .rope_scaling
-            .as_ref()
-            .filter(|s| s.rope_type == "llama3")
-            .map(|s| sharpdraft_model::config::Llama3Scaling {
-                factor: s.factor.unwrap_or(1.0),
-                low_freq_factor: s.low_freq_factor.unwrap_or(1.0),
-                high_freq_factor: s.high_freq_factor.unwrap_or(4.0),
-                original_max_position_embeddings: s
-                    .original_max_position_embeddings
-                    .unwrap_or(config.max_position_embeddings as f64),
-            });
-        Rope::with_base(
-            head_dim,
-            config.rope_theta.unwrap_or(10_000.0),
-            scaling,
-            device,
-        )
+    let scaling = config
+        .rope_scaling
+        .as_ref()
+        .filter(|s| s.rope_type == "llama3")
+        .map(|s| sharpdraft_model::config::Llama3Scaling {
+            factor: s.factor.unwrap_or(1.0),
+            low_freq_factor: s.low_freq_factor.unwrap_or(1.0),
+            high_freq_factor: s.high_freq_factor.unwrap_or(4.0),
+            original_max_position_embeddings: s
+                .original_max_position_embeddings
+                .unwrap_or(config.max_position_embeddings as f64),
+        });
+    Rope::with_base(
+        head_dim,
+        config.rope_theta.unwrap_or(10_000.0),
+        scaling,
+        device,
+    )
 }

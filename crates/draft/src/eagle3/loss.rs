@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::training::{weighted_mean, Divergence};
+use sharpdraft_model::LogitRows;
 use tch::{Kind, Tensor};
 
 impl Eagle3Head {
@@ -66,8 +67,14 @@ impl Eagle3Head {
                 &values.iter().map(|v| v.narrow(1, 0, n)).collect::<Vec<_>>(),
                 1,
             );
-            let (next_hidden, log_q) =
-                self.finish(residual, &q, &all_keys, &all_values, Some(&mask)); // log_q [n, dv]
+            let (next_hidden, log_q) = self.finish(
+                residual,
+                &q,
+                &all_keys,
+                &all_values,
+                Some(&mask),
+                LogitRows::All,
+            ); // log_q [n, dv]
             let (ids, probs) = (targets.0.narrow(0, 1 + j, n), targets.1.narrow(0, 1 + j, n));
             let losses = divergence.rows(&log_q, &ids, &probs);
             let step_loss = match row_weights {

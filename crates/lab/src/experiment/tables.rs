@@ -448,6 +448,15 @@ fn summary_row(
     };
     summary.f("draft_ms", cycle_ms(|c| c.draft_seconds));
     summary.f("verify_ms", cycle_ms(|c| c.verify_seconds));
+    // The first cycle's drafting, median over requests: a drafter on the target's features (EAGLE-3,
+    // DFlash) takes in the whole prompt's there, a cost the medians over cycles leave out and the
+    // decode speed-up counts.
+    let first_draft_ms: Vec<f64> = samples
+        .iter()
+        .filter_map(|s| s.row.cycles.first())
+        .map(|c| 1e3 * c.draft_seconds)
+        .collect();
+    summary.f("first_draft_ms", nan_unless(median(&first_draft_ms)));
     let target_ms: Vec<f64> = samples
         .iter()
         .filter_map(|s| s.base)
