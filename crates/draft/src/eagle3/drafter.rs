@@ -27,46 +27,71 @@ pub struct Eagle3Drafter {
 
 impl Eagle3Drafter {
     /// Step 1 of a proposal: feeds the (token, target feature) pairs of newly committed tokens into the
-    /// stable cache, a prompt's in chunks of the target's prefill (so no pass builds a mask or scores
-    /// over the whole prompt at once), with the head's log-probabilities of the last row alone. Returns
-    /// the stable length and the last pair's hidden state `[1, H]` and draft log-probabilities
-    /// `[draft_vocab]`, where expansion starts.
+    /// stable cache (a few rows: the prefill took in the prompt's). Returns the stable length and the
+    /// last pair's hidden state `[1, H]` and draft log-probabilities `[draft_vocab]`, where expansion
+    /// starts.
     fn catch_up(&mut self, ctx: &DraftContext<'_>) -> Result<(i64, Tensor, Tensor)> {
-        self.catch_up_in_chunks(ctx, PREFILL_CHUNK)
-    }
-
-    /// [`Self::catch_up`] in passes of at most `chunk` rows.
-    fn catch_up_in_chunks(
-        &mut self,
-        ctx: &DraftContext<'_>,
-        chunk: i64,
-    ) -> Result<(i64, Tensor, Tensor)> {
-        let device = ctx.target.device();
         // Every cached row is committed here: the moment a bounded cache may drop old keys.
         self.cache.slide();
-        // 1. Catch up: feed the pairs of newly committed tokens into the stable cache.
         let features = self.pending.take().ok_or_else(|| {
             DraftError::Protocol(
                 "EAGLE-3 has no target features to pair (prefill not called?)".into(),
             )
         })?;
-        let count = features.size()[0];
-        let mut last = None;
+        let tokens = self.tokens_after(ctx, features.size()[0]);
+        let (hidden, log_probs) = self.feed_pairs(
+            ctx.target,
+            tokens,
+            &features,
+            PREFILL_CHUNK,
+            None,
+            LogitRows::Last,
+        )?;
+        Ok((self.cache.len(), hidden, log_probs.get(0)))
+    }
+
+    /// The committed tokens of the next `count` pairs: the token after each fed position.
+    fn tokens_after<'c>(&self, ctx: &DraftContext<'c>, count: i64) -> &'c [i64] {
+        let fed = self.cache.len() as usize;
+        &ctx.committed[fed + 1..fed + 1 + count as usize]
+    }
+
+    /// Feeds (token, target feature) pairs into the stable cache in passes of at most `chunk` rows (so
+    /// no pass over a long prompt builds a mask or scores over all of it at once), offering each pass's
+    /// attention to `observer`. `tokens[i]` is the token after the one whose target features are
+    /// `features[i]` (`[m, 3 Ht]`); row i sees every fed key and its own. Returns the last pair's
+    /// hidden state `[1, H]` and the log-probabilities of `log_prob_rows` of the last pass.
+    fn feed_pairs(
+        &mut self,
+        target: &Transformer,
+        tokens: &[i64],
+        features: &Tensor,
+        chunk: i64,
+        mut observer: Option<&mut dyn AttentionObserver>,
+        log_prob_rows: LogitRows,
+    ) -> Result<(Tensor, Tensor)> {
+        let _guard = tch::no_grad_guard();
+        let device = target.device();
+        let count = tokens.len() as i64;
+        if features.size()[0] != count || count == 0 {
+            return Err(DraftError::Protocol(format!(
+                "EAGLE-3 pairs {count} tokens with {} target feature rows",
+                features.size()[0]
+            )));
+        }
         let mut start = 0;
-        while start < count {
+        loop {
             let rows = chunk.min(count - start);
             let fed = self.cache.len();
-            let tokens = &ctx.committed[fed as usize + 1..(fed + rows) as usize + 1];
-            let embeddings = ctx
-                .target
-                .embed(&Tensor::from_slice(tokens).to_device(device));
+            let ids = Tensor::from_slice(&tokens[start as usize..(start + rows) as usize]);
+            let embeddings = target.embed(&ids.to_device(device));
             let positions = Tensor::arange_start(fed, fed + rows, (Kind::Int64, device));
             let fused = self.head.fuse(&features.narrow(0, start, rows));
-            let final_chunk = start + rows == count;
-            let log_prob_rows = if final_chunk {
-                LogitRows::Last
-            } else {
-                LogitRows::None
+            let last_pass = start + rows == count;
+            // A reborrow for this pass (`as_deref_mut` would keep the observer's own lifetime).
+            let pass_observer: Option<&mut dyn AttentionObserver> = match observer.as_mut() {
+                Some(o) => Some(&mut **o),
+                None => None,
             };
             let timer = std::time::Instant::now();
             let (hidden, log_probs) = self.head.forward(
@@ -75,20 +100,20 @@ impl Eagle3Drafter {
                 &positions,
                 &AttentionMask::Causal,
                 &mut self.cache,
-                None,
-                log_prob_rows,
+                pass_observer,
+                if last_pass {
+                    log_prob_rows
+                } else {
+                    LogitRows::None
+                },
             )?;
             self.forward_seconds
                 .set(self.forward_seconds.get() + timer.elapsed().as_secs_f64());
-            if final_chunk {
-                last = Some((hidden.narrow(0, rows - 1, 1), log_probs.get(0)));
+            if last_pass {
+                return Ok((hidden.narrow(0, rows - 1, 1), log_probs));
             }
             start += rows;
         }
-        let (hidden, log_probs) = last.ok_or_else(|| {
-            DraftError::Protocol("EAGLE-3 has no committed pair to draft from".into())
-        })?;
-        Ok((self.cache.len(), hidden, log_probs))
     }
 
     /// Loads a head in the published layout (config.json + model.safetensors; `midlayer.` or `layers.0.`)
@@ -155,34 +180,15 @@ impl Eagle3Drafter {
         chunk: i64,
         observer: &mut dyn AttentionObserver,
     ) -> Result<()> {
-        let _guard = tch::no_grad_guard();
-        let device = target.device();
-        let count = tokens.len() as i64;
-        if features.size()[0] != count {
-            return Err(DraftError::Protocol(format!(
-                "{count} tokens for {} feature rows",
-                features.size()[0]
-            )));
-        }
-        let mut start = 0;
-        while start < count {
-            let rows = chunk.min(count - start);
-            let fed = self.cache.len();
-            let ids = Tensor::from_slice(&tokens[start as usize..(start + rows) as usize]);
-            let embeddings = target.embed(&ids.to_device(device));
-            let positions = Tensor::arange_start(fed, fed + rows, (Kind::Int64, device));
-            let fused = self.head.fuse(&features.narrow(0, start, rows));
-            let _ = self.head.forward(
-                &embeddings,
-                &fused,
-                &positions,
-                &AttentionMask::Causal,
-                &mut self.cache,
-                Some(&mut *observer),
-                LogitRows::None,
-            )?;
-            start += rows;
-        }
+        // The pass's outputs are not needed: the observer took what it wanted.
+        let _ = self.feed_pairs(
+            target,
+            tokens,
+            features,
+            chunk,
+            Some(observer),
+            LogitRows::None,
+        )?;
         Ok(())
     }
 }
@@ -314,17 +320,37 @@ impl Drafter for Eagle3Drafter {
         self.taps.clone()
     }
 
-    fn prefill(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+    fn prefill(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
         // A new request: nothing of an earlier one stays in the cache.
         self.cache.truncate(0)?;
-        self.pending = target_hidden.map(Tensor::shallow_clone);
+        self.pending = None;
+        let Some(features) = target_hidden else {
+            return Ok(());
+        };
+        // The prompt's pairs, many rows: here, with the target's prefill and timed as part of it, on
+        // all of libtorch's threads (a decoding loop holds it to one). The last pair waits for the
+        // first proposal, which starts from its hidden state and log-probabilities.
+        let rows = features.size()[0];
+        if rows > 1 {
+            let tokens = self.tokens_after(ctx, rows - 1);
+            let prompt = features.narrow(0, 0, rows - 1);
+            let _ = self.feed_pairs(
+                ctx.target,
+                tokens,
+                &prompt,
+                PREFILL_CHUNK,
+                None,
+                LogitRows::None,
+            )?;
+        }
+        self.pending = Some(features.narrow(0, rows - 1, 1));
         Ok(())
     }
 
     fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
         // Tree levels of a few rows through the head: the few-row kernel where its weights stream from
-        // memory (with the target's, between two proposals: few_rows::beside). Not while a prompt's
-        // features wait to be fed: libtorch, single-threaded in a kernel pass, would run them on one core.
+        // memory (with the target's, between two proposals: few_rows::beside). Not while many pairs
+        // wait to be fed: libtorch, single-threaded in a kernel pass, would run them on one core.
         let bytes = self.head.weight_bytes();
         let (device, kind) = (ctx.target.device(), self.head.kind());
         let rows = self.shape.top_k.max(1) as i64;
@@ -451,58 +477,97 @@ mod tests {
         CausalLm::load(&dir, Device::Cpu, Kind::Float).unwrap()
     }
 
-    /// A random head for `target`, its prompt features fed as a request's prefill hands them over.
-    fn head_after_prefill(dir: &Path, target: &CausalLm, features: &Tensor) -> Eagle3Drafter {
-        let mut drafter = Eagle3Drafter::load(
+    /// A random head for the target, empty, as a request finds it.
+    fn fresh_head(dir: &Path, target: &CausalLm) -> Eagle3Drafter {
+        Eagle3Drafter::load(
             dir,
             &target.net,
             TreeShape::chain(3),
             Sampling::greedy(),
             64,
         )
-        .unwrap();
-        let committed = [0i64];
-        let ctx = DraftContext {
-            committed: &committed,
-            target: &target.net,
-            greedy: true,
-        };
-        drafter.prefill(&ctx, Some(features)).unwrap();
-        drafter
+        .unwrap()
+    }
+
+    /// 21 committed tokens (the 20 of a prompt, then the root) and the prompt's target features.
+    fn prompt_of_20(target: &CausalLm) -> (Vec<i64>, Tensor) {
+        let committed: Vec<i64> = (0..21).map(|i| (i * 7 + 3) % 64).collect();
+        let hidden = target.net.config.hidden_size;
+        (
+            committed,
+            Tensor::randn([20, 3 * hidden], (Kind::Float, Device::Cpu)),
+        )
+    }
+
+    /// Asserts two heads hold the same keys and values.
+    fn assert_same_cache(a: &Eagle3Drafter, b: &Eagle3Drafter) {
+        let ((a_keys, a_values), (b_keys, b_values)) = (a.cache.layer(0), b.cache.layer(0));
+        assert_eq!(a_keys.size(), b_keys.size());
+        assert!(a_keys.allclose(&b_keys, 1e-5, 1e-5, false));
+        assert!(a_values.allclose(&b_values, 1e-5, 1e-5, false));
     }
 
     #[test]
-    fn catching_up_on_a_prompt_in_chunks_gives_the_one_pass_hidden_state_log_probs_and_cache() {
+    fn pairs_fed_in_chunks_give_the_one_pass_hidden_state_log_probs_and_cache() {
         let _guard = tch::no_grad_guard();
         tch::manual_seed(7);
         let target = fixture_target();
         let dir = tempfile::tempdir().unwrap();
         write_random_head(dir.path(), &target.net, &RandomHeadOptions::default()).unwrap();
-        // 21 committed tokens: the 20 pairs of a prompt, then the root.
-        let committed: Vec<i64> = (0..21).map(|i| (i * 7 + 3) % 64).collect();
-        let hidden = target.net.config.hidden_size;
-        let features = Tensor::randn([20, 3 * hidden], (Kind::Float, Device::Cpu));
+        let (committed, features) = prompt_of_20(&target);
+        let tokens = &committed[1..];
+
+        let mut whole = fresh_head(dir.path(), &target);
+        let (one_pass_hidden, one_pass_log_probs) = whole
+            .feed_pairs(&target.net, tokens, &features, 20, None, LogitRows::Last)
+            .unwrap();
+        let mut chunked = fresh_head(dir.path(), &target);
+        // 8 + 8 + 4 rows: the last chunk is shorter, as a prompt's usually is.
+        let (chunked_hidden, chunked_log_probs) = chunked
+            .feed_pairs(&target.net, tokens, &features, 8, None, LogitRows::Last)
+            .unwrap();
+
+        assert_eq!((whole.cache.len(), chunked.cache.len()), (20, 20));
+        assert_eq!(one_pass_log_probs.size(), chunked_log_probs.size());
+        assert!(one_pass_hidden.allclose(&chunked_hidden, 1e-5, 1e-5, false));
+        assert!(one_pass_log_probs.allclose(&chunked_log_probs, 1e-5, 1e-5, false));
+        assert_same_cache(&whole, &chunked);
+    }
+
+    #[test]
+    fn the_prefill_takes_in_all_but_the_last_pair_and_the_first_catch_up_starts_where_one_pass_would(
+    ) {
+        let _guard = tch::no_grad_guard();
+        tch::manual_seed(11);
+        let target = fixture_target();
+        let dir = tempfile::tempdir().unwrap();
+        write_random_head(dir.path(), &target.net, &RandomHeadOptions::default()).unwrap();
+        let (committed, features) = prompt_of_20(&target);
         let ctx = DraftContext {
             committed: &committed,
             target: &target.net,
             greedy: true,
         };
 
-        let mut whole = head_after_prefill(dir.path(), &target, &features);
-        let (stable, one_pass_hidden, one_pass_log_probs) =
-            whole.catch_up_in_chunks(&ctx, 20).unwrap();
-        let mut chunked = head_after_prefill(dir.path(), &target, &features);
-        // 8 + 8 + 4 rows: the last chunk is shorter, as a prompt's usually is.
-        let (chunked_stable, chunked_hidden, chunked_log_probs) =
-            chunked.catch_up_in_chunks(&ctx, 8).unwrap();
+        let mut one_pass = fresh_head(dir.path(), &target);
+        let (one_pass_hidden, one_pass_log_probs) = one_pass
+            .feed_pairs(
+                &target.net,
+                &committed[1..],
+                &features,
+                20,
+                None,
+                LogitRows::Last,
+            )
+            .unwrap();
+        let mut drafter = fresh_head(dir.path(), &target);
+        drafter.prefill(&ctx, Some(&features)).unwrap();
+        assert_eq!(drafter.cache.len(), 19, "the prompt's pairs but the last");
+        let (stable, hidden, log_probs) = drafter.catch_up(&ctx).unwrap();
 
-        assert_eq!((stable, chunked_stable), (20, 20));
-        assert_eq!(one_pass_log_probs.size(), chunked_log_probs.size());
-        assert!(one_pass_hidden.allclose(&chunked_hidden, 1e-5, 1e-5, false));
-        assert!(one_pass_log_probs.allclose(&chunked_log_probs, 1e-5, 1e-5, false));
-        let (whole_keys, whole_values) = whole.cache.layer(0);
-        let (chunked_keys, chunked_values) = chunked.cache.layer(0);
-        assert!(whole_keys.allclose(&chunked_keys, 1e-5, 1e-5, false));
-        assert!(whole_values.allclose(&chunked_values, 1e-5, 1e-5, false));
+        assert_eq!(stable, 20);
+        assert!(hidden.allclose(&one_pass_hidden, 1e-5, 1e-5, false));
+        assert!(log_probs.allclose(&one_pass_log_probs.get(0), 1e-5, 1e-5, false));
+        assert_same_cache(&one_pass, &drafter);
     }
 }

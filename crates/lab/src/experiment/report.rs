@@ -399,8 +399,8 @@ fn cycle_costs(rows: &[SummaryRow]) -> Option<String> {
          target alone's decode time per token on the same requests. A cycle emits tau tokens, so \
          drafting pays where tau x the target's time per token exceeds the two together: the last \
          column is that ratio, the decode speed-up these medians predict. The first cycle's drafting \
-         (median over requests) stands apart: a drafter on the target's features (EAGLE-3, DFlash) \
-         takes in the whole prompt's there, which the decode speed-up counts and these medians do not.\n\n\
+         (median over requests) stands apart: a drafter that takes in the prompt on its first proposal, \
+         not in its prefill, pays for it there, which the decode speed-up counts and these medians do not.\n\n\
          | workload | context | drafter | method | cycles | draft ms | verify ms | target alone, ms per token | verify / target's token | tau x target's token / cycle | first cycle's draft ms |\n\
          |---|---|---|---|---|---|---|---|---|---|---|\n",
     );

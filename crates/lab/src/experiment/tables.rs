@@ -448,8 +448,8 @@ fn summary_row(
     };
     summary.f("draft_ms", cycle_ms(|c| c.draft_seconds));
     summary.f("verify_ms", cycle_ms(|c| c.verify_seconds));
-    // The first cycle's drafting, median over requests: a drafter on the target's features (EAGLE-3,
-    // DFlash) takes in the whole prompt's there, a cost the medians over cycles leave out and the
+    // The first cycle's drafting, median over requests: a drafter that takes in the prompt on its first
+    // proposal, not in its prefill, pays for it there, a cost the medians over cycles leave out and the
     // decode speed-up counts.
     let first_draft_ms: Vec<f64> = samples
         .iter()
