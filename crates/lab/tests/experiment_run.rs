@@ -1,11 +1,13 @@
 //! `sharpdraft run` through the lab API, end to end on the real SmolLM2 (when fetched): a grid into
-//! parquet with paired timing and intervals, resuming, sharding and merging, training a missing drafter
-//! first, long generation per context bin, the checks made before the folder is claimed, and the
-//! refusals that keep one run folder to one experiment over one set of inputs.
+//! parquet with paired timing and intervals, resuming (a killed unit at its next request), sharding and
+//! merging, training a missing drafter first, long generation per context bin, the checks made before
+//! the folder is claimed, and the refusals that keep one run folder to one experiment over one set of
+//! inputs.
 
 use sharpdraft_lab::experiment::folder_lock::FolderLock;
 use sharpdraft_lab::experiment::merge::merge;
-use sharpdraft_lab::experiment::records::UnitRecord;
+use sharpdraft_lab::experiment::partial_unit::PartialUnit;
+use sharpdraft_lab::experiment::records::{ArmRecord, Provenance, UnitRecord};
 use sharpdraft_lab::experiment::{run, RunOptions, Shard};
 use sharpdraft_lab::table::Table;
 use std::collections::BTreeSet;
@@ -356,6 +358,84 @@ fn a_finished_run_is_refused_without_resume_and_resume_reruns_only_what_is_missi
     let results = Table::read_parquet(&out.join("results.parquet")).unwrap();
     assert_eq!(results.rows(), 4, "no duplicates");
     assert_eq!(outcomes(&out).len(), 4);
+}
+
+#[test]
+fn a_unit_killed_after_its_first_request_resumes_at_its_second_and_keeps_the_first_as_measured() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = experiment(dir.path(), TWO_METHODS, SHORT_PROMPTS);
+    let out = dir.path().join("run");
+    run(&path, &options(&out)).unwrap();
+    let units = out.join("units");
+    let unit_file = units.join("short.c0.s0.r0.json");
+    let whole = UnitRecord::read(&unit_file).unwrap();
+    assert!(
+        !units.join("partial").join("short.c0.s0.r0.json").exists(),
+        "a finished unit leaves no partial record"
+    );
+
+    // As a run killed during the unit's second request leaves it: the first request of every arm in
+    // the partial record, no unit file.
+    let first_only = PartialUnit {
+        unit: whole.unit.clone(),
+        provenance: whole.provenance.clone(),
+        arms: whole
+            .arms
+            .iter()
+            .map(|a| ArmRecord {
+                requests: a.requests[..1].to_vec(),
+                ..a.clone()
+            })
+            .collect(),
+        machine: whole.machine.clone(),
+        seconds: 1000.0,
+    };
+    first_only.write(&units).unwrap();
+    std::fs::remove_file(&unit_file).unwrap();
+
+    let resume = RunOptions {
+        resume: true,
+        ..options(&out)
+    };
+    let outcome = run(&path, &resume).unwrap();
+    assert_eq!((outcome.ran, outcome.finished), (1, true));
+    let resumed = UnitRecord::read(&unit_file).unwrap();
+    for (arm, before) in resumed.arms.iter().zip(&whole.arms) {
+        assert_eq!(arm.requests.len(), 2, "{}", arm.arm.label());
+        // The first request is the partial record's, to the nanosecond: it was not decoded again.
+        assert_eq!(arm.requests[0], before.requests[0], "{}", arm.arm.label());
+        // The second was decoded in this piece, to the same output.
+        assert_eq!(arm.requests[1].output_ids, before.requests[1].output_ids);
+        assert_eq!(
+            arm.requests[1].slot, before.requests[1].slot,
+            "the rotation holds"
+        );
+    }
+    assert!(
+        resumed.seconds > 1000.0,
+        "the pieces' times add: {}",
+        resumed.seconds
+    );
+    assert!(!PartialUnit::path(&units, &whole.unit).exists());
+
+    // A partial record of other inputs is refused, naming its file, not pooled.
+    let foreign = PartialUnit {
+        provenance: Provenance {
+            config_hash: "0123".into(),
+            ..first_only.provenance.clone()
+        },
+        ..first_only
+    };
+    foreign.write(&units).unwrap();
+    std::fs::remove_file(&unit_file).unwrap();
+    let refused = format!("{:#}", run(&path, &resume).unwrap_err());
+    assert!(
+        refused.contains("partial/short.c0.s0.r0.json") && refused.contains("move it out"),
+        "{refused}"
+    );
 }
 
 const TWO_CONTEXTS: &str = "  - {name: short, setting: long_prompt, prompts: {jsonl: {path: prompts.jsonl, field: q}}, count: 1, max_new_tokens: 6, contexts: [0, 96], filler: {path: filler.txt}}\n";

@@ -77,6 +77,21 @@ impl Sample {
 }
 
 impl MachineState {
+    /// The state over `self` and then `later`: times and CPU seconds add; the load average starts
+    /// with `self` and ends with `later`.
+    pub fn then(&self, later: &MachineState) -> MachineState {
+        MachineState {
+            cores: self.cores.max(later.cores),
+            wall_seconds: self.wall_seconds + later.wall_seconds,
+            load_average_start: self.load_average_start,
+            load_average_end: later.load_average_end,
+            own_cpu_seconds: self.own_cpu_seconds + later.own_cpu_seconds,
+            other_cpu_seconds: self.other_cpu_seconds + later.other_cpu_seconds,
+            steal_seconds: self.steal_seconds + later.steal_seconds,
+            throttled_seconds: self.throttled_seconds + later.throttled_seconds,
+        }
+    }
+
     /// The share of all cores' time that other processes used (0..1; NaN when unknown).
     pub fn other_share(&self) -> f64 {
         self.other_cpu_seconds / (self.wall_seconds * self.cores as f64).max(1e-9)
@@ -354,5 +369,25 @@ mod tests {
         .unwrap();
         assert_eq!(kept.attempts, 1, "no retries: the loaded attempt is kept");
         assert!(kept.other_share > LOADED_OTHER_SHARE, "{kept:?}");
+    }
+
+    #[test]
+    fn machine_states_of_two_pieces_add_their_seconds() {
+        let piece = |wall: f64, load: f64| MachineState {
+            cores: 2,
+            wall_seconds: wall,
+            load_average_start: load,
+            load_average_end: load + 0.5,
+            own_cpu_seconds: wall,
+            other_cpu_seconds: 1.0,
+            steal_seconds: 0.25,
+            throttled_seconds: 0.0,
+        };
+        let both = piece(10.0, 1.0).then(&piece(30.0, 2.0));
+        assert_eq!(both.wall_seconds, 40.0);
+        assert_eq!(both.own_cpu_seconds, 40.0);
+        assert_eq!(both.other_cpu_seconds, 2.0);
+        assert_eq!(both.steal_seconds, 0.5);
+        assert_eq!((both.load_average_start, both.load_average_end), (1.0, 2.5));
     }
 }

@@ -1,7 +1,8 @@
 //! Experiments: a YAML grid in (`config`), its requests and the digest of its inputs (`requests`),
 //! units run with their arms interleaved and written one by one into a locked run folder that resumes
-//! and shards (`grid`, `runner`, `records`, `folder_lock`, `machine_state`), parquet tables with
-//! intervals and a report out (`tables`, `intervals`, `report`), shards joined (`merge`).
+//! (at a killed unit's next request: `partial_unit`) and shards (`grid`, `runner`, `records`,
+//! `folder_lock`, `machine_state`), parquet tables with intervals and a report out (`tables`,
+//! `intervals`, `report`), shards joined (`merge`).
 //! docs/experiments.md is the user's guide.
 
 pub mod config;
@@ -10,6 +11,7 @@ pub mod grid;
 pub mod intervals;
 pub mod machine_state;
 pub mod merge;
+pub mod partial_unit;
 pub mod prompts;
 pub mod records;
 pub mod report;

@@ -7,12 +7,14 @@
 //! not in the middle of the grid). The run is then tied to the digest of all its inputs (the config
 //! hash), the folder claimed (a new folder, or this run's own with `--resume`), and each pending unit
 //! run with its arms interleaved request by request ([`super::grid`]) and written whole
-//! (`units/<id>.json`); the tables and the report are rebuilt from the finished units.
+//! (`units/<id>.json`); a unit killed in its middle resumes at its next request
+//! ([`super::partial_unit`]); the tables and the report are rebuilt from the finished units.
 
 use super::config::{Experiment, MethodEntry};
 use super::folder_lock::FolderLock;
 use super::grid::{arms, rotation, unit_count, units, Arm, Shard, Unit};
 use super::machine_state::{self, MachineState, Sample};
+use super::partial_unit::{joined, PartialUnit};
 use super::records::{provenance, ArmRecord, Provenance, RequestRow, UnitRecord};
 use super::report::SummaryRow;
 use super::requests::{build_all, inputs_digest, GridRequests};
@@ -122,8 +124,8 @@ fn ensure_drafters(experiment: &Experiment) -> Result<()> {
                 config.out
             );
             // A folder left by a killed training run is resumed, not trained anew: say which.
-            let unfinished = registry::locate(checkpoint)
-                .is_some_and(|dir| output_folder::is_unfinished(&dir));
+            let unfinished =
+                registry::locate(checkpoint).is_some_and(|dir| output_folder::is_unfinished(&dir));
             eprintln!(
                 "drafter {:?}: {checkpoint} {}; training it with {}",
                 drafter.name,
@@ -364,9 +366,10 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     for unit in &pending {
         bar.set_message(unit.id());
         let record = runner
-            .run(unit)
+            .run(unit, &units_dir)
             .with_context(|| format!("unit {}", unit.id()))?;
         record.write(&units_dir)?;
+        PartialUnit::remove(&units_dir, unit)?;
         let lines = summary_lines(&record);
         bar.suspend(|| eprintln!("{lines}"));
         bar.inc(1);
@@ -456,7 +459,9 @@ struct ArmRun<'t> {
 }
 
 impl UnitRunner<'_> {
-    fn run(&self, unit: &Unit) -> Result<UnitRecord> {
+    /// Runs `unit`'s requests, from the first its partial record under `units_dir` lacks, writing
+    /// that record anew after each request but the last.
+    fn run(&self, unit: &Unit, units_dir: &Path) -> Result<UnitRecord> {
         let started = Instant::now();
         let started_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -502,7 +507,56 @@ impl UnitRunner<'_> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        for (position, (prompt, ids)) in requests.iter().enumerate() {
+        // An arm that learns across requests cannot take up a unit in the middle.
+        let resumable = !runs.iter().any(|r| {
+            r.decoder
+                .as_ref()
+                .is_some_and(RequestDecoder::keeps_state_across_requests)
+        });
+        let prompts: Vec<usize> = requests.iter().map(|(prompt, _)| *prompt).collect();
+        let earlier = if resumable {
+            PartialUnit::read_belonging(units_dir, unit, self.experiment, &prompts)?
+        } else {
+            None
+        };
+        let mut piece_provenance = self.provenance.clone();
+        piece_provenance.started_unix = started_unix;
+        let provenance = match &earlier {
+            Some(earlier) => joined(&earlier.provenance, &piece_provenance),
+            None => piece_provenance,
+        };
+        if let Some(earlier) = &earlier {
+            for (run, recorded) in runs.iter_mut().zip(&earlier.arms) {
+                run.rows.clone_from(&recorded.requests);
+                run.n0 = recorded.n0;
+            }
+            eprintln!(
+                "resuming unit {} at request {} of {}",
+                unit.id(),
+                earlier.requests_done() + 1,
+                requests.len()
+            );
+        }
+        // The pieces before this one, and this one so far.
+        let so_far = |runs: &[ArmRun]| {
+            let machine = machine_before.until(&Sample::now());
+            let seconds = started.elapsed().as_secs_f64();
+            let (machine, seconds) = match &earlier {
+                Some(e) => (e.machine.then(&machine), e.seconds + seconds),
+                None => (machine, seconds),
+            };
+            let arms = runs
+                .iter()
+                .map(|r| ArmRecord {
+                    arm: r.arm.clone(),
+                    n0: r.n0,
+                    requests: r.rows.clone(),
+                })
+                .collect();
+            (arms, machine, seconds)
+        };
+        let first = earlier.as_ref().map_or(0, PartialUnit::requests_done);
+        for (position, (prompt, ids)) in requests.iter().enumerate().skip(first) {
             for (slot, a) in rotation(runs.len(), position, unit.repeat)
                 .into_iter()
                 .enumerate()
@@ -537,10 +591,19 @@ impl UnitRunner<'_> {
                 row.slot = slot;
                 run.rows.push(row);
             }
+            if resumable && position + 1 < requests.len() {
+                let (arms, machine, seconds) = so_far(&runs);
+                PartialUnit {
+                    unit: unit.clone(),
+                    provenance: provenance.clone(),
+                    arms,
+                    machine,
+                    seconds,
+                }
+                .write(units_dir)?;
+            }
         }
-        let machine = machine_before.until(&Sample::now());
-        let mut provenance = self.provenance.clone();
-        provenance.started_unix = started_unix;
+        let (arms, machine, seconds) = so_far(&runs);
         Ok(UnitRecord {
             unit: unit.clone(),
             setting: workload.setting,
@@ -548,15 +611,8 @@ impl UnitRunner<'_> {
             max_new_tokens: workload.max_new_tokens,
             provenance,
             machine,
-            arms: runs
-                .into_iter()
-                .map(|r| ArmRecord {
-                    arm: r.arm,
-                    n0: r.n0,
-                    requests: r.rows,
-                })
-                .collect(),
-            seconds: started.elapsed().as_secs_f64(),
+            arms,
+            seconds,
         })
     }
 

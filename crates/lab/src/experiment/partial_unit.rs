@@ -1,0 +1,162 @@
+//! A unit's finished requests while the unit is still running. A unit runs every arm on each of its
+//! requests before the next request, so a request is the smallest piece whose speed-ups stay paired.
+//! After each one the rows so far go to `units/partial/<unit>.json`, written whole through a rename:
+//! a run killed inside a unit of hours (a long generation on 2 cores, twenty arms) resumes at its
+//! next request, not at its first. The file is the run's own; it goes once the unit's record is
+//! written. Units whose arms carry what they learned from request to request (OSD's protocol) do not
+//! keep one: their drafter's state cannot be written down and taken up again.
+
+use super::config::Experiment;
+use super::grid::{arms, Unit};
+use super::machine_state::MachineState;
+use super::records::{ArmRecord, Provenance};
+use crate::error::{bail, ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The folder, under a run's `units/`, of the partial records.
+pub const PARTIAL: &str = "partial";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartialUnit {
+    pub unit: Unit,
+    /// The first piece's provenance; pieces run later join their revision and machine to it.
+    pub provenance: Provenance,
+    /// Every arm of the grid, in the experiment's order, with the requests it has finished: the same
+    /// number for every arm, the unit's first requests in order.
+    pub arms: Vec<ArmRecord>,
+    /// What else the machine did over the pieces so far.
+    pub machine: MachineState,
+    /// Wall time of the pieces so far.
+    pub seconds: f64,
+}
+
+impl PartialUnit {
+    pub fn path(units_dir: &Path, unit: &Unit) -> PathBuf {
+        units_dir.join(PARTIAL).join(format!("{}.json", unit.id()))
+    }
+
+    /// Requests finished by every arm.
+    pub fn requests_done(&self) -> usize {
+        self.arms.first().map_or(0, |a| a.requests.len())
+    }
+
+    /// Writes the record through a temporary file and a rename.
+    pub fn write(&self, units_dir: &Path) -> Result<()> {
+        let path = Self::path(units_dir, &self.unit);
+        let folder = units_dir.join(PARTIAL);
+        std::fs::create_dir_all(&folder)
+            .with_context(|| format!("creating {}", folder.display()))?;
+        crate::atomic_write::write_whole(&path, serde_json::to_string(self)?)
+    }
+
+    /// The partial record of `unit` under `units_dir`, when a killed run left one; one that is not
+    /// this run's (another config hash or arms, another unit, requests out of order) is an error
+    /// naming the file rather than rows pooled with this run's. `prompts` are the unit's requests'
+    /// prompt indices, in order.
+    pub fn read_belonging(
+        units_dir: &Path,
+        unit: &Unit,
+        experiment: &Experiment,
+        prompts: &[usize],
+    ) -> Result<Option<Self>> {
+        let path = Self::path(units_dir, unit);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let p = path.display();
+        let move_out =
+            "move it out of the folder, and `run --resume` runs the unit from its first request";
+        let partial: Self = serde_json::from_str(&text).with_context(|| {
+            format!("{p}: not a partial unit of this version of sharpdraft run: {move_out}")
+        })?;
+        if partial.provenance.config_hash != experiment.hash() {
+            bail!(
+                "{p}: belongs to config hash {}, not this run's {}: {move_out}",
+                partial.provenance.config_hash,
+                experiment.hash()
+            );
+        }
+        ensure!(
+            partial.unit == *unit,
+            "{p}: holds unit {}, not {}: {move_out}",
+            partial.unit.id(),
+            unit.id()
+        );
+        let recorded: Vec<_> = partial.arms.iter().map(|a| &a.arm).collect();
+        ensure!(
+            recorded == arms(experiment).iter().collect::<Vec<_>>(),
+            "{p}: its arms are not this experiment's: {move_out}"
+        );
+        let done = partial.requests_done();
+        for arm in &partial.arms {
+            let theirs: Vec<usize> = arm.requests.iter().map(|r| r.prompt).collect();
+            ensure!(
+                arm.requests.len() == done && done <= prompts.len() && theirs == prompts[..done],
+                "{p}: arm {} holds prompts {theirs:?}, not the unit's first {done} ({:?}): {move_out}",
+                arm.arm.label(),
+                &prompts[..done.min(prompts.len())]
+            );
+        }
+        Ok(Some(partial))
+    }
+
+    /// Removes the partial record of a unit whose whole record is now written.
+    pub fn remove(units_dir: &Path, unit: &Unit) -> Result<()> {
+        let path = Self::path(units_dir, unit);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", path.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `earlier`'s provenance with a later piece's revision and machine joined on where they differ
+/// ("A, then B"), so a unit run in pieces says it.
+pub fn joined(earlier: &Provenance, later: &Provenance) -> Provenance {
+    let join = |a: &str, b: &str| {
+        if a == b || a.ends_with(&format!(", then {b}")) {
+            a.to_string()
+        } else {
+            format!("{a}, then {b}")
+        }
+    };
+    Provenance {
+        git_revision: join(&earlier.git_revision, &later.git_revision),
+        machine: join(&earlier.machine, &later.machine),
+        ..earlier.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provenance(revision: &str, machine: &str) -> Provenance {
+        Provenance {
+            config_hash: "h".into(),
+            git_revision: revision.into(),
+            machine: machine.into(),
+            device: "cpu".into(),
+            dtype: "f32".into(),
+            sharpdraft_version: "0".into(),
+            started_unix: 7,
+        }
+    }
+
+    #[test]
+    fn pieces_on_another_revision_are_named_once_and_the_start_is_the_first_pieces() {
+        let first = provenance("abc", "host");
+        let second = joined(&first, &provenance("def", "host"));
+        assert_eq!(second.git_revision, "abc, then def");
+        assert_eq!(second.machine, "host");
+        assert_eq!(second.started_unix, 7);
+        let third = joined(&second, &provenance("def", "other"));
+        assert_eq!(third.git_revision, "abc, then def");
+        assert_eq!(third.machine, "host, then other");
+    }
+}
