@@ -461,11 +461,19 @@ fn shards_merge_to_the_unsharded_result() {
         )
         .unwrap();
         assert_eq!(outcome.ran, 1, "2 units over 2 shards");
+        let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        let other = ["short.c96.s0.r0", "short.c0.s0.r0"][index];
+        assert!(
+            report.contains("1 of its 2 units") && report.contains(&format!("Not here: `{other}`")),
+            "a shard's report says which units it lacks: {report}"
+        );
         shards.push(out);
     }
     let merged = dir.path().join("merged");
     let outcome = merge(&merged, &shards).unwrap();
     assert_eq!((outcome.units, outcome.finished), (2, true));
+    let report = std::fs::read_to_string(merged.join("report.md")).unwrap();
+    assert!(!report.contains("A part of the grid"), "{report}");
     assert_eq!(outcomes(&merged), outcomes(&whole));
     let contexts: BTreeSet<i64> = outcomes(&merged).iter().map(|o| o.2).collect();
     assert_eq!(contexts, BTreeSet::from([0, 96]));

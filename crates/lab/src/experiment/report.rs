@@ -5,7 +5,7 @@
 //! report` rebuilds it at any time.
 
 use super::config::Experiment;
-use super::grid::TARGET_ONLY;
+use super::grid::{units, Unit, TARGET_ONLY};
 use super::intervals::Interval;
 use crate::error::Result;
 use crate::plot::{bar_chart, line_chart, Chart, Series};
@@ -476,7 +476,13 @@ fn generation_bins(rows: &[SummaryRow]) -> Option<String> {
 
 /// Writes `report.md` and its charts into run folder `dir` from the summary `rows` of `experiment`;
 /// returns the report's path.
-pub fn write(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<PathBuf> {
+/// Writes `report.md` into `dir` from the summary `rows` of the `finished` units.
+pub fn write(
+    dir: &Path,
+    experiment: &Experiment,
+    rows: &[SummaryRow],
+    finished: &[&Unit],
+) -> Result<PathBuf> {
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -489,6 +495,7 @@ pub fn write(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result
         experiment.dtype,
         experiment.temperature,
     );
+    md.push_str(&unfinished_units(experiment, finished));
     md.push_str(
         "Timing is paired: within a unit (workload x context x seed x repeat) every request is decoded by \
          the target alone and by every drafter x method back to back, in an order that rotates from \
@@ -533,6 +540,27 @@ pub fn write(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result
     let path = dir.join("report.md");
     crate::atomic_write::write_whole(&path, md)?;
     Ok(path)
+}
+
+/// A paragraph naming the grid's units that are not among `finished` (a run still going, or killed, or
+/// one shard of several); empty when the grid is whole.
+fn unfinished_units(experiment: &Experiment, finished: &[&Unit]) -> String {
+    let grid = units(experiment);
+    let missing: Vec<String> = grid
+        .iter()
+        .filter(|u| !finished.contains(u))
+        .map(|u| format!("`{}`", u.id()))
+        .collect();
+    if missing.is_empty() {
+        return String::new();
+    }
+    format!(
+        "**A part of the grid: {} of its {} units.** Not here: {} (`run --resume` decodes them; \
+         `merge` joins shards). Every figure below is over the units here alone.\n\n",
+        grid.len() - missing.len(),
+        grid.len(),
+        missing.join(", ")
+    )
 }
 
 /// The colour index of each method, in the experiment's order: the same method has the same colour in

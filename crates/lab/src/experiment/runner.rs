@@ -61,7 +61,8 @@ pub fn publish(
 ) -> Result<Vec<SummaryRow>> {
     let tables = tables::write_tables(dir, experiment, units)?;
     let rows = report::summary_rows(&tables.summary, experiment)?;
-    report::write(dir, experiment, &rows)?;
+    let finished: Vec<&Unit> = units.iter().map(|r| &r.unit).collect();
+    report::write(dir, experiment, &rows, &finished)?;
     Ok(rows)
 }
 
