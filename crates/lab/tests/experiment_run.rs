@@ -381,7 +381,10 @@ fn a_unit_killed_after_its_first_request_resumes_at_its_second_and_keeps_the_fir
     // the partial record, no unit file.
     let first_only = PartialUnit {
         unit: whole.unit.clone(),
-        provenance: whole.provenance.clone(),
+        provenance: Provenance {
+            git_revision: "an-earlier-revision".into(),
+            ..whole.provenance.clone()
+        },
         arms: whole
             .arms
             .iter()
@@ -419,6 +422,21 @@ fn a_unit_killed_after_its_first_request_resumes_at_its_second_and_keeps_the_fir
         "the pieces' times add: {}",
         resumed.seconds
     );
+    assert!(
+        resumed
+            .provenance
+            .git_revision
+            .starts_with("an-earlier-revision, then "),
+        "a unit run in pieces names both revisions: {}",
+        resumed.provenance.git_revision
+    );
+    assert!(!PartialUnit::path(&units, &whole.unit).exists());
+
+    // One left by a run killed between writing the unit's file and removing it goes on resuming, so
+    // it cannot be taken up over a later rerun of the unit.
+    first_only.write(&units).unwrap();
+    let outcome = run(&path, &resume).unwrap();
+    assert_eq!((outcome.ran, outcome.skipped), (0, 1));
     assert!(!PartialUnit::path(&units, &whole.unit).exists());
 
     // A partial record of other inputs is refused, naming its file, not pooled.

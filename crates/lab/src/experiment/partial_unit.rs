@@ -103,9 +103,20 @@ impl PartialUnit {
         Ok(Some(partial))
     }
 
-    /// Removes the partial record of a unit whose whole record is now written.
-    pub fn remove(units_dir: &Path, unit: &Unit) -> Result<()> {
+    /// Removes the partial record of `unit`, whose whole record is written, where it is this run's
+    /// own (it reads as a partial record of `unit` under `config_hash`); anything else at that path
+    /// is left as it is. A run killed between writing a unit's file and this leaves one, removed when
+    /// the run resumes, so it can never be taken up over the unit's later rerun.
+    pub fn remove_own(units_dir: &Path, unit: &Unit, config_hash: &str) -> Result<()> {
         let path = Self::path(units_dir, unit);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return Ok(());
+        };
+        let own = serde_json::from_str::<Self>(&text)
+            .is_ok_and(|p| p.unit == *unit && p.provenance.config_hash == config_hash);
+        if !own {
+            return Ok(());
+        }
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(e).with_context(|| format!("removing {}", path.display()))
@@ -115,8 +126,8 @@ impl PartialUnit {
     }
 }
 
-/// `earlier`'s provenance with a later piece's revision and machine joined on where they differ
-/// ("A, then B"), so a unit run in pieces says it.
+/// `earlier`'s provenance with a later piece's revision, machine and version joined on where they
+/// differ ("A, then B"), so a unit run in pieces says it.
 pub fn joined(earlier: &Provenance, later: &Provenance) -> Provenance {
     let join = |a: &str, b: &str| {
         if a == b || a.ends_with(&format!(", then {b}")) {
@@ -128,6 +139,7 @@ pub fn joined(earlier: &Provenance, later: &Provenance) -> Provenance {
     Provenance {
         git_revision: join(&earlier.git_revision, &later.git_revision),
         machine: join(&earlier.machine, &later.machine),
+        sharpdraft_version: join(&earlier.sharpdraft_version, &later.sharpdraft_version),
         ..earlier.clone()
     }
 }

@@ -10,7 +10,7 @@ use super::intervals::Interval;
 use crate::error::Result;
 use crate::plot::{bar_chart, line_chart, Chart, Series};
 use crate::table::Table;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -545,21 +545,28 @@ pub fn write(
 /// A paragraph naming the grid's units that are not among `finished` (a run still going, or killed, or
 /// one shard of several); empty when the grid is whole.
 fn unfinished_units(experiment: &Experiment, finished: &[&Unit]) -> String {
+    const NAMED: usize = 8;
+    let finished: BTreeSet<&Unit> = finished.iter().copied().collect();
     let grid = units(experiment);
-    let missing: Vec<String> = grid
-        .iter()
-        .filter(|u| !finished.contains(u))
-        .map(|u| format!("`{}`", u.id()))
-        .collect();
+    let missing: Vec<&Unit> = grid.iter().filter(|u| !finished.contains(u)).collect();
     if missing.is_empty() {
         return String::new();
     }
+    let mut named: Vec<String> = missing
+        .iter()
+        .take(NAMED)
+        .map(|u| format!("`{}`", u.id()))
+        .collect();
+    if missing.len() > NAMED {
+        named.push(format!("and {} more", missing.len() - NAMED));
+    }
     format!(
-        "**A part of the grid: {} of its {} units.** Not here: {} (`run --resume` decodes them; \
-         `merge` joins shards). Every figure below is over the units here alone.\n\n",
+        "**A part of the grid: {} of its {} units.** Not here: {} (`run --resume` decodes a stopped \
+         run's, `merge` joins the shards that hold the others). Every figure below is over the units \
+         here alone.\n\n",
         grid.len() - missing.len(),
         grid.len(),
-        missing.join(", ")
+        named.join(", ")
     )
 }
 

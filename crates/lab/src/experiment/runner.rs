@@ -339,6 +339,9 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     let mut records = UnitRecord::read_belonging(&units_dir, &experiment)?;
     let done: BTreeSet<&Unit> = records.iter().map(|r| &r.unit).collect();
     let pending: Vec<&Unit> = mine.iter().copied().filter(|u| !done.contains(u)).collect();
+    for finished in mine.iter().filter(|u| done.contains(*u)) {
+        PartialUnit::remove_own(&units_dir, finished, experiment.hash())?;
+    }
     let skipped = mine.len() - pending.len();
     if skipped > 0 {
         eprintln!(
@@ -370,7 +373,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
             .run(unit, &units_dir)
             .with_context(|| format!("unit {}", unit.id()))?;
         record.write(&units_dir)?;
-        PartialUnit::remove(&units_dir, unit)?;
+        PartialUnit::remove_own(&units_dir, unit, experiment.hash())?;
         let lines = summary_lines(&record);
         bar.suspend(|| eprintln!("{lines}"));
         bar.inc(1);
