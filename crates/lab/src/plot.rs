@@ -167,28 +167,227 @@ fn titled_builder<'a, 'b>(
 
 /// Draws `series` as lines into a 900 x 560 PNG at `path` (written through a temporary file).
 pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
-    let (x0, x1, y0, y1) = axis_ranges(chart, series);
+    let every: Vec<&Series> = series.iter().collect();
+    let (ranges, ticks) = (axis_ranges(chart, &every), log_ticks(&every));
     let text = font_available();
     png(path, (900, 560), |root, plot| {
-        let mut builder = titled_builder(root, chart.title, 64, text);
-        if chart.log_x {
-            let ctx = builder
-                .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+        let builder = titled_builder(root, chart.title, 64, text);
+        let look = Look {
+            text,
+            markers: Markers::ByPosition,
+            legend: text && series.len() > 1,
+        };
+        draw_panel(builder, chart, series, (ranges, &ticks), look, plot)
+    })
+}
+
+/// One panel of a [`panel_chart`]: its title (what its series share, a drafter say) and its series.
+pub struct Panel {
+    pub title: String,
+    pub series: Vec<Series>,
+}
+
+/// Pixels of one panel of a [`panel_chart`], of the legend column beside them and of the title row.
+pub const PANEL_SIZE: (u32, u32) = (560, 380);
+pub const LEGEND_WIDTH: u32 = 240;
+pub const TITLE_HEIGHT: u32 = 40;
+
+/// The `(columns, rows)` of a [`panel_chart`] of `panels` panels: two columns from two panels on.
+pub fn panel_grid(panels: usize) -> (usize, usize) {
+    let columns = panels.clamp(1, 2);
+    (columns, panels.max(1).div_ceil(columns))
+}
+
+/// Draws each panel as a small line chart, every panel on the same axes, with one legend in a column
+/// to the right (one entry per colour, named by the first series of that colour), into a PNG at
+/// `path` (written through a temporary file). Where one chart would hold too many lines to read, the
+/// panels split them by what they share: a method keeps its colour and marker in every panel.
+pub fn panel_chart(path: &Path, chart: &Chart<'_>, panels: &[Panel]) -> Result<()> {
+    let every: Vec<&Series> = panels.iter().flat_map(|p| &p.series).collect();
+    let (ranges, ticks) = (axis_ranges(chart, &every), log_ticks(&every));
+    let legend = legend_entries(&every);
+    let (columns, rows) = panel_grid(panels.len());
+    let size = (
+        columns as u32 * PANEL_SIZE.0 + LEGEND_WIDTH,
+        rows as u32 * PANEL_SIZE.1 + TITLE_HEIGHT,
+    );
+    let text = font_available();
+    png(path, size, |root, plot| {
+        let (title, body) = root.split_vertically(TITLE_HEIGHT);
+        let (grid, legend_column) = body.split_horizontally(columns as u32 * PANEL_SIZE.0);
+        if text {
+            title
+                .draw_text(
+                    chart.title,
+                    &("sans-serif", 22).into_text_style(&title),
+                    (16, 10),
+                )
                 .map_err(|e| plot(&e))?;
-            draw_lines(ctx, chart, series, (x0, x1), text, plot)?;
-        } else {
-            let ctx = builder
-                .build_cartesian_2d(x0..x1, y0..y1)
-                .map_err(|e| plot(&e))?;
-            draw_lines(ctx, chart, series, (x0, x1), text, plot)?;
+            draw_legend(&legend_column, &legend, plot)?;
+        }
+        for (panel, area) in panels.iter().zip(grid.split_evenly((rows, columns))) {
+            let mut builder = ChartBuilder::on(&area);
+            builder.margin(10);
+            if text {
+                builder
+                    .caption(&panel.title, ("sans-serif", 17))
+                    .x_label_area_size(40)
+                    .y_label_area_size(56);
+            }
+            // No legend inside a panel: the column beside the grid is the legend of them all.
+            let look = Look {
+                text,
+                markers: Markers::ByColour,
+                legend: false,
+            };
+            draw_panel(builder, chart, &panel.series, (ranges, &ticks), look, plot)?;
         }
         Ok(())
     })
 }
 
+/// The legend of a [`panel_chart`]: `(colour index, name)` once per colour, in colour order, named
+/// by the first series of that colour.
+pub fn legend_entries(series: &[&Series]) -> Vec<(usize, String)> {
+    let mut entries: Vec<(usize, String)> = Vec::new();
+    for (i, s) in series.iter().enumerate() {
+        let colour = s.colour.unwrap_or(i);
+        if !entries.iter().any(|(c, _)| *c == colour) {
+            entries.push((colour, s.name.clone()));
+        }
+    }
+    entries.sort_by_key(|(c, _)| *c);
+    entries
+}
+
+/// Draws `entries` down `area`: a short line with the colour's marker, then the name.
+fn draw_legend(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    entries: &[(usize, String)],
+    plot: &dyn Fn(&dyn std::fmt::Debug) -> LabError,
+) -> Result<()> {
+    let style = ("sans-serif", 16).into_text_style(area);
+    for (row, (colour, name)) in entries.iter().enumerate() {
+        let y = 40 + 26 * row as i32;
+        let color = PALETTE[colour % PALETTE.len()];
+        area.draw(&PathElement::new(
+            vec![(12, y), (44, y)],
+            color.stroke_width(2),
+        ))
+        .map_err(|e| plot(&e))?;
+        area.draw(&marker((28, y), shape_of_colour(*colour), color))
+            .map_err(|e| plot(&e))?;
+        area.draw_text(name, &style, (52, y - 9))
+            .map_err(|e| plot(&e))?;
+    }
+    Ok(())
+}
+
+/// Which marker shape a series gets: by its position in the chart (lines of one colour stay apart)
+/// or by its colour (a method keeps its marker from panel to panel, as in the legend).
+#[derive(Clone, Copy)]
+enum Markers {
+    ByPosition,
+    ByColour,
+}
+
+/// How a chart's lines are drawn: with text (axis labels; none without a font), which markers, and
+/// whether a legend goes inside the plot.
+#[derive(Clone, Copy)]
+struct Look {
+    text: bool,
+    markers: Markers,
+    legend: bool,
+}
+
+/// The marker shape of palette colour `colour` where shapes go by colour: by thirds of the palette,
+/// because the colours alike are three apart (vermillion, orange and yellow at 1, 4 and 7; blue and
+/// sky blue at 0 and 5), so alike colours get different shapes.
+fn shape_of_colour(colour: usize) -> usize {
+    (colour % PALETTE.len()) / 3
+}
+
+/// A marker at `p` of shape `shape % 3` (circle, triangle, cross) in `color`.
+fn marker<DB: DrawingBackend, C: Clone + 'static>(
+    p: C,
+    shape: usize,
+    color: RGBColor,
+) -> DynElement<'static, DB, C> {
+    match shape % 3 {
+        0 => Circle::new(p, 4, color.filled()).into_dyn(),
+        1 => TriangleMarker::new(p, 5, color.filled()).into_dyn(),
+        _ => Cross::new(p, 5, color.stroke_width(2)).into_dyn(),
+    }
+}
+
+/// An axis label: whole numbers from 100 up, three significant digits below (16.2, not 16.234375),
+/// no trailing zeros (200, not 200.0).
+pub fn tick_label(x: f64) -> String {
+    if !x.is_finite() || x == 0.0 {
+        return format!("{x}");
+    }
+    let digits = (2 - x.abs().log10().floor() as i32).max(0) as usize;
+    let text = format!("{x:.digits$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
+/// The ticks of a logarithmic x axis: the points' own x values where there are 2 to 8 of them (the
+/// contexts a run measured: 256, 1024, 4096, 8192), none (the axis's own) otherwise. The axis's own
+/// ticks of a log scale crowd its top decade (5000 6000 7000 8000) and often miss the points.
+pub fn log_ticks(series: &[&Series]) -> Vec<f64> {
+    let mut xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    // Points within 0.1% of each other share a tick.
+    xs.dedup_by(|a, b| (*a - *b).abs() <= 1e-3 * b.abs());
+    if (2..=8).contains(&xs.len()) {
+        xs
+    } else {
+        Vec::new()
+    }
+}
+
+/// Builds `builder`'s axes over `(x0, x1, y0, y1)` (logarithmic x where the chart asks, with ticks at
+/// `x_ticks` when there are any) and draws `series` on them.
+fn draw_panel(
+    mut builder: ChartBuilder<'_, '_, BitMapBackend<'_>>,
+    chart: &Chart<'_>,
+    series: &[Series],
+    ((x0, x1, y0, y1), x_ticks): ((f64, f64, f64, f64), &[f64]),
+    look: Look,
+    plot: &dyn Fn(&dyn std::fmt::Debug) -> LabError,
+) -> Result<()> {
+    if chart.log_x && !x_ticks.is_empty() {
+        let ctx = builder
+            .build_cartesian_2d(
+                (x0..x1).log_scale().with_key_points(x_ticks.to_vec()),
+                y0..y1,
+            )
+            .map_err(|e| plot(&e))?;
+        draw_lines(ctx, chart, series, (x0, x1), look, plot)
+    } else if chart.log_x {
+        let ctx = builder
+            .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+            .map_err(|e| plot(&e))?;
+        draw_lines(ctx, chart, series, (x0, x1), look, plot)
+    } else {
+        let ctx = builder
+            .build_cartesian_2d(x0..x1, y0..y1)
+            .map_err(|e| plot(&e))?;
+        draw_lines(ctx, chart, series, (x0, x1), look, plot)
+    }
+}
+
 /// The chart's `(x0, x1, y0, y1)`: the finite points' extent (positive x on a log axis), interval ends
 /// and the reference line included, y padded by 5%; `0..1` on both axes when nothing is finite.
-fn axis_ranges(chart: &Chart<'_>, series: &[Series]) -> (f64, f64, f64, f64) {
+fn axis_ranges(chart: &Chart<'_>, series: &[&Series]) -> (f64, f64, f64, f64) {
     // Interval ends count toward the y range, and so does the reference line.
     let ends = series.iter().flat_map(|s| {
         s.points
@@ -196,10 +395,12 @@ fn axis_ranges(chart: &Chart<'_>, series: &[Series]) -> (f64, f64, f64, f64) {
             .zip(&s.intervals)
             .flat_map(|(&(x, _), &(lo, hi))| [(x, lo), (x, hi)])
     });
-    let reference = chart
-        .reference_y
-        .into_iter()
-        .flat_map(|y| series.iter().flat_map(|s| s.points.first()).map(move |&(x, _)| (x, y)));
+    let reference = chart.reference_y.into_iter().flat_map(|y| {
+        series
+            .iter()
+            .flat_map(|s| s.points.first())
+            .map(move |&(x, _)| (x, y))
+    });
     let points = series
         .iter()
         .flat_map(|s| s.points.iter().copied())
@@ -225,23 +426,22 @@ fn axis_ranges(chart: &Chart<'_>, series: &[Series]) -> (f64, f64, f64, f64) {
     (x0, x1, y0 - pad, y1 + pad)
 }
 
-/// Draws the mesh, the dashed reference line over `x0..x1`, every series and (with text, for more
-/// than one series) the legend on a linear or logarithmic x axis.
+/// Draws the mesh, the dashed reference line over `x0..x1`, every series and (where `look` asks) the
+/// legend on a linear or logarithmic x axis.
 fn draw_lines<'a, 'b: 'a, X>(
     mut ctx: ChartContext<'a, BitMapBackend<'b>, Cartesian2d<X, RangedCoordf64>>,
     chart: &Chart<'_>,
     series: &[Series],
     (x0, x1): (f64, f64),
-    text: bool,
+    look: Look,
     plot: &dyn Fn(&dyn std::fmt::Debug) -> LabError,
 ) -> Result<()>
 where
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
     let mut mesh = ctx.configure_mesh();
-    // `{}` prints 200 rather than 200.0, and keeps fractions where the axis has them.
-    let x_format = |x: &f64| format!("{}", (x * 1e6).round() / 1e6);
-    if text {
+    let x_format = |x: &f64| tick_label(*x);
+    if look.text {
         mesh.x_desc(chart.x_label)
             .y_desc(chart.y_label)
             .x_label_formatter(&x_format);
@@ -259,9 +459,9 @@ where
         .map_err(|e| plot(&e))?;
     }
     for (i, s) in series.iter().enumerate() {
-        draw_one_series(&mut ctx, i, s, text, plot)?;
+        draw_one_series(&mut ctx, i, s, look, plot)?;
     }
-    if text && series.len() > 1 {
+    if look.legend {
         ctx.configure_series_labels()
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
@@ -271,18 +471,19 @@ where
     Ok(())
 }
 
-/// Series `i`'s interval bars, markers (shape by position) and line, labelled for the legend with text.
+/// Series `i`'s interval bars, markers and line, labelled for the legend where `look` has one.
 fn draw_one_series<X>(
     ctx: &mut ChartContext<'_, BitMapBackend<'_>, Cartesian2d<X, RangedCoordf64>>,
     i: usize,
     s: &Series,
-    text: bool,
+    look: Look,
     plot: &dyn Fn(&dyn std::fmt::Debug) -> LabError,
 ) -> Result<()>
 where
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
-    let color = PALETTE[s.colour.unwrap_or(i) % PALETTE.len()];
+    let colour = s.colour.unwrap_or(i);
+    let color = PALETTE[colour % PALETTE.len()];
     let finite: Vec<(f64, f64)> = s
         .points
         .iter()
@@ -298,20 +499,17 @@ where
             PathElement::new(vec![(x, lo), (x, hi)], color.stroke_width(2))
         });
     ctx.draw_series(bars).map_err(|e| plot(&e))?;
-    // Markers of a different shape per series, so lines that coincide stay visible.
-    let shape = i % 3;
-    ctx.draw_series(finite.iter().map(|&p| -> DynElement<_, _> {
-        match shape {
-            0 => Circle::new(p, 4, color.filled()).into_dyn(),
-            1 => TriangleMarker::new(p, 5, color.filled()).into_dyn(),
-            _ => Cross::new(p, 5, color.stroke_width(2)).into_dyn(),
-        }
-    }))
-    .map_err(|e| plot(&e))?;
+    // Markers of a different shape per series (or per colour), so lines that coincide stay visible.
+    let shape = match look.markers {
+        Markers::ByPosition => i,
+        Markers::ByColour => shape_of_colour(colour),
+    };
+    ctx.draw_series(finite.iter().map(|&p| marker(p, shape, color)))
+        .map_err(|e| plot(&e))?;
     let line = ctx
         .draw_series(LineSeries::new(finite, color.stroke_width(2)))
         .map_err(|e| plot(&e))?;
-    if text {
+    if look.legend {
         line.label(s.name.as_str()).legend(move |(x, y)| {
             PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
         });
@@ -365,4 +563,107 @@ pub fn bar_chart(path: &Path, chart: &Chart<'_>, bars: &[(String, f64)]) -> Resu
         .map_err(|e| plot(&e))?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(name: &str, colour: usize) -> Series {
+        let mut s = Series::new(name, colour);
+        s.push(256.0, 1.2, (1.1, 1.3));
+        s.push(8192.0, 0.9, (f64::NAN, f64::NAN));
+        s
+    }
+
+    /// Width and height from a PNG's header chunk (bytes 16..24, big-endian).
+    fn png_size(path: &Path) -> (u32, u32) {
+        let bytes = std::fs::read(path).unwrap();
+        let word = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+        (word(16), word(20))
+    }
+
+    #[test]
+    fn axis_labels_keep_three_significant_digits_below_100_and_whole_numbers_above() {
+        let labels: Vec<String> = [16.234375, 1.0625, 0.125, 200.0, 8192.0, 2.5, 0.0]
+            .into_iter()
+            .map(tick_label)
+            .collect();
+        assert_eq!(labels, ["16.2", "1.06", "0.125", "200", "8192", "2.5", "0"]);
+    }
+
+    #[test]
+    fn a_log_axis_ticks_the_contexts_measured_and_leaves_many_to_the_axis() {
+        let contexts = series("fixed", 1);
+        let mut again = series("unmodified", 0);
+        again.push(256.1, 1.0, (f64::NAN, f64::NAN));
+        assert_eq!(log_ticks(&[&contexts, &again]), [256.0, 8192.0]);
+        let mut many = Series::new("bins", 0);
+        for x in 1..=9 {
+            many.push(f64::from(x), 1.0, (f64::NAN, f64::NAN));
+        }
+        assert!(log_ticks(&[&many]).is_empty());
+    }
+
+    #[test]
+    fn colours_alike_get_different_markers() {
+        for (alike, other) in [(1, 4), (4, 7), (1, 7), (0, 5)] {
+            assert_ne!(shape_of_colour(alike) % 3, shape_of_colour(other) % 3);
+        }
+    }
+
+    #[test]
+    fn panels_fill_two_columns_and_as_many_rows_as_they_need() {
+        assert_eq!(panel_grid(1), (1, 1));
+        assert_eq!(panel_grid(2), (2, 1));
+        assert_eq!(panel_grid(3), (2, 2));
+        assert_eq!(panel_grid(6), (2, 3));
+    }
+
+    #[test]
+    fn the_legend_names_each_colour_once_in_colour_order() {
+        let (fixed, unmodified, fixed_again) = (
+            series("fixed", 1),
+            series("unmodified", 0),
+            series("fixed", 1),
+        );
+        let entries = legend_entries(&[&fixed, &unmodified, &fixed_again]);
+        assert_eq!(
+            entries,
+            vec![(0, "unmodified".to_string()), (1, "fixed".to_string())]
+        );
+    }
+
+    #[test]
+    fn a_chart_of_three_panels_is_two_panels_wide_and_two_high_beside_its_legend() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("speedup.png");
+        let panels: Vec<Panel> = ["dflash", "eagle", "vanilla"]
+            .iter()
+            .map(|drafter| Panel {
+                title: drafter.to_string(),
+                series: vec![series("unmodified", 0), series("fixed", 1)],
+            })
+            .collect();
+        let chart = Chart {
+            title: "speed-up",
+            x_label: "tokens",
+            y_label: "ratio",
+            log_x: true,
+            reference_y: Some(1.0),
+        };
+        panel_chart(&path, &chart, &panels).unwrap();
+        assert_eq!(
+            png_size(&path),
+            (
+                2 * PANEL_SIZE.0 + LEGEND_WIDTH,
+                2 * PANEL_SIZE.1 + TITLE_HEIGHT
+            )
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temporary file is left beside the chart"
+        );
+    }
 }

@@ -8,6 +8,7 @@ use sharpdraft_lab::experiment::folder_lock::FolderLock;
 use sharpdraft_lab::experiment::merge::merge;
 use sharpdraft_lab::experiment::partial_unit::PartialUnit;
 use sharpdraft_lab::experiment::records::{ArmRecord, Provenance, UnitRecord};
+use sharpdraft_lab::experiment::runner::republish;
 use sharpdraft_lab::experiment::{run, RunOptions, Shard};
 use sharpdraft_lab::table::Table;
 use std::collections::BTreeSet;
@@ -399,6 +400,24 @@ fn a_unit_killed_after_its_first_request_resumes_at_its_second_and_keeps_the_fir
     first_only.write(&units).unwrap();
     std::fs::remove_file(&unit_file).unwrap();
 
+    // Until it resumes, the report shows the stopped unit's finished request arm by arm, apart from
+    // every median.
+    republish(&out).unwrap();
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let section = report
+        .split("## Requests of unfinished units")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no section of unfinished requests: {report}"));
+    let request_rows = section
+        .lines()
+        .filter(|l| l.starts_with("| short.c0.s0.r0 | "))
+        .count();
+    assert_eq!(request_rows, whole.arms.len(), "{section}");
+    assert!(
+        section.contains("| target | ar | ") && section.contains("| yes |"),
+        "{section}"
+    );
+
     let resume = RunOptions {
         resume: true,
         ..options(&out)
@@ -453,6 +472,17 @@ fn a_unit_killed_after_its_first_request_resumes_at_its_second_and_keeps_the_fir
     assert!(
         refused.contains("partial/short.c0.s0.r0.json") && refused.contains("move it out"),
         "{refused}"
+    );
+    // The report leaves it out, and is written all the same.
+    republish(&out).unwrap();
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        !report.contains("## Requests of unfinished units"),
+        "{report}"
+    );
+    assert!(
+        PartialUnit::path(&units, &whole.unit).exists(),
+        "and left where it is"
     );
 }
 

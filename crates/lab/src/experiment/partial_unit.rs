@@ -17,6 +17,10 @@ use std::path::{Path, PathBuf};
 /// The folder, under a run's `units/`, of the partial records.
 pub const PARTIAL: &str = "partial";
 
+/// What a partial record that is not this run's asks of the user.
+const MOVE_OUT: &str =
+    "move it out of the folder, and `run --resume` runs the unit from its first request";
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartialUnit {
     pub unit: Unit,
@@ -60,6 +64,49 @@ impl PartialUnit {
         experiment: &Experiment,
         prompts: &[usize],
     ) -> Result<Option<Self>> {
+        let Some(partial) = Self::read_own(units_dir, unit, experiment)? else {
+            return Ok(None);
+        };
+        let path = Self::path(units_dir, unit);
+        let done = partial.requests_done();
+        for arm in &partial.arms {
+            let theirs: Vec<usize> = arm.requests.iter().map(|r| r.prompt).collect();
+            ensure!(
+                done <= prompts.len() && theirs == prompts[..done],
+                "{}: arm {} holds prompts {theirs:?}, not the unit's first {done} ({:?}): {MOVE_OUT}",
+                path.display(),
+                arm.arm.label(),
+                &prompts[..done.min(prompts.len())]
+            );
+        }
+        Ok(Some(partial))
+    }
+
+    /// The partial records of `experiment`'s units that are not among `finished`, in the grid's
+    /// order, for the report. A file there that is not this run's partial record (another config
+    /// hash or arms, unreadable) is passed over with a warning naming it: the report shows this run's
+    /// requests alone, and a file a user left in the folder does not stop it.
+    pub fn read_unfinished(
+        units_dir: &Path,
+        experiment: &Experiment,
+        finished: &[&Unit],
+    ) -> Vec<Self> {
+        super::grid::units(experiment)
+            .iter()
+            .filter(|unit| !finished.contains(unit))
+            .filter_map(|unit| match Self::read_own(units_dir, unit, experiment) {
+                Ok(partial) => partial,
+                Err(e) => {
+                    eprintln!("warning: left out of the report: {e:#}");
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// The partial record of `unit` under `units_dir` where one is there, checked to be this run's:
+    /// its config hash, unit and arms, and as many requests in every arm.
+    fn read_own(units_dir: &Path, unit: &Unit, experiment: &Experiment) -> Result<Option<Self>> {
         let path = Self::path(units_dir, unit);
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
@@ -67,37 +114,34 @@ impl PartialUnit {
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
         let p = path.display();
-        let move_out =
-            "move it out of the folder, and `run --resume` runs the unit from its first request";
         let partial: Self = serde_json::from_str(&text).with_context(|| {
-            format!("{p}: not a partial unit of this version of sharpdraft run: {move_out}")
+            format!("{p}: not a partial unit of this version of sharpdraft run: {MOVE_OUT}")
         })?;
         if partial.provenance.config_hash != experiment.hash() {
             bail!(
-                "{p}: belongs to config hash {}, not this run's {}: {move_out}",
+                "{p}: belongs to config hash {}, not this run's {}: {MOVE_OUT}",
                 partial.provenance.config_hash,
                 experiment.hash()
             );
         }
         ensure!(
             partial.unit == *unit,
-            "{p}: holds unit {}, not {}: {move_out}",
+            "{p}: holds unit {}, not {}: {MOVE_OUT}",
             partial.unit.id(),
             unit.id()
         );
         let recorded: Vec<_> = partial.arms.iter().map(|a| &a.arm).collect();
         ensure!(
             recorded == arms(experiment).iter().collect::<Vec<_>>(),
-            "{p}: its arms are not this experiment's: {move_out}"
+            "{p}: its arms are not this experiment's: {MOVE_OUT}"
         );
         let done = partial.requests_done();
         for arm in &partial.arms {
-            let theirs: Vec<usize> = arm.requests.iter().map(|r| r.prompt).collect();
             ensure!(
-                arm.requests.len() == done && done <= prompts.len() && theirs == prompts[..done],
-                "{p}: arm {} holds prompts {theirs:?}, not the unit's first {done} ({:?}): {move_out}",
+                arm.requests.len() == done,
+                "{p}: arm {} holds {} requests, the first arm {done}: {MOVE_OUT}",
                 arm.arm.label(),
-                &prompts[..done.min(prompts.len())]
+                arm.requests.len()
             );
         }
         Ok(Some(partial))

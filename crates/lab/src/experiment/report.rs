@@ -7,8 +7,10 @@
 use super::config::Experiment;
 use super::grid::{units, Unit, TARGET_ONLY};
 use super::intervals::Interval;
+use super::partial_unit::PartialUnit;
+use super::records::RequestRow;
 use crate::error::Result;
-use crate::plot::{bar_chart, line_chart, Chart, Series};
+use crate::plot::{bar_chart, panel_chart, Chart, Panel, Series};
 use crate::table::Table;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -474,14 +476,15 @@ fn generation_bins(rows: &[SummaryRow]) -> Option<String> {
     Some(out)
 }
 
-/// Writes `report.md` and its charts into run folder `dir` from the summary `rows` of `experiment`;
-/// returns the report's path.
-/// Writes `report.md` into `dir` from the summary `rows` of the `finished` units.
+/// Writes `report.md` and its charts into run folder `dir` from the summary `rows` of the `finished`
+/// units of `experiment`, with the requests the `unfinished` units have finished after them; returns
+/// the report's path.
 pub fn write(
     dir: &Path,
     experiment: &Experiment,
     rows: &[SummaryRow],
     finished: &[&Unit],
+    unfinished: &[PartialUnit],
 ) -> Result<PathBuf> {
     let mut md = String::new();
     let _ = writeln!(
@@ -530,6 +533,10 @@ pub fn write(
         );
         md.push_str(&bins);
     }
+    if let Some(requests) = unfinished_requests(unfinished) {
+        md.push_str("\n## Requests of unfinished units\n\n");
+        md.push_str(&requests);
+    }
     let charts = charts(dir, experiment, rows)?;
     if !charts.is_empty() {
         md.push_str("\n## Charts\n\n");
@@ -570,6 +577,62 @@ fn unfinished_units(experiment: &Experiment, finished: &[&Unit]) -> String {
     )
 }
 
+/// Every arm's figures on each request that `unfinished` units have finished: in no table, chart or
+/// median above, since a unit's medians wait for all its requests. Each speed-up is against the
+/// target alone (the first target-only arm) on the same request. None when there are none.
+fn unfinished_requests(unfinished: &[PartialUnit]) -> Option<String> {
+    let with_requests: Vec<&PartialUnit> = unfinished
+        .iter()
+        .filter(|p| p.requests_done() > 0)
+        .collect();
+    if with_requests.is_empty() {
+        return None;
+    }
+    let mut out = String::from(
+        "**In no figure above.** A unit stopped part way keeps the requests all its arms have \
+         finished in `units/partial/`, and `run --resume` goes on from the next one. Each request \
+         stands alone here (no medians, no intervals): tau is tokens per target pass; the speed-ups \
+         are tokens/s against the target alone on the same request, end to end and the decode alone.\n\n\
+         | unit | prompt | drafter | method | tokens | tau | tokens/s | speed-up | decode only | = target's output |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for partial in with_requests {
+        let target = partial.arms.iter().find(|a| a.arm.drafter.is_none());
+        for request in 0..partial.requests_done() {
+            let reference = target.map(|a| &a.requests[request]);
+            for arm in &partial.arms {
+                let r = &arm.requests[request];
+                let ratio =
+                    |of: fn(&RequestRow) -> f64| reference.map_or(f64::NAN, |t| of(r) / of(t));
+                let same = match reference {
+                    Some(t) if arm.arm.drafter.is_some() => {
+                        if r.output_ids == t.output_ids {
+                            "yes"
+                        } else {
+                            "no"
+                        }
+                    }
+                    _ => "",
+                };
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {same} |",
+                    partial.unit.id(),
+                    r.prompt,
+                    arm.arm.drafter_name(),
+                    arm.arm.method,
+                    r.generated,
+                    number(r.tau(), 2),
+                    number(r.tokens_per_second(), 2),
+                    number(ratio(RequestRow::tokens_per_second), 2),
+                    number(ratio(RequestRow::decode_tokens_per_second), 2),
+                );
+            }
+        }
+    }
+    Some(out)
+}
+
 /// The colour index of each method, in the experiment's order: the same method has the same colour in
 /// every chart.
 fn method_colours(experiment: &Experiment) -> BTreeMap<String, usize> {
@@ -589,7 +652,7 @@ fn charts(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<Ve
     let drafting: Vec<&SummaryRow> = rows.iter().filter(|r| r.n0 > 0).collect();
     // tau against context: long prompts at their start length, long generations per bin (at the
     // bin's geometric middle), both in multiples of n0.
-    let mut tau: BTreeMap<String, Series> = BTreeMap::new();
+    let mut tau: BTreeMap<(String, String), Series> = BTreeMap::new();
     for r in &drafting {
         let x = if r.setting == "long_prompt" && r.bin == "all" {
             r.mean_prompt_tokens / r.n0 as f64
@@ -598,13 +661,12 @@ fn charts(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<Ve
         } else {
             continue;
         };
-        let name = format!("{} {} / {}", r.workload, r.drafter, r.method);
-        tau.entry(name.clone())
-            .or_insert_with(|| Series::new(name, colour(&r.method)))
+        tau.entry(panel_key(r))
+            .or_insert_with(|| Series::new(&r.method, colour(&r.method)))
             .push(x, r.tau.estimate, (r.tau.lo, r.tau.hi));
     }
     if !tau.is_empty() {
-        line_chart(
+        panel_chart(
             &dir.join("tau_vs_context.png"),
             &Chart {
                 title: "tau against context (95% intervals)",
@@ -613,24 +675,29 @@ fn charts(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<Ve
                 log_x: true,
                 reference_y: None,
             },
-            &sorted(tau),
+            &panels(tau),
         )?;
         written.push("tau_vs_context.png".to_string());
     }
     // Speed-up against the context at the start (long prompt: the excerpt and question; long
-    // generation: the prompt it grows from), in tokens: one line per workload x drafter x method.
-    let mut speedup: BTreeMap<String, Series> = BTreeMap::new();
-    for r in rows.iter().filter(|r| {
-        r.bin == "all" && r.drafter != TARGET_ONLY && r.speedup.estimate.is_finite()
-    }) {
-        let name = format!("{} {} / {}", r.workload, r.drafter, r.method);
+    // generation: the prompt it grows from), in tokens: one panel per workload x drafter, one line per
+    // method.
+    let mut speedup: BTreeMap<(String, String), Series> = BTreeMap::new();
+    for r in rows
+        .iter()
+        .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY && r.speedup.estimate.is_finite())
+    {
         speedup
-            .entry(name.clone())
-            .or_insert_with(|| Series::new(name, colour(&r.method)))
-            .push(r.mean_prompt_tokens.max(1.0), r.speedup.estimate, (r.speedup.lo, r.speedup.hi));
+            .entry(panel_key(r))
+            .or_insert_with(|| Series::new(&r.method, colour(&r.method)))
+            .push(
+                r.mean_prompt_tokens.max(1.0),
+                r.speedup.estimate,
+                (r.speedup.lo, r.speedup.hi),
+            );
     }
     if !speedup.is_empty() {
-        line_chart(
+        panel_chart(
             &dir.join("speedup.png"),
             &Chart {
                 title: "speed-up over the target alone (median, 95% intervals)",
@@ -639,7 +706,7 @@ fn charts(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<Ve
                 log_x: true,
                 reference_y: Some(1.0),
             },
-            &sorted(speedup),
+            &panels(speedup),
         )?;
         written.push("speedup.png".to_string());
     }
@@ -668,13 +735,58 @@ fn charts(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<Ve
     Ok(written)
 }
 
-/// The series with their points in x order.
-fn sorted(series: BTreeMap<String, Series>) -> Vec<Series> {
-    series
-        .into_values()
-        .map(|mut s| {
-            s.sort();
-            s
-        })
-        .collect()
+/// Where a row's line goes in a chart of panels: the panel (workload and drafter) and the method.
+fn panel_key(r: &SummaryRow) -> (String, String) {
+    (format!("{} {}", r.workload, r.drafter), r.method.clone())
+}
+
+/// The lines keyed by [`panel_key`], one panel per workload and drafter (in name order), each line's
+/// points in x order and the lines in the experiment's order of methods (their colours).
+fn panels(lines: BTreeMap<(String, String), Series>) -> Vec<Panel> {
+    let mut panels: Vec<Panel> = Vec::new();
+    for ((title, _method), mut series) in lines {
+        series.sort();
+        match panels.last_mut() {
+            Some(panel) if panel.title == title => panel.series.push(series),
+            _ => panels.push(Panel {
+                title,
+                series: vec![series],
+            }),
+        }
+    }
+    for panel in &mut panels {
+        panel.series.sort_by_key(|s| s.colour);
+    }
+    panels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_workload_and_drafter_gets_a_panel_with_its_methods_in_the_experiments_order() {
+        let mut lines = BTreeMap::new();
+        for (panel, method, colour) in [
+            ("code dflash", "window", 5),
+            ("code dflash", "unmodified", 0),
+            ("code eagle", "fixed", 1),
+            ("code dflash", "fixed", 1),
+        ] {
+            let mut series = Series::new(method, colour);
+            series.push(8192.0, 1.0, (f64::NAN, f64::NAN));
+            series.push(256.0, 1.5, (f64::NAN, f64::NAN));
+            lines.insert((panel.to_string(), method.to_string()), series);
+        }
+        let panels = panels(lines);
+        let titles: Vec<&str> = panels.iter().map(|p| p.title.as_str()).collect();
+        assert_eq!(titles, ["code dflash", "code eagle"]);
+        let methods: Vec<&str> = panels[0].series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(methods, ["unmodified", "fixed", "window"]);
+        assert_eq!(
+            panels[0].series[0].points,
+            [(256.0, 1.5), (8192.0, 1.0)],
+            "points in x order"
+        );
+    }
 }

@@ -62,7 +62,8 @@ pub fn publish(
     let tables = tables::write_tables(dir, experiment, units)?;
     let rows = report::summary_rows(&tables.summary, experiment)?;
     let finished: Vec<&Unit> = units.iter().map(|r| &r.unit).collect();
-    report::write(dir, experiment, &rows, &finished)?;
+    let unfinished = PartialUnit::read_unfinished(&dir.join(UNITS), experiment, &finished);
+    report::write(dir, experiment, &rows, &finished, &unfinished)?;
     Ok(rows)
 }
 
