@@ -4,6 +4,7 @@
 
 use crate::error::{Context, LabError, Result};
 use plotters::coord::{ranged1d::ValueFormatter, types::RangedCoordf64};
+use plotters::element::{Drawable, PointCollection};
 use plotters::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -204,6 +205,17 @@ pub fn panel_grid(panels: usize) -> (usize, usize) {
 /// panels split them by what they share: a method keeps its colour and marker in every panel.
 pub fn panel_chart(path: &Path, chart: &Chart<'_>, panels: &[Panel]) -> Result<()> {
     let every: Vec<&Series> = panels.iter().flat_map(|p| &p.series).collect();
+    // A series' position differs from panel to panel, so only a colour of its own ties it to the
+    // legend.
+    if let Some(s) = every.iter().find(|s| s.colour.is_none()) {
+        return Err(LabError::Plot {
+            path: path.display().to_string(),
+            reason: format!(
+                "series {:?} has no colour: every series of a chart of panels needs one (Series::new)",
+                s.name
+            ),
+        });
+    }
     let (ranges, ticks) = (axis_ranges(chart, &every), log_ticks(&every));
     let legend = legend_entries(&every);
     let (columns, rows) = panel_grid(panels.len());
@@ -300,23 +312,71 @@ struct Look {
     legend: bool,
 }
 
-/// The marker shape of palette colour `colour` where shapes go by colour: by thirds of the palette,
-/// because the colours alike are three apart (vermillion, orange and yellow at 1, 4 and 7; blue and
-/// sky blue at 0 and 5), so alike colours get different shapes.
+/// Marker shapes: filled circle, triangle and square, a cross, then hollow circle, triangle and square.
+const SHAPES: usize = 7;
+
+/// The marker shape of palette colour `colour` where shapes go by colour. Seven shapes for eight
+/// colours: no two of the first seven share one, nor do the colours alike (vermillion, orange and
+/// yellow at 1, 4 and 7; blue and sky blue at 0 and 5); the eighth (yellow) shares the circle with
+/// blue.
 fn shape_of_colour(colour: usize) -> usize {
-    (colour % PALETTE.len()) / 3
+    (colour % PALETTE.len()) % SHAPES
 }
 
-/// A marker at `p` of shape `shape % 3` (circle, triangle, cross) in `color`.
+/// A marker at `p` of shape `shape % SHAPES` (see [`SHAPES`]) in `color`.
 fn marker<DB: DrawingBackend, C: Clone + 'static>(
     p: C,
     shape: usize,
     color: RGBColor,
 ) -> DynElement<'static, DB, C> {
-    match shape % 3 {
-        0 => Circle::new(p, 4, color.filled()).into_dyn(),
-        1 => TriangleMarker::new(p, 5, color.filled()).into_dyn(),
-        _ => Cross::new(p, 5, color.stroke_width(2)).into_dyn(),
+    let (filled, outline) = (color.filled(), color.stroke_width(2));
+    let square = |style| SquareMarker {
+        at: p.clone(),
+        style,
+    };
+    match shape % SHAPES {
+        0 => Circle::new(p, 4, filled).into_dyn(),
+        1 => TriangleMarker::new(p, 5, filled).into_dyn(),
+        2 => Cross::new(p, 5, outline).into_dyn(),
+        3 => square(filled).into_dyn(),
+        4 => Circle::new(p, 4, outline).into_dyn(),
+        5 => TriangleMarker::new(p, 5, outline).into_dyn(),
+        _ => square(outline).into_dyn(),
+    }
+}
+
+/// A square marker 4 pixels out from its point each way, whatever the axes' coordinates. Plotters has
+/// circles, triangles and crosses; a square made of its composable elements would tie the marker's
+/// type to the backend's lifetime.
+struct SquareMarker<C> {
+    at: C,
+    style: ShapeStyle,
+}
+
+impl<'a, C: 'a> PointCollection<'a, C> for &'a SquareMarker<C> {
+    type Point = &'a C;
+    type IntoIter = std::iter::Once<&'a C>;
+    fn point_iter(self) -> Self::IntoIter {
+        std::iter::once(&self.at)
+    }
+}
+
+impl<C, DB: DrawingBackend> Drawable<DB> for SquareMarker<C> {
+    fn draw<I: Iterator<Item = (i32, i32)>>(
+        &self,
+        mut points: I,
+        backend: &mut DB,
+        _parent_dim: (u32, u32),
+    ) -> std::result::Result<(), plotters_backend::DrawingErrorKind<DB::ErrorType>> {
+        match points.next() {
+            Some((x, y)) => backend.draw_rect(
+                (x - 4, y - 4),
+                (x + 4, y + 4),
+                &self.style,
+                self.style.filled,
+            ),
+            None => Ok(()),
+        }
     }
 }
 
@@ -568,6 +628,7 @@ pub fn bar_chart(path: &Path, chart: &Chart<'_>, bars: &[(String, f64)]) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn series(name: &str, colour: usize) -> Series {
         let mut s = Series::new(name, colour);
@@ -606,10 +667,33 @@ mod tests {
     }
 
     #[test]
-    fn colours_alike_get_different_markers() {
+    fn colours_alike_and_the_first_seven_get_different_markers() {
         for (alike, other) in [(1, 4), (4, 7), (1, 7), (0, 5)] {
-            assert_ne!(shape_of_colour(alike) % 3, shape_of_colour(other) % 3);
+            assert_ne!(shape_of_colour(alike), shape_of_colour(other));
         }
+        let first_seven: BTreeSet<usize> = (0..7).map(shape_of_colour).collect();
+        assert_eq!(first_seven.len(), 7);
+    }
+
+    #[test]
+    fn a_chart_of_panels_refuses_a_series_without_a_colour_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let panel = Panel {
+            title: "dflash".into(),
+            series: vec![Series::plain("uncoloured", vec![(1.0, 1.0)])],
+        };
+        let chart = Chart {
+            title: "t",
+            x_label: "x",
+            y_label: "y",
+            log_x: false,
+            reference_y: None,
+        };
+        let err = panel_chart(&dir.path().join("c.png"), &chart, &[panel]).unwrap_err();
+        assert!(
+            err.to_string().contains("\"uncoloured\" has no colour"),
+            "{err}"
+        );
     }
 
     #[test]

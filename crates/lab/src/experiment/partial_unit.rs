@@ -85,7 +85,9 @@ impl PartialUnit {
     /// The partial records of `experiment`'s units that are not among `finished`, in the grid's
     /// order, for the report. A file there that is not this run's partial record (another config
     /// hash or arms, unreadable) is passed over with a warning naming it: the report shows this run's
-    /// requests alone, and a file a user left in the folder does not stop it.
+    /// requests alone, and a file a user left in the folder does not stop it. The requests' prompts
+    /// are not checked against the workload's here (that needs its prompts built); `run --resume`
+    /// checks them before taking a record up.
     pub fn read_unfinished(
         units_dir: &Path,
         experiment: &Experiment,
@@ -139,7 +141,7 @@ impl PartialUnit {
         for arm in &partial.arms {
             ensure!(
                 arm.requests.len() == done,
-                "{p}: arm {} holds {} requests, the first arm {done}: {MOVE_OUT}",
+                "{p}: arm {} holds {} requests where the first arm holds {done}: {MOVE_OUT}",
                 arm.arm.label(),
                 arm.requests.len()
             );

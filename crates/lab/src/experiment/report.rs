@@ -12,6 +12,7 @@ use super::records::RequestRow;
 use crate::error::Result;
 use crate::plot::{bar_chart, panel_chart, Chart, Panel, Series};
 use crate::table::Table;
+use sharpdraft_decode::CycleRecord;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -592,16 +593,22 @@ fn unfinished_requests(unfinished: &[PartialUnit]) -> Option<String> {
         "**In no figure above.** A unit stopped part way keeps the requests all its arms have \
          finished in `units/partial/`, and `run --resume` goes on from the next one. Each request \
          stands alone here (no medians, no intervals): tau is tokens per target pass; the speed-ups \
-         are tokens/s against the target alone on the same request, end to end and the decode alone.\n\n\
-         | unit | prompt | drafter | method | tokens | tau | tokens/s | speed-up | decode only | = target's output |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+         are tokens/s against the target alone on the same request, end to end and the decode alone; \
+         drafting and verifying are the request's seconds in each, summed over its cycles.\n\n\
+         | unit | prompt | drafter | method | tokens | tau | tokens/s | speed-up | decode only | \
+         drafting s | verifying s | = target's output |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for partial in with_requests {
         let target = partial.arms.iter().find(|a| a.arm.drafter.is_none());
         for request in 0..partial.requests_done() {
-            let reference = target.map(|a| &a.requests[request]);
+            let reference = target.and_then(|a| a.requests.get(request));
             for arm in &partial.arms {
-                let r = &arm.requests[request];
+                // Records are checked to hold as many requests in every arm; one that does not
+                // shows what it has.
+                let Some(r) = arm.requests.get(request) else {
+                    continue;
+                };
                 let ratio =
                     |of: fn(&RequestRow) -> f64| reference.map_or(f64::NAN, |t| of(r) / of(t));
                 let same = match reference {
@@ -614,9 +621,16 @@ fn unfinished_requests(unfinished: &[PartialUnit]) -> Option<String> {
                     }
                     _ => "",
                 };
+                let seconds = |of: fn(&CycleRecord) -> f64| -> String {
+                    if r.cycles.is_empty() {
+                        String::new()
+                    } else {
+                        number(r.cycles.iter().map(of).sum(), 1)
+                    }
+                };
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {same} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {same} |",
                     partial.unit.id(),
                     r.prompt,
                     arm.arm.drafter_name(),
@@ -626,6 +640,8 @@ fn unfinished_requests(unfinished: &[PartialUnit]) -> Option<String> {
                     number(r.tokens_per_second(), 2),
                     number(ratio(RequestRow::tokens_per_second), 2),
                     number(ratio(RequestRow::decode_tokens_per_second), 2),
+                    seconds(|c| c.draft_seconds),
+                    seconds(|c| c.verify_seconds),
                 );
             }
         }
