@@ -9,6 +9,7 @@ use super::grid::{units, Unit, TARGET_ONLY};
 use super::intervals::Interval;
 use super::partial_unit::PartialUnit;
 use super::records::RequestRow;
+use super::tables;
 use crate::error::Result;
 use crate::plot::{bar_chart, panel_chart, Chart, Panel, Series};
 use crate::table::Table;
@@ -534,7 +535,7 @@ pub fn write(
         );
         md.push_str(&bins);
     }
-    if let Some(requests) = unfinished_requests(unfinished) {
+    if let Some(requests) = unfinished_requests(experiment, unfinished) {
         md.push_str("\n## Requests of unfinished units\n\n");
         md.push_str(&requests);
     }
@@ -580,8 +581,9 @@ fn unfinished_units(experiment: &Experiment, finished: &[&Unit]) -> String {
 
 /// Every arm's figures on each request that `unfinished` units have finished: in no table, chart or
 /// median above, since a unit's medians wait for all its requests. Each speed-up is against the
-/// target alone (the first target-only arm) on the same request. None when there are none.
-fn unfinished_requests(unfinished: &[PartialUnit]) -> Option<String> {
+/// target alone ([`tables::baseline`]) on the same request. None when there are none.
+fn unfinished_requests(experiment: &Experiment, unfinished: &[PartialUnit]) -> Option<String> {
+    let greedy = experiment.temperature == 0.0;
     let with_requests: Vec<&PartialUnit> = unfinished
         .iter()
         .filter(|p| p.requests_done() > 0)
@@ -600,7 +602,7 @@ fn unfinished_requests(unfinished: &[PartialUnit]) -> Option<String> {
          |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for partial in with_requests {
-        let target = partial.arms.iter().find(|a| a.arm.drafter.is_none());
+        let target = tables::baseline(experiment, &partial.arms);
         for request in 0..partial.requests_done() {
             let reference = target.and_then(|a| a.requests.get(request));
             for arm in &partial.arms {
@@ -611,15 +613,11 @@ fn unfinished_requests(unfinished: &[PartialUnit]) -> Option<String> {
                 };
                 let ratio =
                     |of: fn(&RequestRow) -> f64| reference.map_or(f64::NAN, |t| of(r) / of(t));
-                let same = match reference {
-                    Some(t) if arm.arm.drafter.is_some() => {
-                        if r.output_ids == t.output_ids {
-                            "yes"
-                        } else {
-                            "no"
-                        }
-                    }
-                    _ => "",
+                let same = match tables::matches_target(r, reference, greedy) {
+                    _ if arm.arm.drafter.is_none() => "",
+                    1 => "yes",
+                    0 => "no",
+                    _ => "-",
                 };
                 let seconds = |of: fn(&CycleRecord) -> f64| -> String {
                     if r.cycles.is_empty() {

@@ -101,11 +101,12 @@ pub fn context_bin(context: i64, n0: i64, bins: &[f64]) -> Bin {
 
 /// The baseline arm of a unit: the experiment's first target-only method, whose rows are the
 /// denominators of the unit's speed-ups and the outputs every greedy arm must reproduce.
-fn baseline<'a>(experiment: &Experiment, record: &'a UnitRecord) -> Option<&'a ArmRecord> {
+pub(super) fn baseline<'a>(
+    experiment: &Experiment,
+    arms: &'a [ArmRecord],
+) -> Option<&'a ArmRecord> {
     let method = experiment.methods.iter().find(|m| m.target_only)?;
-    record
-        .arms
-        .iter()
+    arms.iter()
         .find(|a| a.arm.drafter.is_none() && a.arm.method == method.name)
 }
 
@@ -164,12 +165,16 @@ impl PairedRow<'_> {
     /// 1 when the output equals the target's own greedy output, 0 when it differs, -1 when not
     /// comparable (sampling, or no target-alone row).
     fn matches_target(&self, greedy: bool) -> i64 {
-        match self.base {
-            Some(b) if greedy && !b.output_ids.is_empty() => {
-                i64::from(b.output_ids == self.row.output_ids)
-            }
-            _ => -1,
-        }
+        matches_target(self.row, self.base, greedy)
+    }
+}
+
+/// 1 when `row`'s output equals the target alone's (`base`) on the same request, 0 when it differs,
+/// -1 when not comparable (sampling, or no target-alone row).
+pub(super) fn matches_target(row: &RequestRow, base: Option<&RequestRow>, greedy: bool) -> i64 {
+    match base {
+        Some(b) if greedy && !b.output_ids.is_empty() => i64::from(b.output_ids == row.output_ids),
+        _ => -1,
     }
 }
 
@@ -181,7 +186,8 @@ pub struct RunTables {
 
 /// The summary's cells: (drafter, method, workload, context) -> every sample of that cell, the n0 of
 /// its drafter and the setting.
-type Cells<'a> = BTreeMap<(String, String, String, usize), (Vec<PairedRow<'a>>, i64, Setting, &'a str)>;
+type Cells<'a> =
+    BTreeMap<(String, String, String, usize), (Vec<PairedRow<'a>>, i64, Setting, &'a str)>;
 
 /// Builds the three tables of `experiment` from its finished `units`.
 pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
@@ -190,7 +196,7 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
     let mut cycles = Rows::default();
     let mut cells: Cells = BTreeMap::new();
     for record in units {
-        let base = baseline(experiment, record);
+        let base = baseline(experiment, &record.arms);
         for arm in &record.arms {
             let reference = reference(experiment, record, arm);
             let cell = cells
@@ -263,7 +269,10 @@ fn push_result_row(results: &mut Rows, arm: &ArmRecord, sample: &PairedRow, gree
     results.u("adaptation_bytes", r.adaptation_bytes as u64);
     results.u("peak_rss_bytes", r.peak_rss_bytes);
     results.i("n0", arm.n0.unwrap_or(0));
-    results.f("unit_load_average", m.load_average_start.max(m.load_average_end));
+    results.f(
+        "unit_load_average",
+        m.load_average_start.max(m.load_average_end),
+    );
     results.f("unit_other_cpu_share", m.other_share());
     results.f("unit_lost_cpu_share", m.lost_share());
     results.i("unit_loaded", i64::from(m.loaded()));
@@ -308,10 +317,22 @@ fn summary_rows(experiment: &Experiment, cells: &Cells, greedy: bool) -> Rows {
             n0: *n0,
         };
         let whole = |s: &PairedRow| {
-            let emitted = s.row.cycles.iter().map(|c| c.accepted + c.bonus).sum::<usize>();
+            let emitted = s
+                .row
+                .cycles
+                .iter()
+                .map(|c| c.accepted + c.bonus)
+                .sum::<usize>();
             (emitted as f64, s.row.cycles.len() as f64)
         };
-        summary_row(&mut summary, &key, samples, ("all".into(), 0.0, f64::INFINITY), whole, greedy);
+        summary_row(
+            &mut summary,
+            &key,
+            samples,
+            ("all".into(), 0.0, f64::INFINITY),
+            whole,
+            greedy,
+        );
         if *setting == Setting::LongGeneration && drafter != TARGET_ONLY && *n0 > 0 {
             push_context_bin_rows(&mut summary, &key, samples, &experiment.bins_n0, greedy);
         }
@@ -344,7 +365,13 @@ fn push_context_bin_rows(
                 let at = c.context as f64 / n0 as f64;
                 at >= lo && at < hi
             };
-            let emitted = s.row.cycles.iter().filter(x).map(|c| c.accepted + c.bonus).sum::<usize>();
+            let emitted = s
+                .row
+                .cycles
+                .iter()
+                .filter(x)
+                .map(|c| c.accepted + c.bonus)
+                .sum::<usize>();
             (emitted as f64, s.row.cycles.iter().filter(x).count() as f64)
         };
         summary_row(summary, key, samples, bin, in_bin, greedy);
@@ -389,13 +416,27 @@ fn summary_row(
     summary.u("requests", samples.len() as u64);
     summary.f(
         "mean_prompt_tokens",
-        samples.iter().map(|s| s.row.prompt_tokens as f64).sum::<f64>() / samples.len().max(1) as f64,
+        samples
+            .iter()
+            .map(|s| s.row.prompt_tokens as f64)
+            .sum::<f64>()
+            / samples.len().max(1) as f64,
     );
     summary.u("cycles", cycle_count as u64);
     let tau = if key.drafter == TARGET_ONLY {
-        Interval { estimate: 1.0, lo: 1.0, hi: 1.0 }
+        Interval {
+            estimate: 1.0,
+            lo: 1.0,
+            hi: 1.0,
+        }
     } else {
-        ratio_interval(&counts.iter().copied().filter(|c| c.1 > 0.0).collect::<Vec<_>>())
+        ratio_interval(
+            &counts
+                .iter()
+                .copied()
+                .filter(|c| c.1 > 0.0)
+                .collect::<Vec<_>>(),
+        )
     };
     summary.interval("tau", tau);
     let distinct: Vec<f64> = samples
@@ -430,7 +471,10 @@ fn summary_row(
     // beside it (all n of n faster has a sign test's one-sided p of 2^-n).
     let faster = |f: fn(&PairedRow) -> f64| samples.iter().filter(|s| f(s) > 1.0).count() as u64;
     summary.u("vs_reference_faster", faster(|s| s.vs_reference()));
-    summary.u("decode_vs_reference_faster", faster(|s| s.decode_vs_reference()));
+    summary.u(
+        "decode_vs_reference_faster",
+        faster(|s| s.decode_vs_reference()),
+    );
     summary.interval("tokens_per_s", of(|s| s.row.tokens_per_second()));
     summary.interval(
         "ar_tokens_per_s",
@@ -487,7 +531,10 @@ fn summary_row(
     );
     let max = |f: fn(&RequestRow) -> u64| samples.iter().map(|s| f(s.row)).max().unwrap_or(0);
     summary.u("adaptation_bytes", max(|r| r.adaptation_bytes as u64));
-    summary.u("drafter_weight_bytes", max(|r| r.drafter_weight_bytes as u64));
+    summary.u(
+        "drafter_weight_bytes",
+        max(|r| r.drafter_weight_bytes as u64),
+    );
     summary.u("drafter_cache_bytes", max(|r| r.drafter_cache_bytes as u64));
     summary.u("peak_rss_bytes", max(|r| r.peak_rss_bytes));
     // Requests whose kept attempt still ran while other processes took more than a tenth of the
