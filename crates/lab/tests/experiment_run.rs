@@ -297,6 +297,10 @@ fn each_method_is_compared_with_the_unmodified_drafter_request_by_request() {
         report.contains("| vs unmodified, paired | decode vs unmodified |"),
         "{report}"
     );
+    assert!(
+        report.contains("**Timing noise.**") && report.contains("of 4 arm x request pairs)"),
+        "two arms of one drafter on two requests measure the run's timing noise: {report}"
+    );
     let again_line = report
         .lines()
         .find(|l| l.contains("| self | again |"))

@@ -2,7 +2,7 @@
 //! units run with their arms interleaved and written one by one into a locked run folder that resumes
 //! (at a killed unit's next request: `partial_unit`) and shards (`grid`, `runner`, `records`,
 //! `folder_lock`, `machine_state`), parquet tables with intervals and a report out (`tables`,
-//! `intervals`, `report`), shards joined (`merge`).
+//! `intervals`, `report`, with the run's own timing noise: `timing_noise`), shards joined (`merge`).
 //! docs/experiments.md is the user's guide.
 
 pub mod config;
@@ -19,6 +19,7 @@ pub mod requests;
 pub mod run_folder;
 pub mod runner;
 pub mod tables;
+pub mod timing_noise;
 
 pub use config::{Experiment, Setting};
 pub use grid::{Arm, Shard, Unit};

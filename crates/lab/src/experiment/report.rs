@@ -10,6 +10,7 @@ use super::intervals::Interval;
 use super::partial_unit::PartialUnit;
 use super::records::RequestRow;
 use super::tables;
+use super::timing_noise::VerifySpread;
 use crate::error::Result;
 use crate::plot::{bar_chart, panel_chart, Chart, Panel, Series};
 use crate::table::Table;
@@ -429,6 +430,20 @@ fn cycle_costs(rows: &[SummaryRow]) -> Option<String> {
     Some(out)
 }
 
+/// The run's timing noise, under the cycle costs: how far apart arms verify that do the same work.
+fn timing_noise(noise: &VerifySpread) -> String {
+    format!(
+        "\n**Timing noise.** Verifying a full block is the target's work, the same in every arm of a \
+         drafter on a request, whatever its method. Here each arm's mean verifying time per full block, \
+         over the median of its drafter's arms on the same request, lies between {} and {} (10th to \
+         90th percentile of {} arm x request pairs). A paired difference of that size between methods of \
+         equal tau can be this noise, not the method, above all on few requests.\n",
+        number(noise.p10, 2),
+        number(noise.p90, 2),
+        noise.pairs
+    )
+}
+
 /// tau per context bin along long generations, one column per bin.
 fn generation_bins(rows: &[SummaryRow]) -> Option<String> {
     let binned: Vec<&SummaryRow> = rows
@@ -485,6 +500,7 @@ pub fn write(
     dir: &Path,
     experiment: &Experiment,
     rows: &[SummaryRow],
+    noise: Option<&VerifySpread>,
     finished: &[&Unit],
     unfinished: &[PartialUnit],
 ) -> Result<PathBuf> {
@@ -528,6 +544,9 @@ pub fn write(
     if let Some(costs) = cycle_costs(rows) {
         md.push_str("\n## Where a cycle goes\n\n");
         md.push_str(&costs);
+        if let Some(noise) = noise {
+            md.push_str(&timing_noise(noise));
+        }
     }
     if let Some(bins) = generation_bins(rows) {
         md.push_str(

@@ -19,7 +19,7 @@ use super::records::{provenance, ArmRecord, Provenance, RequestRow, UnitRecord};
 use super::report::SummaryRow;
 use super::requests::{build_all, inputs_digest, GridRequests};
 use super::run_folder::{recorded_experiment, write_record, EXPERIMENT_RECORD, RUN_KIND, UNITS};
-use super::{report, tables};
+use super::{report, tables, timing_noise};
 use crate::drafter_spec::{self, DecodedRequest, DrafterSpec, RequestDecoder};
 use crate::error::{bail, ensure, Context, Result};
 use crate::scaling::resolve_schedule;
@@ -63,7 +63,15 @@ pub fn publish(
     let rows = report::summary_rows(&tables.summary, experiment)?;
     let finished: Vec<&Unit> = units.iter().map(|r| &r.unit).collect();
     let unfinished = PartialUnit::read_unfinished(&dir.join(UNITS), experiment, &finished);
-    report::write(dir, experiment, &rows, &finished, &unfinished)?;
+    let noise = timing_noise::verify_spread(units);
+    report::write(
+        dir,
+        experiment,
+        &rows,
+        noise.as_ref(),
+        &finished,
+        &unfinished,
+    )?;
     Ok(rows)
 }
 
