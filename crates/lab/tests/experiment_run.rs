@@ -239,8 +239,9 @@ fn each_method_is_compared_with_the_unmodified_drafter_request_by_request() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    // A second drafting method that does the same work as the first.
-    let methods = "  - {name: ar, target_only: true}\n  - {name: unmodified}\n  - {name: again}\n";
+    // Two more drafting methods that do the same work as the first.
+    let methods =
+        "  - {name: ar, target_only: true}\n  - {name: unmodified}\n  - {name: again}\n  - {name: third}\n";
     let path = experiment(dir.path(), methods, SHORT_PROMPTS);
     let out = dir.path().join("run");
     run(&path, &options(&out)).unwrap();
@@ -297,9 +298,22 @@ fn each_method_is_compared_with_the_unmodified_drafter_request_by_request() {
         report.contains("| vs unmodified, paired | decode vs unmodified |"),
         "{report}"
     );
+    // Three arms of one drafter on two requests: 3 x 2 ratios of their verifying times a request, and
+    // each ratio's inverse is among them, so the spread holds 1.
+    let noise = report
+        .split("**Timing noise.**")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no timing noise in {report}"));
+    assert!(noise.contains("of 12 ratios"), "{noise}");
+    let between: Vec<f64> = noise
+        .split("lies between ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (").next())
+        .map(|range| range.split(" and ").map(|v| v.parse().unwrap()).collect())
+        .unwrap_or_default();
     assert!(
-        report.contains("**Timing noise.**") && report.contains("of 4 arm x request pairs)"),
-        "two arms of one drafter on two requests measure the run's timing noise: {report}"
+        between.len() == 2 && between[0] <= 1.0 && 1.0 <= between[1],
+        "{between:?} in {noise}"
     );
     let again_line = report
         .lines()

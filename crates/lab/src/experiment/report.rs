@@ -430,17 +430,18 @@ fn cycle_costs(rows: &[SummaryRow]) -> Option<String> {
     Some(out)
 }
 
-/// The run's timing noise, under the cycle costs: how far apart arms verify that do the same work.
+/// The run's timing noise, under the cycle costs: how far apart two arms verify that do the same work.
 fn timing_noise(noise: &VerifySpread) -> String {
     format!(
-        "\n**Timing noise.** Verifying a full block is the target's work, the same in every arm of a \
-         drafter on a request, whatever its method. Here each arm's mean verifying time per full block, \
-         over the median of its drafter's arms on the same request, lies between {} and {} (10th to \
-         90th percentile of {} arm x request pairs). A paired difference of that size between methods of \
-         equal tau can be this noise, not the method, above all on few requests.\n",
+        "\n**Timing noise.** Two arms of one drafter verify the same blocks on the same request: the \
+         target's work, whatever the drafting method (retrieval arms, which also read the target's \
+         attention as it runs, are left out). Here the ratio of two such arms' mean verifying time per \
+         full block lies between {} and {} (10th to 90th percentile of {} ratios, each pair of arms both \
+         ways round). A paired ratio between methods of equal tau within that range can be this noise, \
+         not the method, above all on few requests.\n",
         number(noise.p10, 2),
         number(noise.p90, 2),
-        noise.pairs
+        noise.ratios
     )
 }
 

@@ -63,7 +63,7 @@ pub fn publish(
     let rows = report::summary_rows(&tables.summary, experiment)?;
     let finished: Vec<&Unit> = units.iter().map(|r| &r.unit).collect();
     let unfinished = PartialUnit::read_unfinished(&dir.join(UNITS), experiment, &finished);
-    let noise = timing_noise::verify_spread(units);
+    let noise = timing_noise::verify_spread(experiment, units);
     report::write(
         dir,
         experiment,

@@ -1,57 +1,90 @@
-//! How far apart in time arms land that do the same work: the noise under a paired comparison, read
-//! off the run itself.
+//! How far apart in time two arms land that do the same work: the noise under a paired comparison,
+//! read off the run itself.
 //!
 //! Verifying a full block is the target's pass over it: on one request, every arm of one drafter
 //! verifies blocks of that shape over nearly the same contexts, whatever the drafter's method. So the
-//! spread of the arms' verifying time per full block around their median is timing noise alone. A
-//! paired difference between two methods of equal tau that lies within it is timing, not drafting; two
-//! requests can put one arm on the slow side twice, and the paired verdict cannot tell.
+//! ratio of two such arms' verifying times is mostly timing noise, and it is the same kind of ratio as
+//! a paired comparison of two methods. A paired difference between two methods of equal tau that lies
+//! within the spread of these ratios can be timing, not drafting: two requests can put one arm on the
+//! slow side twice, and the paired verdict cannot tell.
 
-use super::intervals::median;
+use super::config::Experiment;
 use super::records::UnitRecord;
 use sharpdraft_decode::CycleRecord;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// The spread of each arm's verifying seconds per full block over the median of its drafter's arms on
-/// the same request (1 = the median; 1.05 = 5% slower).
+/// The spread of the ratio of two arms' mean verifying seconds per full block, over every two arms of
+/// one drafter on one request, both ways round (1 = alike; 1.05 = the first 5% slower).
 #[derive(Debug, Clone, PartialEq)]
 pub struct VerifySpread {
-    /// The (arm, request) pairs measured.
-    pub pairs: usize,
+    /// The ratios measured (each pair of arms twice, once each way round).
+    pub ratios: usize,
     /// 10th and 90th percentiles of the ratios.
     pub p10: f64,
     pub p90: f64,
 }
 
-/// Fewer ratios than this give no spread.
-const MIN_PAIRS: usize = 4;
+/// Fewer ratios than this give no spread: the 10th and 90th percentiles of a handful are its ends.
+const MIN_RATIOS: usize = 10;
 
-/// The run's spread over every unit, request and drafter with two or more arms that verified full blocks;
-/// `None` when fewer than [`MIN_PAIRS`] arm x request pairs qualify.
-pub fn verify_spread(units: &[UnitRecord]) -> Option<VerifySpread> {
-    let mut groups = Vec::new();
+/// The run's spread over every unit, request and drafter with two or more arms that verified full
+/// blocks; `None` when fewer than [`MIN_RATIOS`] ratios qualify. Retrieval arms are left out: their
+/// verification also reads the target's attention as it runs, work the other arms do not do.
+pub fn verify_spread(experiment: &Experiment, units: &[UnitRecord]) -> Option<VerifySpread> {
+    let reads_target_attention: BTreeSet<&str> = experiment
+        .methods
+        .iter()
+        .filter(|m| m.retrieval.is_some())
+        .map(|m| m.name.as_str())
+        .collect();
+    let mut ratios = Vec::new();
     for unit in units {
-        // (drafter, request's position) -> each arm's cycles on that request
-        let mut by_request: BTreeMap<(&str, usize), Vec<&[CycleRecord]>> = BTreeMap::new();
-        for arm in &unit.arms {
-            let Some(drafter) = arm.arm.drafter.as_deref() else {
-                continue;
-            };
-            for (position, request) in arm.requests.iter().enumerate() {
-                by_request
-                    .entry((drafter, position))
-                    .or_default()
-                    .push(&request.cycles);
+        let requests = unit
+            .arms
+            .iter()
+            .filter(|a| !reads_target_attention.contains(a.arm.method.as_str()))
+            .flat_map(|a| {
+                a.requests
+                    .iter()
+                    .map(|r| (a.arm.drafter.as_deref(), r.prompt, r.cycles.as_slice()))
+            });
+        ratios.extend(pair_ratios(requests));
+    }
+    spread(ratios)
+}
+
+/// From each arm's (drafter, prompt, cycles) on the requests of one unit: the ratio of the verifying
+/// times per full block of every two arms of one drafter on one prompt, both ways round. The target
+/// alone (no drafter) verifies nothing.
+fn pair_ratios<'a>(
+    requests: impl IntoIterator<Item = (Option<&'a str>, usize, &'a [CycleRecord])>,
+) -> Vec<f64> {
+    let mut by_request: BTreeMap<(&str, usize), Vec<&[CycleRecord]>> = BTreeMap::new();
+    for (drafter, prompt, cycles) in requests {
+        if let Some(drafter) = drafter {
+            by_request
+                .entry((drafter, prompt))
+                .or_default()
+                .push(cycles);
+        }
+    }
+    let mut ratios = Vec::new();
+    for arms in by_request.values() {
+        let seconds = full_block_verify(arms);
+        for (i, first) in seconds.iter().enumerate() {
+            for (j, second) in seconds.iter().enumerate() {
+                if i != j {
+                    ratios.push(first / second);
+                }
             }
         }
-        groups.extend(by_request.values().map(|arms| full_block_verify(arms)));
     }
-    spread(&groups)
+    ratios
 }
 
 /// Each arm's mean verifying seconds over its full blocks (the most common block size among the arms'
-/// cycles: a chain that ends early, or the last cycle before the token budget, verifies less), for the
-/// arms of one drafter on one request; an arm with no full block is left out. An arm of a few blocks is
+/// cycles: a chain that ends early, with `stop_below`, verifies less), for the arms of one drafter on
+/// one request; an arm with no full block is left out. An arm of a few blocks is
 /// kept: its mean is noisier, and so is every paired comparison made on that request.
 fn full_block_verify(arms: &[&[CycleRecord]]) -> Vec<f64> {
     let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
@@ -71,27 +104,20 @@ fn full_block_verify(arms: &[&[CycleRecord]]) -> Vec<f64> {
                 .collect();
             (!seconds.is_empty()).then(|| seconds.iter().sum::<f64>() / seconds.len() as f64)
         })
+        .filter(|mean| mean.is_finite() && *mean > 0.0)
         .collect()
 }
 
-/// Percentiles of every arm's time over its group's median, over the groups of two or more arms.
-fn spread(groups: &[Vec<f64>]) -> Option<VerifySpread> {
-    let mut ratios: Vec<f64> = groups
-        .iter()
-        .filter(|arms| arms.len() >= 2)
-        .flat_map(|arms| {
-            let middle = median(arms);
-            arms.iter().map(move |seconds| seconds / middle)
-        })
-        .filter(|ratio| ratio.is_finite())
-        .collect();
-    if ratios.len() < MIN_PAIRS {
+/// The 10th and 90th percentiles (nearest rank) of `ratios`, non-finite ones left out.
+fn spread(mut ratios: Vec<f64>) -> Option<VerifySpread> {
+    ratios.retain(|r| r.is_finite());
+    if ratios.len() < MIN_RATIOS {
         return None;
     }
     ratios.sort_by(f64::total_cmp);
     let at = |q: f64| ratios[(q * (ratios.len() - 1) as f64).round() as usize];
     Some(VerifySpread {
-        pairs: ratios.len(),
+        ratios: ratios.len(),
         p10: at(0.1),
         p90: at(0.9),
     })
@@ -99,7 +125,7 @@ fn spread(groups: &[Vec<f64>]) -> Option<VerifySpread> {
 
 #[cfg(test)]
 mod tests {
-    use super::{full_block_verify, spread, VerifySpread};
+    use super::{full_block_verify, pair_ratios, spread, VerifySpread};
     use sharpdraft_decode::CycleRecord;
 
     fn cycle(drafted: usize, verify_seconds: f64) -> CycleRecord {
@@ -119,31 +145,54 @@ mod tests {
         // Blocks of 4 are the most common; the 2-token block (a chain ended early) costs less and is
         // left out, so it does not make its arm look fast.
         let first = vec![
-            cycle(4, 0.2),
-            cycle(4, 0.2),
-            cycle(4, 0.2),
-            cycle(4, 0.2),
+            cycle(4, 0.25),
+            cycle(4, 0.25),
+            cycle(4, 0.25),
             cycle(2, 0.05),
         ];
-        let second = vec![cycle(4, 0.3); 4];
-        assert_eq!(full_block_verify(&[&first, &second]), vec![0.2, 0.3]);
+        let second = vec![cycle(4, 0.5); 4];
+        assert_eq!(full_block_verify(&[&first, &second]), vec![0.25, 0.5]);
     }
 
     #[test]
     fn an_arm_with_no_full_block_is_left_out() {
         let full = vec![cycle(4, 0.25); 6];
-        let cut_short = vec![cycle(2, 0.1); 3];
+        let cut_short = vec![cycle(2, 0.125); 3];
         assert_eq!(full_block_verify(&[&full, &cut_short]), vec![0.25]);
         assert!(full_block_verify(&[]).is_empty());
     }
 
     #[test]
+    fn every_two_arms_of_a_drafter_on_a_prompt_are_compared_both_ways_round() {
+        let (fast, slow) = (vec![cycle(4, 0.25); 3], vec![cycle(4, 0.5); 3]);
+        let mut ratios = pair_ratios([
+            (Some("dflash"), 0, fast.as_slice()),
+            (Some("dflash"), 0, slow.as_slice()),
+        ]);
+        ratios.sort_by(f64::total_cmp);
+        assert_eq!(ratios, vec![0.5, 2.0]);
+    }
+
+    #[test]
+    fn the_target_alone_other_drafters_and_other_prompts_are_not_paired() {
+        let (fast, slow) = (vec![cycle(4, 0.25); 3], vec![cycle(4, 0.5); 3]);
+        let ratios = pair_ratios([
+            (None, 0, fast.as_slice()),
+            (Some("dflash"), 0, slow.as_slice()),
+            (Some("eagle"), 0, fast.as_slice()),
+            (Some("dflash"), 1, fast.as_slice()),
+        ]);
+        assert!(ratios.is_empty(), "{ratios:?}");
+    }
+
+    #[test]
     fn arms_doing_the_same_work_in_the_same_time_have_no_spread() {
-        let groups = vec![vec![0.25; 3], vec![0.5; 3]];
+        let same = vec![cycle(4, 0.25); 3];
+        let ratios = pair_ratios((0..4).map(|_| (Some("dflash"), 0, same.as_slice())));
         assert_eq!(
-            spread(&groups),
+            spread(ratios),
             Some(VerifySpread {
-                pairs: 6,
+                ratios: 12,
                 p10: 1.0,
                 p90: 1.0
             })
@@ -151,24 +200,19 @@ mod tests {
     }
 
     #[test]
-    fn the_spread_is_each_arm_over_its_own_groups_median() {
-        // Two requests of very different cost: each arm is compared with its own request's arms.
-        let groups = vec![vec![0.9, 1.0, 1.1], vec![9.0, 10.0, 11.0]];
-        let found = spread(&groups).unwrap();
-        assert_eq!(found.pairs, 6);
-        assert!(
-            (found.p10 - 0.9).abs() < 1e-12 && (found.p90 - 1.1).abs() < 1e-12,
-            "{found:?}"
-        );
+    fn the_spread_is_the_tenth_to_ninetieth_percentile_of_the_ratios() {
+        let ratios: Vec<f64> = (1..=11).map(|i| i as f64 / 10.0).collect();
+        let found = spread(ratios).unwrap();
+        assert_eq!((found.ratios, found.p10, found.p90), (11, 0.2, 1.0));
     }
 
     #[test]
-    fn a_lone_arm_or_too_few_pairs_give_no_spread() {
+    fn too_few_ratios_give_no_spread() {
+        assert_eq!(spread(vec![1.0; 9]), None);
         assert_eq!(
-            spread(&[vec![0.3], vec![0.4]]),
+            spread(vec![f64::NAN; 12]),
             None,
-            "a lone arm has nothing to differ from"
+            "non-finite ratios are not counted"
         );
-        assert_eq!(spread(&[vec![0.3, 0.4]]), None, "two pairs are too few");
     }
 }
