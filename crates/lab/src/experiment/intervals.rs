@@ -88,12 +88,19 @@ pub fn bootstrap(n: usize, statistic: impl Fn(&[usize]) -> f64) -> Interval {
         };
     }
     draws.sort_by(f64::total_cmp);
-    let at = |q: f64| draws[((q * (draws.len() - 1) as f64).round() as usize).min(draws.len() - 1)];
     Interval {
         estimate,
-        lo: at(0.025),
-        hi: at(0.975),
+        lo: percentile(&draws, 0.025),
+        hi: percentile(&draws, 0.975),
     }
+}
+
+/// The `q` quantile (0 to 1) of `sorted` by nearest rank; NaN when empty.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((q * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]
 }
 
 /// The median of `values` (non-finite ones left out) with its bootstrap interval.
@@ -128,6 +135,14 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
         assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn a_percentile_is_the_nearest_ranked_sorted_value() {
+        let sorted = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!((percentile(&sorted, 0.0), percentile(&sorted, 0.5)), (1.0, 3.0));
+        assert_eq!((percentile(&sorted, 0.9), percentile(&sorted, 1.0)), (5.0, 5.0));
+        assert!(percentile(&[], 0.5).is_nan());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! slow side twice, and the paired verdict cannot tell.
 
 use super::config::Experiment;
+use super::intervals::percentile;
 use super::records::UnitRecord;
 use sharpdraft_decode::CycleRecord;
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,33 +40,45 @@ pub fn verify_spread(experiment: &Experiment, units: &[UnitRecord]) -> Option<Ve
         .collect();
     let mut ratios = Vec::new();
     for unit in units {
-        let requests = unit
-            .arms
-            .iter()
-            .filter(|a| !reads_target_attention.contains(a.arm.method.as_str()))
-            .flat_map(|a| {
-                a.requests
-                    .iter()
-                    .map(|r| (a.arm.drafter.as_deref(), r.prompt, r.cycles.as_slice()))
-            });
-        ratios.extend(pair_ratios(requests));
+        let requests = unit.arms.iter().flat_map(|a| {
+            a.requests.iter().map(|r| ArmRequest {
+                drafter: a.arm.drafter.as_deref(),
+                method: &a.arm.method,
+                prompt: r.prompt,
+                cycles: &r.cycles,
+            })
+        });
+        ratios.extend(pair_ratios(requests, &reads_target_attention));
     }
     spread(ratios)
 }
 
-/// From each arm's (drafter, prompt, cycles) on the requests of one unit: the ratio of the verifying
-/// times per full block of every two arms of one drafter on one prompt, both ways round. The target
-/// alone (no drafter) verifies nothing.
+/// One arm's cycles on one request of a unit.
+struct ArmRequest<'a> {
+    /// `None` for the target alone.
+    drafter: Option<&'a str>,
+    method: &'a str,
+    prompt: usize,
+    cycles: &'a [CycleRecord],
+}
+
+/// From the arms' requests of one unit: the ratio of the verifying times per full block of every two
+/// arms of one drafter on one prompt, both ways round. The target alone verifies nothing, and arms of
+/// the `left_out` methods are not compared.
 fn pair_ratios<'a>(
-    requests: impl IntoIterator<Item = (Option<&'a str>, usize, &'a [CycleRecord])>,
+    requests: impl IntoIterator<Item = ArmRequest<'a>>,
+    left_out: &BTreeSet<&str>,
 ) -> Vec<f64> {
     let mut by_request: BTreeMap<(&str, usize), Vec<&[CycleRecord]>> = BTreeMap::new();
-    for (drafter, prompt, cycles) in requests {
-        if let Some(drafter) = drafter {
+    for request in requests {
+        if let Some(drafter) = request
+            .drafter
+            .filter(|_| !left_out.contains(request.method))
+        {
             by_request
-                .entry((drafter, prompt))
+                .entry((drafter, request.prompt))
                 .or_default()
-                .push(cycles);
+                .push(request.cycles);
         }
     }
     let mut ratios = Vec::new();
@@ -115,18 +128,32 @@ fn spread(mut ratios: Vec<f64>) -> Option<VerifySpread> {
         return None;
     }
     ratios.sort_by(f64::total_cmp);
-    let at = |q: f64| ratios[(q * (ratios.len() - 1) as f64).round() as usize];
     Some(VerifySpread {
         ratios: ratios.len(),
-        p10: at(0.1),
-        p90: at(0.9),
+        p10: percentile(&ratios, 0.1),
+        p90: percentile(&ratios, 0.9),
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{full_block_verify, pair_ratios, spread, VerifySpread};
+    use super::{full_block_verify, pair_ratios, spread, ArmRequest, VerifySpread};
     use sharpdraft_decode::CycleRecord;
+    use std::collections::BTreeSet;
+
+    fn request<'a>(
+        drafter: Option<&'a str>,
+        method: &'a str,
+        prompt: usize,
+        cycles: &'a [CycleRecord],
+    ) -> ArmRequest<'a> {
+        ArmRequest {
+            drafter,
+            method,
+            prompt,
+            cycles,
+        }
+    }
 
     fn cycle(drafted: usize, verify_seconds: f64) -> CycleRecord {
         CycleRecord {
@@ -165,10 +192,13 @@ mod tests {
     #[test]
     fn every_two_arms_of_a_drafter_on_a_prompt_are_compared_both_ways_round() {
         let (fast, slow) = (vec![cycle(4, 0.25); 3], vec![cycle(4, 0.5); 3]);
-        let mut ratios = pair_ratios([
-            (Some("dflash"), 0, fast.as_slice()),
-            (Some("dflash"), 0, slow.as_slice()),
-        ]);
+        let mut ratios = pair_ratios(
+            [
+                request(Some("dflash"), "unmodified", 0, &fast),
+                request(Some("dflash"), "fixed", 0, &slow),
+            ],
+            &BTreeSet::new(),
+        );
         ratios.sort_by(f64::total_cmp);
         assert_eq!(ratios, vec![0.5, 2.0]);
     }
@@ -176,19 +206,43 @@ mod tests {
     #[test]
     fn the_target_alone_other_drafters_and_other_prompts_are_not_paired() {
         let (fast, slow) = (vec![cycle(4, 0.25); 3], vec![cycle(4, 0.5); 3]);
-        let ratios = pair_ratios([
-            (None, 0, fast.as_slice()),
-            (Some("dflash"), 0, slow.as_slice()),
-            (Some("eagle"), 0, fast.as_slice()),
-            (Some("dflash"), 1, fast.as_slice()),
-        ]);
+        let ratios = pair_ratios(
+            [
+                request(None, "ar", 0, &fast),
+                request(Some("dflash"), "unmodified", 0, &slow),
+                request(Some("eagle"), "unmodified", 0, &fast),
+                request(Some("dflash"), "unmodified", 1, &fast),
+            ],
+            &BTreeSet::new(),
+        );
         assert!(ratios.is_empty(), "{ratios:?}");
+    }
+
+    #[test]
+    fn arms_of_a_left_out_method_are_not_compared() {
+        // Retrieval's verification also reads the target's attention: not the same work.
+        let (fast, slow) = (vec![cycle(4, 0.25); 3], vec![cycle(4, 0.5); 3]);
+        let arms = || {
+            [
+                request(Some("dflash"), "unmodified", 0, &fast),
+                request(Some("dflash"), "fixed", 0, &fast),
+                request(Some("dflash"), "retrieval", 0, &slow),
+            ]
+        };
+        assert_eq!(
+            pair_ratios(arms(), &BTreeSet::from(["retrieval"])),
+            vec![1.0, 1.0]
+        );
+        assert_eq!(pair_ratios(arms(), &BTreeSet::new()).len(), 6);
     }
 
     #[test]
     fn arms_doing_the_same_work_in_the_same_time_have_no_spread() {
         let same = vec![cycle(4, 0.25); 3];
-        let ratios = pair_ratios((0..4).map(|_| (Some("dflash"), 0, same.as_slice())));
+        let ratios = pair_ratios(
+            (0..4).map(|_| request(Some("dflash"), "unmodified", 0, &same)),
+            &BTreeSet::new(),
+        );
         assert_eq!(
             spread(ratios),
             Some(VerifySpread {
