@@ -52,8 +52,10 @@ pub enum Command {
     Run(commands::experiment::RunArgs),
     /// Join the shard folders of one experiment into one run folder, with its tables and report.
     Merge(commands::experiment::MergeArgs),
-    /// Rebuild a run folder's tables and report.md (charts included) from its finished units.
-    Report { run_dir: std::path::PathBuf },
+    /// Rebuild a run folder's tables and report.md (charts included) from its finished units; with
+    /// --out, from a run folder or a results folder (experiment.json, results.parquet, cycles.parquet)
+    /// into a new folder.
+    Report(commands::experiment::ReportArgs),
     /// Throughput benchmarks.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
@@ -75,7 +77,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(command) => commands::bench::run(&command),
         Command::Run(args) => commands::experiment::run(&args),
         Command::Merge(args) => commands::experiment::merge_shards(&args),
-        Command::Report { run_dir } => commands::experiment::report(&run_dir),
+        Command::Report(args) => commands::experiment::report(&args),
         Command::Probe { config } => {
             let out = sharpdraft_lab::probe_run::run(&config)?;
             sharpdraft_lab::probe_run::print_summary(&out);

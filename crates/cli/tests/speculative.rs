@@ -96,6 +96,33 @@ fn vanilla_speculation_reports_tau_cycles_and_the_speedup_against_ar() {
 }
 
 #[test]
+fn generate_runs_the_literature_constants_llama4_and_yarn_losslessly() {
+    if !fetched() {
+        return;
+    }
+    // A training length of 4 tokens: both rules scale every query of a 20-token answer.
+    for mode in ["llama4", "yarn"] {
+        let mut args = BASE.to_vec();
+        args.extend([
+            "--drafter",
+            "smollm2-135m-instruct",
+            "--method",
+            "vanilla",
+            "--draft-len",
+            "3",
+            "--scaling",
+            mode,
+            "--n0",
+            "4",
+            "--compare-ar",
+        ]);
+        let v = run(&args);
+        assert_eq!(v["identical_to_ar"], true, "{mode}: {v}");
+        assert!(v["tau"].as_f64().unwrap() >= 1.0, "{mode}: {v}");
+    }
+}
+
+#[test]
 fn eagle3_trees_from_a_published_layout_checkpoint_run_from_the_cli() {
     if !fetched() {
         return;
@@ -276,7 +303,14 @@ fn tau_compares_scaling_modes_on_the_same_prompts_and_beta_zero_matches_off() {
             .output()
             .unwrap()
     };
-    let out = run(&["--scaling", "off,fixed,logn", "--beta", "0", "--n0", "32"]);
+    let out = run(&[
+        "--scaling",
+        "off,fixed,logn,llama4,yarn",
+        "--beta",
+        "0",
+        "--n0",
+        "32",
+    ]);
     assert!(
         out.status.success(),
         "{}",
@@ -288,7 +322,7 @@ fn tau_compares_scaling_modes_on_the_same_prompts_and_beta_zero_matches_off() {
         .iter()
         .map(|s| s["scaling"].as_str().unwrap())
         .collect();
-    assert_eq!(modes, ["off", "fixed", "logn"]);
+    assert_eq!(modes, ["off", "fixed", "logn", "llama4", "yarn"]);
     assert_eq!(
         summary[0]["tau"], summary[1]["tau"],
         "fixed with beta = 0 is the unmodified drafter"
@@ -297,6 +331,11 @@ fn tau_compares_scaling_modes_on_the_same_prompts_and_beta_zero_matches_off() {
     // longer the target's own, are not all accepted.
     assert!(
         summary[2]["tau"].as_f64().unwrap() < summary[0]["tau"].as_f64().unwrap(),
+        "{summary:?}"
+    );
+    // YaRN with n0 = 32 scales them by (1 + 0.1 ln(200 / 32))^2, about 1.4: the same happens.
+    assert!(
+        summary[4]["tau"].as_f64().unwrap() < summary[0]["tau"].as_f64().unwrap(),
         "{summary:?}"
     );
 

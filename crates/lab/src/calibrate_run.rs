@@ -230,7 +230,7 @@ pub fn calibrate_probe(
         .iter()
         .find(|f| f.estimator == config.estimator)
         .expect("the chosen estimator was formed");
-    let schedule = schedule_of(
+    let mut schedule = schedule_of(
         config,
         &heads,
         chosen,
@@ -238,6 +238,11 @@ pub fn calibrate_probe(
             .find(|f| f.estimator == Estimator::ExactLeastSquares),
         n0,
     )?;
+    // What the calibration read: the drafter's probe, and the target's where it holds the mass to it.
+    schedule.calibrated_on = match target {
+        Some(t) => crate::held_out::joined(probe.read.as_ref(), t.read.as_ref()),
+        None => probe.read.clone(),
+    };
     write_calibration(config, probe, &dir, &heads, &fits, &schedule)?;
     let schedule_path = dir.join("schedule.yaml");
     println!(
@@ -425,7 +430,12 @@ fn schedule_of(
         }
         _ => None,
     };
-    let schedule = ScaleSchedule { n0, beta, exact };
+    let schedule = ScaleSchedule {
+        n0,
+        beta,
+        exact,
+        calibrated_on: None,
+    };
     schedule.validate()?;
     Ok(schedule)
 }

@@ -313,6 +313,8 @@ pub struct BuiltDrafter<'t> {
     pub max_proposal: usize,
     /// The training length n0 the drafter's checkpoint records.
     pub training_length: Option<i64>,
+    /// The slope of its query scaling ([`sharpdraft_model::ScalingMode::slope`]).
+    pub scaling_slope: Option<f64>,
 }
 
 /// [`load`], boxed: wrapped in online adaptation and retrieval when `spec` says so. The query scaling
@@ -325,6 +327,7 @@ pub fn build<'t>(
     positions: i64,
 ) -> Result<BuiltDrafter<'t>> {
     let (mut loaded, scaling) = load_unscaled(spec, target, sampling, positions)?;
+    let scaling_slope = scaling.mode().slope();
     let max_proposal = loaded.max_proposal(spec);
     let training_length = loaded.scaled().training_length();
     let online_objective = loaded.online_objective(spec);
@@ -345,6 +348,7 @@ pub fn build<'t>(
         drafter,
         max_proposal,
         training_length,
+        scaling_slope,
     })
 }
 
@@ -387,6 +391,8 @@ pub struct DecodedRequest {
     pub update_seconds: f64,
     /// The drafter's recorded training length n0.
     pub training_length: Option<i64>,
+    /// The slope of the drafter's query scaling.
+    pub scaling_slope: Option<f64>,
 }
 
 /// Decodes the requests of one arm, one at a time and in order, with the drafter of `spec`: one drafter
@@ -478,6 +484,7 @@ impl<'t> RequestDecoder<'t> {
             updates,
             update_seconds,
             training_length: built.training_length,
+            scaling_slope: built.scaling_slope,
         })
     }
 }

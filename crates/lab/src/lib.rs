@@ -7,6 +7,7 @@ pub mod datasets;
 pub mod drafter_spec;
 pub mod error;
 pub mod experiment;
+pub mod held_out;
 pub mod loss_curve;
 pub mod plot;
 pub mod probe_run;

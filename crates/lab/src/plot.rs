@@ -625,6 +625,105 @@ pub fn bar_chart(path: &Path, chart: &Chart<'_>, bars: &[(String, f64)]) -> Resu
     })
 }
 
+/// One panel of a [`heat_map`]: a grid of values in 0..=1, `values[row][column]` (NaN: no value).
+pub struct HeatPanel {
+    pub title: String,
+    pub rows: Vec<String>,
+    pub columns: Vec<String>,
+    pub values: Vec<Vec<f64>>,
+}
+
+/// Pixels of one heat-map panel.
+pub const HEAT_PANEL_SIZE: (u32, u32) = (520, 320);
+
+/// A colour for `v` in 0..=1, from dark blue (0) through teal to yellow (1), readable in grey too; light
+/// grey for no value.
+fn heat_colour(v: f64) -> RGBColor {
+    if !v.is_finite() {
+        return RGBColor(230, 230, 230);
+    }
+    // Three stops of viridis: (68, 1, 84), (33, 145, 140), (253, 231, 37).
+    let stops = [(68.0, 1.0, 84.0), (33.0, 145.0, 140.0), (253.0, 231.0, 37.0)];
+    let x = v.clamp(0.0, 1.0) * 2.0;
+    let (a, b, t) = if x < 1.0 {
+        (stops[0], stops[1], x)
+    } else {
+        (stops[1], stops[2], x - 1.0)
+    };
+    let mix = |p: f64, q: f64| (p + (q - p) * t).round() as u8;
+    RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+}
+
+/// Draws each panel as a grid of coloured cells (value in the cell where a font is there), panels in
+/// two columns, into a PNG at `path` (written through a temporary file). Row labels go down the left of
+/// each panel, column labels across its top.
+pub fn heat_map(path: &Path, title: &str, panels: &[HeatPanel]) -> Result<()> {
+    let (columns, rows) = panel_grid(panels.len());
+    let size = (
+        columns as u32 * HEAT_PANEL_SIZE.0,
+        rows as u32 * HEAT_PANEL_SIZE.1 + TITLE_HEIGHT,
+    );
+    let text = font_available();
+    png(path, size, |root, plot| {
+        let (title_area, grid) = root.split_vertically(TITLE_HEIGHT);
+        if text {
+            title_area
+                .draw_text(title, &("sans-serif", 22).into_text_style(&title_area), (16, 10))
+                .map_err(|e| plot(&e))?;
+        }
+        for (panel, area) in panels.iter().zip(grid.split_evenly((rows, columns))) {
+            let (width, height) = area.dim_in_pixel();
+            let (left, top) = (110i32, 56i32);
+            let cell_w = (width as i32 - left - 12) / panel.columns.len().max(1) as i32;
+            let cell_h = (height as i32 - top - 12) / panel.rows.len().max(1) as i32;
+            let small = ("sans-serif", 14).into_text_style(&area);
+            if text {
+                area.draw_text(
+                    &panel.title,
+                    &("sans-serif", 16).into_text_style(&area),
+                    (10, 8),
+                )
+                .map_err(|e| plot(&e))?;
+                for (c, label) in panel.columns.iter().enumerate() {
+                    area.draw_text(label, &small, (left + c as i32 * cell_w + 6, top - 20))
+                        .map_err(|e| plot(&e))?;
+                }
+            }
+            for (r, label) in panel.rows.iter().enumerate() {
+                let y = top + r as i32 * cell_h;
+                if text {
+                    area.draw_text(label, &small, (8, y + cell_h / 2 - 7))
+                        .map_err(|e| plot(&e))?;
+                }
+                for c in 0..panel.columns.len() {
+                    let v = panel
+                        .values
+                        .get(r)
+                        .and_then(|row| row.get(c))
+                        .copied()
+                        .unwrap_or(f64::NAN);
+                    let x = left + c as i32 * cell_w;
+                    area.draw(&Rectangle::new(
+                        [(x, y), (x + cell_w - 2, y + cell_h - 2)],
+                        heat_colour(v).filled(),
+                    ))
+                    .map_err(|e| plot(&e))?;
+                    if text && v.is_finite() {
+                        let ink = if v > 0.6 { BLACK } else { WHITE };
+                        area.draw_text(
+                            &format!("{v:.2}"),
+                            &("sans-serif", 14).into_text_style(&area).color(&ink),
+                            (x + cell_w / 2 - 14, y + cell_h / 2 - 7),
+                        )
+                        .map_err(|e| plot(&e))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -693,6 +792,34 @@ mod tests {
         assert!(
             err.to_string().contains("\"uncoloured\" has no colour"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn the_heat_colours_run_from_dark_to_light_and_grey_marks_no_value() {
+        let luminance = |c: RGBColor| 0.299 * c.0 as f64 + 0.587 * c.1 as f64 + 0.114 * c.2 as f64;
+        let ramp: Vec<f64> = [0.0, 0.25, 0.5, 0.75, 1.0]
+            .into_iter()
+            .map(|v| luminance(heat_colour(v)))
+            .collect();
+        assert!(ramp.windows(2).all(|w| w[0] < w[1]), "{ramp:?}");
+        assert_eq!(heat_colour(f64::NAN), RGBColor(230, 230, 230));
+    }
+
+    #[test]
+    fn a_heat_map_has_a_panel_per_arm_in_two_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heat.png");
+        let panel = |title: &str| HeatPanel {
+            title: title.into(),
+            rows: vec!["0-1 n0".into(), "16-32 n0".into()],
+            columns: vec!["k = 1".into(), "k = 2".into()],
+            values: vec![vec![0.8, 0.6], vec![0.5, f64::NAN]],
+        };
+        heat_map(&path, "acceptance", &[panel("a"), panel("b"), panel("c")]).unwrap();
+        assert_eq!(
+            png_size(&path),
+            (2 * HEAT_PANEL_SIZE.0, 2 * HEAT_PANEL_SIZE.1 + TITLE_HEIGHT)
         );
     }
 

@@ -154,11 +154,17 @@ pub struct ProbeSummary {
     /// What computed the statistics: "libtorch" or "cuda kernel" (kernels/attention_stats.cu).
     #[serde(default)]
     pub statistics: String,
+    /// What the probe read ([`crate::held_out`]): a calibration from it keeps test prompts apart.
+    /// Absent in probes written before it was recorded.
+    #[serde(default)]
+    pub read: Option<sharpdraft_math::DataFingerprint>,
 }
 
 pub struct ProbeOutput {
     pub dir: PathBuf,
     pub n0: f64,
+    /// What the probe read (none for probes written before it was recorded).
+    pub read: Option<sharpdraft_math::DataFingerprint>,
     pub bins: Vec<BinRecord>,
     pub curves: Vec<CurveRecord>,
 }
@@ -434,6 +440,7 @@ pub fn read_probe(dir: &Path) -> Result<ProbeOutput> {
     Ok(ProbeOutput {
         dir: dir.to_path_buf(),
         n0: summary.n0,
+        read: summary.read,
         bins,
         curves,
     })
@@ -579,6 +586,13 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         !bin_records.is_empty(),
         "probe recorded no rows: are the bins beyond the text length {length}?"
     );
+    let mut read = crate::held_out::empty();
+    for source in &config.text {
+        crate::held_out::add_prompts(&mut read, &crate::held_out::source_prompts(source, base)?);
+    }
+    let probed_end = (config.skip_tokens + config.sequences * length).min(stream.len());
+    crate::held_out::add_tokens(&mut read, &stream[config.skip_tokens.min(probed_end)..probed_end]);
+    crate::held_out::tidy(&mut read);
     // The whole result goes into a staging folder, renamed into place at the end: tables and their
     // probe.json are always one probe's.
     let staging = output_folder::Staging::new(&dir)?;
@@ -592,6 +606,7 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         peak_resident_mib: sharpdraft_decode::records::peak_rss_bytes() as f64 / (1024.0 * 1024.0),
         model_fingerprint: fingerprint,
         statistics: recorder.statistics_path().to_string(),
+        read: Some(read.clone()),
     };
     commit_probe(staging, &summary, &model_dir)?;
     eprintln!(
@@ -601,6 +616,7 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
     Ok(ProbeOutput {
         dir,
         n0,
+        read: Some(read),
         bins: bin_records,
         curves,
     })

@@ -20,6 +20,12 @@ pub enum ScalingKind {
     Exact,
     /// Qwen's `s = max(1, ln n / ln n0)`.
     Logn,
+    /// Llama 4's attention temperature tuning, `1 + 0.1 ln(floor(n / 8192) + 1)`, with its own
+    /// constants; `n0`, where given, replaces its floor scale 8192 (the drafter's n0, say).
+    Llama4,
+    /// YaRN's logit scale `(1 + 0.1 ln(n / n0))^2` past n0, n0 the drafter's training length unless
+    /// given.
+    Yarn,
 }
 
 impl ScalingKind {
@@ -29,6 +35,8 @@ impl ScalingKind {
             ScalingKind::Fixed => "fixed",
             ScalingKind::Exact => "exact",
             ScalingKind::Logn => "logn",
+            ScalingKind::Llama4 => "llama4",
+            ScalingKind::Yarn => "yarn",
         }
     }
 }
@@ -44,7 +52,8 @@ pub struct ScalingSpec {
     /// A global beta for `fixed` instead of a schedule.
     #[serde(default)]
     pub beta: Option<f64>,
-    /// n0 for `beta` and `logn`; defaults to the drafter's recorded training length.
+    /// n0 for `beta`, `logn` and `yarn`, defaulting to the drafter's recorded training length;
+    /// `llama4`'s floor scale, defaulting to Llama 4's own 8192.
     #[serde(default)]
     pub n0: Option<f64>,
 }
@@ -121,12 +130,20 @@ impl ScalingSpec {
             ScalingKind::Logn => ScalingMode::Logn {
                 n0: self.n0(training_length, what)?,
             },
+            ScalingKind::Yarn => ScalingMode::Yarn {
+                n0: self.n0(training_length, what)?,
+            },
+            ScalingKind::Llama4 => ScalingMode::Llama4 {
+                floor_scale: self.n0.unwrap_or(sharpdraft_math::LLAMA4_FLOOR_SCALE),
+                attn_scale: sharpdraft_math::LLAMA4_ATTN_SCALE,
+            },
         };
         let source = match (&self.schedule, self.beta) {
             (Some(path), _) => path.display().to_string(),
             (None, Some(beta)) => format!("beta {beta}"),
             (None, None) => "no schedule".into(),
         };
+
         QueryScaling::new(mode, layers, heads)
             .with_context(|| format!("scaling {} ({source}) for {what}", self.mode.name()))
     }

@@ -33,6 +33,52 @@ impl Column {
     }
 }
 
+/// A table built row by row: each call appends one value to the column of that name (made on first use,
+/// in call order), so a writer lists a row's values once, in the order its columns appear.
+#[derive(Default)]
+pub struct Rows {
+    columns: Vec<(String, Column)>,
+}
+
+impl Rows {
+    fn column(&mut self, name: &str, empty: Column) -> &mut Column {
+        if let Some(i) = self.columns.iter().position(|(n, _)| n == name) {
+            return &mut self.columns[i].1;
+        }
+        self.columns.push((name.to_string(), empty));
+        &mut self.columns.last_mut().expect("just pushed").1
+    }
+
+    pub fn s(&mut self, name: &str, v: impl Into<String>) {
+        if let Column::Str(c) = self.column(name, Column::Str(Vec::new())) {
+            c.push(v.into());
+        }
+    }
+
+    pub fn i(&mut self, name: &str, v: i64) {
+        if let Column::I64(c) = self.column(name, Column::I64(Vec::new())) {
+            c.push(v);
+        }
+    }
+
+    /// An unsigned count as INT64, saturating (counts of this size never occur; no value wraps).
+    pub fn u(&mut self, name: &str, v: u64) {
+        self.i(name, i64::try_from(v).unwrap_or(i64::MAX));
+    }
+
+    pub fn f(&mut self, name: &str, v: f64) {
+        if let Column::F64(c) = self.column(name, Column::F64(Vec::new())) {
+            c.push(v);
+        }
+    }
+
+    pub fn table(self) -> Table {
+        Table {
+            columns: self.columns,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Table {
     pub columns: Vec<(String, Column)>,
@@ -74,6 +120,15 @@ impl Table {
         match self.column(name)? {
             Column::Str(v) => Ok(v),
             _ => bail!("column {name:?} is not a string column"),
+        }
+    }
+
+    /// Column `name` as f64, or `fallback` in every row when the table has no such column (a table
+    /// written before the column existed).
+    pub fn f64s_or(&self, name: &str, fallback: f64) -> Result<Vec<f64>> {
+        match self.column(name) {
+            Ok(_) => Ok(self.f64s(name)?.to_vec()),
+            Err(_) => Ok(vec![fallback; self.rows()]),
         }
     }
 

@@ -8,7 +8,7 @@ use sharpdraft_lab::experiment::folder_lock::FolderLock;
 use sharpdraft_lab::experiment::merge::merge;
 use sharpdraft_lab::experiment::partial_unit::PartialUnit;
 use sharpdraft_lab::experiment::records::{ArmRecord, Provenance, UnitRecord};
-use sharpdraft_lab::experiment::runner::republish;
+use sharpdraft_lab::experiment::publish::republish;
 use sharpdraft_lab::experiment::{run, RunOptions, Shard};
 use sharpdraft_lab::table::Table;
 use std::collections::BTreeSet;
@@ -225,7 +225,7 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
         "{report}"
     );
     assert!(
-        report.contains("| short | 0 | self | unmodified | 2 |"),
+        report.contains("| short | 0 | self | unmodified | 2 (2) |"),
         "{report}"
     );
     assert!(report.contains("(reference)"), "{report}");
@@ -319,21 +319,18 @@ fn each_method_is_compared_with_the_unmodified_drafter_request_by_request() {
         .lines()
         .find(|l| l.contains("| self | again |"))
         .unwrap_or_else(|| panic!("no line of the second method in {report}"));
-    let verdict = if lo > 1.0 {
-        "higher"
-    } else if hi < 1.0 {
-        "lower"
-    } else {
-        "~"
-    };
+    // Two prompts decide nothing, whatever the interval: the verdict waits for 10.
     let faster = ratios.iter().filter(|&&r| r > 1.0).count();
     assert_eq!(
         summary.i64s("vs_reference_faster").unwrap()[again],
         faster as i64
     );
+    let logs: Vec<f64> = ratios.iter().map(|r| r.ln()).collect();
+    let p = sharpdraft_lab::experiment::intervals::wilcoxon_signed_rank(&logs);
+    assert_eq!(summary.f64s("vs_reference_p").unwrap()[again].to_bits(), p.to_bits());
     assert!(
         again_line.contains(&format!(
-            "{estimate:.2} [{lo:.2}, {hi:.2}] {verdict} ({faster}/2 faster) |"
+            "{estimate:.2} [{lo:.2}, {hi:.2}] n < 10 ({faster}/2 faster, p {p:.3}) |"
         )),
         "{again_line}"
     );
@@ -675,7 +672,7 @@ fn a_folder_in_use_by_another_command_is_refused_naming_the_holder() {
     let busy = FolderLock::acquire(&out, "report").unwrap();
     let err = format!(
         "{:#}",
-        sharpdraft_lab::experiment::runner::republish(&out).unwrap_err()
+        sharpdraft_lab::experiment::publish::republish(&out).unwrap_err()
     );
     assert!(err.contains("`sharpdraft report`"), "{err}");
     drop(busy);
@@ -728,7 +725,7 @@ fn edited_inputs_or_foreign_unit_files_are_refused_instead_of_pooled() {
     std::fs::copy(other.join("units/short.c96.s0.r0.json"), &foreign).unwrap();
     let err = format!(
         "{:#}",
-        sharpdraft_lab::experiment::runner::republish(&out).unwrap_err()
+        sharpdraft_lab::experiment::publish::republish(&out).unwrap_err()
     );
     assert!(
         err.contains("short.c96.s0.r0.json") && err.contains("config hash"),
@@ -745,7 +742,124 @@ fn edited_inputs_or_foreign_unit_files_are_refused_instead_of_pooled() {
     std::fs::copy(out.join("units/short.c0.s0.r0.json"), &foreign).unwrap();
     let err = format!(
         "{:#}",
-        sharpdraft_lab::experiment::runner::republish(&out).unwrap_err()
+        sharpdraft_lab::experiment::publish::republish(&out).unwrap_err()
     );
     assert!(err.contains("whose file is short.c0.s0.r0.json"), "{err}");
+}
+
+#[test]
+fn the_literature_constants_and_a_beta_sweep_run_and_the_report_draws_tau_against_beta() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // SmolLM2 drafting for itself with a training length of 4 tokens: every rule scales its queries.
+    let methods = "  - {name: ar, target_only: true}\n  - {name: unmodified}\n  - {name: sweep, scaling: {n0: 4}, beta_sweep: [0.1, 0.3, 0.6]}\n  - {name: llama4, scaling: {mode: llama4, n0: 4}}\n  - {name: yarn, scaling: {mode: yarn, n0: 4}}\n";
+    let path = experiment(dir.path(), methods, SHORT_PROMPTS);
+    let out = dir.path().join("run");
+    run(&path, &options(&out)).unwrap();
+    let summary = Table::read_parquet(&out.join("summary.parquet")).unwrap();
+    let slope_of = |method: &str| {
+        let r = (0..summary.rows())
+            .find(|&r| summary.strs("method").unwrap()[r] == method)
+            .unwrap_or_else(|| panic!("no row of {method}"));
+        summary.f64s("scaling_slope").unwrap()[r]
+    };
+    assert_eq!(slope_of("unmodified"), 0.0);
+    assert_eq!(
+        (slope_of("sweep-0.1"), slope_of("sweep-0.3"), slope_of("sweep-0.6")),
+        (0.1, 0.3, 0.6),
+        "one method per beta of the sweep"
+    );
+    assert_eq!((slope_of("llama4"), slope_of("yarn")), (0.1, 0.2));
+    let results = Table::read_parquet(&out.join("results.parquet")).unwrap();
+    assert!(
+        results.i64s("matches_target").unwrap().iter().all(|&m| m == 1),
+        "every rule keeps verification lossless"
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("## tau and decode speed-up against the scaling slope"),
+        "{report}"
+    );
+    assert!(out.join("slope_sensitivity.png").is_file());
+    // Acceptance by draft position (chains of 3) and context bin, as a table and a heat map.
+    let acceptance = report
+        .split("## Acceptance by draft position and context")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no acceptance table in {report}"));
+    assert!(acceptance.contains("| k = 1 | k = 2 | k = 3 |"), "{acceptance}");
+    assert!(out.join("acceptance_by_position.png").is_file());
+    let rates = Table::read_parquet(&out.join("acceptance.parquet")).unwrap();
+    let (position, reached, accepted) = (
+        rates.i64s("position").unwrap(),
+        rates.i64s("reached").unwrap(),
+        rates.i64s("accepted").unwrap(),
+    );
+    assert!((0..rates.rows()).all(|r| (1..=3).contains(&position[r]) && accepted[r] <= reached[r]));
+}
+
+#[test]
+fn a_test_prompt_in_a_schedules_calibration_data_is_refused_before_any_compute() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let schedule = dir.path().join("calibrated.yaml");
+    std::fs::write(
+        &schedule,
+        format!(
+            "n0: 4\nbeta: 0.2\ncalibrated_on:\n  shingle: 32\n  stride: 16\n  prompts: ['{}']\n",
+            sharpdraft_lab::held_out::prompt_hash("What is 2 + 3?")
+        ),
+    )
+    .unwrap();
+    let methods = "  - {name: ar, target_only: true}\n  - {name: scaled, scaling: {mode: fixed, schedule: calibrated.yaml}}\n";
+    let path = experiment(dir.path(), methods, SHORT_PROMPTS);
+    let out = dir.path().join("run");
+    let err = format!("{:#}", run(&path, &options(&out)).unwrap_err());
+    assert!(
+        err.contains("workload \"short\": prompt 1") && err.contains("calibrated.yaml"),
+        "{err}"
+    );
+    assert!(!out.exists(), "refused before the folder is claimed");
+}
+
+#[test]
+fn a_results_folder_of_the_tables_alone_rebuilds_the_same_summary_anywhere() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let methods = "  - {name: ar, target_only: true}\n  - {name: unmodified}\n  - {name: again}\n";
+    let path = experiment(dir.path(), methods, SHORT_PROMPTS);
+    let out = dir.path().join("run");
+    run(&path, &options(&out)).unwrap();
+    // What experiments/results/ keeps: the record and the raw tables, moved far from the run.
+    let published = dir.path().join("published");
+    sharpdraft_lab::experiment::publish::report_into(&out, &published).unwrap();
+    let kept = dir.path().join("kept");
+    std::fs::create_dir(&kept).unwrap();
+    for file in ["experiment.json", "results.parquet", "cycles.parquet"] {
+        std::fs::copy(published.join(file), kept.join(file)).unwrap();
+    }
+    let rebuilt = dir.path().join("rebuilt");
+    sharpdraft_lab::experiment::publish::report_into(&kept, &rebuilt).unwrap();
+    for table in ["summary.parquet", "acceptance.parquet", "results.parquet"] {
+        assert_eq!(
+            Table::read_parquet(&rebuilt.join(table)).unwrap(),
+            Table::read_parquet(&out.join(table)).unwrap(),
+            "{table}"
+        );
+    }
+    let report = std::fs::read_to_string(rebuilt.join("report.md")).unwrap();
+    assert!(report.contains("## Headline"), "{report}");
+    // A folder of someone else's files is never written.
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::write(theirs.join("notes.txt"), "mine").unwrap();
+    let err = sharpdraft_lab::experiment::publish::report_into(&kept, &theirs)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("notes.txt"), "{err}");
 }

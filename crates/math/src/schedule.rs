@@ -35,6 +35,26 @@ pub struct ScaleSchedule {
     pub beta: Beta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exact: Option<ExactScales>,
+    /// What the calibration read, so a run can keep its test prompts apart from it (written by
+    /// `sharpdraft calibrate`; absent in schedules written by hand or before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibrated_on: Option<DataFingerprint>,
+}
+
+/// Hashes of the data a schedule was calibrated on (or a drafter trained on): each prompt text read,
+/// and every `shingle` consecutive tokens of the token streams read, taken every `stride` tokens. A
+/// test request that holds any of those prompts, or `shingle` tokens in a row that hash alike, was in
+/// that data (`stride + shingle - 1` tokens of overlap are always found). Hashes are the first 16 hex
+/// digits of a sha256; the lab's `held_out` module makes and checks them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DataFingerprint {
+    pub shingle: usize,
+    pub stride: usize,
+    #[serde(default)]
+    pub prompts: Vec<String>,
+    #[serde(default)]
+    pub windows: Vec<String>,
 }
 
 /// Exact corrections `s_b` solved per (layer, head) at bin lengths `n_b > n0` (estimator (iii)).
@@ -52,6 +72,7 @@ impl ScaleSchedule {
             n0,
             beta: Beta::Global(beta),
             exact: None,
+            calibrated_on: None,
         };
         schedule.validate()?;
         Ok(schedule)
@@ -186,6 +207,17 @@ impl ScaleSchedule {
         }
     }
 
+    /// The mean beta over every entry (a global beta itself; per layer or per head, their mean): one
+    /// number that places a schedule beside constant slopes.
+    pub fn mean_beta(&self) -> f64 {
+        let all: Vec<f64> = match &self.beta {
+            Beta::Global(b) => vec![*b],
+            Beta::PerLayer(b) => b.clone(),
+            Beta::PerHead(b) => b.iter().flatten().copied().collect(),
+        };
+        all.iter().sum::<f64>() / all.len().max(1) as f64
+    }
+
     /// `s(n)` for one (layer, head); exactly 1 for `n <= n0`.
     pub fn scale(&self, n: f64, layer: usize, head: usize) -> f64 {
         scale_at(self.beta(layer, head), n, self.n0)
@@ -228,4 +260,26 @@ pub fn scale_at(beta: f64, n: f64, n0: f64) -> f64 {
 /// Qwen's `logn` rule, `max(1, ln n / ln n0)`: the slope `1 / ln n0` special case (derivations/top-k-mass-scaling.md §2).
 pub fn logn_scale(n: f64, n0: f64) -> f64 {
     (n.ln() / n0.ln()).max(1.0)
+}
+
+/// Llama 4's attention temperature tuning: a query at position `pos` (0-based) is scaled by
+/// `1 + attn_scale ln(floor((pos + 1) / floor_scale) + 1)`, with `attn_scale` 0.1 and `floor_scale`
+/// 8192 in Llama 4's own configs. Here `n` counts the keys the query sees (`pos + 1` for a causal
+/// query), so the factor is `1 + attn_scale ln(floor(n / floor_scale) + 1)`: exactly 1 below
+/// `floor_scale` keys, then a step at every multiple of it (about `1 + attn_scale ln(n / floor_scale)`
+/// far past it).
+pub fn llama4_scale(n: f64, floor_scale: f64, attn_scale: f64) -> f64 {
+    1.0 + attn_scale * ((n / floor_scale).floor().max(0.0) + 1.0).ln()
+}
+
+/// Llama 4's constants: the attention scale and the floor scale of its configs.
+pub const LLAMA4_ATTN_SCALE: f64 = 0.1;
+pub const LLAMA4_FLOOR_SCALE: f64 = 8192.0;
+
+/// YaRN's softmax scale as a query factor: YaRN multiplies both queries and keys by
+/// `0.1 ln(s) + 1` for a length ratio `s`, so the logits by `(1 + 0.1 ln s)^2`. Applied per query with
+/// `s = n / n0`, and no scale at or below n0. Near n0 it grows as `1 + 0.2 ln(n / n0)`.
+pub fn yarn_scale(n: f64, n0: f64) -> f64 {
+    let m = 1.0 + 0.1 * (n / n0).ln().max(0.0);
+    m * m
 }

@@ -1,5 +1,5 @@
 //! Derivation.md §7: the deployable schedule and its YAML form.
-use sharpdraft_math::schedule::{logn_scale, scale_at};
+use sharpdraft_math::schedule::{llama4_scale, logn_scale, scale_at, yarn_scale};
 use sharpdraft_math::{Beta, ScaleSchedule};
 
 #[test]
@@ -13,6 +13,7 @@ fn every_schedule_form_round_trips_through_yaml() {
             n0: 256.0,
             beta,
             exact: None,
+            calibrated_on: None,
         };
         let text = schedule.to_yaml_string().unwrap();
         assert_eq!(
@@ -37,6 +38,7 @@ fn per_head_betas_apply_to_their_own_head() {
         n0: 100.0,
         beta: Beta::PerHead(vec![vec![0.1, 0.2], vec![0.3, 0.4]]),
         exact: None,
+        calibrated_on: None,
     };
     schedule.check_shape(2, 2).unwrap();
     assert_eq!(schedule.beta(1, 0), 0.3);
@@ -48,6 +50,39 @@ fn the_logn_rule_is_the_schedule_with_beta_one_over_ln_n0() {
     for n in [100.0, 256.0, 1000.0, 65536.0] {
         assert!((logn_scale(n, 256.0) - scale_at(1.0 / 256f64.ln(), n, 256.0)).abs() < 1e-12);
     }
+}
+
+#[test]
+fn llama4s_factor_follows_its_formula_at_n0_4n0_and_64n0_and_is_one_below_its_floor() {
+    // Llama 4's own constants: 1 + 0.1 ln(floor(n / 8192) + 1), n = pos + 1 keys seen.
+    let n0 = 8192.0;
+    for (n, expected) in [
+        (n0, 1.0 + 0.1 * 2f64.ln()),
+        (4.0 * n0, 1.0 + 0.1 * 5f64.ln()),
+        (64.0 * n0, 1.0 + 0.1 * 65f64.ln()),
+    ] {
+        assert!((llama4_scale(n, n0, 0.1) - expected).abs() < 1e-12, "n {n}");
+    }
+    for n in [1.0, 256.0, 8191.0] {
+        assert_eq!(llama4_scale(n, n0, 0.1), 1.0, "below the floor, n {n}");
+    }
+    // A step function: constant between multiples of the floor.
+    assert_eq!(llama4_scale(8192.0, n0, 0.1), llama4_scale(16383.0, n0, 0.1));
+}
+
+#[test]
+fn yarns_factor_is_the_square_of_its_mscale_past_n0_and_one_at_or_below_it() {
+    let n0 = 256.0;
+    for ratio in [4.0f64, 64.0] {
+        let m = 1.0 + 0.1 * ratio.ln();
+        assert!((yarn_scale(ratio * n0, n0) - m * m).abs() < 1e-12, "ratio {ratio}");
+    }
+    for n in [1.0, 100.0, 256.0] {
+        assert_eq!(yarn_scale(n, n0), 1.0, "n {n}");
+    }
+    // About 1 + 0.2 ln(n / n0) near n0.
+    let near = yarn_scale(n0 * 1.01, n0);
+    assert!((near - (1.0 + 0.2 * 1.01f64.ln())).abs() < 1e-4, "{near}");
 }
 
 #[test]
@@ -68,6 +103,7 @@ fn bad_schedules_are_errors_that_name_the_key() {
         n0: 1.0,
         beta: Beta::PerLayer(vec![0.1]),
         exact: None,
+        calibrated_on: None,
     }
     .check_shape(2, 4)
     .unwrap_err()

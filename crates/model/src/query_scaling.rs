@@ -4,7 +4,7 @@
 //! change and no buffer beyond the `[H, T]` factors.
 
 use crate::error::{ModelError, Result};
-use sharpdraft_math::{logn_scale, ScaleSchedule};
+use sharpdraft_math::{llama4_scale, logn_scale, yarn_scale, ScaleSchedule};
 use tch::{Device, Kind, Tensor};
 
 /// How a drafter's queries are scaled.
@@ -18,6 +18,11 @@ pub enum ScalingMode {
     Exact(ScaleSchedule),
     /// Qwen's `s = max(1, ln n / ln n0)` (a baseline).
     Logn { n0: f64 },
+    /// Llama 4's attention temperature tuning, `1 + attn_scale ln(floor(n / floor_scale) + 1)` (a
+    /// baseline; its own constants are 0.1 and 8192).
+    Llama4 { floor_scale: f64, attn_scale: f64 },
+    /// YaRN's logit scale `(1 + 0.1 ln(n / n0))^2` past n0 (a baseline).
+    Yarn { n0: f64 },
 }
 
 impl ScalingMode {
@@ -27,6 +32,23 @@ impl ScalingMode {
             ScalingMode::Fixed(_) => "fixed",
             ScalingMode::Exact(_) => "exact",
             ScalingMode::Logn { .. } => "logn",
+            ScalingMode::Llama4 { .. } => "llama4",
+            ScalingMode::Yarn { .. } => "yarn",
+        }
+    }
+
+    /// The slope beta this mode drafts with, for placing it beside a beta sweep: 0 when off, a
+    /// schedule's mean beta over layers and heads, and the literature's rules at their nominal slope
+    /// (logn `1 / ln n0`; YaRN 0.2, its slope in `ln n` at n0; Llama 4 its attention scale, the slope
+    /// its steps follow far past the floor). `None` for exact corrections, which have no one slope.
+    pub fn slope(&self) -> Option<f64> {
+        match self {
+            ScalingMode::Off => Some(0.0),
+            ScalingMode::Fixed(schedule) => Some(schedule.mean_beta()),
+            ScalingMode::Exact(_) => None,
+            ScalingMode::Logn { n0 } => Some(1.0 / n0.ln()),
+            ScalingMode::Llama4 { attn_scale, .. } => Some(*attn_scale),
+            ScalingMode::Yarn { .. } => Some(0.2),
         }
     }
 }
@@ -74,6 +96,30 @@ impl QueryScaling {
                 ));
             }
             ScalingMode::Logn { .. } => {}
+            ScalingMode::Yarn { n0 } if !(n0.is_finite() && *n0 >= 1.0) => {
+                return Err(ModelError::tensor(
+                    "query scaling n0",
+                    format!("yarn needs n0 >= 1, got {n0}"),
+                ));
+            }
+            ScalingMode::Yarn { .. } => {}
+            ScalingMode::Llama4 {
+                floor_scale,
+                attn_scale,
+            } => {
+                if !(floor_scale.is_finite() && *floor_scale >= 1.0) {
+                    return Err(ModelError::tensor(
+                        "query scaling n0",
+                        format!("llama4's floor scale (n0) must be >= 1, got {floor_scale}"),
+                    ));
+                }
+                if !(attn_scale.is_finite() && *attn_scale >= 0.0) {
+                    return Err(ModelError::tensor(
+                        "query scaling beta",
+                        format!("llama4's attention scale (beta) must be finite and >= 0, got {attn_scale}"),
+                    ));
+                }
+            }
         }
         Ok(Self {
             mode,
@@ -97,13 +143,21 @@ impl QueryScaling {
             ScalingMode::Fixed(schedule) => schedule.scale(n, layer, head),
             ScalingMode::Exact(schedule) => schedule.exact_scale(n, layer, head).unwrap_or(1.0),
             ScalingMode::Logn { n0 } => logn_scale(n, *n0),
+            ScalingMode::Llama4 {
+                floor_scale,
+                attn_scale,
+            } => llama4_scale(n, *floor_scale, *attn_scale),
+            ScalingMode::Yarn { n0 } => yarn_scale(n, *n0),
         }
     }
 
     /// Whether every layer gets the same factors (global beta, logn): then one `[H, T]` block serves them all.
     fn layer_invariant(&self) -> bool {
         match &self.mode {
-            ScalingMode::Off | ScalingMode::Logn { .. } => true,
+            ScalingMode::Off
+            | ScalingMode::Logn { .. }
+            | ScalingMode::Llama4 { .. }
+            | ScalingMode::Yarn { .. } => true,
             ScalingMode::Fixed(schedule) => {
                 matches!(schedule.beta, sharpdraft_math::Beta::Global(_))
             }

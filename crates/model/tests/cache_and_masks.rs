@@ -192,6 +192,7 @@ fn per_head(family: &str, beta: &[f64]) -> QueryScaling {
         n0: 1.0,
         beta: Beta::PerHead(vec![beta.to_vec(); layers]),
         exact: None,
+        calibrated_on: None,
     };
     QueryScaling::new(ScalingMode::Fixed(schedule), layers, config.num_heads as usize).unwrap()
 }

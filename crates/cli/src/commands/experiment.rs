@@ -4,8 +4,9 @@
 use anyhow::Result;
 use clap::Args;
 use sharpdraft_lab::experiment::merge::merge;
-use sharpdraft_lab::experiment::report::{headline, SummaryRow};
-use sharpdraft_lab::experiment::run_folder::recorded_experiment;
+use sharpdraft_lab::experiment::publish::{self, Published};
+use sharpdraft_lab::experiment::report::headline;
+use sharpdraft_lab::experiment::run_folder::experiment_record;
 use sharpdraft_lab::experiment::{self, RunOptions, Shard};
 use std::path::{Path, PathBuf};
 
@@ -34,9 +35,24 @@ pub struct MergeArgs {
     pub shards: Vec<PathBuf>,
 }
 
-fn print_headline(dir: &Path, summary: &[SummaryRow]) -> Result<()> {
-    let experiment = recorded_experiment(dir)?;
-    println!("{}", headline(summary, &experiment));
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A run folder, or (with --out) a results folder: experiment.json beside results.parquet and
+    /// cycles.parquet, as under experiments/results/.
+    pub source: PathBuf,
+    /// Write the tables, report and charts into this folder (new, or an earlier `report --out`'s)
+    /// instead of rebuilding the run folder in place.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn print_headline(dir: &Path, published: &Published) -> Result<()> {
+    let experiment =
+        experiment_record(&dir.join(sharpdraft_lab::experiment::run_folder::EXPERIMENT_RECORD))?;
+    println!(
+        "{}",
+        headline(&published.summary, &experiment, published.noise.as_ref())
+    );
     println!("report: {}", dir.join("report.md").display());
     Ok(())
 }
@@ -62,7 +78,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             " (the grid's other shards are not in this folder: `sharpdraft merge` joins them)"
         }
     );
-    print_headline(&outcome.dir, &outcome.summary)
+    print_headline(&outcome.dir, &outcome.published)
 }
 
 pub fn merge_shards(args: &MergeArgs) -> Result<()> {
@@ -77,10 +93,18 @@ pub fn merge_shards(args: &MergeArgs) -> Result<()> {
             " (some units of the grid are missing)"
         }
     );
-    print_headline(&outcome.dir, &outcome.summary)
+    print_headline(&outcome.dir, &outcome.published)
 }
 
-pub fn report(dir: &Path) -> Result<()> {
-    let summary = experiment::runner::republish(dir)?;
-    print_headline(dir, &summary)
+pub fn report(args: &ReportArgs) -> Result<()> {
+    match &args.out {
+        Some(out) => {
+            let published = publish::report_into(&args.source, out)?;
+            print_headline(out, &published)
+        }
+        None => {
+            let published = publish::republish(&args.source)?;
+            print_headline(&args.source, &published)
+        }
+    }
 }

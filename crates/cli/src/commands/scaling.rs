@@ -18,7 +18,8 @@ pub struct ScalingArgs {
     /// A global beta for `fixed` instead of a schedule.
     #[arg(long)]
     pub beta: Option<f64>,
-    /// n0 for `--beta` and `logn`; defaults to the drafter's recorded training length.
+    /// n0 for `--beta`, `logn` and `yarn`, defaulting to the drafter's recorded training length;
+    /// `llama4`'s floor scale, defaulting to Llama 4's own 8192.
     #[arg(long)]
     pub n0: Option<f64>,
 }

@@ -161,9 +161,64 @@ pub struct MethodEntry {
     pub retrieval: Option<RetrievalConfig>,
     #[serde(default)]
     pub adapt: Option<AdaptConfig>,
+    /// A sensitivity curve: this entry becomes one method per beta, each `fixed` scaling with that
+    /// constant slope (and this entry's `scaling.n0`, if any), named `<name>-<beta>`. The report draws
+    /// tau against beta per context with the calibrated schedule marked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta_sweep: Option<Vec<f64>>,
 }
 
+/// The most betas one sweep may list.
+pub const MAX_SWEEP: usize = 64;
+
 impl MethodEntry {
+    /// The methods this entry stands for: itself, or one `fixed` method per beta of its sweep.
+    fn expand(self, file: &Path) -> Result<Vec<MethodEntry>> {
+        let Some(betas) = self.beta_sweep.clone() else {
+            return Ok(vec![self]);
+        };
+        let f = file.display();
+        let name = &self.name;
+        ensure!(
+            !self.target_only,
+            "{f}: method {name:?}: beta_sweep with target_only: the target alone has no drafter to scale"
+        );
+        ensure!(
+            (1..=MAX_SWEEP).contains(&betas.len()),
+            "{f}: method {name:?}: beta_sweep lists {} betas; give 1 to {MAX_SWEEP}",
+            betas.len()
+        );
+        let scaling = self.scaling.clone().unwrap_or_else(|| ScalingSpec {
+            mode: ScalingKind::Fixed,
+            ..ScalingSpec::default()
+        });
+        ensure!(
+            matches!(scaling.mode, ScalingKind::Fixed | ScalingKind::Off)
+                && scaling.schedule.is_none()
+                && scaling.beta.is_none(),
+            "{f}: method {name:?}: beta_sweep sets fixed scaling with each beta; its scaling may give n0 alone (not a mode other than fixed, a schedule or a beta)"
+        );
+        betas
+            .iter()
+            .map(|&beta| {
+                ensure!(
+                    beta.is_finite() && beta >= 0.0,
+                    "{f}: method {name:?}: beta_sweep value {beta} must be finite and >= 0"
+                );
+                Ok(MethodEntry {
+                    name: format!("{name}-{beta}"),
+                    scaling: Some(ScalingSpec {
+                        mode: ScalingKind::Fixed,
+                        beta: Some(beta),
+                        ..scaling.clone()
+                    }),
+                    beta_sweep: None,
+                    ..self.clone()
+                })
+            })
+            .collect()
+    }
+
     /// Whether this method scales with each drafter's own calibrated schedule: fixed or exact scaling
     /// that names neither a schedule nor a beta.
     pub fn scales_with_drafter_schedule(&self) -> bool {
@@ -412,11 +467,31 @@ impl Experiment {
             .iter()
             .map(|b| read_block(b, &file, "drafter", &mut hasher))
             .collect::<Result<Vec<DrafterEntry>>>()?;
-        let methods = raw
+        // A method's schedule path resolves against the file it was written in, as every path does.
+        let written = raw
             .methods
             .iter()
-            .map(|b| read_block(b, &file, "method", &mut hasher))
+            .map(|b| {
+                let mut method = read_block(b, &file, "method", &mut hasher)?;
+                if let Some(scaling) = &mut method.scaling {
+                    let origin = b.origin(&file);
+                    scaling.schedule = scaling.schedule.as_ref().map(|p| local_or_name(&origin, p));
+                }
+                Ok(method)
+            })
             .collect::<Result<Vec<MethodEntry>>>()?;
+        // A beta sweep stands for one method per beta, and a drafter's `methods:` naming the sweep
+        // names them all.
+        let mut methods = Vec::new();
+        let mut swept: Vec<(String, Vec<String>)> = Vec::new();
+        for method in written {
+            let name = method.name.clone();
+            let expanded = method.expand(&file)?;
+            if expanded.len() != 1 || expanded[0].name != name {
+                swept.push((name, expanded.iter().map(|m| m.name.clone()).collect()));
+            }
+            methods.extend(expanded);
+        }
         let mut workloads = raw
             .workloads
             .iter()
@@ -424,6 +499,15 @@ impl Experiment {
             .collect::<Result<Vec<Workload>>>()?;
         // Paths inside blocks read from files resolve against those files.
         for (block, entry) in raw.drafters.iter().zip(&mut drafters) {
+            if let Some(names) = &mut entry.methods {
+                *names = names
+                    .iter()
+                    .flat_map(|n| match swept.iter().find(|(sweep, _)| sweep == n) {
+                        Some((_, expanded)) => expanded.clone(),
+                        None => vec![n.clone()],
+                    })
+                    .collect();
+            }
             let origin = block.origin(&file);
             entry.train = entry.train.as_ref().map(|p| beside(&origin, p));
             entry.calibrate = entry.calibrate.as_ref().map(|p| beside(&origin, p));

@@ -1,8 +1,12 @@
 //! Uncertainty of the summary's figures: a point estimate with a 95% percentile-bootstrap interval over
-//! the requests of a table cell (every prompt x seed x repeat is one sample, resampled with
-//! replacement). Speed-ups and tokens/s take the median; tau takes its pooled ratio (tokens over target
-//! passes) of the resampled requests. The resampling is seeded, so a report rebuilt from the same units
-//! prints the same intervals. With one sample there is no interval (NaN).
+//! the prompts of a table cell, and a paired test over the same prompts.
+//!
+//! The prompt is the unit of evidence. Under greedy decoding the repeats and seeds of one prompt emit
+//! the same tokens, so they measure timing, not the method: the caller first combines them (tau pooled
+//! over them, times by their median) into one sample per prompt, and the bootstrap resamples those
+//! (a cluster bootstrap). Speed-ups and tokens/s take the median of the resampled prompts; tau takes
+//! their pooled ratio (tokens over target passes). The resampling is seeded, so a report rebuilt from
+//! the same units prints the same intervals. With one sample there is no interval (NaN).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -126,9 +130,117 @@ pub fn ratio_interval(pairs: &[(f64, f64)]) -> Interval {
     })
 }
 
+/// The two-sided p-value of the Wilcoxon signed-rank test that `differences` (one per prompt, e.g. the
+/// log of a paired ratio) are centred on 0; NaN when none differs from 0. Zeros are dropped (Wilcoxon's
+/// rule) and tied magnitudes share their mean rank. Up to [`EXACT_UP_TO`] differences the null
+/// distribution is counted exactly (every sign assignment, ties included); beyond, a normal
+/// approximation with the tie correction and a continuity correction.
+pub fn wilcoxon_signed_rank(differences: &[f64]) -> f64 {
+    let mut nonzero: Vec<f64> = differences
+        .iter()
+        .copied()
+        .filter(|d| d.is_finite() && *d != 0.0)
+        .collect();
+    let n = nonzero.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    nonzero.sort_by(|a, b| a.abs().total_cmp(&b.abs()));
+    // Doubled ranks: a tie of ranks i..j gets i + j (twice its mean rank), always a whole number.
+    let mut doubled = vec![0usize; n];
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && nonzero[j + 1].abs() == nonzero[i].abs() {
+            j += 1;
+        }
+        for rank in &mut doubled[i..=j] {
+            *rank = (i + 1) + (j + 1);
+        }
+        i = j + 1;
+    }
+    let positive: usize = (0..n).filter(|&k| nonzero[k] > 0.0).map(|k| doubled[k]).sum();
+    let total: usize = doubled.iter().sum();
+    if n <= EXACT_UP_TO {
+        // counts[s]: sign assignments whose positive doubled ranks sum to s.
+        let mut counts = vec![0f64; total + 1];
+        counts[0] = 1.0;
+        for &rank in &doubled {
+            for s in (rank..=total).rev() {
+                counts[s] += counts[s - rank];
+            }
+        }
+        let all: f64 = counts.iter().sum();
+        let at_most: f64 = counts[..=positive].iter().sum();
+        let at_least: f64 = counts[positive..].iter().sum();
+        return (2.0 * at_most.min(at_least) / all).min(1.0);
+    }
+    let (w, nf) = (positive as f64 / 2.0, n as f64);
+    let mean = nf * (nf + 1.0) / 4.0;
+    // The tie correction: sum over tie groups of (t^3 - t) / 48.
+    let mut ties = 0.0;
+    let mut k = 0;
+    while k < n {
+        let t = doubled[k..].iter().take_while(|&&r| r == doubled[k]).count();
+        ties += ((t * t * t - t) as f64) / 48.0;
+        k += t;
+    }
+    let sd = (nf * (nf + 1.0) * (2.0 * nf + 1.0) / 24.0 - ties).sqrt();
+    if sd <= 0.0 {
+        return 1.0;
+    }
+    let z = ((w - mean).abs() - 0.5).max(0.0) / sd;
+    let normal = statrs::distribution::Normal::standard();
+    (2.0 * (1.0 - statrs::distribution::ContinuousCDF::cdf(&normal, z))).min(1.0)
+}
+
+/// Up to this many differences [`wilcoxon_signed_rank`] counts the null distribution exactly.
+pub const EXACT_UP_TO: usize = 60;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_prompts_both_faster_give_a_wilcoxon_p_of_one_half() {
+        // 4 sign assignments, one with both positive, one with both negative: p = 2 x 1/4.
+        assert!((wilcoxon_signed_rank(&[0.1, 0.2]) - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn ten_prompts_all_faster_reach_the_exact_two_sided_p() {
+        let d: Vec<f64> = (1..=10).map(|i| 0.01 * i as f64).collect();
+        assert!((wilcoxon_signed_rank(&d) - 2.0 / 1024.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_wilcoxon_p_matches_scipy_on_a_mixed_sample() {
+        // scipy.stats.wilcoxon([1.83, 0.50, 1.62, 2.48, 1.68, 1.88, 1.55, 3.06, 1.30],
+        //     [0.878, 0.647, 0.598, 2.05, 1.06, 1.29, 1.06, 3.13, 1.29]) -> p = 0.0390625 (exact):
+        // two of nine differences negative, of ranks 2 and 3, so W- = 5 and 2 x 10 / 512.
+        let x = [1.83, 0.50, 1.62, 2.48, 1.68, 1.88, 1.55, 3.06, 1.30];
+        let y = [0.878, 0.647, 0.598, 2.05, 1.06, 1.29, 1.06, 3.13, 1.29];
+        let d: Vec<f64> = x.iter().zip(&y).map(|(a, b)| a - b).collect();
+        assert!((wilcoxon_signed_rank(&d) - 0.0390625).abs() < 1e-9);
+    }
+
+    #[test]
+    fn balanced_differences_are_not_significant_and_zeros_give_no_p() {
+        assert_eq!(wilcoxon_signed_rank(&[0.1, -0.1, 0.2, -0.2]), 1.0);
+        assert!(wilcoxon_signed_rank(&[0.0, 0.0]).is_nan());
+    }
+
+    #[test]
+    fn the_normal_approximation_takes_over_smoothly_past_the_exact_counts() {
+        // 61 differences, 45 positive: the approximation lands near the exact count's magnitude.
+        let d: Vec<f64> = (1..=61)
+            .map(|i| if i % 4 == 0 { -(i as f64) } else { i as f64 })
+            .collect();
+        let approximate = wilcoxon_signed_rank(&d);
+        let exact = wilcoxon_signed_rank(&d[..60]);
+        assert!(approximate > 0.0 && approximate < 0.01, "{approximate}");
+        assert!((approximate.ln() - exact.ln()).abs() < 1.0, "{approximate} {exact}");
+    }
 
     #[test]
     fn the_median_of_an_even_count_is_the_middle_pair_averaged() {

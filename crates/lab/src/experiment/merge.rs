@@ -4,9 +4,9 @@
 use super::folder_lock::FolderLock;
 use super::grid::units;
 use super::records::UnitRecord;
-use super::report::SummaryRow;
 use super::run_folder::{recorded_experiment, EXPERIMENT_RECORD, RUN_KIND, UNITS};
-use super::runner::{grid_finished, publish};
+use super::publish::{publish, Published};
+use super::runner::grid_finished;
 use crate::error::{ensure, Context, Result};
 use sharpdraft_model::store::output_folder::{self, Claim, Marker};
 use std::path::{Path, PathBuf};
@@ -17,8 +17,8 @@ pub struct MergeOutcome {
     pub units: usize,
     /// Every unit of the grid is present.
     pub finished: bool,
-    /// The summary of every unit, in the experiment's order.
-    pub summary: Vec<SummaryRow>,
+    /// The summary of every unit, in the experiment's order, and the run's timing noise.
+    pub published: Published,
 }
 
 pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
@@ -81,12 +81,12 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
         records.push(record);
     }
     let finished = grid_finished(&units(&experiment), &records);
-    let summary = publish(out, &experiment, &records)?;
+    let published = publish(out, &experiment, &records)?;
     Marker::new(RUN_KIND, finished, about).write(out)?;
     Ok(MergeOutcome {
         dir: out.to_path_buf(),
         units: records.len(),
         finished,
-        summary,
+        published,
     })
 }

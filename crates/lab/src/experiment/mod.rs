@@ -5,6 +5,7 @@
 //! `intervals`, `report`, with the run's own timing noise: `timing_noise`), shards joined (`merge`).
 //! docs/experiments.md is the user's guide.
 
+pub mod acceptance;
 pub mod config;
 pub mod folder_lock;
 pub mod grid;
@@ -13,11 +14,13 @@ pub mod machine_state;
 pub mod merge;
 pub mod partial_unit;
 pub mod prompts;
+pub mod publish;
 pub mod records;
 pub mod report;
 pub mod requests;
 pub mod run_folder;
 pub mod runner;
+pub mod samples;
 pub mod tables;
 pub mod timing_noise;
 

@@ -122,6 +122,11 @@ pub struct ArmRecord {
     pub arm: Arm,
     /// The drafter's training length n0 (none for the target alone or unrecorded).
     pub n0: Option<i64>,
+    /// The slope beta of the drafter's query scaling (0 unmodified; a schedule's mean beta; the
+    /// literature's rules at their nominal slope); none for the target alone, exact corrections, or
+    /// units written before it was recorded.
+    #[serde(default)]
+    pub scaling_slope: Option<f64>,
     pub requests: Vec<RequestRow>,
 }
 

@@ -9,10 +9,11 @@ use super::grid::{units, Unit, TARGET_ONLY};
 use super::intervals::Interval;
 use super::partial_unit::PartialUnit;
 use super::records::RequestRow;
-use super::tables;
+use super::samples;
+use super::acceptance::PositionRate;
 use super::timing_noise::VerifySpread;
 use crate::error::Result;
-use crate::plot::{bar_chart, panel_chart, Chart, Panel, Series};
+use crate::plot::{bar_chart, heat_map, panel_chart, Chart, HeatPanel, Panel, Series};
 use crate::table::Table;
 use sharpdraft_decode::CycleRecord;
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,6 +33,8 @@ pub struct SummaryRow {
     pub bin_hi_n0: f64,
     pub n0: i64,
     pub requests: i64,
+    /// Distinct prompts among the requests (their seeds and repeats combined): the unit of evidence.
+    pub prompts: i64,
     pub mean_prompt_tokens: f64,
     pub cycles: i64,
     pub tau: Interval,
@@ -49,6 +52,11 @@ pub struct SummaryRow {
     /// Requests on which the method was faster than the reference, end to end and decode alone.
     pub vs_reference_faster: i64,
     pub decode_vs_reference_faster: i64,
+    /// Wilcoxon signed-rank p (two-sided) of the paired log ratios over prompts; NaN unknown.
+    pub vs_reference_p: f64,
+    pub decode_vs_reference_p: f64,
+    /// The query-scaling slope the arm drafted with (a schedule's mean beta); NaN unknown or none.
+    pub scaling_slope: f64,
     pub tokens_per_s: Interval,
     /// Requests decoded again because they first ran under other processes' load, and those whose
     /// kept attempt still did.
@@ -116,6 +124,12 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
         i("cycles")?,
         i("updates")?,
     );
+    let prompts = i("prompts")?;
+    let (vs_reference_p, decode_vs_reference_p, scaling_slope) = (
+        f("vs_reference_p")?,
+        f("decode_vs_reference_p")?,
+        f("scaling_slope")?,
+    );
     let (adaptation, weights, peak, matches, retried, loaded) = (
         i("adaptation_bytes")?,
         i("drafter_weight_bytes")?,
@@ -130,20 +144,10 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
         interval("decode_speedup")?,
         interval("tokens_per_s")?,
     );
-    // Summaries committed before the paired comparison have no such columns: their rows fall back to
-    // comparing the speed-up intervals.
-    let missing = |n: &str| t.column(n).is_err();
-    let (vs_reference, decode_vs_reference) = match missing("vs_reference") {
-        true => (
-            vec![Interval::UNKNOWN; t.rows()],
-            vec![Interval::UNKNOWN; t.rows()],
-        ),
-        false => (interval("vs_reference")?, interval("decode_vs_reference")?),
-    };
-    let (vs_reference_faster, decode_vs_reference_faster) = match missing("vs_reference_faster") {
-        true => (vec![0; t.rows()], vec![0; t.rows()]),
-        false => (i("vs_reference_faster")?, i("decode_vs_reference_faster")?),
-    };
+    let (vs_reference, decode_vs_reference) =
+        (interval("vs_reference")?, interval("decode_vs_reference")?);
+    let (vs_reference_faster, decode_vs_reference_faster) =
+        (i("vs_reference_faster")?, i("decode_vs_reference_faster")?);
     let (lo, hi, prompt_tokens, distinct, update_s) = (
         f("bin_lo_n0")?,
         f("bin_hi_n0")?,
@@ -153,10 +157,7 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
     );
     let (draft_ms, verify_ms, target_ms) =
         (f("draft_ms")?, f("verify_ms")?, f("target_ms_per_token")?);
-    let first_draft_ms = match missing("first_draft_ms") {
-        true => vec![f64::NAN; t.rows()],
-        false => f("first_draft_ms")?,
-    };
+    let first_draft_ms = f("first_draft_ms")?;
     let mut rows: Vec<SummaryRow> = (0..t.rows())
         .map(|r| SummaryRow {
             drafter: drafter[r].clone(),
@@ -169,6 +170,7 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
             bin_hi_n0: hi[r],
             n0: n0[r],
             requests: requests[r],
+            prompts: prompts[r],
             mean_prompt_tokens: prompt_tokens[r],
             cycles: cycles[r],
             tau: tau[r],
@@ -179,6 +181,9 @@ pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow
             decode_vs_reference: decode_vs_reference[r],
             vs_reference_faster: vs_reference_faster[r],
             decode_vs_reference_faster: decode_vs_reference_faster[r],
+            vs_reference_p: vs_reference_p[r],
+            decode_vs_reference_p: decode_vs_reference_p[r],
+            scaling_slope: scaling_slope[r],
             tokens_per_s: tps[r],
             retried_requests: retried[r],
             loaded_requests: loaded[r],
@@ -259,86 +264,91 @@ fn with_interval(v: &Interval, digits: usize) -> String {
     }
 }
 
-/// The method every other method of a drafter is compared with: the experiment's first drafting
-/// method (the unmodified drafter, as the shipped experiments list it).
-/// Whether a paired ratio's interval lies above 1, below it, or holds it.
-fn verdict(ratio: &Interval) -> &'static str {
-    if ratio.lo > 1.0 {
+/// Fewer prompts than this in a cell give no verdict: a paired interval over a handful of prompts
+/// cannot be wider than their range (2 of 2 faster is a sign test's one-sided p of 0.25).
+pub const MIN_PROMPTS_FOR_VERDICT: i64 = 10;
+
+/// A paired comparison's verdict: `higher` or `lower` where the ratio's interval lies off 1 and the
+/// cell has at least [`MIN_PROMPTS_FOR_VERDICT`] prompts, `~` where the interval holds 1, `n < 10`
+/// where the prompts are too few to decide either way. A verdict whose ratio lies inside the run's
+/// timing noise (`noise`: the 10th to 90th percentile of ratios between arms doing the same work)
+/// says so.
+pub fn verdict(ratio: &Interval, prompts: i64, noise: Option<&VerifySpread>) -> String {
+    if prompts < MIN_PROMPTS_FOR_VERDICT {
+        return format!("n < {MIN_PROMPTS_FOR_VERDICT}");
+    }
+    let word = if ratio.lo > 1.0 {
         "higher"
     } else if ratio.hi < 1.0 {
         "lower"
     } else {
-        "~"
+        return "~".into();
+    };
+    match noise {
+        Some(n) if (n.p10..=n.p90).contains(&ratio.estimate) => {
+            format!("{word} (within timing noise)")
+        }
+        _ => word.to_string(),
+    }
+}
+
+/// A p-value as a table cell: two significant digits, `< 0.001` below.
+fn p_value(p: f64) -> String {
+    if !p.is_finite() {
+        "-".into()
+    } else if p < 0.001 {
+        "< 0.001".into()
+    } else {
+        format!("{p:.3}")
     }
 }
 
 /// How `row` compares with the reference method on the same drafter, workload and context: end to end
-/// and for the decode alone, each the median over requests of the ratio of the two arms' tokens/s on
-/// the same request, with its interval, `higher` / `lower` when the interval lies off 1, `~` when it
-/// holds 1 (not resolved), and on how many of the requests the method was the faster. Summaries without the paired columns compare the two speed-up intervals:
-/// `~` when they overlap.
+/// and for the decode alone, each the median over prompts of the ratio of the two arms' tokens/s on
+/// the same request, with its interval and [`verdict`], on how many of the prompts the method was
+/// the faster, and the signed-rank p.
 fn against_reference(
     row: &SummaryRow,
-    rows: &[SummaryRow],
     reference: Option<&str>,
+    noise: Option<&VerifySpread>,
 ) -> (String, String) {
-    let dash = || ("-".to_string(), "-".to_string());
     let Some(reference) = reference else {
-        return dash();
+        return ("-".to_string(), "-".to_string());
     };
     if row.drafter == TARGET_ONLY {
-        return dash();
+        return ("-".to_string(), "-".to_string());
     }
     if row.method == reference {
         return ("(reference)".into(), "(reference)".into());
     }
-    if row.vs_reference.known() {
-        let paired = |ratio: &Interval, faster: i64| {
-            format!(
-                "{} {} ({faster}/{} faster)",
-                with_interval(ratio, 2),
-                verdict(ratio),
-                row.requests
-            )
-        };
-        return (
-            paired(&row.vs_reference, row.vs_reference_faster),
-            paired(&row.decode_vs_reference, row.decode_vs_reference_faster),
-        );
-    }
-    let other = rows.iter().find(|r| {
-        r.bin == "all"
-            && r.method == reference
-            && r.drafter == row.drafter
-            && r.workload == row.workload
-            && r.context == row.context
-    });
-    let unpaired = |mine: &Interval, theirs: &Interval| {
-        if mine.overlaps(theirs) {
-            "~ (intervals overlap)"
-        } else if !(mine.known() && theirs.known()) {
-            "n/a"
-        } else if mine.estimate > theirs.estimate {
-            "higher"
-        } else {
-            "lower"
-        }
-        .to_string()
+    let paired = |ratio: &Interval, faster: i64, p: f64| {
+        format!(
+            "{} {} ({faster}/{} faster, p {})",
+            with_interval(ratio, 2),
+            verdict(ratio, row.prompts, noise),
+            row.prompts,
+            p_value(p)
+        )
     };
-    match other {
-        Some(other) => (
-            unpaired(&row.speedup, &other.speedup),
-            unpaired(&row.decode_speedup, &other.decode_speedup),
+    (
+        paired(&row.vs_reference, row.vs_reference_faster, row.vs_reference_p),
+        paired(
+            &row.decode_vs_reference,
+            row.decode_vs_reference_faster,
+            row.decode_vs_reference_p,
         ),
-        None => ("n/a".into(), "n/a".into()),
-    }
+    )
 }
 
 /// The headline table (one line per drafter x method x workload x context) as markdown.
-pub fn headline(rows: &[SummaryRow], experiment: &Experiment) -> String {
+pub fn headline(
+    rows: &[SummaryRow],
+    experiment: &Experiment,
+    noise: Option<&VerifySpread>,
+) -> String {
     let reference = experiment.reference_method();
     let mut out = format!(
-        "| workload | context | drafter | method | requests | tau | speedup vs target alone | decode speedup | vs {reference}, paired | decode vs {reference} | tokens/s | = target's output | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB | decoded again / still under load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| workload | context | drafter | method | prompts (requests) | tau | speedup vs target alone | decode speedup | vs {reference}, paired | decode vs {reference} | tokens/s | = target's output | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB | decoded again / still under load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         reference = reference.unwrap_or("-")
     );
     for r in rows.iter().filter(|r| r.bin == "all") {
@@ -351,14 +361,15 @@ pub fn headline(rows: &[SummaryRow], experiment: &Experiment) -> String {
         } else {
             r.context_label()
         };
-        let (vs, decode_vs) = against_reference(r, rows, reference);
+        let (vs, decode_vs) = against_reference(r, reference, noise);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} |",
             r.workload,
             context,
             r.drafter,
             r.method,
+            r.prompts,
             r.requests,
             with_interval(&r.tau, 2),
             with_interval(&r.speedup, 2),
@@ -494,17 +505,20 @@ fn generation_bins(rows: &[SummaryRow]) -> Option<String> {
     Some(out)
 }
 
-/// Writes `report.md` and its charts into run folder `dir` from the summary `rows` of the `finished`
-/// units of `experiment`, with the requests the `unfinished` units have finished after them; returns
-/// the report's path.
-pub fn write(
-    dir: &Path,
-    experiment: &Experiment,
-    rows: &[SummaryRow],
-    noise: Option<&VerifySpread>,
-    finished: &[&Unit],
-    unfinished: &[PartialUnit],
-) -> Result<PathBuf> {
+/// What a report is written from: the summary's rows, the run's timing noise, the acceptance per
+/// draft position, and which units are finished (with the requests unfinished ones have).
+pub struct ReportInputs<'a> {
+    pub rows: &'a [SummaryRow],
+    pub noise: Option<&'a VerifySpread>,
+    pub acceptance: &'a [PositionRate],
+    pub finished: &'a [&'a Unit],
+    pub unfinished: &'a [PartialUnit],
+}
+
+/// Writes `report.md` and its charts into folder `dir` from `inputs` of `experiment`; returns the
+/// report's path.
+pub fn write(dir: &Path, experiment: &Experiment, inputs: &ReportInputs) -> Result<PathBuf> {
+    let rows = inputs.rows;
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -517,20 +531,25 @@ pub fn write(
         experiment.dtype,
         experiment.temperature,
     );
-    md.push_str(&unfinished_units(experiment, finished));
+    md.push_str(&unfinished_units(experiment, inputs.finished));
     md.push_str(
         "Timing is paired: within a unit (workload x context x seed x repeat) every request is decoded by \
          the target alone and by every drafter x method back to back, in an order that rotates from \
-         request to request. Speedup: the median over requests (every prompt x seed x repeat) of tokens/s \
-         against the target alone on the same request, update time included; decode speedup leaves the \
-         prefill out. Brackets: a 95% percentile-bootstrap interval over those requests (2000 resamples; \
-         none with one request). tau: tokens per target pass (bonus included), pooled over requests, with \
-         its interval. The `vs` columns compare each method with the first drafting method on the same \
-         drafter, paired: the median over requests of the ratio of the two methods' tokens/s on the \
-         same request (end to end, and the decode alone), with its interval; `higher` or `lower` when \
-         the interval lies off 1, `~` when it holds 1, so these requests do not resolve the difference; \
-         and on how many of the requests the method was the faster (with few requests the interval \
-         cannot be wider than their range: n of n faster has a sign test's one-sided p of 2^-n). \
+         request to request. The prompt is the unit of evidence: under greedy decoding the repeats and \
+         seeds of one prompt emit the same tokens, so they are combined first (tau pooled over them, \
+         each time by their median), and every interval and test goes over prompts. Speedup: the median \
+         over prompts of tokens/s against the target alone on the same request, update time included; \
+         decode speedup leaves the prefill out. Brackets: a 95% percentile-bootstrap interval over \
+         prompts (2000 resamples; none with one prompt). tau: tokens per target pass (bonus included), \
+         pooled over requests, with its interval over prompts. The `vs` columns compare each method \
+         with the first drafting method on the same drafter, paired: the median over prompts of the \
+         ratio of the two methods' tokens/s on the same request (end to end, and the decode alone), \
+         with its interval; `higher` or `lower` when the interval lies off 1 and the cell has at least \
+         10 prompts, `~` when it holds 1 (these prompts do not resolve the difference), `n < 10` when \
+         the prompts are too few for any verdict (an interval over a handful of prompts cannot be wider \
+         than their range); how many prompts the method was the faster on, and the two-sided \
+         Wilcoxon signed-rank p of the log ratios over prompts. A verdict whose ratio lies within the \
+         run's timing noise (below) says so. \
          Load: an arm whose decode of a request ran while other processes took more than 10% \
          of the cores is decoded again once the machine is quiet (the experiment's `timing:`); the last \
          column counts the requests decoded again, and those whose kept decode still ran under load \
@@ -539,13 +558,14 @@ pub fn write(
          output token for token (lossless verification says it must). \
          Memory: adaptation bytes exactly (adapters, optimizer state, gradients, buffer), the drafter's \
          weights, and the process's peak resident memory during a request. Raw rows: `results.parquet`, \
-         `cycles.parquet`; this table: `summary.parquet`.\n\n## Headline\n\n",
+         `cycles.parquet` (from which `sharpdraft report` rebuilds everything here); this table: \
+         `summary.parquet`; acceptance by draft position: `acceptance.parquet`.\n\n## Headline\n\n",
     );
-    md.push_str(&headline(rows, experiment));
+    md.push_str(&headline(rows, experiment, inputs.noise));
     if let Some(costs) = cycle_costs(rows) {
         md.push_str("\n## Where a cycle goes\n\n");
         md.push_str(&costs);
-        if let Some(noise) = noise {
+        if let Some(noise) = inputs.noise {
             md.push_str(&timing_noise(noise));
         }
     }
@@ -555,11 +575,19 @@ pub fn write(
         );
         md.push_str(&bins);
     }
-    if let Some(requests) = unfinished_requests(experiment, unfinished) {
+    if let Some(table) = acceptance_table(inputs.acceptance) {
+        md.push_str("\n## Acceptance by draft position and context\n\n");
+        md.push_str(&table);
+    }
+    if let Some(table) = slope_table(rows) {
+        md.push_str("\n## tau and decode speed-up against the scaling slope\n\n");
+        md.push_str(&table);
+    }
+    if let Some(requests) = unfinished_requests(experiment, inputs.unfinished) {
         md.push_str("\n## Requests of unfinished units\n\n");
         md.push_str(&requests);
     }
-    let charts = charts(dir, experiment, rows)?;
+    let charts = charts(dir, experiment, rows, inputs.acceptance)?;
     if !charts.is_empty() {
         md.push_str("\n## Charts\n\n");
         for chart in charts {
@@ -569,6 +597,101 @@ pub fn write(
     let path = dir.join("report.md");
     crate::atomic_write::write_whole(&path, md)?;
     Ok(path)
+}
+
+/// The acceptance of each draft position given the earlier ones, per arm (rows) and context bin, one
+/// column per position; `None` when no arm drafted.
+fn acceptance_table(rates: &[PositionRate]) -> Option<String> {
+    let depth = rates.iter().map(|r| r.position).max()?;
+    let mut out = String::from(
+        "P(draft position k accepted | positions 1..k-1 accepted), over every cycle of the arm whose \
+         context (committed tokens when it drafted) falls in the bin, in multiples of the drafter's n0; \
+         in brackets the cycles that reached position k. Softmax dilution, which query scaling \
+         corrects, lowers whole rows as the bin grows; depth drift (a chain straying from the target as \
+         it builds on its own guesses) tilts each row down from left to right at every context. The \
+         heat map `acceptance_by_position.png` shows the same numbers.\n\n| workload | drafter | method | context bin |",
+    );
+    for k in 1..=depth {
+        let _ = write!(out, " k = {k} |");
+    }
+    out.push_str("\n|---|---|---|---|");
+    out.push_str(&"---|".repeat(depth));
+    out.push('\n');
+    let mut lines: BTreeMap<(usize, [String; 4]), Vec<&PositionRate>> = BTreeMap::new();
+    let mut order = 0;
+    let mut last: Option<[String; 4]> = None;
+    for r in rates {
+        let key = [
+            r.workload.clone(),
+            r.drafter.clone(),
+            r.method.clone(),
+            r.bin.clone(),
+        ];
+        if last.as_ref() != Some(&key) {
+            order += 1;
+            last = Some(key.clone());
+        }
+        lines.entry((order, key)).or_default().push(r);
+    }
+    for ((_, [workload, drafter, method, bin]), cells) in lines {
+        let _ = write!(out, "| {workload} | {drafter} | {method} | {bin} |");
+        for k in 1..=depth {
+            match cells.iter().find(|r| r.position == k) {
+                Some(r) => {
+                    let _ = write!(out, " {} ({}) |", number(r.rate(), 2), r.reached);
+                }
+                None => out.push_str(" - |"),
+            }
+        }
+        out.push('\n');
+    }
+    Some(out)
+}
+
+/// tau and the decode speed-up of every arm whose scaling has a slope (the unmodified drafter at 0, a
+/// beta sweep, the calibrated schedule's mean slope, logn, YaRN and Llama 4 at their nominal slopes),
+/// per workload, drafter and context; `None` where fewer than three slopes were run.
+fn slope_table(rows: &[SummaryRow]) -> Option<String> {
+    let sloped: Vec<&SummaryRow> = rows
+        .iter()
+        .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY && r.scaling_slope.is_finite())
+        .collect();
+    let mut slopes: Vec<f64> = sloped.iter().map(|r| r.scaling_slope).collect();
+    slopes.sort_by(f64::total_cmp);
+    slopes.dedup();
+    if slopes.len() < 3 {
+        return None;
+    }
+    let mut out = String::from(
+        "Each arm at the slope beta its scaling drafts with: 0 for the unmodified drafter, the constant \
+         of a beta sweep, the mean over heads of a calibrated schedule, and for the literature's fixed \
+         rules their nominal slope (logn 1 / ln n0; YaRN 0.2, the slope of (1 + 0.1 ln(n / n0))^2 at n0; \
+         Llama 4 0.1, its step function's envelope). The chart `slope_sensitivity.png` draws tau against \
+         beta per context, the calibrated schedule marked apart.\n\n\
+         | workload | drafter | context | method | beta | prompts | tau | decode speedup |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    let mut ordered = sloped;
+    ordered.sort_by(|a, b| {
+        (&a.workload, &a.drafter, a.context)
+            .cmp(&(&b.workload, &b.drafter, b.context))
+            .then(a.scaling_slope.total_cmp(&b.scaling_slope))
+    });
+    for r in ordered {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.workload,
+            r.drafter,
+            r.context_label(),
+            r.method,
+            number(r.scaling_slope, 3),
+            r.prompts,
+            with_interval(&r.tau, 2),
+            with_interval(&r.decode_speedup, 2),
+        );
+    }
+    Some(out)
 }
 
 /// A paragraph naming the grid's units that are not among `finished` (a run still going, or killed, or
@@ -601,7 +724,7 @@ fn unfinished_units(experiment: &Experiment, finished: &[&Unit]) -> String {
 
 /// Every arm's figures on each request that `unfinished` units have finished: in no table, chart or
 /// median above, since a unit's medians wait for all its requests. Each speed-up is against the
-/// target alone ([`tables::baseline`]) on the same request. None when there are none.
+/// target alone ([`samples::baseline`]) on the same request. None when there are none.
 fn unfinished_requests(experiment: &Experiment, unfinished: &[PartialUnit]) -> Option<String> {
     let greedy = experiment.temperature == 0.0;
     let with_requests: Vec<&PartialUnit> = unfinished
@@ -622,7 +745,7 @@ fn unfinished_requests(experiment: &Experiment, unfinished: &[PartialUnit]) -> O
          |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for partial in with_requests {
-        let target = tables::baseline(experiment, &partial.arms);
+        let target = samples::baseline(experiment, &partial.arms);
         for request in 0..partial.requests_done() {
             let reference = target.and_then(|a| a.requests.get(request));
             for arm in &partial.arms {
@@ -633,7 +756,7 @@ fn unfinished_requests(experiment: &Experiment, unfinished: &[PartialUnit]) -> O
                 };
                 let ratio =
                     |of: fn(&RequestRow) -> f64| reference.map_or(f64::NAN, |t| of(r) / of(t));
-                let same = match tables::matches_target(r, reference, greedy) {
+                let same = match samples::matches_target(r, reference, greedy) {
                     _ if arm.arm.drafter.is_none() => "",
                     1 => "yes",
                     0 => "no",
@@ -679,7 +802,12 @@ fn method_colours(experiment: &Experiment) -> BTreeMap<String, usize> {
 }
 
 /// Draws the charts; returns their file names.
-fn charts(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<Vec<String>> {
+fn charts(
+    dir: &Path,
+    experiment: &Experiment,
+    rows: &[SummaryRow],
+    acceptance: &[PositionRate],
+) -> Result<Vec<String>> {
     let mut written = Vec::new();
     let colours = method_colours(experiment);
     let colour = |method: &str| colours.get(method).copied().unwrap_or(0);
@@ -770,7 +898,127 @@ fn charts(dir: &Path, experiment: &Experiment, rows: &[SummaryRow]) -> Result<Ve
         )?;
         written.push("memory.png".to_string());
     }
+    if let Some(panels) = slope_panels(experiment, rows) {
+        panel_chart(
+            &dir.join("slope_sensitivity.png"),
+            &Chart {
+                title: "tau against the scaling slope beta, per context (95% intervals)",
+                x_label: "beta (0: the unmodified drafter)",
+                y_label: "tau (tokens per target pass)",
+                log_x: false,
+                reference_y: None,
+            },
+            &panels,
+        )?;
+        written.push("slope_sensitivity.png".to_string());
+    }
+    let heat = acceptance_panels(acceptance);
+    if !heat.is_empty() {
+        heat_map(
+            &dir.join("acceptance_by_position.png"),
+            "P(position k accepted | 1..k-1 accepted), per context bin (multiples of n0)",
+            &heat,
+        )?;
+        written.push("acceptance_by_position.png".to_string());
+    }
     Ok(written)
+}
+
+/// How a method's scaling places it on the slope chart: at a constant beta (the unmodified drafter at
+/// 0, a beta sweep's constants), at a calibrated schedule's mean slope (marked apart), or not on the
+/// line (the literature's rules, whose shape differs from a constant slope; adaptation, windows,
+/// retrieval).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlopeRole {
+    Constant,
+    Calibrated,
+    Apart,
+}
+
+fn slope_role(method: &super::config::MethodEntry) -> SlopeRole {
+    use crate::scaling::ScalingKind;
+    if method.target_only || method.adapt.is_some() || method.window.is_some() || method.retrieval.is_some() {
+        return SlopeRole::Apart;
+    }
+    match &method.scaling {
+        None => SlopeRole::Constant,
+        Some(s) => match s.mode {
+            ScalingKind::Off => SlopeRole::Constant,
+            ScalingKind::Fixed if s.beta.is_some() => SlopeRole::Constant,
+            ScalingKind::Fixed | ScalingKind::Exact => SlopeRole::Calibrated,
+            _ => SlopeRole::Apart,
+        },
+    }
+}
+
+/// The slope chart's panels (one per workload and drafter): a line per context through the
+/// constant-beta arms, and the calibrated schedule's points as a series of their own; `None` where
+/// no panel has three constant slopes (no sweep was run).
+fn slope_panels(experiment: &Experiment, rows: &[SummaryRow]) -> Option<Vec<Panel>> {
+    let role = |name: &str| {
+        experiment
+            .methods
+            .iter()
+            .find(|m| m.name == name)
+            .map_or(SlopeRole::Apart, slope_role)
+    };
+    let whole: Vec<&SummaryRow> = rows
+        .iter()
+        .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY && r.scaling_slope.is_finite())
+        .collect();
+    let mut contexts: Vec<usize> = whole.iter().map(|r| r.context as usize).collect();
+    contexts.sort_unstable();
+    contexts.dedup();
+    let calibrated_colour = contexts.len();
+    let mut lines: BTreeMap<(String, String), Series> = BTreeMap::new();
+    for r in &whole {
+        let (name, colour) = match role(&r.method) {
+            SlopeRole::Constant => {
+                let c = contexts.iter().position(|&c| c == r.context as usize).unwrap_or(0);
+                (format!("context {}", r.context_label()), c)
+            }
+            SlopeRole::Calibrated => ("calibrated schedule".to_string(), calibrated_colour),
+            SlopeRole::Apart => continue,
+        };
+        lines
+            .entry((format!("{} {}", r.workload, r.drafter), format!("{colour:04}")))
+            .or_insert_with(|| Series::new(name, colour))
+            .push(r.scaling_slope, r.tau.estimate, (r.tau.lo, r.tau.hi));
+    }
+    let swept = lines.values().any(|s| {
+        let mut betas: Vec<f64> = s.points.iter().map(|p| p.0).collect();
+        betas.sort_by(f64::total_cmp);
+        betas.dedup();
+        s.colour != Some(calibrated_colour) && betas.len() >= 3
+    });
+    swept.then(|| panels(lines))
+}
+
+/// The heat map's panels: one per workload x drafter x method, rows the context bins, columns the
+/// draft positions.
+fn acceptance_panels(rates: &[PositionRate]) -> Vec<HeatPanel> {
+    let mut out: Vec<HeatPanel> = Vec::new();
+    let depth = rates.iter().map(|r| r.position).max().unwrap_or(0);
+    for r in rates {
+        let title = format!("{} {} / {}", r.workload, r.drafter, r.method);
+        if out.last().is_none_or(|p| p.title != title) {
+            out.push(HeatPanel {
+                title,
+                rows: Vec::new(),
+                columns: (1..=depth).map(|k| format!("k = {k}")).collect(),
+                values: Vec::new(),
+            });
+        }
+        let panel = out.last_mut().expect("pushed above");
+        if panel.rows.last() != Some(&r.bin) {
+            panel.rows.push(r.bin.clone());
+            panel.values.push(vec![f64::NAN; depth]);
+        }
+        if let Some(cell) = panel.values.last_mut().and_then(|row| row.get_mut(r.position - 1)) {
+            *cell = r.rate();
+        }
+    }
+    out
 }
 
 /// One bar per drafter x method from `(drafter, method, bytes)` cells, in the order they first come:

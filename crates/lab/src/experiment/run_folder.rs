@@ -42,7 +42,12 @@ pub fn recorded_experiment(dir: &Path) -> Result<Experiment> {
         Some(marker) if marker.kind == RUN_KIND => {}
         _ => bail!("{}: not a sharpdraft run folder", dir.display()),
     }
-    let path = dir.join(EXPERIMENT_RECORD);
+    experiment_record(&dir.join(EXPERIMENT_RECORD))
+}
+
+/// The experiment an `experiment.json` at `path` records, its content hash restored.
+pub fn experiment_record(path: &Path) -> Result<Experiment> {
+    let path = path.to_path_buf();
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut record: serde_json::Value =

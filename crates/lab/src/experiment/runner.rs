@@ -16,10 +16,10 @@ use super::grid::{arms, rotation, unit_count, units, Arm, Shard, Unit};
 use super::machine_state::{self, MachineState, Sample};
 use super::partial_unit::{joined, PartialUnit};
 use super::records::{provenance, ArmRecord, Provenance, RequestRow, UnitRecord};
-use super::report::SummaryRow;
+use super::publish::{publish, Published};
 use super::requests::{build_all, inputs_digest, GridRequests};
 use super::run_folder::{recorded_experiment, write_record, EXPERIMENT_RECORD, RUN_KIND, UNITS};
-use super::{report, tables, timing_noise};
+use super::{samples, tables};
 use crate::drafter_spec::{self, DecodedRequest, DrafterSpec, RequestDecoder};
 use crate::error::{bail, ensure, Context, Result};
 use crate::scaling::resolve_schedule;
@@ -48,51 +48,15 @@ pub struct RunOutcome {
     pub skipped: usize,
     /// Every unit of the whole grid (all shards) is in the folder.
     pub finished: bool,
-    /// The summary of every finished unit in the folder, in the experiment's order.
-    pub summary: Vec<SummaryRow>,
-}
-
-/// Writes the tables and the report of `experiment` into run folder `dir` from its finished `units`;
-/// returns the summary rows in the experiment's order.
-pub fn publish(
-    dir: &Path,
-    experiment: &Experiment,
-    units: &[UnitRecord],
-) -> Result<Vec<SummaryRow>> {
-    let tables = tables::write_tables(dir, experiment, units)?;
-    let rows = report::summary_rows(&tables.summary, experiment)?;
-    let finished: Vec<&Unit> = units.iter().map(|r| &r.unit).collect();
-    let unfinished = PartialUnit::read_unfinished(&dir.join(UNITS), experiment, &finished);
-    let noise = timing_noise::verify_spread(experiment, units);
-    report::write(
-        dir,
-        experiment,
-        &rows,
-        noise.as_ref(),
-        &finished,
-        &unfinished,
-    )?;
-    Ok(rows)
+    /// The summary of every finished unit in the folder, in the experiment's order, and the run's
+    /// timing noise.
+    pub published: Published,
 }
 
 /// Whether every unit of `grid` is among `records`.
 pub fn grid_finished(grid: &[Unit], records: &[UnitRecord]) -> bool {
     let done: BTreeSet<&Unit> = records.iter().map(|r| &r.unit).collect();
     grid.iter().all(|u| done.contains(u))
-}
-
-/// `sharpdraft report`: the tables and report of run folder `dir` rebuilt from its finished units.
-pub fn republish(dir: &Path) -> Result<Vec<SummaryRow>> {
-    let _lock = FolderLock::acquire(dir, "report")?;
-    let experiment = recorded_experiment(dir)?;
-    ensure!(
-        Marker::read(dir)?.is_some_and(|m| m.proven(dir)),
-        "{}: its marker does not prove sharpdraft wrote this folder (copied, written by hand, or by an older version): refusing to rewrite its tables and report; `sharpdraft merge NEW {}` rebuilds them in a new folder",
-        dir.display(),
-        dir.display()
-    );
-    let records = UnitRecord::read_belonging(&dir.join(UNITS), &experiment)?;
-    publish(dir, &experiment, &records)
 }
 
 pub fn default_out(experiment: &Experiment, shard: Option<Shard>) -> PathBuf {
@@ -306,7 +270,11 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     let target = CausalLm::load(&target_dir, device, kind)
         .with_context(|| format!("loading target {}", experiment.target))?;
     let requests = build_all(&experiment, &target)?;
+    // Test prompts held out from what the drafters learned and the schedules were fitted on: the
+    // training data before any training, the calibration data once every schedule exists.
+    crate::held_out::check_training_data(&experiment, &target, &requests)?;
     ensure_drafters(&experiment)?;
+    crate::held_out::check_calibration_data(&experiment, &requests)?;
     check_arms(&experiment, &target, &requests)?;
     experiment.seal(&inputs_digest(&experiment, &target_dir, &requests)?);
 
@@ -388,10 +356,10 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         bar.inc(1);
         records.push(record);
         // Tables current after every unit, for a look at a long run; the report comes at the end.
-        tables::write_tables(&dir, &experiment, &records)?;
+        tables::write_tables(&dir, &experiment, &samples::from_units(&experiment, &records))?;
     }
     bar.finish_and_clear();
-    let summary = publish(&dir, &experiment, &records)?;
+    let published = publish(&dir, &experiment, &records)?;
     let finished = grid_finished(&grid, &records);
     Marker::new(RUN_KIND, finished, about).write(&dir)?;
     Ok(RunOutcome {
@@ -399,7 +367,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         ran: pending.len(),
         skipped,
         finished,
-        summary,
+        published,
     })
 }
 
@@ -468,6 +436,7 @@ struct ArmRun<'t> {
     /// `None` for the target alone.
     decoder: Option<RequestDecoder<'t>>,
     n0: Option<i64>,
+    scaling_slope: Option<f64>,
     rows: Vec<RequestRow>,
 }
 
@@ -516,6 +485,7 @@ impl UnitRunner<'_> {
                     arm: arm.clone(),
                     decoder,
                     n0: None,
+                    scaling_slope: None,
                     rows: Vec::with_capacity(requests.len()),
                 })
             })
@@ -542,6 +512,7 @@ impl UnitRunner<'_> {
             for (run, recorded) in runs.iter_mut().zip(&earlier.arms) {
                 run.rows.clone_from(&recorded.requests);
                 run.n0 = recorded.n0;
+                run.scaling_slope = recorded.scaling_slope;
             }
             eprintln!(
                 "resuming unit {} at request {} of {}",
@@ -563,6 +534,7 @@ impl UnitRunner<'_> {
                 .map(|r| ArmRecord {
                     arm: r.arm.clone(),
                     n0: r.n0,
+                    scaling_slope: r.scaling_slope,
                     requests: r.rows.clone(),
                 })
                 .collect();
@@ -580,7 +552,7 @@ impl UnitRunner<'_> {
                     Some(d) if d.keeps_state_across_requests() => 0,
                     _ => self.experiment.timing.retries,
                 };
-                let mut n0 = run.n0;
+                let (mut n0, mut slope) = (run.n0, run.scaling_slope);
                 let mut row = self.measured(retries, || {
                     reset_peak_rss();
                     Ok(match &mut run.decoder {
@@ -596,11 +568,13 @@ impl UnitRunner<'_> {
                                 .decode(ids, Some(&stop), sampling(*prompt))
                                 .with_context(|| format!("{label}, prompt {prompt}"))?;
                             n0 = n0.or(decoded.training_length);
+                            slope = slope.or(decoded.scaling_slope);
                             speculative_row(*prompt, ids, decoded)
                         }
                     })
                 })?;
                 run.n0 = n0;
+                run.scaling_slope = slope;
                 row.slot = slot;
                 run.rows.push(row);
             }

@@ -1,90 +1,46 @@
-//! The run's parquet tables, rebuilt from its finished units:
+//! The run's parquet tables, rebuilt from its requests ([`super::samples`]):
 //! - `results.parquet`: one row per request x arm, raw counters, the paired speed-ups over the target
 //!   alone on the same request of the same unit, the machine's state during the unit, provenance;
-//! - `cycles.parquet`: one row per verification cycle with the context it drafted at;
+//! - `cycles.parquet`: one row per verification cycle with the context it drafted at and the depth of
+//!   its proposal;
 //! - `summary.parquet`: per drafter x method x workload x context, and for long generation per context
 //!   bin along the generation: tau, the speed-up end to end and of the decode alone, tokens/s, each
-//!   with its 95% interval ([`super::intervals`]), the same two speed-ups against the first drafting
-//!   method of the same drafter on the same request (paired, so a load or a prompt that slows both
-//!   arms cancels out of the comparison), where a cycle's time goes (drafting and verifying,
-//!   beside the target alone's time per token on the same requests), update seconds, memory, and how
-//!   many units ran under load.
+//!   with its 95% interval over prompts ([`super::intervals`]), the same two speed-ups against the
+//!   first drafting method of the same drafter on the same request (paired, so a load or a prompt that
+//!   slows both arms cancels out of the comparison) with a Wilcoxon signed-rank p over prompts, where
+//!   a cycle's time goes (drafting and verifying, beside the target alone's time per token on the same
+//!   requests), update seconds, memory, and how many units ran under load;
+//! - `acceptance.parquet`: per drafter x method x workload x context bin and draft position k, how
+//!   often position k was accepted once positions 1..k-1 were ([`super::acceptance`]).
+//!
+//! The prompt is the unit of evidence: the requests of one prompt (its seeds and repeats) are combined
+//! first, tau pooled over them and times by their median, and intervals and tests go over prompts.
 //!
 //! Every table is written whole through a rename; plain INT64 / DOUBLE / UTF-8 columns, so polars,
 //! pandas and duckdb open them unchanged.
 
+use super::acceptance;
 use super::config::{Experiment, Setting};
-use super::grid::TARGET_ONLY;
-use super::intervals::{median, median_interval, ratio_interval, Interval};
+use super::grid::{Arm, Unit, TARGET_ONLY};
+use super::intervals::{median, median_interval, ratio_interval, wilcoxon_signed_rank, Interval};
 use super::machine_state::LOADED_OTHER_SHARE;
-use super::records::{ArmRecord, RequestRow, UnitRecord};
+use super::records::{RequestRow, UnitRecord};
+use super::samples::{self, RequestSample};
 use crate::error::Result;
-use crate::table::{Column, Table};
+use crate::table::{Rows, Table};
+use sharpdraft_decode::CycleRecord;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Column builder: appends values row by row under fixed names.
-#[derive(Default)]
-struct Rows {
-    columns: Vec<(String, Column)>,
-}
-
-impl Rows {
-    fn column(&mut self, name: &str, empty: Column) -> &mut Column {
-        if let Some(i) = self.columns.iter().position(|(n, _)| n == name) {
-            return &mut self.columns[i].1;
-        }
-        self.columns.push((name.to_string(), empty));
-        &mut self.columns.last_mut().expect("just pushed").1
-    }
-    fn s(&mut self, name: &str, v: impl Into<String>) {
-        if let Column::Str(c) = self.column(name, Column::Str(Vec::new())) {
-            c.push(v.into());
-        }
-    }
-    fn i(&mut self, name: &str, v: i64) {
-        if let Column::I64(c) = self.column(name, Column::I64(Vec::new())) {
-            c.push(v);
-        }
-    }
-    /// An unsigned count as INT64, saturating (counts of this size never occur; no value wraps).
-    fn u(&mut self, name: &str, v: u64) {
-        self.i(name, i64::try_from(v).unwrap_or(i64::MAX));
-    }
-    fn f(&mut self, name: &str, v: f64) {
-        if let Column::F64(c) = self.column(name, Column::F64(Vec::new())) {
-            c.push(v);
-        }
-    }
-    /// `name`, `name_lo` and `name_hi`.
-    fn interval(&mut self, name: &str, v: Interval) {
-        self.f(name, v.estimate);
-        self.f(&format!("{name}_lo"), v.lo);
-        self.f(&format!("{name}_hi"), v.hi);
-    }
-    /// The columns that name a request: drafter, method, workload, setting, context, seed, repeat,
-    /// prompt.
-    fn request_key(&mut self, record: &UnitRecord, arm: &ArmRecord, prompt: usize) {
-        let u = &record.unit;
-        self.s("drafter", arm.arm.drafter_name());
-        self.s("method", arm.arm.method.as_str());
-        self.s("workload", u.workload.as_str());
-        self.s("setting", record.setting.name());
-        self.u("context", u.context as u64);
-        self.u("seed", u.seed);
-        self.u("repeat", u.repeat as u64);
-        self.u("prompt", prompt as u64);
-    }
-
-    fn table(self) -> Table {
-        Table {
-            columns: self.columns,
-        }
-    }
+/// `name`, `name_lo` and `name_hi` of an interval.
+fn push_interval(rows: &mut Rows, name: &str, v: Interval) {
+    rows.f(name, v.estimate);
+    rows.f(&format!("{name}_lo"), v.lo);
+    rows.f(&format!("{name}_hi"), v.hi);
 }
 
 /// A context bin: its label and its edges in multiples of n0.
-type Bin = (String, f64, f64);
+pub type Bin = (String, f64, f64);
 
 /// The bin of `context` tokens under edges `bins` (multiples of `n0`): (label, low, high) in n0.
 pub fn context_bin(context: i64, n0: i64, bins: &[f64]) -> Bin {
@@ -99,47 +55,24 @@ pub fn context_bin(context: i64, n0: i64, bins: &[f64]) -> Bin {
     (format!(">= {low} n0"), low, f64::INFINITY)
 }
 
-/// The baseline arm of a unit: the experiment's first target-only method, whose rows are the
-/// denominators of the unit's speed-ups and the outputs every greedy arm must reproduce.
-pub(super) fn baseline<'a>(
-    experiment: &Experiment,
-    arms: &'a [ArmRecord],
-) -> Option<&'a ArmRecord> {
-    let method = experiment.methods.iter().find(|m| m.target_only)?;
-    arms.iter()
-        .find(|a| a.arm.drafter.is_none() && a.arm.method == method.name)
-}
-
-/// The reference arm of a drafting arm: the same drafter under the experiment's first drafting method
-/// (the unmodified drafter, as the shipped experiments list it), in the same unit.
-fn reference<'a>(
-    experiment: &Experiment,
-    record: &'a UnitRecord,
-    arm: &ArmRecord,
-) -> Option<&'a ArmRecord> {
-    arm.arm.drafter.as_ref()?;
-    let method = experiment.reference_method()?;
-    record
-        .arms
-        .iter()
-        .find(|a| a.arm.drafter == arm.arm.drafter && a.arm.method == method)
-}
-
 /// One request of one arm, with its paired rows on the same request of the same unit, decoded seconds
 /// apart: the target alone's (`base`) and, for a drafting arm, its drafter's under the reference method
 /// (`reference`).
 #[derive(Clone, Copy)]
 struct PairedRow<'a> {
-    record: &'a UnitRecord,
-    row: &'a RequestRow,
-    base: Option<&'a RequestRow>,
-    reference: Option<&'a RequestRow>,
+    sample: &'a RequestSample,
+    base: Option<&'a RequestSample>,
+    reference: Option<&'a RequestSample>,
 }
 
 impl PairedRow<'_> {
+    fn row(&self) -> &RequestRow {
+        &self.sample.row
+    }
+
     /// `rate` of this request over `rate` of the same request in another arm (NaN without one).
-    fn ratio(&self, other: Option<&RequestRow>, rate: fn(&RequestRow) -> f64) -> f64 {
-        other.map_or(f64::NAN, |o| rate(self.row) / rate(o))
+    fn ratio(&self, other: Option<&RequestSample>, rate: fn(&RequestRow) -> f64) -> f64 {
+        other.map_or(f64::NAN, |o| rate(self.row()) / rate(&o.row))
     }
 
     /// tokens/s against the target alone's on the same request.
@@ -161,150 +94,128 @@ impl PairedRow<'_> {
     fn decode_vs_reference(&self) -> f64 {
         self.ratio(self.reference, RequestRow::decode_tokens_per_second)
     }
-
-    /// 1 when the output equals the target's own greedy output, 0 when it differs, -1 when not
-    /// comparable (sampling, or no target-alone row).
-    fn matches_target(&self, greedy: bool) -> i64 {
-        matches_target(self.row, self.base, greedy)
-    }
 }
 
-/// 1 when `row`'s output equals the target alone's (`base`) on the same request, 0 when it differs,
-/// -1 when not comparable (sampling, or no target-alone row).
-pub(super) fn matches_target(row: &RequestRow, base: Option<&RequestRow>, greedy: bool) -> i64 {
-    match base {
-        Some(b) if greedy && !b.output_ids.is_empty() => i64::from(b.output_ids == row.output_ids),
-        _ => -1,
-    }
-}
+/// The tables' file names.
+pub const RESULTS: &str = "results.parquet";
+pub const CYCLES: &str = "cycles.parquet";
+pub const SUMMARY: &str = "summary.parquet";
+pub const ACCEPTANCE: &str = "acceptance.parquet";
 
 pub struct RunTables {
     pub results: Table,
     pub cycles: Table,
     pub summary: Table,
+    pub acceptance: Table,
 }
 
-/// The summary's cells: (drafter, method, workload, context) -> every sample of that cell, the n0 of
-/// its drafter and the setting.
-type Cells<'a> =
-    BTreeMap<(String, String, String, usize), (Vec<PairedRow<'a>>, i64, Setting, &'a str)>;
+/// Pairs every sample with the target alone's and its reference method's on the same request of the
+/// same unit.
+fn paired<'a>(experiment: &Experiment, samples: &'a [RequestSample]) -> Vec<PairedRow<'a>> {
+    let base_method = experiment
+        .methods
+        .iter()
+        .find(|m| m.target_only)
+        .map(|m| m.name.as_str());
+    let reference_method = experiment.reference_method();
+    let index: BTreeMap<(&Unit, usize, &Arm), &RequestSample> = samples
+        .iter()
+        .map(|s| ((&s.unit, s.row.prompt, &s.arm), s))
+        .collect();
+    let find = |s: &RequestSample, drafter: Option<&String>, method: Option<&str>| {
+        let arm = Arm {
+            drafter: drafter.cloned(),
+            method: method?.to_string(),
+        };
+        index.get(&(&s.unit, s.row.prompt, &arm)).copied()
+    };
+    samples
+        .iter()
+        .map(|s| PairedRow {
+            sample: s,
+            base: find(s, None, base_method),
+            reference: match &s.arm.drafter {
+                Some(d) => find(s, Some(d), reference_method),
+                None => None,
+            },
+        })
+        .collect()
+}
 
-/// Builds the three tables of `experiment` from its finished `units`.
+/// Builds the tables of `experiment` from its finished `units`.
 pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
-    let greedy = experiment.temperature == 0.0;
+    build_from_samples(experiment, &samples::from_units(experiment, units))
+}
+
+/// Builds the tables of `experiment` from its requests.
+pub fn build_from_samples(experiment: &Experiment, samples: &[RequestSample]) -> RunTables {
+    let pairs = paired(experiment, samples);
     let mut results = Rows::default();
     let mut cycles = Rows::default();
     let mut cells: Cells = BTreeMap::new();
-    for record in units {
-        let base = baseline(experiment, &record.arms);
-        for arm in &record.arms {
-            let reference = reference(experiment, record, arm);
-            let cell = cells
-                .entry((
-                    arm.arm.drafter_name().to_string(),
-                    arm.arm.method.clone(),
-                    record.unit.workload.clone(),
-                    record.unit.context,
-                ))
-                .or_insert_with(|| (Vec::new(), 0, record.setting, record.target.as_str()));
-            cell.1 = cell.1.max(arm.n0.unwrap_or(0));
-            for r in &arm.requests {
-                let sample = PairedRow {
-                    record,
-                    row: r,
-                    base: base.and_then(|b| b.requests.iter().find(|x| x.prompt == r.prompt)),
-                    reference: reference
-                        .and_then(|a| a.requests.iter().find(|x| x.prompt == r.prompt)),
-                };
-                cell.0.push(sample);
-                push_result_row(&mut results, arm, &sample, greedy);
-                push_cycle_rows(&mut cycles, record, arm, r);
-            }
-        }
+    for p in &pairs {
+        let s = p.sample;
+        samples::push_result_row(
+            &mut results,
+            s,
+            [
+                p.speedup(),
+                p.decode_speedup(),
+                p.vs_reference(),
+                p.decode_vs_reference(),
+            ],
+        );
+        samples::push_cycle_rows(&mut cycles, s);
+        let cell = cells
+            .entry((
+                s.drafter().to_string(),
+                s.arm.method.clone(),
+                s.unit.workload.clone(),
+                s.unit.context,
+            ))
+            .or_insert_with(|| (Vec::new(), 0, s.setting, s.target.as_str()));
+        cell.1 = cell.1.max(s.n0.unwrap_or(0));
+        cell.0.push(*p);
     }
-    let summary = summary_rows(experiment, &cells, greedy);
+    let summary = summary_rows(experiment, &cells);
     RunTables {
         results: results.table(),
         cycles: cycles.table(),
         summary: summary.table(),
+        acceptance: acceptance::table(experiment, samples),
     }
 }
 
-/// One `results` row: the request's counters, its paired speed-ups, the unit's machine state and
-/// provenance.
-fn push_result_row(results: &mut Rows, arm: &ArmRecord, sample: &PairedRow, greedy: bool) {
-    let (record, r) = (sample.record, sample.row);
-    let m = &record.machine;
-    let p = &record.provenance;
-    results.s("target", record.target.as_str());
-    results.request_key(record, arm, r.prompt);
-    results.u("slot", r.slot as u64);
-    results.u("attempts", r.attempts as u64);
-    results.f("other_cpu_share", r.other_cpu_share);
-    results.u("prompt_tokens", r.prompt_tokens as u64);
-    results.u("generated", r.generated as u64);
-    results.u("cycles", r.cycles.len() as u64);
-    let sum = |f: fn(&sharpdraft_decode::CycleRecord) -> usize| {
-        r.cycles.iter().map(f).sum::<usize>() as u64
-    };
-    results.u("drafted", sum(|c| c.drafted));
-    results.u("accepted", sum(|c| c.accepted));
-    results.u("emitted", sum(|c| c.accepted + c.bonus));
-    results.f("tau", r.tau());
-    results.f("distinct_4grams", r.distinct_4grams());
-    results.f("prefill_seconds", r.prefill_seconds);
-    results.f("decode_seconds", r.decode_seconds());
-    results.f("total_seconds", r.total_seconds);
-    results.f("tokens_per_s", r.tokens_per_second());
-    results.f("speedup", sample.speedup());
-    results.f("decode_speedup", sample.decode_speedup());
-    results.f("vs_reference", sample.vs_reference());
-    results.f("decode_vs_reference", sample.decode_vs_reference());
-    results.i("matches_target", sample.matches_target(greedy));
-    results.f("update_seconds", r.update_seconds);
-    results.u("updates", r.updates as u64);
-    results.u("drafter_weight_bytes", r.drafter_weight_bytes as u64);
-    results.u("drafter_cache_bytes", r.drafter_cache_bytes as u64);
-    results.u("target_cache_bytes", r.target_cache_bytes as u64);
-    results.u("adaptation_bytes", r.adaptation_bytes as u64);
-    results.u("peak_rss_bytes", r.peak_rss_bytes);
-    results.i("n0", arm.n0.unwrap_or(0));
-    results.f(
-        "unit_load_average",
-        m.load_average_start.max(m.load_average_end),
-    );
-    results.f("unit_other_cpu_share", m.other_share());
-    results.f("unit_lost_cpu_share", m.lost_share());
-    results.i("unit_loaded", i64::from(m.loaded()));
-    results.s("config_hash", p.config_hash.as_str());
-    results.s("git_revision", p.git_revision.as_str());
-    results.s("machine", p.machine.as_str());
-    results.s("device", p.device.as_str());
-    results.s("dtype", p.dtype.as_str());
-    results.u("started_unix", p.started_unix);
+/// The summary's cells: (drafter, method, workload, context) -> every sample of that cell, the n0 of
+/// its drafter, the setting and the target.
+type Cells<'a> =
+    BTreeMap<(String, String, String, usize), (Vec<PairedRow<'a>>, i64, Setting, &'a str)>;
+
+/// A cell's samples grouped by prompt (its seeds and repeats together), in prompt order: the unit of
+/// evidence the summary's intervals and tests resample.
+fn by_prompt<'a>(samples: &[PairedRow<'a>]) -> Vec<Vec<PairedRow<'a>>> {
+    let mut groups: BTreeMap<usize, Vec<PairedRow<'a>>> = BTreeMap::new();
+    for s in samples {
+        groups.entry(s.row().prompt).or_default().push(*s);
+    }
+    groups.into_values().collect()
 }
 
-/// One `cycles` row per verification cycle of request `r`, with the context it drafted at.
-fn push_cycle_rows(cycles: &mut Rows, record: &UnitRecord, arm: &ArmRecord, r: &RequestRow) {
-    for (i, c) in r.cycles.iter().enumerate() {
-        cycles.request_key(record, arm, r.prompt);
-        cycles.u("cycle", i as u64);
-        cycles.i("cycle_context", c.context);
-        cycles.f(
-            "cycle_context_n0",
-            arm.n0.map_or(f64::NAN, |n0| c.context as f64 / n0 as f64),
-        );
-        cycles.u("drafted", c.drafted as u64);
-        cycles.u("accepted", c.accepted as u64);
-        cycles.u("bonus", c.bonus as u64);
-        cycles.f("draft_seconds", c.draft_seconds);
-        cycles.f("verify_seconds", c.verify_seconds);
-    }
+/// `f` of each prompt: the median over that prompt's requests (non-finite values left out; NaN when
+/// none is finite).
+fn per_prompt(prompts: &[Vec<PairedRow>], f: impl Fn(&PairedRow) -> f64) -> Vec<f64> {
+    prompts
+        .iter()
+        .map(|requests| {
+            let values: Vec<f64> = requests.iter().map(&f).filter(|v| v.is_finite()).collect();
+            median(&values)
+        })
+        .collect()
 }
 
 /// The `summary` rows: per cell its whole requests, and for long generation with a drafter one row
 /// per context bin its cycles reach.
-fn summary_rows(experiment: &Experiment, cells: &Cells, greedy: bool) -> Rows {
+fn summary_rows(experiment: &Experiment, cells: &Cells) -> Rows {
     let mut summary = Rows::default();
     for ((drafter, method, workload, context), (samples, n0, setting, target)) in cells {
         let key = CellKey {
@@ -316,25 +227,15 @@ fn summary_rows(experiment: &Experiment, cells: &Cells, greedy: bool) -> Rows {
             context: *context,
             n0: *n0,
         };
-        let whole = |s: &PairedRow| {
-            let emitted = s
-                .row
-                .cycles
-                .iter()
-                .map(|c| c.accepted + c.bonus)
-                .sum::<usize>();
-            (emitted as f64, s.row.cycles.len() as f64)
-        };
         summary_row(
             &mut summary,
             &key,
             samples,
             ("all".into(), 0.0, f64::INFINITY),
-            whole,
-            greedy,
+            |_: &CycleRecord| true,
         );
         if *setting == Setting::LongGeneration && drafter != TARGET_ONLY && *n0 > 0 {
-            push_context_bin_rows(&mut summary, &key, samples, &experiment.bins_n0, greedy);
+            push_context_bin_rows(&mut summary, &key, samples, &experiment.bins_n0);
         }
     }
     summary
@@ -342,17 +243,11 @@ fn summary_rows(experiment: &Experiment, cells: &Cells, greedy: bool) -> Rows {
 
 /// One summary row per context bin (edges `bins_n0`, in multiples of the cell's n0) that some cycle
 /// of the cell's samples drafted in, tau over the cycles in that bin.
-fn push_context_bin_rows(
-    summary: &mut Rows,
-    key: &CellKey,
-    samples: &[PairedRow],
-    bins_n0: &[f64],
-    greedy: bool,
-) {
+fn push_context_bin_rows(summary: &mut Rows, key: &CellKey, samples: &[PairedRow], bins_n0: &[f64]) {
     let n0 = key.n0;
     let mut bins: BTreeMap<u64, Bin> = BTreeMap::new();
     for s in samples {
-        for c in &s.row.cycles {
+        for c in &s.row().cycles {
             let bin = context_bin(c.context, n0, bins_n0);
             // Keyed by the low edge's bits, which order as the (non-negative) edges do.
             bins.entry(bin.1.to_bits()).or_insert(bin);
@@ -360,21 +255,11 @@ fn push_context_bin_rows(
     }
     for bin in bins.into_values() {
         let (lo, hi) = (bin.1, bin.2);
-        let in_bin = move |s: &PairedRow| {
-            let x = |c: &&sharpdraft_decode::CycleRecord| {
-                let at = c.context as f64 / n0 as f64;
-                at >= lo && at < hi
-            };
-            let emitted = s
-                .row
-                .cycles
-                .iter()
-                .filter(x)
-                .map(|c| c.accepted + c.bonus)
-                .sum::<usize>();
-            (emitted as f64, s.row.cycles.iter().filter(x).count() as f64)
+        let in_bin = move |c: &CycleRecord| {
+            let at = c.context as f64 / n0 as f64;
+            at >= lo && at < hi
         };
-        summary_row(summary, key, samples, bin, in_bin, greedy);
+        summary_row(summary, key, samples, bin, in_bin);
     }
 }
 
@@ -389,19 +274,41 @@ struct CellKey<'a> {
     n0: i64,
 }
 
-/// One summary row: the cell's `samples` over `bin`, tau from `emitted_and_cycles` of each sample
-/// (the whole request, or its cycles in the bin). Speed-ups, tokens/s and the time columns describe
-/// whole requests, so a bin row leaves them NaN.
+/// A paired ratio over prompts: its median with the interval, how many prompts were faster (ratio
+/// above 1), and the Wilcoxon signed-rank p of the log ratios (two-sided).
+fn paired_columns(summary: &mut Rows, name: &str, ratios: &[f64]) {
+    let finite: Vec<f64> = ratios.iter().copied().filter(|r| r.is_finite()).collect();
+    push_interval(summary, name, median_interval(&finite));
+    summary.u(
+        &format!("{name}_faster"),
+        finite.iter().filter(|&&r| r > 1.0).count() as u64,
+    );
+    let logs: Vec<f64> = finite.iter().filter(|r| **r > 0.0).map(|r| r.ln()).collect();
+    summary.f(&format!("{name}_p"), wilcoxon_signed_rank(&logs));
+}
+
+/// One summary row: the cell's `samples` over `bin`, tau over the cycles `in_bin` keeps (all of them,
+/// or those in a context bin). Speed-ups, tokens/s and the time columns describe whole requests, so a
+/// bin row leaves them NaN. Intervals and tests go over prompts (each prompt's requests combined).
 fn summary_row(
     summary: &mut Rows,
     key: &CellKey,
     samples: &[PairedRow],
     bin: Bin,
-    emitted_and_cycles: impl Fn(&PairedRow) -> (f64, f64),
-    greedy: bool,
+    in_bin: impl Fn(&CycleRecord) -> bool,
 ) {
     let whole = bin.0 == "all";
-    let counts: Vec<(f64, f64)> = samples.iter().map(&emitted_and_cycles).collect();
+    let prompts = by_prompt(samples);
+    // tau pooled over each prompt's requests: (tokens emitted, cycles) per prompt.
+    let counts: Vec<(f64, f64)> = prompts
+        .iter()
+        .map(|requests| {
+            requests
+                .iter()
+                .flat_map(|s| s.row().cycles.iter().filter(|c| in_bin(c)))
+                .fold((0.0, 0.0), |(e, n), c| (e + (c.accepted + c.bonus) as f64, n + 1.0))
+        })
+        .collect();
     let cycle_count: f64 = counts.iter().map(|c| c.1).sum();
     summary.s("target", key.target);
     summary.s("drafter", key.drafter);
@@ -414,11 +321,16 @@ fn summary_row(
     summary.f("bin_hi_n0", bin.2);
     summary.i("n0", key.n0);
     summary.u("requests", samples.len() as u64);
+    // Prompts that reach the bin (every prompt of the cell for a whole row).
+    summary.u(
+        "prompts",
+        counts.iter().filter(|c| whole || c.1 > 0.0).count() as u64,
+    );
     summary.f(
         "mean_prompt_tokens",
         samples
             .iter()
-            .map(|s| s.row.prompt_tokens as f64)
+            .map(|s| s.row().prompt_tokens as f64)
             .sum::<f64>()
             / samples.len().max(1) as f64,
     );
@@ -438,10 +350,19 @@ fn summary_row(
                 .collect::<Vec<_>>(),
         )
     };
-    summary.interval("tau", tau);
+    push_interval(summary, "tau", tau);
+    // The query-scaling slope the cell's arm drafted with (the same in every request).
+    summary.f(
+        "scaling_slope",
+        samples
+            .iter()
+            .map(|s| s.sample.scaling_slope)
+            .find(|b| b.is_finite())
+            .unwrap_or(f64::NAN),
+    );
     let distinct: Vec<f64> = samples
         .iter()
-        .map(|s| s.row.distinct_4grams())
+        .map(|s| s.sample.distinct_4grams)
         .filter(|d| d.is_finite())
         .collect();
     summary.f(
@@ -452,41 +373,46 @@ fn summary_row(
             distinct.iter().sum::<f64>() / distinct.len() as f64
         },
     );
+    let over_prompts = |f: fn(&PairedRow) -> f64| -> Vec<f64> {
+        if whole {
+            per_prompt(&prompts, f)
+        } else {
+            Vec::new()
+        }
+    };
     let of = |f: fn(&PairedRow) -> f64| -> Interval {
         if whole {
-            median_interval(&samples.iter().map(f).collect::<Vec<_>>())
+            median_interval(&over_prompts(f))
         } else {
             Interval::UNKNOWN
         }
     };
-    summary.interval("speedup", of(|s| s.speedup()));
-    summary.interval("decode_speedup", of(|s| s.decode_speedup()));
-    // The paired comparison with the reference method: the median over requests of the ratio of the
-    // two arms' tokens/s on each request. Two methods whose speed-up intervals overlap (the prompts
-    // differ more than the methods do) can still differ on every request, which this resolves.
-    summary.interval("vs_reference", of(|s| s.vs_reference()));
-    summary.interval("decode_vs_reference", of(|s| s.decode_vs_reference()));
-    // How many requests the method decoded faster than the reference: with few requests a bootstrap
-    // interval is narrow (it cannot be wider than the samples' range), so the report shows the count
-    // beside it (all n of n faster has a sign test's one-sided p of 2^-n).
-    let faster = |f: fn(&PairedRow) -> f64| samples.iter().filter(|s| f(s) > 1.0).count() as u64;
-    summary.u("vs_reference_faster", faster(|s| s.vs_reference()));
-    summary.u(
-        "decode_vs_reference_faster",
-        faster(|s| s.decode_vs_reference()),
+    push_interval(summary, "speedup", of(|s| s.speedup()));
+    push_interval(summary, "decode_speedup", of(|s| s.decode_speedup()));
+    // The paired comparison with the reference method: per prompt the ratio of the two arms' tokens/s
+    // on the same request (the median over its repeats), then the median over prompts. Two methods
+    // whose speed-up intervals overlap (the prompts differ more than the methods do) can still differ
+    // on every prompt, which this resolves; how many prompts were faster and the signed-rank p say how
+    // firmly.
+    paired_columns(summary, "vs_reference", &over_prompts(|s| s.vs_reference()));
+    paired_columns(
+        summary,
+        "decode_vs_reference",
+        &over_prompts(|s| s.decode_vs_reference()),
     );
-    summary.interval("tokens_per_s", of(|s| s.row.tokens_per_second()));
-    summary.interval(
+    push_interval(summary, "tokens_per_s", of(|s| s.row().tokens_per_second()));
+    push_interval(
+        summary,
         "ar_tokens_per_s",
-        of(|s| s.base.map_or(f64::NAN, |b| b.tokens_per_second())),
+        of(|s| s.base.map_or(f64::NAN, |b| b.row.tokens_per_second())),
     );
     let nan_unless = |v: f64| if whole { v } else { f64::NAN };
     // Where a cycle goes: medians over the cell's cycles, against the target alone's milliseconds per
     // decoded token on the same requests (the denominator of `decode_speedup`); whole rows only.
-    let cycle_ms = |f: fn(&sharpdraft_decode::CycleRecord) -> f64| {
+    let cycle_ms = |f: fn(&CycleRecord) -> f64| {
         let ms: Vec<f64> = samples
             .iter()
-            .flat_map(|s| s.row.cycles.iter().map(move |c| 1e3 * f(c)))
+            .flat_map(|s| s.row().cycles.iter().map(move |c| 1e3 * f(c)))
             .collect();
         nan_unless(median(&ms))
     };
@@ -497,20 +423,20 @@ fn summary_row(
     // decode speed-up counts.
     let first_draft_ms: Vec<f64> = samples
         .iter()
-        .filter_map(|s| s.row.cycles.first())
+        .filter_map(|s| s.row().cycles.first())
         .map(|c| 1e3 * c.draft_seconds)
         .collect();
     summary.f("first_draft_ms", nan_unless(median(&first_draft_ms)));
     let target_ms: Vec<f64> = samples
         .iter()
         .filter_map(|s| s.base)
-        .map(|b| 1e3 / b.decode_tokens_per_second())
+        .map(|b| 1e3 / b.row.decode_tokens_per_second())
         .filter(|ms| ms.is_finite())
         .collect();
     summary.f("target_ms_per_token", nan_unless(median(&target_ms)));
     // 1 when every request reproduced the target's greedy output, 0 when any did not, -1 when not
     // comparable.
-    let matches: Vec<i64> = samples.iter().map(|s| s.matches_target(greedy)).collect();
+    let matches: Vec<i64> = samples.iter().map(|s| s.sample.matches_target).collect();
     summary.i(
         "matches_target",
         if matches.contains(&0) {
@@ -523,13 +449,13 @@ fn summary_row(
     );
     summary.f(
         "update_seconds",
-        nan_unless(samples.iter().map(|s| s.row.update_seconds).sum()),
+        nan_unless(samples.iter().map(|s| s.row().update_seconds).sum()),
     );
     summary.u(
         "updates",
-        samples.iter().map(|s| s.row.updates as u64).sum::<u64>(),
+        samples.iter().map(|s| s.row().updates as u64).sum::<u64>(),
     );
-    let max = |f: fn(&RequestRow) -> u64| samples.iter().map(|s| f(s.row)).max().unwrap_or(0);
+    let max = |f: fn(&RequestRow) -> u64| samples.iter().map(|s| f(s.row())).max().unwrap_or(0);
     summary.u("adaptation_bytes", max(|r| r.adaptation_bytes as u64));
     summary.u(
         "drafter_weight_bytes",
@@ -543,49 +469,197 @@ fn summary_row(
         "loaded_requests",
         samples
             .iter()
-            .filter(|s| s.row.other_cpu_share > LOADED_OTHER_SHARE)
+            .filter(|s| s.row().other_cpu_share > LOADED_OTHER_SHARE)
             .count() as u64,
     );
     summary.u(
         "retried_requests",
-        samples.iter().filter(|s| s.row.attempts > 1).count() as u64,
+        samples.iter().filter(|s| s.row().attempts > 1).count() as u64,
     );
     // Units, not requests: each unit's machine state covers all of its requests.
-    let mut units: Vec<&UnitRecord> = samples.iter().map(|s| s.record).collect();
-    units.sort_by_key(|u| &u.unit);
-    units.dedup_by_key(|u| &u.unit);
+    let mut units: Vec<(&Unit, &RequestSample)> =
+        samples.iter().map(|s| (&s.sample.unit, s.sample)).collect();
+    units.sort_by_key(|u| u.0);
+    units.dedup_by_key(|u| u.0);
     summary.u("units", units.len() as u64);
     summary.u(
         "loaded_units",
-        units.iter().filter(|u| u.machine.loaded()).count() as u64,
+        units.iter().filter(|u| u.1.unit_load.loaded).count() as u64,
     );
     summary.f(
         "max_other_cpu_share",
         units
             .iter()
-            .map(|u| u.machine.other_share())
+            .map(|u| u.1.unit_load.other_share)
             .fold(f64::NAN, f64::max),
     );
 }
 
-/// Writes `results.parquet`, `cycles.parquet` and `summary.parquet` of `experiment` into run folder
-/// `dir` from its finished `units`.
+/// Writes `results.parquet`, `cycles.parquet`, `summary.parquet` and `acceptance.parquet` of
+/// `experiment` into folder `dir` from its `samples`.
 pub fn write_tables(
     dir: &Path,
     experiment: &Experiment,
-    units: &[UnitRecord],
+    samples: &[RequestSample],
 ) -> Result<RunTables> {
-    let tables = build(experiment, units);
+    let tables = build_from_samples(experiment, samples);
     // A table without rows has no columns yet (a run of target-only methods has no cycles): it is
     // not written rather than written without a schema.
     for (name, table) in [
-        ("results.parquet", &tables.results),
-        ("cycles.parquet", &tables.cycles),
-        ("summary.parquet", &tables.summary),
+        (RESULTS, &tables.results),
+        (CYCLES, &tables.cycles),
+        (SUMMARY, &tables.summary),
+        (ACCEPTANCE, &tables.acceptance),
     ] {
         if !table.columns.is_empty() {
             table.write_parquet(&dir.join(name))?;
         }
     }
     Ok(tables)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::grid::Arm;
+    use crate::experiment::records::Provenance;
+    use crate::experiment::report::{headline, summary_rows};
+    use crate::experiment::samples::UnitLoad;
+
+    /// The target alone, an unmodified drafter and a fixed-slope one, 2 prompts, 3 repeats.
+    fn experiment(dir: &Path) -> Experiment {
+        let path = dir.join("e.yaml");
+        std::fs::write(
+            &path,
+            "name: t\ntarget: smollm2-135m-instruct\nrepeats: 3\n\
+             drafters:\n  - {name: self, spec: {method: vanilla, checkpoint: smollm2-135m-instruct}}\n\
+             methods:\n  - {name: ar, target_only: true}\n  - {name: unmodified}\n  - {name: fixed, scaling: {mode: fixed, beta: 0.2, n0: 4}}\n\
+             workloads:\n  - {name: w, setting: long_prompt, prompts: {jsonl: {path: p.jsonl, field: q}}, count: 2, max_new_tokens: 8, contexts: [0]}\n",
+        )
+        .unwrap();
+        Experiment::load(&path).unwrap()
+    }
+
+    /// One request: `cycles` cycles each accepting `accepted` of 3 drafts, `seconds` in all.
+    fn sample(method: &str, repeat: usize, prompt: usize, accepted: usize, seconds: f64) -> RequestSample {
+        let drafting = method != "ar";
+        let cycles = if drafting {
+            vec![
+                CycleRecord {
+                    context: 20,
+                    drafted: 3,
+                    accepted,
+                    accepted_per_position: (0..3).map(|d| u8::from(d < accepted)).collect(),
+                    bonus: 1,
+                    draft_seconds: 0.01,
+                    verify_seconds: 0.02,
+                };
+                4
+            ]
+        } else {
+            Vec::new()
+        };
+        RequestSample {
+            unit: Unit {
+                workload: "w".into(),
+                context: 0,
+                seed: 0,
+                repeat,
+            },
+            arm: Arm {
+                drafter: drafting.then(|| "self".to_string()),
+                method: method.into(),
+            },
+            setting: Setting::LongPrompt,
+            target: "smollm2-135m-instruct".into(),
+            n0: drafting.then_some(4),
+            scaling_slope: f64::NAN,
+            row: RequestRow {
+                prompt,
+                prompt_tokens: 20,
+                generated: 8,
+                prefill_seconds: 0.1,
+                total_seconds: seconds,
+                slot: 0,
+                other_cpu_share: 0.0,
+                attempts: 1,
+                update_seconds: 0.0,
+                updates: 0,
+                drafter_weight_bytes: 0,
+                drafter_cache_bytes: 0,
+                target_cache_bytes: 0,
+                adaptation_bytes: 0,
+                peak_rss_bytes: 0,
+                cycles,
+                output_ids: Vec::new(),
+            },
+            distinct_4grams: f64::NAN,
+            matches_target: 1,
+            unit_load: UnitLoad {
+                load_average: 0.0,
+                other_share: 0.0,
+                lost_share: 0.0,
+                loaded: false,
+            },
+            provenance: Provenance {
+                config_hash: String::new(),
+                git_revision: String::new(),
+                machine: String::new(),
+                device: "cpu".into(),
+                dtype: "f32".into(),
+                sharpdraft_version: String::new(),
+                started_unix: 0,
+            },
+        }
+    }
+
+    /// Prompt 0 accepts every draft, prompt 1 none; the repeats of a prompt emit the same tokens
+    /// (greedy) and differ only in time; the fixed slopes are faster on both prompts.
+    fn two_prompts_three_repeats() -> Vec<RequestSample> {
+        let mut out = Vec::new();
+        for repeat in 0..3 {
+            let jitter = 0.01 * repeat as f64;
+            for (prompt, accepted) in [(0, 3), (1, 0)] {
+                out.push(sample("ar", repeat, prompt, 0, 1.0 + jitter));
+                out.push(sample("unmodified", repeat, prompt, accepted, 0.8 + jitter));
+                out.push(sample("fixed", repeat, prompt, accepted, 0.7 + jitter));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_repeats_of_a_prompt_are_one_sample_and_the_interval_is_the_one_two_prompts_give() {
+        let dir = tempfile::tempdir().unwrap();
+        let experiment = experiment(dir.path());
+        let samples = two_prompts_three_repeats();
+        let tables = build_from_samples(&experiment, &samples);
+        let rows = summary_rows(&tables.summary, &experiment).unwrap();
+        let unmodified = rows.iter().find(|r| r.method == "unmodified").unwrap();
+        assert_eq!((unmodified.prompts, unmodified.requests), (2, 6));
+        // Two prompts: tau 4 (all 3 drafts + the bonus) and 1; pooled over the prompts' 12 cycles each.
+        let two_prompts = ratio_interval(&[(48.0, 12.0), (12.0, 12.0)]);
+        assert_eq!(unmodified.tau, two_prompts);
+        assert_eq!((two_prompts.lo, two_prompts.hi), (1.0, 4.0));
+        // Resampling the six requests as if independent claims a narrower interval.
+        let six_requests: Vec<(f64, f64)> =
+            (0..3).flat_map(|_| [(16.0, 4.0), (4.0, 4.0)]).collect();
+        assert_ne!(ratio_interval(&six_requests), unmodified.tau);
+    }
+
+    #[test]
+    fn two_prompts_faster_on_every_repeat_give_no_verdict() {
+        let dir = tempfile::tempdir().unwrap();
+        let experiment = experiment(dir.path());
+        let tables = build_from_samples(&experiment, &two_prompts_three_repeats());
+        let rows = summary_rows(&tables.summary, &experiment).unwrap();
+        let fixed = rows.iter().find(|r| r.method == "fixed").unwrap();
+        assert!(fixed.vs_reference.lo > 1.0, "{:?}", fixed.vs_reference);
+        assert_eq!(fixed.vs_reference_faster, 2);
+        assert!((fixed.vs_reference_p - 0.5).abs() < 1e-12);
+        let table = headline(&rows, &experiment, None);
+        let line = table.lines().find(|l| l.contains("| fixed |")).unwrap();
+        assert!(line.contains("n < 10 (2/2 faster, p 0.500)"), "{line}");
+        assert!(!line.contains("higher"), "{line}");
+    }
 }

@@ -10,7 +10,8 @@
 
 use super::config::Experiment;
 use super::intervals::percentile;
-use super::records::UnitRecord;
+use super::grid::Unit;
+use super::samples::RequestSample;
 use sharpdraft_decode::CycleRecord;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,23 +32,24 @@ const MIN_RATIOS: usize = 10;
 /// The run's spread over every unit, request and drafter with two or more arms that verified full
 /// blocks; `None` when fewer than [`MIN_RATIOS`] ratios qualify. Retrieval arms are left out: their
 /// verification also reads the target's attention as it runs, work the other arms do not do.
-pub fn verify_spread(experiment: &Experiment, units: &[UnitRecord]) -> Option<VerifySpread> {
+pub fn verify_spread(experiment: &Experiment, samples: &[RequestSample]) -> Option<VerifySpread> {
     let reads_target_attention: BTreeSet<&str> = experiment
         .methods
         .iter()
         .filter(|m| m.retrieval.is_some())
         .map(|m| m.name.as_str())
         .collect();
-    let mut ratios = Vec::new();
-    for unit in units {
-        let requests = unit.arms.iter().flat_map(|a| {
-            a.requests.iter().map(|r| ArmRequest {
-                drafter: a.arm.drafter.as_deref(),
-                method: &a.arm.method,
-                prompt: r.prompt,
-                cycles: &r.cycles,
-            })
+    let mut by_unit: BTreeMap<&Unit, Vec<ArmRequest>> = BTreeMap::new();
+    for s in samples {
+        by_unit.entry(&s.unit).or_default().push(ArmRequest {
+            drafter: s.arm.drafter.as_deref(),
+            method: &s.arm.method,
+            prompt: s.row.prompt,
+            cycles: &s.row.cycles,
         });
+    }
+    let mut ratios = Vec::new();
+    for requests in by_unit.into_values() {
         ratios.extend(pair_ratios(requests, &reads_target_attention));
     }
     spread(ratios)

@@ -1,0 +1,122 @@
+//! Acceptance by draft position and context: how often position k of a proposal is accepted once
+//! positions 1..k-1 were, per drafter x method x workload and context bin (multiples of the drafter's
+//! n0, the cycle's own context).
+//!
+//! Two effects lower tau as the context grows, and this table tells them apart. Softmax dilution,
+//! which query scaling corrects, weakens every draft at a long context: whole rows of the table fall
+//! as the bin grows, at every position alike. Depth drift (a draft chain conditioned on its own
+//! earlier guesses strays from the target's hidden states) lowers the later positions at every
+//! context: each row falls from left to right, at short contexts as at long ones.
+
+use super::config::Experiment;
+use super::samples::RequestSample;
+use super::tables::context_bin;
+use crate::table::{Rows, Table};
+use std::collections::BTreeMap;
+
+/// One cell of the table: position `position` (1-based) in context bin `bin` of one arm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PositionRate {
+    pub workload: String,
+    pub drafter: String,
+    pub method: String,
+    pub bin: String,
+    pub bin_lo_n0: f64,
+    pub bin_hi_n0: f64,
+    pub position: usize,
+    /// Cycles whose proposal reached this position with every earlier position accepted.
+    pub reached: u64,
+    /// Of those, the cycles that accepted this position too.
+    pub accepted: u64,
+}
+
+impl PositionRate {
+    /// P(position k accepted | positions 1..k-1 accepted); NaN when no cycle reached it.
+    pub fn rate(&self) -> f64 {
+        if self.reached == 0 {
+            f64::NAN
+        } else {
+            self.accepted as f64 / self.reached as f64
+        }
+    }
+}
+
+/// Every arm's conditional acceptance per context bin and position, in workload, drafter, method,
+/// bin and position order. The target alone drafts nothing, and an arm without a recorded n0 has no
+/// bins: both are left out.
+pub fn rates(experiment: &Experiment, samples: &[RequestSample]) -> Vec<PositionRate> {
+    // (workload, drafter, method, bin's low edge bits, position) -> (bin, reached, accepted)
+    type Key = (String, String, String, u64, usize);
+    let mut counts: BTreeMap<Key, (super::tables::Bin, u64, u64)> = BTreeMap::new();
+    for s in samples {
+        let (Some(drafter), Some(n0)) = (&s.arm.drafter, s.n0) else {
+            continue;
+        };
+        for c in &s.row.cycles {
+            let bin = context_bin(c.context, n0, &experiment.bins_n0);
+            let depth = c.accepted_per_position.len();
+            // Positions 1..=accepted+1 were reached (all earlier ones accepted), up to the depth.
+            for position in 1..=depth.min(c.accepted + 1) {
+                let entry = counts
+                    .entry((
+                        s.unit.workload.clone(),
+                        drafter.clone(),
+                        s.arm.method.clone(),
+                        bin.1.to_bits(),
+                        position,
+                    ))
+                    .or_insert_with(|| (bin.clone(), 0, 0));
+                entry.1 += 1;
+                entry.2 += u64::from(position <= c.accepted);
+            }
+        }
+    }
+    let order = |names: Vec<&str>, name: &str| names.iter().position(|n| *n == name);
+    let mut out: Vec<PositionRate> = counts
+        .into_iter()
+        .map(|((workload, drafter, method, _, position), (bin, reached, accepted))| PositionRate {
+            workload,
+            drafter,
+            method,
+            bin: bin.0,
+            bin_lo_n0: bin.1,
+            bin_hi_n0: bin.2,
+            position,
+            reached,
+            accepted,
+        })
+        .collect();
+    // The experiment's order of workloads, drafters and methods, then bins and positions.
+    out.sort_by(|a, b| {
+        let key = |r: &PositionRate| {
+            (
+                order(experiment.workloads.iter().map(|w| w.name.as_str()).collect(), &r.workload),
+                order(experiment.drafters.iter().map(|d| d.name.as_str()).collect(), &r.drafter),
+                order(experiment.methods.iter().map(|m| m.name.as_str()).collect(), &r.method),
+            )
+        };
+        key(a)
+            .cmp(&key(b))
+            .then(a.bin_lo_n0.total_cmp(&b.bin_lo_n0))
+            .then(a.position.cmp(&b.position))
+    });
+    out
+}
+
+/// `acceptance.parquet`: one row per [`PositionRate`], with its rate.
+pub fn table(experiment: &Experiment, samples: &[RequestSample]) -> Table {
+    let mut rows = Rows::default();
+    for r in rates(experiment, samples) {
+        rows.s("workload", r.workload.as_str());
+        rows.s("drafter", r.drafter.as_str());
+        rows.s("method", r.method.as_str());
+        rows.s("bin", r.bin.as_str());
+        rows.f("bin_lo_n0", r.bin_lo_n0);
+        rows.f("bin_hi_n0", r.bin_hi_n0);
+        rows.u("position", r.position as u64);
+        rows.u("reached", r.reached);
+        rows.u("accepted", r.accepted);
+        rows.f("rate", r.rate());
+    }
+    rows.table()
+}

@@ -1,0 +1,154 @@
+//! A run's tables, report and charts, written from its requests ([`super::samples`]):
+//! - into its run folder, after `run` and `merge` and by `sharpdraft report RUN` ([`publish`],
+//!   [`republish`]);
+//! - into a new folder by `sharpdraft report SOURCE --out OUT` ([`report_into`]), where SOURCE is a
+//!   run folder or a results folder that keeps only `experiment.json`, `results.parquet` and
+//!   `cycles.parquet` (as `experiments/results/*` do): the summary and report are computed again with
+//!   this version's statistics, so a committed result never waits for its run folder.
+
+use super::acceptance;
+use super::config::Experiment;
+use super::folder_lock::FolderLock;
+use super::grid::Unit;
+use super::partial_unit::PartialUnit;
+use super::records::UnitRecord;
+use super::report::{self, ReportInputs, SummaryRow};
+use super::run_folder::{experiment_record, recorded_experiment, EXPERIMENT_RECORD, RUN_KIND, UNITS};
+use super::samples::{self, RequestSample};
+use super::tables::{self, CYCLES, RESULTS};
+use super::timing_noise::{self, VerifySpread};
+use crate::error::{bail, ensure, Context, Result};
+use crate::table::Table;
+use sharpdraft_model::store::output_folder::{self, Marker, Staging};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// The marker kind of a folder `report --out` wrote.
+pub const REPORT_KIND: &str = "report";
+
+/// What a published run says: the summary's rows in the experiment's order, and the run's timing
+/// noise (none under 10 ratios).
+#[derive(Debug)]
+pub struct Published {
+    pub summary: Vec<SummaryRow>,
+    pub noise: Option<VerifySpread>,
+}
+
+/// Writes the tables and the report of `experiment` into run folder `dir` from its finished `units`,
+/// with the requests its unfinished units have.
+pub fn publish(dir: &Path, experiment: &Experiment, units: &[UnitRecord]) -> Result<Published> {
+    let samples = samples::from_units(experiment, units);
+    let finished: Vec<&Unit> = units.iter().map(|r| &r.unit).collect();
+    let unfinished = PartialUnit::read_unfinished(&dir.join(UNITS), experiment, &finished);
+    write_all(dir, experiment, &samples, &finished, &unfinished)
+}
+
+/// The tables, the report and its charts of `samples` into `dir`.
+fn write_all(
+    dir: &Path,
+    experiment: &Experiment,
+    samples: &[RequestSample],
+    finished: &[&Unit],
+    unfinished: &[PartialUnit],
+) -> Result<Published> {
+    let tables = tables::write_tables(dir, experiment, samples)?;
+    let summary = report::summary_rows(&tables.summary, experiment)?;
+    let noise = timing_noise::verify_spread(experiment, samples);
+    let acceptance = acceptance::rates(experiment, samples);
+    report::write(
+        dir,
+        experiment,
+        &ReportInputs {
+            rows: &summary,
+            noise: noise.as_ref(),
+            acceptance: &acceptance,
+            finished,
+            unfinished,
+        },
+    )?;
+    Ok(Published { summary, noise })
+}
+
+/// `sharpdraft report RUN`: the tables and report of run folder `dir` rebuilt in place from its
+/// finished units.
+pub fn republish(dir: &Path) -> Result<Published> {
+    let _lock = FolderLock::acquire(dir, "report")?;
+    let experiment = recorded_experiment(dir)?;
+    ensure!(
+        Marker::read(dir)?.is_some_and(|m| m.proven(dir)),
+        "{}: its marker does not prove sharpdraft wrote this folder (copied, written by hand, or by an older version): refusing to rewrite its tables and report; `sharpdraft report {} --out NEW` rebuilds them in a new folder",
+        dir.display(),
+        dir.display()
+    );
+    let records = UnitRecord::read_belonging(&dir.join(UNITS), &experiment)?;
+    publish(dir, &experiment, &records)
+}
+
+/// The experiment and requests of `source`: a run folder's finished units, or a results folder's
+/// `results.parquet` and `cycles.parquet` (checked to be of the experiment its `experiment.json`
+/// records).
+fn read_source(source: &Path) -> Result<(Experiment, Vec<RequestSample>)> {
+    let is_run = Marker::read(source)?.is_some_and(|m| m.kind == RUN_KIND);
+    if is_run {
+        let experiment = recorded_experiment(source)?;
+        let records = UnitRecord::read_belonging(&source.join(UNITS), &experiment)?;
+        let samples = samples::from_units(&experiment, &records);
+        return Ok((experiment, samples));
+    }
+    let record = source.join(EXPERIMENT_RECORD);
+    let results_path = source.join(RESULTS);
+    if !(record.is_file() && results_path.is_file()) {
+        bail!(
+            "{}: neither a run folder (its marker names `sharpdraft run`) nor a results folder ({EXPERIMENT_RECORD} and {RESULTS} beside each other)",
+            source.display()
+        );
+    }
+    let experiment = experiment_record(&record)?;
+    let results = Table::read_parquet(&results_path)?;
+    let cycles_path = source.join(CYCLES);
+    let cycles = match cycles_path.is_file() {
+        true => Some(Table::read_parquet(&cycles_path)?),
+        false => None,
+    };
+    let samples = samples::read(
+        &results,
+        cycles.as_ref(),
+        &results_path.display().to_string(),
+        &cycles_path.display().to_string(),
+    )?;
+    if let Some(other) = samples
+        .iter()
+        .find(|s| s.provenance.config_hash != experiment.hash())
+    {
+        bail!(
+            "{}: a row of config hash {}, not {}'s {}: the tables and the experiment record are of different runs",
+            results_path.display(),
+            other.provenance.config_hash,
+            record.display(),
+            experiment.hash()
+        );
+    }
+    Ok((experiment, samples))
+}
+
+/// `sharpdraft report SOURCE --out OUT`: the experiment record, the four tables, the report and its
+/// charts of `source` (a run folder or a results folder) written whole into `out`, a new folder or
+/// one an earlier `report --out` wrote (replaced whole once the new one is complete).
+pub fn report_into(source: &Path, out: &Path) -> Result<Published> {
+    let _lock = match Marker::read(source)?.is_some_and(|m| m.kind == RUN_KIND) {
+        true => Some(FolderLock::acquire(source, "report")?),
+        false => None,
+    };
+    let (experiment, samples) = read_source(source)?;
+    output_folder::claim(out, REPORT_KIND, &[source])?;
+    let staging = Staging::new(out)?;
+    let record = source.join(EXPERIMENT_RECORD);
+    std::fs::copy(&record, staging.path().join(EXPERIMENT_RECORD))
+        .with_context(|| format!("copying {}", record.display()))?;
+    let finished: BTreeSet<&Unit> = samples.iter().map(|s| &s.unit).collect();
+    let finished: Vec<&Unit> = finished.into_iter().collect();
+    let published = write_all(staging.path(), &experiment, &samples, &finished, &[])?;
+    let mut marker = Marker::new(REPORT_KIND, true, experiment.name.clone());
+    staging.commit(&mut marker, true)?;
+    Ok(published)
+}
