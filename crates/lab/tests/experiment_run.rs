@@ -783,6 +783,7 @@ fn the_literature_constants_and_a_beta_sweep_run_and_the_report_draws_tau_agains
         "{report}"
     );
     assert!(out.join("slope_sensitivity.png").is_file());
+    assert!(out.join("slope_decode_speedup.png").is_file());
     // Acceptance by draft position (chains of 3) and context bin, as a table and a heat map.
     let acceptance = report
         .split("## Acceptance by draft position and context")

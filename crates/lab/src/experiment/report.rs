@@ -1,8 +1,9 @@
-//! `sharpdraft report RUN_DIR`: `report.md` with the headline table (tau, speedup over the target
-//! alone, update seconds, memory per drafter x method x workload x context), where a cycle's time
-//! goes, tau per context bin along long generations, and PNG charts: tau against context per drafter
-//! and method, speedup bars and memory bars. Built from the summary table alone, so `sharpdraft
-//! report` rebuilds it at any time.
+//! `report.md`: the headline table (tau, speedup over the target alone, the paired verdict against the
+//! unmodified drafter, update seconds, memory per drafter x method x workload x context), where a
+//! cycle's time goes with the run's timing noise, tau per context bin along long generations,
+//! acceptance by draft position x context, tau against the scaling slope, and PNG charts. Built from
+//! the summary table, the acceptance rates and the timing noise ([`super::publish`]), which come from
+//! the run's requests, so `sharpdraft report` rebuilds it at any time.
 
 use super::config::Experiment;
 use super::grid::{units, Unit, TARGET_ONLY};
@@ -40,16 +41,15 @@ pub struct SummaryRow {
     pub tau: Interval,
     /// Mean share of distinct 4-grams in the outputs (low: the outputs loop).
     pub distinct_4grams: f64,
-    /// Median over requests of tokens/s against the target alone on the same request.
+    /// Median over prompts of tokens/s against the target alone on the same request.
     pub speedup: Interval,
     /// The same for the decode alone (prefill left out).
     pub decode_speedup: Interval,
-    /// Median over requests of tokens/s against the same drafter under the reference method (the
-    /// experiment's first drafting method) on the same request, end to end and decode alone; unknown
-    /// in summaries written before these columns existed.
+    /// Median over prompts of tokens/s against the same drafter under the reference method (the
+    /// experiment's first drafting method) on the same request, end to end and decode alone.
     pub vs_reference: Interval,
     pub decode_vs_reference: Interval,
-    /// Requests on which the method was faster than the reference, end to end and decode alone.
+    /// Prompts on which the method was faster than the reference, end to end and decode alone.
     pub vs_reference_faster: i64,
     pub decode_vs_reference_faster: i64,
     /// Wilcoxon signed-rank p (two-sided) of the paired log ratios over prompts; NaN unknown.
@@ -73,8 +73,7 @@ pub struct SummaryRow {
     /// the target's verification (its pass, the verdict, committing); NaN without cycles.
     pub draft_ms: f64,
     pub verify_ms: f64,
-    /// Median over requests of the first cycle's drafting (a prompt's catch-up); NaN in summaries
-    /// written before the column.
+    /// Median over requests of the first cycle's drafting (a prompt's catch-up).
     pub first_draft_ms: f64,
     /// The target alone's decode milliseconds per token on the same requests (median over them).
     pub target_ms_per_token: f64,
@@ -666,8 +665,9 @@ fn slope_table(rows: &[SummaryRow]) -> Option<String> {
         "Each arm at the slope beta its scaling drafts with: 0 for the unmodified drafter, the constant \
          of a beta sweep, the mean over heads of a calibrated schedule, and for the literature's fixed \
          rules their nominal slope (logn 1 / ln n0; YaRN 0.2, the slope of (1 + 0.1 ln(n / n0))^2 at n0; \
-         Llama 4 0.1, its step function's envelope). The chart `slope_sensitivity.png` draws tau against \
-         beta per context, the calibrated schedule marked apart.\n\n\
+         Llama 4 0.1, its step function's envelope). The charts `slope_sensitivity.png` and \
+         `slope_decode_speedup.png` draw tau and the decode speed-up against beta per context, the \
+         calibrated schedule marked apart.\n\n\
          | workload | drafter | context | method | beta | prompts | tau | decode speedup |\n\
          |---|---|---|---|---|---|---|---|\n",
     );
@@ -898,19 +898,35 @@ fn charts(
         )?;
         written.push("memory.png".to_string());
     }
-    if let Some(panels) = slope_panels(experiment, rows) {
-        panel_chart(
-            &dir.join("slope_sensitivity.png"),
-            &Chart {
-                title: "tau against the scaling slope beta, per context (95% intervals)",
-                x_label: "beta (0: the unmodified drafter)",
-                y_label: "tau (tokens per target pass)",
-                log_x: false,
-                reference_y: None,
-            },
-            &panels,
-        )?;
-        written.push("slope_sensitivity.png".to_string());
+    let slope_charts: [(&str, &str, &str, fn(&SummaryRow) -> Interval); 2] = [
+        (
+            "slope_sensitivity.png",
+            "tau against the scaling slope beta, per context (95% intervals)",
+            "tau (tokens per target pass)",
+            |r| r.tau,
+        ),
+        (
+            "slope_decode_speedup.png",
+            "decode speed-up against the scaling slope beta, per context (95% intervals)",
+            "decode tokens/s ratio over the target alone",
+            |r| r.decode_speedup,
+        ),
+    ];
+    for (file, title, y_label, value) in slope_charts {
+        if let Some(panels) = slope_panels(experiment, rows, value) {
+            panel_chart(
+                &dir.join(file),
+                &Chart {
+                    title,
+                    x_label: "beta (0: the unmodified drafter)",
+                    y_label,
+                    log_x: false,
+                    reference_y: None,
+                },
+                &panels,
+            )?;
+            written.push(file.to_string());
+        }
     }
     let heat = acceptance_panels(acceptance);
     if !heat.is_empty() {
@@ -951,10 +967,14 @@ fn slope_role(method: &super::config::MethodEntry) -> SlopeRole {
     }
 }
 
-/// The slope chart's panels (one per workload and drafter): a line per context through the
-/// constant-beta arms, and the calibrated schedule's points as a series of their own; `None` where
-/// no panel has three constant slopes (no sweep was run).
-fn slope_panels(experiment: &Experiment, rows: &[SummaryRow]) -> Option<Vec<Panel>> {
+/// The panels of a slope chart of `value` (tau, or the decode speed-up), one per workload and
+/// drafter: a line per context through the constant-beta arms, and the calibrated schedule's points as
+/// a series of their own; `None` where no panel has three constant slopes (no sweep was run).
+fn slope_panels(
+    experiment: &Experiment,
+    rows: &[SummaryRow],
+    value: fn(&SummaryRow) -> Interval,
+) -> Option<Vec<Panel>> {
     let role = |name: &str| {
         experiment
             .methods
@@ -983,7 +1003,7 @@ fn slope_panels(experiment: &Experiment, rows: &[SummaryRow]) -> Option<Vec<Pane
         lines
             .entry((format!("{} {}", r.workload, r.drafter), format!("{colour:04}")))
             .or_insert_with(|| Series::new(name, colour))
-            .push(r.scaling_slope, r.tau.estimate, (r.tau.lo, r.tau.hi));
+            .push(r.scaling_slope, value(r).estimate, (value(r).lo, value(r).hi));
     }
     let swept = lines.values().any(|s| {
         let mut betas: Vec<f64> = s.points.iter().map(|p| p.0).collect();
