@@ -114,8 +114,8 @@ fn a_run_killed_mid_grid_resumes_with_every_finished_unit_intact_and_no_duplicat
     }
     let stdout = String::from_utf8_lossy(&resumed.stdout);
     assert!(
-        stdout.contains("| w | 0 | self | unmodified | 6 |"),
-        "one headline row over 3 seeds x 2 prompts: {stdout}"
+        stdout.contains("| w | 0 | self | unmodified | 2 (6) |"),
+        "one headline row over 3 seeds x 2 prompts, the prompts its unit of evidence: {stdout}"
     );
     assert!(stdout.contains("report.md"), "{stdout}");
 }

@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal};
 use sharpdraft_model::cpu::few_rows;
-use sharpdraft_model::generate::prefill_with_taps;
+use sharpdraft_model::generate::PromptPrefill;
 use sharpdraft_model::{
     AttentionMask, AttentionObserver, AttentionView, ForwardInput, KvCache, LogitRows, Sampler,
     Sampling, Tap, Transformer,
@@ -68,6 +68,11 @@ pub struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
+    /// The cache a session needs: the prompt, every new token, the largest proposal, the root.
+    fn capacity(prompt: usize, config: &SpecConfig) -> i64 {
+        prompt as i64 + config.max_new_tokens as i64 + config.max_proposal as i64 + 2
+    }
+
     /// Runs the target over the prompt, draws the first token and prefills the drafter.
     pub fn prefill(
         target: &'a Transformer,
@@ -82,16 +87,31 @@ impl<'a> Session<'a> {
             .config
             .ensure_positions(prompt.len(), config.max_new_tokens)?;
         let taps = drafter.target_taps();
-        let mut cache = target.new_cache(
-            prompt.len() as i64 + config.max_new_tokens as i64 + config.max_proposal as i64 + 2,
-        );
+        let prefilled =
+            PromptPrefill::run(target, prompt, &taps, Self::capacity(prompt.len(), config))?;
+        let hidden = prefilled.hidden(&taps)?;
+        let logits = prefilled.last_logits().shallow_clone();
+        Self::start(target, drafter, prompt, config, prefilled.into_cache(), &logits, hidden)
+    }
+
+    /// After the target's prefill (`cache` and the last row's `last_logits`): draws the first token and
+    /// prefills the drafter with the prompt's `prompt_hidden` at its taps.
+    fn start(
+        target: &'a Transformer,
+        drafter: &mut dyn Drafter,
+        prompt: &[i64],
+        config: &'a SpecConfig,
+        cache: KvCache,
+        last_logits: &Tensor,
+        prompt_hidden: Option<Tensor>,
+    ) -> Result<Self> {
+        let taps = drafter.target_taps();
         let mut verifier_rng = StdRng::seed_from_u64(config.sampling.seed);
         let drafter_sampler = Sampler::new(Sampling {
             seed: config.sampling.seed ^ DRAFTER_SEED_SALT,
             ..config.sampling
         });
-        let (last_logits, prompt_hidden) = prefill_with_taps(target, prompt, &mut cache, &taps)?;
-        let first = pick(&last_logits, &config.sampling, &mut verifier_rng);
+        let first = pick(last_logits, &config.sampling, &mut verifier_rng);
         let mut committed = prompt.to_vec();
         committed.push(first);
         let greedy = config.sampling.is_greedy();
@@ -289,8 +309,56 @@ pub fn speculative_generate(
 ) -> Result<SpecReport> {
     let _guard = tch::no_grad_guard();
     let started = Instant::now();
-    let mut session = Session::prefill(target, drafter, prompt, config)?;
+    let session = Session::prefill(target, drafter, prompt, config)?;
     let prefill_seconds = started.elapsed().as_secs_f64();
+    decode_session(session, drafter, started, prefill_seconds, 0.0)
+}
+
+/// [`speculative_generate`] from the target's prefill of the prompt made once for every arm of a
+/// request ([`PromptPrefill`]). The report's times count that prefill's measured seconds, as if this
+/// arm had run it, and leave out copying its cache: the arm's prefill is the shared one's seconds plus
+/// the drafter's own prefill, its total that plus the decode.
+pub fn speculative_generate_from(
+    target: &Transformer,
+    drafter: &mut dyn Drafter,
+    prefilled: &PromptPrefill,
+    config: &SpecConfig,
+) -> Result<SpecReport> {
+    let _guard = tch::no_grad_guard();
+    let prompt = prefilled.prompt();
+    target
+        .config
+        .ensure_positions(prompt.len(), config.max_new_tokens)?;
+    let cache = prefilled.cache_copy(Session::capacity(prompt.len(), config))?;
+    // Timed from here: the copy above is what sharing costs, not what decoding this arm costs.
+    let started = Instant::now();
+    let taps = drafter.target_taps();
+    let hidden = prefilled.hidden(&taps)?;
+    let session = Session::start(
+        target,
+        drafter,
+        prompt,
+        config,
+        cache,
+        prefilled.last_logits(),
+        hidden,
+    )?;
+    let prefill_seconds = prefilled.seconds() + started.elapsed().as_secs_f64();
+    decode_session(session, drafter, started, prefill_seconds, prefilled.seconds())
+}
+
+/// Cycles `session` to its end and reports it; `started` is when this arm's own work began, and
+/// `shared_seconds` the seconds of work done for it before then (a shared prefill), counted in its
+/// total.
+fn decode_session(
+    mut session: Session<'_>,
+    drafter: &mut dyn Drafter,
+    started: Instant,
+    prefill_seconds: f64,
+    shared_seconds: f64,
+) -> Result<SpecReport> {
+    let target = session.target;
+    let prompt = session.committed[..session.prompt_len].to_vec();
     // Each proposal streams the drafter's weights through the cache between two verifications, so the
     // loop and the target's passes in it weigh them beside the target's own, as each proposal weighs
     // the target's (Session::cycle).
@@ -305,10 +373,10 @@ pub fn speculative_generate(
     })?;
     let drafter_stats = drafter.stats();
     Ok(SpecReport {
-        prompt_ids: prompt.to_vec(),
+        prompt_ids: prompt,
         ids: session.generated().to_vec(),
         prefill_seconds,
-        total_seconds: started.elapsed().as_secs_f64(),
+        total_seconds: shared_seconds + started.elapsed().as_secs_f64(),
         target_forward_seconds: session.target_forward_seconds,
         drafter_forward_seconds: drafter_stats.forward_seconds,
         target_cache_bytes: session.cache.bytes_allocated(),

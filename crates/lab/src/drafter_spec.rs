@@ -19,7 +19,8 @@
 use crate::error::{ensure, Context, LabError, Result};
 use crate::scaling::ScalingSpec;
 use serde::{Deserialize, Serialize};
-use sharpdraft_decode::{speculative_generate, SpecConfig, SpecReport};
+use sharpdraft_decode::{speculative_generate, speculative_generate_from, SpecConfig, SpecReport};
+use sharpdraft_model::generate::PromptPrefill;
 use sharpdraft_draft::adaptation::{
     AdaptConfig, Adaptable, AdaptingDrafter, OnlineObjective, UpdateUnit,
 };
@@ -441,6 +442,27 @@ impl<'t> RequestDecoder<'t> {
         stop: Option<&[i64]>,
         sampling: Sampling,
     ) -> Result<DecodedRequest> {
+        self.decode_after(ids, None, stop, sampling)
+    }
+
+    /// [`Self::decode`] from the target's prefill of the prompt made once for every arm of a request:
+    /// the report counts that prefill's seconds as this arm's ([`speculative_generate_from`]).
+    pub fn decode_prefilled(
+        &mut self,
+        prefilled: &PromptPrefill,
+        stop: Option<&[i64]>,
+        sampling: Sampling,
+    ) -> Result<DecodedRequest> {
+        self.decode_after(prefilled.prompt(), Some(prefilled), stop, sampling)
+    }
+
+    fn decode_after(
+        &mut self,
+        ids: &[i64],
+        prefilled: Option<&PromptPrefill>,
+        stop: Option<&[i64]>,
+        sampling: Sampling,
+    ) -> Result<DecodedRequest> {
         let adapts_across_requests = self.keeps_state_across_requests();
         let mut own = None;
         let (built, config) = if adapts_across_requests {
@@ -475,7 +497,15 @@ impl<'t> RequestDecoder<'t> {
             .stats()
             .adaptation
             .map_or((0, 0.0), |a| (a.updates, a.update_seconds));
-        let report = speculative_generate(&self.target.net, built.drafter.as_mut(), ids, config)?;
+        let report = match prefilled {
+            Some(prefilled) => speculative_generate_from(
+                &self.target.net,
+                built.drafter.as_mut(),
+                prefilled,
+                config,
+            )?,
+            None => speculative_generate(&self.target.net, built.drafter.as_mut(), ids, config)?,
+        };
         let (updates, update_seconds) = report.adaptation.as_ref().map_or((0, 0.0), |a| {
             (a.updates - before.0, a.update_seconds - before.1)
         });

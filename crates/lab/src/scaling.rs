@@ -44,6 +44,8 @@ impl ScalingKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ScalingSpec {
+    /// `off` when absent (a beta sweep's `scaling:` gives only n0).
+    #[serde(default)]
     pub mode: ScalingKind,
     /// Schedule YAML (as `sharpdraft calibrate` writes it) for `fixed` and `exact`: a path, or the name
     /// of a calibration (`smollm2-dflash` = `$SHARPDRAFT_HOME/calibrations/smollm2-dflash/schedule.yaml`).

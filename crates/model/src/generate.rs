@@ -1,6 +1,7 @@
 //! Autoregressive generation: chunked prefill, then one token per forward pass.
 
-use crate::error::Result;
+use crate::error::{ModelError, Result};
+use crate::kv_cache::KvCache;
 use crate::mask::AttentionMask;
 use crate::sampling::Sampler;
 use crate::transformer::{ForwardInput, LogitRows, Tap, Transformer};
@@ -69,6 +70,92 @@ pub fn prefill_with_taps(
     ))
 }
 
+/// The target's prefill of one prompt: its cache, the last row's logits and the hidden states of the
+/// taps asked for, with the seconds it took. A run computes it once per request and hands it to every
+/// arm (the target alone and each drafter x method), each decoding from its own copy of the cache
+/// ([`Self::cache_copy`]): the prefill is the same computation in every arm, so it is measured once and
+/// counted in each arm's time.
+pub struct PromptPrefill {
+    prompt: Vec<i64>,
+    cache: KvCache,
+    last_logits: Tensor,
+    taps: Vec<Tap>,
+    /// `[prompt, taps x hidden]`, the taps in `taps`' order; `None` without taps.
+    hidden: Option<Tensor>,
+    seconds: f64,
+}
+
+impl PromptPrefill {
+    /// Runs `prompt` through `net` into a cache of `capacity` positions, recording `taps`.
+    pub fn run(net: &Transformer, prompt: &[i64], taps: &[Tap], capacity: i64) -> Result<Self> {
+        let _guard = tch::no_grad_guard();
+        let mut cache = net.new_cache(capacity);
+        let started = Instant::now();
+        let (last_logits, hidden) = prefill_with_taps(net, prompt, &mut cache, taps)?;
+        Ok(Self {
+            prompt: prompt.to_vec(),
+            cache,
+            last_logits,
+            taps: taps.to_vec(),
+            hidden,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    pub fn prompt(&self) -> &[i64] {
+        &self.prompt
+    }
+
+    /// Wall seconds of the prefill.
+    pub fn seconds(&self) -> f64 {
+        self.seconds
+    }
+
+    /// The last prompt row's logits, `[vocab]`.
+    pub fn last_logits(&self) -> &Tensor {
+        &self.last_logits
+    }
+
+    /// The hidden states of `taps` (each one this prefill recorded), concatenated in that order on
+    /// features, `[prompt, taps x hidden]`; `None` for no taps.
+    pub fn hidden(&self, taps: &[Tap]) -> Result<Option<Tensor>> {
+        if taps.is_empty() {
+            return Ok(None);
+        }
+        let all = self.hidden.as_ref().ok_or_else(|| {
+            ModelError::tensor("prefill hidden states", "the prefill recorded no taps")
+        })?;
+        if taps == self.taps.as_slice() {
+            return Ok(Some(all.shallow_clone()));
+        }
+        let width = all.size()[1] / self.taps.len() as i64;
+        let blocks = taps
+            .iter()
+            .map(|tap| {
+                let at = self.taps.iter().position(|t| t == tap).ok_or_else(|| {
+                    ModelError::tensor(
+                        "prefill hidden states",
+                        format!("tap {tap:?} was not recorded (recorded: {:?})", self.taps),
+                    )
+                })?;
+                Ok(all.narrow(1, at as i64 * width, width))
+            })
+            .collect::<Result<Vec<Tensor>>>()?;
+        Ok(Some(Tensor::cat(&blocks, 1)))
+    }
+
+    /// A cache of `capacity` positions holding the prompt, copied: decoding from it changes nothing
+    /// another arm reads.
+    pub fn cache_copy(&self, capacity: i64) -> Result<KvCache> {
+        self.cache.copy_with_capacity(capacity)
+    }
+
+    /// The prefill's own cache, for its one user.
+    pub fn into_cache(self) -> KvCache {
+        self.cache
+    }
+}
+
 /// Generates up to `max_new_tokens` after `prompt`, stopping after any id in `stop`.
 pub fn generate(
     net: &Transformer,
@@ -78,11 +165,49 @@ pub fn generate(
     stop: &[i64],
 ) -> Result<Generation> {
     net.config.ensure_positions(prompt.len(), max_new_tokens)?;
+    let capacity = prompt.len() as i64 + max_new_tokens as i64 + 1;
+    let prefilled = PromptPrefill::run(net, prompt, &[], capacity)?;
+    let (prefill_seconds, logits) = (prefilled.seconds, prefilled.last_logits.shallow_clone());
+    decode_after(net, prompt, prefilled.into_cache(), logits, prefill_seconds, max_new_tokens, sampler, stop)
+}
+
+/// [`generate`] from a prefill shared with other arms: its cache copied, its seconds counted as this
+/// generation's prefill.
+pub fn generate_from(
+    net: &Transformer,
+    prefilled: &PromptPrefill,
+    max_new_tokens: usize,
+    sampler: &mut Sampler,
+    stop: &[i64],
+) -> Result<Generation> {
+    let prompt = prefilled.prompt();
+    net.config.ensure_positions(prompt.len(), max_new_tokens)?;
+    let cache = prefilled.cache_copy(prompt.len() as i64 + max_new_tokens as i64 + 1)?;
+    decode_after(
+        net,
+        prompt,
+        cache,
+        prefilled.last_logits.shallow_clone(),
+        prefilled.seconds,
+        max_new_tokens,
+        sampler,
+        stop,
+    )
+}
+
+/// One token per forward pass after a prefill that left `cache` and the last row's `logits`.
+#[allow(clippy::too_many_arguments)]
+fn decode_after(
+    net: &Transformer,
+    prompt: &[i64],
+    mut cache: KvCache,
+    mut logits: Tensor,
+    prefill_seconds: f64,
+    max_new_tokens: usize,
+    sampler: &mut Sampler,
+    stop: &[i64],
+) -> Result<Generation> {
     let _guard = tch::no_grad_guard();
-    let mut cache = net.new_cache(prompt.len() as i64 + max_new_tokens as i64 + 1);
-    let started = Instant::now();
-    let mut logits = prefill(net, prompt, &mut cache)?;
-    let prefill_seconds = started.elapsed().as_secs_f64();
     let started = Instant::now();
     let mut ids = Vec::with_capacity(max_new_tokens);
     let device = net.device();

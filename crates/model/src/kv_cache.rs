@@ -48,6 +48,42 @@ impl KvCache {
         }
     }
 
+    /// A new cache of `capacity` positions holding what this one holds: the rows copied, so writing to
+    /// either never shows in the other (every arm of a request decodes from its own copy of the one
+    /// prefill). A cache bounded to a window is not copied (the target's never is).
+    pub fn copy_with_capacity(&self, capacity: i64) -> Result<KvCache> {
+        if self.window.is_some() || self.evicted > 0 {
+            return Err(ModelError::Cache(
+                "a cache bounded to a window is not copied".to_string(),
+            ));
+        }
+        if capacity < self.len {
+            return Err(ModelError::Cache(format!(
+                "a copy of {} positions into {capacity}",
+                self.len
+            )));
+        }
+        let copy = |buffers: &[Tensor]| -> Vec<Tensor> {
+            buffers
+                .iter()
+                .map(|b| {
+                    let (heads, dim) = (b.size()[0], b.size()[2]);
+                    let out = Tensor::zeros([heads, capacity, dim], (b.kind(), b.device()));
+                    out.narrow(1, 0, self.len).copy_(&b.narrow(1, 0, self.len));
+                    out
+                })
+                .collect()
+        };
+        Ok(KvCache {
+            keys: copy(&self.keys),
+            values: copy(&self.values),
+            len: self.len,
+            capacity,
+            evicted: 0,
+            window: None,
+        })
+    }
+
     pub fn len(&self) -> i64 {
         self.len
     }

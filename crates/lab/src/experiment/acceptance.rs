@@ -42,18 +42,21 @@ impl PositionRate {
 }
 
 /// Every arm's conditional acceptance per context bin and position, in workload, drafter, method,
-/// bin and position order. The target alone drafts nothing, and an arm without a recorded n0 has no
-/// bins: both are left out.
+/// bin and position order. The target alone drafts nothing and is left out; an arm whose drafter
+/// records no n0 (a model drafting for another) has one bin, "all contexts".
 pub fn rates(experiment: &Experiment, samples: &[RequestSample]) -> Vec<PositionRate> {
     // (workload, drafter, method, bin's low edge bits, position) -> (bin, reached, accepted)
     type Key = (String, String, String, u64, usize);
     let mut counts: BTreeMap<Key, (super::tables::Bin, u64, u64)> = BTreeMap::new();
     for s in samples {
-        let (Some(drafter), Some(n0)) = (&s.arm.drafter, s.n0) else {
+        let Some(drafter) = &s.arm.drafter else {
             continue;
         };
         for c in &s.row.cycles {
-            let bin = context_bin(c.context, n0, &experiment.bins_n0);
+            let bin = match s.n0 {
+                Some(n0) => context_bin(c.context, n0, &experiment.bins_n0),
+                None => ("all contexts".to_string(), 0.0, f64::INFINITY),
+            };
             let depth = c.accepted_per_position.len();
             // Positions 1..=accepted+1 were reached (all earlier ones accepted), up to the depth.
             for position in 1..=depth.min(c.accepted + 1) {

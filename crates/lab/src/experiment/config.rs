@@ -304,6 +304,16 @@ pub struct Timing {
     pub retries: usize,
     #[serde(default = "default_max_wait_seconds")]
     pub max_wait_seconds: f64,
+    /// The target's prefill of a request made once and handed to every arm, each decoding from its
+    /// own copy of the cache and counting the prefill's measured seconds as its own (default); `false`
+    /// makes every arm run the prefill itself, as before (the comparison of the two is
+    /// `experiments/shared-prefill-16n0.yaml`).
+    #[serde(default = "default_shared_prefill")]
+    pub shared_prefill: bool,
+}
+
+fn default_shared_prefill() -> bool {
+    true
 }
 
 fn default_retries() -> usize {
@@ -318,6 +328,7 @@ impl Default for Timing {
         Self {
             retries: default_retries(),
             max_wait_seconds: default_max_wait_seconds(),
+            shared_prefill: default_shared_prefill(),
         }
     }
 }

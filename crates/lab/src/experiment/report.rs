@@ -531,6 +531,15 @@ pub fn write(dir: &Path, experiment: &Experiment, inputs: &ReportInputs) -> Resu
         experiment.temperature,
     );
     md.push_str(&unfinished_units(experiment, inputs.finished));
+    md.push_str(if experiment.timing.shared_prefill {
+        "The target's prefill of each request is made once, taken again if it ran under load, and \
+         handed to every arm, each decoding from its own copy of the cache: every arm's prefill and \
+         end-to-end seconds count that prefill's measured seconds as its own (the drafter's own prefill \
+         added), so a speed-up's two arms hold the same prefill time. "
+    } else {
+        "Every arm runs the target's prefill of each request itself (`timing: {shared_prefill: \
+         false}`). "
+    });
     md.push_str(
         "Timing is paired: within a unit (workload x context x seed x repeat) every request is decoded by \
          the target alone and by every drafter x method back to back, in an order that rotates from \

@@ -13,7 +13,7 @@
 use super::config::{Experiment, MethodEntry};
 use super::folder_lock::FolderLock;
 use super::grid::{arms, rotation, unit_count, units, Arm, Shard, Unit};
-use super::machine_state::{self, MachineState, Sample};
+use super::machine_state::{self, MachineState, Quiet, Sample};
 use super::partial_unit::{joined, PartialUnit};
 use super::records::{provenance, ArmRecord, Provenance, RequestRow, UnitRecord};
 use super::publish::{publish, Published};
@@ -25,9 +25,11 @@ use crate::error::{bail, ensure, Context, Result};
 use crate::scaling::resolve_schedule;
 use indicatif::{ProgressBar, ProgressStyle};
 use sharpdraft_decode::reset_peak_rss;
-use sharpdraft_model::generate::generate;
+use sharpdraft_model::generate::{generate, generate_from, PromptPrefill};
 use sharpdraft_model::store::output_folder::{self, Claim, Marker};
-use sharpdraft_model::{parse_device, parse_kind, store::registry, CausalLm, Sampler, Sampling};
+use sharpdraft_model::{
+    parse_device, parse_kind, store::registry, CausalLm, Sampler, Sampling, Tap,
+};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -159,7 +161,11 @@ fn ensure_schedule(experiment: &Experiment, drafter: &super::config::DrafterEntr
 /// Checks every arm's drafter against the target before the folder is claimed: options bounded by the
 /// target's context, and the drafter built once with its scaling, window, retrieval and adaptation (a
 /// missing schedule, a bad slope or a LoRA rank wider than a layer fails here).
-fn check_arms(experiment: &Experiment, target: &CausalLm, requests: &GridRequests) -> Result<()> {
+fn check_arms(
+    experiment: &Experiment,
+    target: &CausalLm,
+    requests: &GridRequests,
+) -> Result<Vec<Tap>> {
     let f = experiment.file.display();
     let positions = target.net.config.max_position_embeddings.max(1) as u64;
     let sampling = Sampling {
@@ -175,6 +181,8 @@ fn check_arms(experiment: &Experiment, target: &CausalLm, requests: &GridRequest
         .flat_map(|list| list.iter().map(|(_, ids)| ids.len()))
         .min()
         .unwrap_or(1);
+    // The target's hidden states every drafting arm reads: a request's one prefill records them all.
+    let mut taps: Vec<Tap> = Vec::new();
     for (drafter, method) in experiment.drafting_pairs() {
         let at = || {
             format!(
@@ -202,9 +210,14 @@ fn check_arms(experiment: &Experiment, target: &CausalLm, requests: &GridRequest
                 r.recent
             );
         }
-        drafter_spec::prepare(&spec, target, sampling, shortest, 1).with_context(at)?;
+        let (built, _) = drafter_spec::prepare(&spec, target, sampling, shortest, 1).with_context(at)?;
+        for tap in built.drafter.target_taps() {
+            if !taps.contains(&tap) {
+                taps.push(tap);
+            }
+        }
     }
-    Ok(())
+    Ok(taps)
 }
 
 /// What the folder holds before this run claims it.
@@ -271,11 +284,12 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         .with_context(|| format!("loading target {}", experiment.target))?;
     let requests = build_all(&experiment, &target)?;
     // Test prompts held out from what the drafters learned and the schedules were fitted on: the
-    // training data before any training, the calibration data once every schedule exists.
+    // training data before any training, the calibration data once every schedule exists and every
+    // arm has been built with it.
     crate::held_out::check_training_data(&experiment, &target, &requests)?;
     ensure_drafters(&experiment)?;
+    let prefill_taps = check_arms(&experiment, &target, &requests)?;
     crate::held_out::check_calibration_data(&experiment, &requests)?;
-    check_arms(&experiment, &target, &requests)?;
     experiment.seal(&inputs_digest(&experiment, &target_dir, &requests)?);
 
     let fresh = match previous {
@@ -341,6 +355,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         experiment: &experiment,
         target: &target,
         requests: &requests,
+        prefill_taps,
         provenance: provenance(&experiment),
         arms: arms(&experiment),
     };
@@ -426,6 +441,8 @@ struct UnitRunner<'a> {
     experiment: &'a Experiment,
     target: &'a CausalLm,
     requests: &'a GridRequests,
+    /// The target's hidden states any drafting arm reads, recorded by each request's one prefill.
+    prefill_taps: Vec<Tap>,
     provenance: Provenance,
     arms: Vec<Arm>,
 }
@@ -542,6 +559,16 @@ impl UnitRunner<'_> {
         };
         let first = earlier.as_ref().map_or(0, PartialUnit::requests_done);
         for (position, (prompt, ids)) in requests.iter().enumerate().skip(first) {
+            // The target's prefill of the request, once for every arm (each decodes from its own copy
+            // of the cache and counts the prefill's seconds as its own): the same computation in every
+            // arm, so measuring it once changes no ratio and saves every arm but one the prompt's
+            // pass. Taken like a decode: again once the machine is quiet if it ran under load.
+            let shared = match self.experiment.timing.shared_prefill {
+                true => Some(self.shared_prefill(ids).with_context(|| {
+                    format!("the target's prefill of prompt {prompt}")
+                })?),
+                false => None,
+            };
             for (slot, a) in rotation(runs.len(), position, unit.repeat)
                 .into_iter()
                 .enumerate()
@@ -553,20 +580,26 @@ impl UnitRunner<'_> {
                     _ => self.experiment.timing.retries,
                 };
                 let (mut n0, mut slope) = (run.n0, run.scaling_slope);
+                let prefilled = shared.as_ref().map(|q| &q.value);
                 let mut row = self.measured(retries, || {
                     reset_peak_rss();
                     Ok(match &mut run.decoder {
                         None => self.target_alone(
                             *prompt,
                             ids,
+                            prefilled,
                             workload.max_new_tokens,
                             &stop,
                             sampling(*prompt),
                         )?,
                         Some(decoder) => {
-                            let decoded = decoder
-                                .decode(ids, Some(&stop), sampling(*prompt))
-                                .with_context(|| format!("{label}, prompt {prompt}"))?;
+                            let decoded = match prefilled {
+                                Some(p) => {
+                                    decoder.decode_prefilled(p, Some(&stop), sampling(*prompt))
+                                }
+                                None => decoder.decode(ids, Some(&stop), sampling(*prompt)),
+                            }
+                            .with_context(|| format!("{label}, prompt {prompt}"))?;
                             n0 = n0.or(decoded.training_length);
                             slope = slope.or(decoded.scaling_slope);
                             speculative_row(*prompt, ids, decoded)
@@ -576,6 +609,10 @@ impl UnitRunner<'_> {
                 run.n0 = n0;
                 run.scaling_slope = slope;
                 row.slot = slot;
+                // The shared prefill's load is this arm's too: it is inside the arm's time.
+                if let Some(q) = &shared {
+                    row.other_cpu_share = row.other_cpu_share.max(q.other_share);
+                }
                 run.rows.push(row);
             }
             if resumable && position + 1 < requests.len() {
@@ -634,17 +671,30 @@ impl UnitRunner<'_> {
         self.experiment.spec(drafter, method)
     }
 
+    /// The target's prefill of `ids` with every drafting arm's taps, measured like a decode.
+    fn shared_prefill(&self, ids: &[i64]) -> Result<Quiet<PromptPrefill>> {
+        let max_wait = Duration::from_secs_f64(self.experiment.timing.max_wait_seconds);
+        machine_state::measure_quietly(self.experiment.timing.retries, max_wait, || {
+            PromptPrefill::run(&self.target.net, ids, &self.prefill_taps, ids.len() as i64)
+        })
+        .map_err(Into::into)
+    }
+
     fn target_alone(
         &self,
         prompt: usize,
         ids: &[i64],
+        prefilled: Option<&PromptPrefill>,
         max_new_tokens: usize,
         stop: &[i64],
         sampling: Sampling,
     ) -> Result<RequestRow> {
         let mut sampler = Sampler::new(sampling);
-        let out = generate(&self.target.net, ids, max_new_tokens, &mut sampler, stop)
-            .with_context(|| format!("the target alone, prompt {prompt}"))?;
+        let out = match prefilled {
+            Some(p) => generate_from(&self.target.net, p, max_new_tokens, &mut sampler, stop),
+            None => generate(&self.target.net, ids, max_new_tokens, &mut sampler, stop),
+        }
+        .with_context(|| format!("the target alone, prompt {prompt}"))?;
         Ok(RequestRow {
             prompt,
             prompt_tokens: ids.len(),
