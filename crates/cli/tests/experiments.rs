@@ -104,7 +104,11 @@ fn a_run_killed_mid_grid_resumes_with_every_finished_unit_intact_and_no_duplicat
         "{stderr}"
     );
     let after = finished_units(&out);
-    assert_eq!(after.len(), 3, "one unit per seed, both arms inside: {after:?}");
+    assert_eq!(
+        after.len(),
+        3,
+        "one unit per seed, both arms inside: {after:?}"
+    );
     for (name, bytes) in before.iter().zip(&kept) {
         assert_eq!(
             &std::fs::read(out.join("units").join(name)).unwrap(),
@@ -114,7 +118,7 @@ fn a_run_killed_mid_grid_resumes_with_every_finished_unit_intact_and_no_duplicat
     }
     let stdout = String::from_utf8_lossy(&resumed.stdout);
     assert!(
-        stdout.contains("| w | 0 | self | unmodified | 2 (6) |"),
+        stdout.contains("| 0 | unmodified | 2 (6) |"),
         "one headline row over 3 seeds x 2 prompts, the prompts its unit of evidence: {stdout}"
     );
     assert!(stdout.contains("report.md"), "{stdout}");
@@ -126,7 +130,11 @@ fn a_file_size_limit_ends_a_run_with_an_error_naming_the_file_not_a_silent_signa
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("prompts.jsonl"), "{\"q\": \"Say hello.\"}\n").unwrap();
+    std::fs::write(
+        dir.path().join("prompts.jsonl"),
+        "{\"q\": \"Say hello.\"}\n",
+    )
+    .unwrap();
     let experiment = dir.path().join("experiment.yaml");
     std::fs::write(
         &experiment,
@@ -145,7 +153,11 @@ fn a_file_size_limit_ends_a_run_with_an_error_naming_the_file_not_a_silent_signa
     );
     let output = Command::new("bash").args(["-c", &script]).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "an error, not SIGXFSZ: {stderr}");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "an error, not SIGXFSZ: {stderr}"
+    );
     assert!(
         stderr.contains("File too large") && stderr.contains("ulimit -f"),
         "{stderr}"

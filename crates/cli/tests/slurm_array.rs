@@ -125,7 +125,11 @@ fn the_array_tasks_in_any_order_with_one_killed_and_rerun_merge_to_the_single_ma
     );
 
     // SLURM starts tasks in no set order: the last first.
-    succeeded(job(dir.path(), Some(2), 3, &["grid.yaml"]).output().unwrap());
+    succeeded(
+        job(dir.path(), Some(2), 3, &["grid.yaml"])
+            .output()
+            .unwrap(),
+    );
     // Task 1 is killed (preempted, say) once its run has claimed its folder, then submitted again.
     let shard = dir.path().join("runs/grid.shard-1-of-3");
     let mut killed = job(dir.path(), Some(1), 3, &["grid.yaml"])
@@ -135,13 +139,24 @@ fn the_array_tasks_in_any_order_with_one_killed_and_rerun_merge_to_the_single_ma
         .unwrap();
     let started = Instant::now();
     while !shard.join("experiment.json").exists() && killed.try_wait().unwrap().is_none() {
-        assert!(started.elapsed() < Duration::from_secs(300), "task 1 never started its run");
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "task 1 never started its run"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     killed.kill().ok();
     killed.wait().unwrap();
-    succeeded(job(dir.path(), Some(0), 3, &["grid.yaml"]).output().unwrap());
-    succeeded(job(dir.path(), Some(1), 3, &["grid.yaml"]).output().unwrap());
+    succeeded(
+        job(dir.path(), Some(0), 3, &["grid.yaml"])
+            .output()
+            .unwrap(),
+    );
+    succeeded(
+        job(dir.path(), Some(1), 3, &["grid.yaml"])
+            .output()
+            .unwrap(),
+    );
     // The merge job, once every task has ended.
     let merged = succeeded(
         job(dir.path(), None, 3, &["--merge", "grid.yaml", "3"])
@@ -151,7 +166,11 @@ fn the_array_tasks_in_any_order_with_one_killed_and_rerun_merge_to_the_single_ma
     assert!(merged.contains("the whole grid"), "{merged}");
     let whole = dir.path().join("runs/grid");
     assert_eq!(outcomes(&whole), outcomes(&single));
-    assert_eq!(outcomes(&whole).len(), 2 * 3 * 2, "2 arms x 3 seeds x 2 prompts, once each");
+    assert_eq!(
+        outcomes(&whole).len(),
+        2 * 3 * 2,
+        "2 arms x 3 seeds x 2 prompts, once each"
+    );
     assert_eq!(taus(&whole), taus(&single));
     assert!(whole.join("report.md").is_file());
 }

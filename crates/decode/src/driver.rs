@@ -91,7 +91,15 @@ impl<'a> Session<'a> {
             PromptPrefill::run(target, prompt, &taps, Self::capacity(prompt.len(), config))?;
         let hidden = prefilled.hidden(&taps)?;
         let logits = prefilled.last_logits().shallow_clone();
-        Self::start(target, drafter, prompt, config, prefilled.into_cache(), &logits, hidden)
+        Self::start(
+            target,
+            drafter,
+            prompt,
+            config,
+            prefilled.into_cache(),
+            &logits,
+            hidden,
+        )
     }
 
     /// After the target's prefill (`cache` and the last row's `last_logits`): draws the first token and
@@ -344,7 +352,13 @@ pub fn speculative_generate_from(
         hidden,
     )?;
     let prefill_seconds = prefilled.seconds() + started.elapsed().as_secs_f64();
-    decode_session(session, drafter, started, prefill_seconds, prefilled.seconds())
+    decode_session(
+        session,
+        drafter,
+        started,
+        prefill_seconds,
+        prefilled.seconds(),
+    )
 }
 
 /// Cycles `session` to its end and reports it; `started` is when this arm's own work began, and

@@ -23,8 +23,17 @@ fn every_drafter_decodes_from_one_shared_prefill_as_from_its_own() {
     let target = load("llama");
     let dir = tempfile::tempdir().unwrap();
     write_eagle3(&dir.path().join("eagle"), &target, &EagleOptions::default());
-    write_dflash(&dir.path().join("dflash"), &target, &dflash_options(4, None));
-    let mut eagle = eagle3(&dir.path().join("eagle"), &target, TreeShape::chain(4), Sampling::greedy());
+    write_dflash(
+        &dir.path().join("dflash"),
+        &target,
+        &dflash_options(4, None),
+    );
+    let mut eagle = eagle3(
+        &dir.path().join("eagle"),
+        &target,
+        TreeShape::chain(4),
+        Sampling::greedy(),
+    );
     let mut flash = dflash(&dir.path().join("dflash"), &target);
     let mut plain = vanilla("qwen2", &target, 3, Sampling::greedy());
     // The union of every arm's taps, in the order they first come, as a run records them.
@@ -36,7 +45,10 @@ fn every_drafter_decodes_from_one_shared_prefill_as_from_its_own() {
             }
         }
     }
-    assert!(taps.len() > eagle.target_taps().len(), "the drafters read different taps");
+    assert!(
+        taps.len() > eagle.target_taps().len(),
+        "the drafters read different taps"
+    );
     let shared = PromptPrefill::run(&target.net, &PROMPT, &taps, PROMPT.len() as i64).unwrap();
     let want = greedy_ar(&target, &PROMPT, 24);
     // The target alone first, then the drafters, each twice: a decode changes nothing the next reads.
@@ -49,7 +61,11 @@ fn every_drafter_decodes_from_one_shared_prefill_as_from_its_own() {
     )
     .unwrap();
     assert_eq!(alone.ids, want);
-    assert_eq!(alone.prefill_seconds, shared.seconds(), "the shared prefill's own seconds");
+    assert_eq!(
+        alone.prefill_seconds,
+        shared.seconds(),
+        "the shared prefill's own seconds"
+    );
     for round in 0..2 {
         for (name, drafter) in [
             ("eagle", &mut eagle as &mut dyn Drafter),
@@ -57,10 +73,15 @@ fn every_drafter_decodes_from_one_shared_prefill_as_from_its_own() {
             ("vanilla", &mut plain),
         ] {
             let own = spec(&target, drafter, &PROMPT, 24, Sampling::greedy());
-            let from_shared = speculative_generate_from(&target.net, drafter, &shared, &config(24)).unwrap();
+            let from_shared =
+                speculative_generate_from(&target.net, drafter, &shared, &config(24)).unwrap();
             assert_eq!(from_shared.ids, want, "{name}, round {round}");
             assert_eq!(
-                from_shared.cycles.iter().map(|c| c.accepted).collect::<Vec<_>>(),
+                from_shared
+                    .cycles
+                    .iter()
+                    .map(|c| c.accepted)
+                    .collect::<Vec<_>>(),
                 own.cycles.iter().map(|c| c.accepted).collect::<Vec<_>>(),
                 "{name}: the same drafts accepted"
             );
@@ -77,18 +98,50 @@ fn every_drafter_decodes_from_one_shared_prefill_as_from_its_own() {
 fn a_copied_cache_is_the_callers_own() {
     let target = load("qwen2");
     let shared = PromptPrefill::run(&target.net, &PROMPT, &[], PROMPT.len() as i64).unwrap();
-    let before = shared.cache_copy(PROMPT.len() as i64).unwrap().layer(0).0.copy();
+    let before = shared
+        .cache_copy(PROMPT.len() as i64)
+        .unwrap()
+        .layer(0)
+        .0
+        .copy();
     let mut copy = shared.cache_copy(PROMPT.len() as i64 + 8).unwrap();
-    assert_eq!((copy.len(), copy.capacity()), (PROMPT.len() as i64, PROMPT.len() as i64 + 8));
+    assert_eq!(
+        (copy.len(), copy.capacity()),
+        (PROMPT.len() as i64, PROMPT.len() as i64 + 8)
+    );
     // Rows of the copy written over with another prompt's, and another arm's decode: the shared
     // prefill's cache keeps its own.
     copy.truncate(1).unwrap();
-    sharpdraft_model::generate::prefill(&target.net, &[7, 7, 7, 7, 7], &mut copy).unwrap();
-    let _ = generate_from(&target.net, &shared, 6, &mut Sampler::new(Sampling::greedy()), &[]).unwrap();
+    let _ = sharpdraft_model::generate::prefill(&target.net, &[7, 7, 7, 7, 7], &mut copy).unwrap();
+    let _ = generate_from(
+        &target.net,
+        &shared,
+        6,
+        &mut Sampler::new(Sampling::greedy()),
+        &[],
+    )
+    .unwrap();
     let after = shared.cache_copy(PROMPT.len() as i64).unwrap().layer(0).0;
     assert!(before.equal(&after));
-    assert!(shared.cache_copy(PROMPT.len() as i64 - 1).is_err(), "a copy never drops rows");
-    let want = generate(&target.net, &PROMPT, 6, &mut Sampler::new(Sampling::greedy()), &[]).unwrap();
-    let got = generate_from(&target.net, &shared, 6, &mut Sampler::new(Sampling::greedy()), &[]).unwrap();
+    assert!(
+        shared.cache_copy(PROMPT.len() as i64 - 1).is_err(),
+        "a copy never drops rows"
+    );
+    let want = generate(
+        &target.net,
+        &PROMPT,
+        6,
+        &mut Sampler::new(Sampling::greedy()),
+        &[],
+    )
+    .unwrap();
+    let got = generate_from(
+        &target.net,
+        &shared,
+        6,
+        &mut Sampler::new(Sampling::greedy()),
+        &[],
+    )
+    .unwrap();
     assert_eq!(got.ids, want.ids);
 }

@@ -28,6 +28,7 @@ use sharpdraft_math::{
     MassReference, ScaleSchedule, TargetDilution,
 };
 use sharpdraft_model::store::output_folder;
+use sharpdraft_model::store::paths::under;
 use sharpdraft_model::store::registry;
 use sharpdraft_probe::head_stats;
 use statrs::statistics::Statistics;
@@ -170,23 +171,23 @@ pub fn run(config_path: &Path) -> Result<CalibrationOutput> {
     let base = config_path.parent().unwrap_or(Path::new("."));
     let probe = match (&config.probe, &config.probe_dir) {
         (Some(probe), _) => {
-            let path = base.join(probe);
+            let path = under(base, probe);
             let probe_config = ProbeConfig::load(&path)?;
             crate::probe_run::run_config(&probe_config, path.parent().unwrap_or(Path::new(".")))?
         }
-        (None, Some(dir)) => read_probe(&base.join(dir))?,
+        (None, Some(dir)) => read_probe(&under(base, dir))?,
         (None, None) => unreachable!("validated"),
     };
     let target = match (&config.target_probe, &config.target_probe_dir) {
         (Some(probe), _) => {
-            let path = base.join(probe);
+            let path = under(base, probe);
             let probe_config = ProbeConfig::load(&path)?;
             Some(crate::probe_run::run_config(
                 &probe_config,
                 path.parent().unwrap_or(Path::new(".")),
             )?)
         }
-        (None, Some(dir)) => Some(read_probe(&base.join(dir))?),
+        (None, Some(dir)) => Some(read_probe(&under(base, dir))?),
         (None, None) => None,
     };
     calibrate_probe(&config, &probe, target.as_ref())

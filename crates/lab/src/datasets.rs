@@ -5,6 +5,7 @@ use crate::error::{bail, ensure, Context, LabError, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sharpdraft_model::packed_generate::generate_packed;
+use sharpdraft_model::store::paths::under;
 use sharpdraft_model::{store::registry, CausalLm, ChatMessage, Sampler, Sampling};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -82,7 +83,7 @@ pub fn expand_includes(sources: &[Source], config: &Path) -> Result<Vec<Source>>
             match source {
                 Source::Include(path) => {
                     let base = file.parent().unwrap_or(Path::new("."));
-                    let included = resolve(base, path);
+                    let included = under(base, path);
                     let text = std::fs::read_to_string(&included).with_context(|| {
                         format!("{}: include {}", file.display(), path.display())
                     })?;
@@ -153,18 +154,10 @@ pub enum Document {
     Ids(Vec<i64>),
 }
 
-fn resolve(base: &Path, path: &Path) -> PathBuf {
-    if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        base.join(path)
-    }
-}
-
 /// The file a source names: a path beside the config, or a member of a pinned PyPI package.
 pub(crate) fn locate(base: &Path, path: &Path, pypi: Option<&PypiPackage>) -> Result<PathBuf> {
     match pypi {
-        None => Ok(resolve(base, path)),
+        None => Ok(under(base, path)),
         Some(p) => {
             let member = pypi_package(p)?.join(path);
             ensure!(
@@ -458,7 +451,7 @@ pub fn continuations(
 pub fn load(source: &Source, base: &Path, target: &CausalLm) -> Result<Vec<Document>> {
     Ok(match source {
         Source::TextFile(path) => {
-            let path = resolve(base, path);
+            let path = under(base, path);
             vec![Document::Text(
                 std::fs::read_to_string(&path)
                     .with_context(|| format!("reading {}", path.display()))?,

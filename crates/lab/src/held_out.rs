@@ -9,9 +9,9 @@
 //! workload, the prompt and the file.
 
 use crate::datasets::{jsonl_field, locate, Source};
+use crate::error::{bail, Context, Result};
 use crate::experiment::requests::GridRequests;
 use crate::experiment::Experiment;
-use crate::error::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use sharpdraft_math::DataFingerprint;
 use sharpdraft_model::CausalLm;
@@ -54,14 +54,21 @@ pub fn empty() -> DataFingerprint {
 pub fn add_tokens(fingerprint: &mut DataFingerprint, ids: &[i64]) {
     let mut start = 0;
     while start + SHINGLE <= ids.len() {
-        fingerprint.windows.push(window_hash(&ids[start..start + SHINGLE]));
+        fingerprint
+            .windows
+            .push(window_hash(&ids[start..start + SHINGLE]));
         start += STRIDE;
     }
 }
 
 /// Adds the hash of each prompt text.
-pub fn add_prompts<'a>(fingerprint: &mut DataFingerprint, texts: impl IntoIterator<Item = &'a String>) {
-    fingerprint.prompts.extend(texts.into_iter().map(|t| prompt_hash(t)));
+pub fn add_prompts<'a>(
+    fingerprint: &mut DataFingerprint,
+    texts: impl IntoIterator<Item = &'a String>,
+) {
+    fingerprint
+        .prompts
+        .extend(texts.into_iter().map(|t| prompt_hash(t)));
 }
 
 /// Sorted and without repeats, so a schedule lists each hash once.
@@ -111,7 +118,11 @@ pub fn source_prompts(source: &Source, base: &Path) -> Result<Vec<String>> {
 /// What a drafter's training data holds: its prompts, and the windows of its plain texts (each text
 /// source's tokens up to its `max_tokens`). The answers a target generates for its prompts are not
 /// read: they are never test prompts.
-pub fn training_fingerprint(sources: &[Source], base: &Path, target: &CausalLm) -> Result<DataFingerprint> {
+pub fn training_fingerprint(
+    sources: &[Source],
+    base: &Path,
+    target: &CausalLm,
+) -> Result<DataFingerprint> {
     let mut fingerprint = empty();
     for source in sources {
         add_prompts(&mut fingerprint, &source_prompts(source, base)?);
@@ -190,7 +201,7 @@ pub fn check_grid(
                     .map_or("", String::as_str);
                 let what = format!(
                     "{}: workload {:?}: prompt {prompt}{}",
-                    experiment.file.display(),
+                    sharpdraft_model::store::paths::shown(&experiment.file),
                     workload.name,
                     if *context > 0 {
                         format!(" at context {context}")
@@ -261,7 +272,10 @@ mod tests {
     fn fingerprint_of(ids: &[i64], prompts: &[&str]) -> DataFingerprint {
         let mut f = empty();
         add_tokens(&mut f, ids);
-        add_prompts(&mut f, &prompts.iter().map(|p| p.to_string()).collect::<Vec<_>>());
+        add_prompts(
+            &mut f,
+            &prompts.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        );
         tidy(&mut f);
         f
     }
@@ -274,7 +288,10 @@ mod tests {
         let mut request: Vec<i64> = (0..20).collect();
         request.extend(&data[101..101 + STRIDE + SHINGLE - 1]);
         request.extend(0..20);
-        assert_eq!(overlap(&f, "q", &request).unwrap(), Some(Overlap::Window(20 + 11)));
+        assert_eq!(
+            overlap(&f, "q", &request).unwrap(),
+            Some(Overlap::Window(20 + 11))
+        );
     }
 
     #[test]
@@ -302,7 +319,10 @@ mod tests {
         let err = refuse_overlap(&f, "Q", &[], "workload \"w\": prompt 31", "schedule s.yaml")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("prompt 31") && err.contains("schedule s.yaml"), "{err}");
+        assert!(
+            err.contains("prompt 31") && err.contains("schedule s.yaml"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -20,13 +20,14 @@
 
 use crate::datasets::{token_stream, Source};
 use crate::drafter_spec::{self, DrafterSpec, LoadedDrafter};
-use sharpdraft_draft::Method;
 use crate::error::{bail, ensure, Context, Result};
 use crate::scaling::ScalingSpec;
 use crate::table::{Column, Table};
 use serde::{Deserialize, Serialize};
+use sharpdraft_draft::Method;
 use sharpdraft_draft::{DFlashDrafter, Eagle3Drafter};
 use sharpdraft_model::store::output_folder;
+use sharpdraft_model::store::paths::under;
 use sharpdraft_model::{store::registry, CausalLm, Sampling, ScaledQueries};
 use sharpdraft_probe::{
     probe_sequence, BinRecord, CurveRecord, LengthBins, ProbeRecorder, ProbeSettings, RowFilter,
@@ -548,7 +549,9 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
     let mut first = Some(load()?);
     let n0 = probe_n0(
         config,
-        first.as_ref().and_then(|model| model.scaled().training_length()),
+        first
+            .as_ref()
+            .and_then(|model| model.scaled().training_length()),
     )?;
     let bins = LengthBins {
         n0,
@@ -591,7 +594,10 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         crate::held_out::add_prompts(&mut read, &crate::held_out::source_prompts(source, base)?);
     }
     let probed_end = (config.skip_tokens + config.sequences * length).min(stream.len());
-    crate::held_out::add_tokens(&mut read, &stream[config.skip_tokens.min(probed_end)..probed_end]);
+    crate::held_out::add_tokens(
+        &mut read,
+        &stream[config.skip_tokens.min(probed_end)..probed_end],
+    );
     crate::held_out::tidy(&mut read);
     // The whole result goes into a staging folder, renamed into place at the end: tables and their
     // probe.json are always one probe's.
@@ -644,7 +650,7 @@ fn resolved_scaling_spec(config: &ProbeConfig, base: &Path) -> ScalingSpec {
     let mut scaling_spec = config.scaling.clone().unwrap_or_default();
     if let Some(schedule) = &scaling_spec.schedule {
         if schedule.to_string_lossy().contains('/') {
-            scaling_spec.schedule = Some(base.join(schedule));
+            scaling_spec.schedule = Some(under(base, schedule));
         }
     }
     scaling_spec

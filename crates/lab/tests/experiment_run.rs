@@ -7,8 +7,8 @@
 use sharpdraft_lab::experiment::folder_lock::FolderLock;
 use sharpdraft_lab::experiment::merge::merge;
 use sharpdraft_lab::experiment::partial_unit::PartialUnit;
-use sharpdraft_lab::experiment::records::{ArmRecord, Provenance, UnitRecord};
 use sharpdraft_lab::experiment::publish::republish;
+use sharpdraft_lab::experiment::records::{ArmRecord, Provenance, UnitRecord};
 use sharpdraft_lab::experiment::{run, RunOptions, Shard};
 use sharpdraft_lab::table::Table;
 use std::collections::BTreeSet;
@@ -225,7 +225,7 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
         "{report}"
     );
     assert!(
-        report.contains("| short | 0 | self | unmodified | 2 (2) |"),
+        report.contains("### short, drafter self") && report.contains("| 0 | unmodified | 2 (2) |"),
         "{report}"
     );
     assert!(report.contains("(reference)"), "{report}");
@@ -327,7 +327,10 @@ fn each_method_is_compared_with_the_unmodified_drafter_request_by_request() {
     );
     let logs: Vec<f64> = ratios.iter().map(|r| r.ln()).collect();
     let p = sharpdraft_lab::experiment::intervals::wilcoxon_signed_rank(&logs);
-    assert_eq!(summary.f64s("vs_reference_p").unwrap()[again].to_bits(), p.to_bits());
+    assert_eq!(
+        summary.f64s("vs_reference_p").unwrap()[again].to_bits(),
+        p.to_bits()
+    );
     assert!(
         again_line.contains(&format!(
             "{estimate:.2} [{lo:.2}, {hi:.2}] n < 10 ({faster}/2 faster, p {p:.3}) |"
@@ -767,14 +770,22 @@ fn the_literature_constants_and_a_beta_sweep_run_and_the_report_draws_tau_agains
     };
     assert_eq!(slope_of("unmodified"), 0.0);
     assert_eq!(
-        (slope_of("sweep-0.1"), slope_of("sweep-0.3"), slope_of("sweep-0.6")),
+        (
+            slope_of("sweep-0.1"),
+            slope_of("sweep-0.3"),
+            slope_of("sweep-0.6")
+        ),
         (0.1, 0.3, 0.6),
         "one method per beta of the sweep"
     );
     assert_eq!((slope_of("llama4"), slope_of("yarn")), (0.1, 0.2));
     let results = Table::read_parquet(&out.join("results.parquet")).unwrap();
     assert!(
-        results.i64s("matches_target").unwrap().iter().all(|&m| m == 1),
+        results
+            .i64s("matches_target")
+            .unwrap()
+            .iter()
+            .all(|&m| m == 1),
         "every rule keeps verification lossless"
     );
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
@@ -789,7 +800,10 @@ fn the_literature_constants_and_a_beta_sweep_run_and_the_report_draws_tau_agains
         .split("## Acceptance by draft position and context")
         .nth(1)
         .unwrap_or_else(|| panic!("no acceptance table in {report}"));
-    assert!(acceptance.contains("| k = 1 | k = 2 | k = 3 |"), "{acceptance}");
+    assert!(
+        acceptance.contains("| k = 1 | k = 2 | k = 3 |"),
+        "{acceptance}"
+    );
     assert!(out.join("acceptance_by_position.png").is_file());
     let rates = Table::read_parquet(&out.join("acceptance.parquet")).unwrap();
     let (position, reached, accepted) = (
@@ -847,7 +861,8 @@ fn a_results_folder_of_the_tables_alone_rebuilds_the_same_summary_anywhere() {
     let rebuilt = dir.path().join("rebuilt");
     sharpdraft_lab::experiment::publish::report_into(&kept, &rebuilt).unwrap();
     // Compared as printed: NaN (no value, as for the target alone's tau interval) equals itself there.
-    let printed = |dir: &Path, table: &str| format!("{:?}", Table::read_parquet(&dir.join(table)).unwrap());
+    let printed =
+        |dir: &Path, table: &str| format!("{:?}", Table::read_parquet(&dir.join(table)).unwrap());
     for table in ["summary.parquet", "acceptance.parquet", "results.parquet"] {
         assert_eq!(printed(&rebuilt, table), printed(&out, table), "{table}");
     }
@@ -878,9 +893,16 @@ fn one_prefill_a_request_gives_every_arm_the_outputs_of_its_own_prefill() {
     std::fs::write(&path, format!("{text}timing: {{shared_prefill: false}}\n")).unwrap();
     let own = dir.path().join("own");
     run(&path, &options(&own)).unwrap();
-    assert_eq!(outcomes(&shared), outcomes(&own), "the same tokens and cycles in every arm");
+    assert_eq!(
+        outcomes(&shared),
+        outcomes(&own),
+        "the same tokens and cycles in every arm"
+    );
     let report = std::fs::read_to_string(shared.join("report.md")).unwrap();
-    assert!(report.contains("The target's prefill of each request is made once"), "{report}");
+    assert!(
+        report.contains("The target's prefill of each request is made once"),
+        "{report}"
+    );
     // Each arm's prefill counts the shared one's seconds: the target alone's is that alone, and a
     // drafting arm's adds its drafter's own prefill.
     let results = Table::read_parquet(&shared.join("results.parquet")).unwrap();
@@ -894,6 +916,11 @@ fn one_prefill_a_request_gives_every_arm_the_outputs_of_its_own_prefill() {
         let alone = (0..results.rows())
             .find(|&a| method[a] == "ar" && context[a] == context[r] && prompt[a] == prompt[r])
             .unwrap();
-        assert!(prefill[r] >= prefill[alone], "row {r}: {} < {}", prefill[r], prefill[alone]);
+        assert!(
+            prefill[r] >= prefill[alone],
+            "row {r}: {} < {}",
+            prefill[r],
+            prefill[alone]
+        );
     }
 }

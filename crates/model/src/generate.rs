@@ -168,7 +168,16 @@ pub fn generate(
     let capacity = prompt.len() as i64 + max_new_tokens as i64 + 1;
     let prefilled = PromptPrefill::run(net, prompt, &[], capacity)?;
     let (prefill_seconds, logits) = (prefilled.seconds, prefilled.last_logits.shallow_clone());
-    decode_after(net, prompt, prefilled.into_cache(), logits, prefill_seconds, max_new_tokens, sampler, stop)
+    decode_after(
+        net,
+        prompt,
+        prefilled.into_cache(),
+        logits,
+        prefill_seconds,
+        max_new_tokens,
+        sampler,
+        stop,
+    )
 }
 
 /// [`generate`] from a prefill shared with other arms: its cache copied, its seconds counted as this

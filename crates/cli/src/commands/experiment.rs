@@ -8,6 +8,7 @@ use sharpdraft_lab::experiment::publish::{self, Published};
 use sharpdraft_lab::experiment::report::headline;
 use sharpdraft_lab::experiment::run_folder::experiment_record;
 use sharpdraft_lab::experiment::{self, RunOptions, Shard};
+use sharpdraft_model::store::paths::shown;
 use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]
@@ -53,7 +54,7 @@ fn print_headline(dir: &Path, published: &Published) -> Result<()> {
         "{}",
         headline(&published.summary, &experiment, published.noise.as_ref())
     );
-    println!("report: {}", dir.join("report.md").display());
+    println!("report: {}", shown(&dir.join("report.md")));
     Ok(())
 }
 
@@ -69,7 +70,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     )?;
     eprintln!(
         "{}: {} units run, {} already finished{}",
-        outcome.dir.display(),
+        shown(&outcome.dir),
         outcome.ran,
         outcome.skipped,
         if outcome.finished {
@@ -85,7 +86,7 @@ pub fn merge_shards(args: &MergeArgs) -> Result<()> {
     let outcome = merge(&args.out, &args.shards)?;
     eprintln!(
         "{}: {} units{}",
-        outcome.dir.display(),
+        shown(&outcome.dir),
         outcome.units,
         if outcome.finished {
             ", the whole grid"

@@ -77,25 +77,44 @@ pub fn rates(experiment: &Experiment, samples: &[RequestSample]) -> Vec<Position
     let order = |names: Vec<&str>, name: &str| names.iter().position(|n| *n == name);
     let mut out: Vec<PositionRate> = counts
         .into_iter()
-        .map(|((workload, drafter, method, _, position), (bin, reached, accepted))| PositionRate {
-            workload,
-            drafter,
-            method,
-            bin: bin.0,
-            bin_lo_n0: bin.1,
-            bin_hi_n0: bin.2,
-            position,
-            reached,
-            accepted,
-        })
+        .map(
+            |((workload, drafter, method, _, position), (bin, reached, accepted))| PositionRate {
+                workload,
+                drafter,
+                method,
+                bin: bin.0,
+                bin_lo_n0: bin.1,
+                bin_hi_n0: bin.2,
+                position,
+                reached,
+                accepted,
+            },
+        )
         .collect();
     // The experiment's order of workloads, drafters and methods, then bins and positions.
     out.sort_by(|a, b| {
         let key = |r: &PositionRate| {
             (
-                order(experiment.workloads.iter().map(|w| w.name.as_str()).collect(), &r.workload),
-                order(experiment.drafters.iter().map(|d| d.name.as_str()).collect(), &r.drafter),
-                order(experiment.methods.iter().map(|m| m.name.as_str()).collect(), &r.method),
+                order(
+                    experiment
+                        .workloads
+                        .iter()
+                        .map(|w| w.name.as_str())
+                        .collect(),
+                    &r.workload,
+                ),
+                order(
+                    experiment
+                        .drafters
+                        .iter()
+                        .map(|d| d.name.as_str())
+                        .collect(),
+                    &r.drafter,
+                ),
+                order(
+                    experiment.methods.iter().map(|m| m.name.as_str()).collect(),
+                    &r.method,
+                ),
             )
         };
         key(a)

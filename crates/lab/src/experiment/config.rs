@@ -26,6 +26,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
 use sharpdraft_draft::adaptation::AdaptConfig;
 use sharpdraft_draft::retrieval::RetrievalConfig;
+/// A path as written in a config file: [`sharpdraft_model::store::paths::beside`].
+pub use sharpdraft_model::store::paths::beside;
 use std::fmt;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
@@ -100,15 +102,6 @@ pub fn parse_yaml<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T> {
         };
         LabError::Invalid(format!("{}: key {key}: {message}", file.display()))
     })
-}
-
-/// A path as written in `file`: relative paths resolve against the file's folder.
-pub fn beside(file: &Path, path: &Path) -> PathBuf {
-    if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        file.parent().unwrap_or(Path::new(".")).join(path)
-    }
 }
 
 /// One drafter of the grid.
@@ -696,14 +689,20 @@ impl Experiment {
             w.count
         );
         ensure!(
-            w.skip.checked_add(w.count).is_some_and(|end| end <= i64::MAX as usize),
+            w.skip
+                .checked_add(w.count)
+                .is_some_and(|end| end <= i64::MAX as usize),
             "{} {} with count {}: prompt indices must stay below {}",
             at("skip"),
             w.skip,
             w.count,
             i64::MAX
         );
-        no_duplicates(&w.contexts, &format!("workload {:?}: contexts", w.name), file)?;
+        no_duplicates(
+            &w.contexts,
+            &format!("workload {:?}: contexts", w.name),
+            file,
+        )?;
         if let Some(c) = w.contexts.iter().find(|&&c| c > i64::MAX as usize) {
             bail!("{} {c} is above {}", at("contexts"), i64::MAX);
         }

@@ -97,7 +97,7 @@ pub fn unit_count(experiment: &Experiment) -> Result<usize> {
     ensure!(
         count <= MAX_UNITS,
         "{}: the grid holds {count} units (workload contexts x seeds x repeats), more than {MAX_UNITS}: run fewer seeds or repeats",
-        experiment.file.display()
+        sharpdraft_model::store::paths::shown(&experiment.file)
     );
     Ok(count as usize)
 }
@@ -199,7 +199,11 @@ mod tests {
             for slot in 0..arms {
                 let mut seen: Vec<usize> = (0..arms).map(|r| rotation(arms, r, 0)[slot]).collect();
                 seen.sort();
-                assert_eq!(seen, (0..arms).collect::<Vec<_>>(), "{arms} arms, slot {slot}");
+                assert_eq!(
+                    seen,
+                    (0..arms).collect::<Vec<_>>(),
+                    "{arms} arms, slot {slot}"
+                );
             }
         }
     }

@@ -159,7 +159,10 @@ pub fn wilcoxon_signed_rank(differences: &[f64]) -> f64 {
         }
         i = j + 1;
     }
-    let positive: usize = (0..n).filter(|&k| nonzero[k] > 0.0).map(|k| doubled[k]).sum();
+    let positive: usize = (0..n)
+        .filter(|&k| nonzero[k] > 0.0)
+        .map(|k| doubled[k])
+        .sum();
     let total: usize = doubled.iter().sum();
     if n <= EXACT_UP_TO {
         // counts[s]: sign assignments whose positive doubled ranks sum to s.
@@ -181,7 +184,10 @@ pub fn wilcoxon_signed_rank(differences: &[f64]) -> f64 {
     let mut ties = 0.0;
     let mut k = 0;
     while k < n {
-        let t = doubled[k..].iter().take_while(|&&r| r == doubled[k]).count();
+        let t = doubled[k..]
+            .iter()
+            .take_while(|&&r| r == doubled[k])
+            .count();
         ties += ((t * t * t - t) as f64) / 48.0;
         k += t;
     }
@@ -239,7 +245,10 @@ mod tests {
         let approximate = wilcoxon_signed_rank(&d);
         let exact = wilcoxon_signed_rank(&d[..60]);
         assert!(approximate > 0.0 && approximate < 0.01, "{approximate}");
-        assert!((approximate.ln() - exact.ln()).abs() < 1.0, "{approximate} {exact}");
+        assert!(
+            (approximate.ln() - exact.ln()).abs() < 1.0,
+            "{approximate} {exact}"
+        );
     }
 
     #[test]
@@ -252,15 +261,23 @@ mod tests {
     #[test]
     fn a_percentile_is_the_nearest_ranked_sorted_value() {
         let sorted = [1.0, 2.0, 3.0, 4.0, 5.0];
-        assert_eq!((percentile(&sorted, 0.0), percentile(&sorted, 0.5)), (1.0, 3.0));
-        assert_eq!((percentile(&sorted, 0.9), percentile(&sorted, 1.0)), (5.0, 5.0));
+        assert_eq!(
+            (percentile(&sorted, 0.0), percentile(&sorted, 0.5)),
+            (1.0, 3.0)
+        );
+        assert_eq!(
+            (percentile(&sorted, 0.9), percentile(&sorted, 1.0)),
+            (5.0, 5.0)
+        );
         assert!(percentile(&[], 0.5).is_nan());
     }
 
     #[test]
     fn the_interval_holds_the_estimate_and_narrows_with_more_samples() {
         let noisy = |n: usize| -> Vec<f64> {
-            (0..n).map(|i| 1.0 + 0.2 * (((i * 7919) % 101) as f64 / 100.0 - 0.5)).collect()
+            (0..n)
+                .map(|i| 1.0 + 0.2 * (((i * 7919) % 101) as f64 / 100.0 - 0.5))
+                .collect()
         };
         let few = median_interval(&noisy(8));
         let many = median_interval(&noisy(200));
@@ -286,9 +303,21 @@ mod tests {
 
     #[test]
     fn disjoint_intervals_do_not_overlap_and_touching_ones_do() {
-        let a = Interval { estimate: 1.0, lo: 0.9, hi: 1.1 };
-        let b = Interval { estimate: 1.3, lo: 1.2, hi: 1.4 };
-        let c = Interval { estimate: 1.15, lo: 1.1, hi: 1.2 };
+        let a = Interval {
+            estimate: 1.0,
+            lo: 0.9,
+            hi: 1.1,
+        };
+        let b = Interval {
+            estimate: 1.3,
+            lo: 1.2,
+            hi: 1.4,
+        };
+        let c = Interval {
+            estimate: 1.15,
+            lo: 1.1,
+            hi: 1.2,
+        };
         assert!(!a.overlaps(&b));
         assert!(a.overlaps(&c) && c.overlaps(&b));
     }

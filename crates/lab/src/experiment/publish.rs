@@ -10,10 +10,13 @@ use super::acceptance;
 use super::config::Experiment;
 use super::folder_lock::FolderLock;
 use super::grid::Unit;
+use super::head_to_head;
 use super::partial_unit::PartialUnit;
 use super::records::UnitRecord;
 use super::report::{self, ReportInputs, SummaryRow};
-use super::run_folder::{experiment_record, recorded_experiment, EXPERIMENT_RECORD, RUN_KIND, UNITS};
+use super::run_folder::{
+    experiment_record, recorded_experiment, EXPERIMENT_RECORD, RUN_KIND, UNITS,
+};
 use super::samples::{self, RequestSample};
 use super::tables::{self, CYCLES, RESULTS};
 use super::timing_noise::{self, VerifySpread};
@@ -55,6 +58,7 @@ fn write_all(
     let summary = report::summary_rows(&tables.summary, experiment)?;
     let noise = timing_noise::verify_spread(experiment, samples);
     let acceptance = acceptance::rates(experiment, samples);
+    let head_to_head = head_to_head::compare(experiment, samples);
     report::write(
         dir,
         experiment,
@@ -62,6 +66,7 @@ fn write_all(
             rows: &summary,
             noise: noise.as_ref(),
             acceptance: &acceptance,
+            head_to_head: &head_to_head,
             finished,
             unfinished,
         },

@@ -1,17 +1,18 @@
-//! `report.md`: the headline table (tau, speedup over the target alone, the paired verdict against the
-//! unmodified drafter, update seconds, memory per drafter x method x workload x context), where a
-//! cycle's time goes with the run's timing noise, tau per context bin along long generations,
+//! `report.md`: the headline (tau, speed-up over the target alone, the paired verdict against the
+//! unmodified drafter, one table per workload x drafter), the paired comparisons in full, the costs
+//! (tokens/s, updates, memory per drafter x method x workload x context), where a cycle's time goes with the run's timing noise, tau per context bin along long generations,
 //! acceptance by draft position x context, tau against the scaling slope, and PNG charts. Built from
 //! the summary table, the acceptance rates and the timing noise ([`super::publish`]), which come from
 //! the run's requests, so `sharpdraft report` rebuilds it at any time.
 
+use super::acceptance::PositionRate;
 use super::config::Experiment;
 use super::grid::{units, Unit, TARGET_ONLY};
+use super::head_to_head::{HeadToHead, PairedRatio};
 use super::intervals::Interval;
 use super::partial_unit::PartialUnit;
 use super::records::RequestRow;
 use super::samples;
-use super::acceptance::PositionRate;
 use super::timing_noise::VerifySpread;
 use crate::error::Result;
 use crate::plot::{bar_chart, heat_map, panel_chart, Chart, HeatPanel, Panel, Series};
@@ -306,20 +307,7 @@ fn p_value(p: f64) -> String {
 /// and for the decode alone, each the median over prompts of the ratio of the two arms' tokens/s on
 /// the same request, with its interval and [`verdict`], on how many of the prompts the method was
 /// the faster, and the signed-rank p.
-fn against_reference(
-    row: &SummaryRow,
-    reference: Option<&str>,
-    noise: Option<&VerifySpread>,
-) -> (String, String) {
-    let Some(reference) = reference else {
-        return ("-".to_string(), "-".to_string());
-    };
-    if row.drafter == TARGET_ONLY {
-        return ("-".to_string(), "-".to_string());
-    }
-    if row.method == reference {
-        return ("(reference)".into(), "(reference)".into());
-    }
+fn against_reference(row: &SummaryRow, noise: Option<&VerifySpread>) -> (String, String) {
     let paired = |ratio: &Interval, faster: i64, p: f64| {
         format!(
             "{} {} ({faster}/{} faster, p {})",
@@ -330,7 +318,11 @@ fn against_reference(
         )
     };
     (
-        paired(&row.vs_reference, row.vs_reference_faster, row.vs_reference_p),
+        paired(
+            &row.vs_reference,
+            row.vs_reference_faster,
+            row.vs_reference_p,
+        ),
         paired(
             &row.decode_vs_reference,
             row.decode_vs_reference_faster,
@@ -339,49 +331,182 @@ fn against_reference(
     )
 }
 
-/// The headline table (one line per drafter x method x workload x context) as markdown.
+/// A row's context as the headline prints it: the prompt length and its multiple of the drafter's
+/// n0, or where a long generation started.
+fn context_cell(r: &SummaryRow) -> String {
+    if r.setting != "long_generation" && r.n0 > 0 {
+        format!(
+            "{} ({:.1} n0)",
+            r.context,
+            r.mean_prompt_tokens / r.n0 as f64
+        )
+    } else {
+        r.context_label()
+    }
+}
+
+/// The workload x drafter pairs that drafted, in the rows' order: one headline table each.
+fn drafting_groups(rows: &[SummaryRow]) -> Vec<(&str, &str)> {
+    let mut groups: Vec<(&str, &str)> = Vec::new();
+    for r in rows
+        .iter()
+        .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY)
+    {
+        let group = (r.workload.as_str(), r.drafter.as_str());
+        if !groups.contains(&group) {
+            groups.push(group);
+        }
+    }
+    groups
+}
+
+/// The headline: what a reader looks for, in eight columns, one table per workload x drafter (one
+/// line per context x method): tau, the speed-ups over the target alone with their intervals, the
+/// paired verdicts against the reference method, and whether the outputs are the target's. The
+/// paired intervals and tests are in [`paired`], the costs in [`costs`].
 pub fn headline(
     rows: &[SummaryRow],
     experiment: &Experiment,
     noise: Option<&VerifySpread>,
 ) -> String {
     let reference = experiment.reference_method();
+    let groups = drafting_groups(rows);
+    if groups.is_empty() {
+        return "No arm drafted: the target alone's tokens/s are under Costs.\n".into();
+    }
+    let mut out = String::new();
+    for (workload, drafter) in groups {
+        let _ = write!(
+            out,
+            "### {workload}, drafter {drafter}\n\n| context | method | prompts (requests) | tau | speed-up end to end | decode speed-up | vs {reference}: end to end / decode | = target's output |\n|---|---|---|---|---|---|---|---|\n",
+            reference = reference.unwrap_or("-")
+        );
+        for r in rows
+            .iter()
+            .filter(|r| r.bin == "all" && r.workload == workload && r.drafter == drafter)
+        {
+            let paired = match reference {
+                None => "-".to_string(),
+                Some(reference) if r.method == reference => "(reference)".to_string(),
+                Some(_) => format!(
+                    "{} {} / {} {}",
+                    number(r.vs_reference.estimate, 2),
+                    verdict(&r.vs_reference, r.prompts, noise),
+                    number(r.decode_vs_reference.estimate, 2),
+                    verdict(&r.decode_vs_reference, r.prompts, noise),
+                ),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} ({}) | {} | {} | {} | {} | {} |",
+                context_cell(r),
+                r.method,
+                r.prompts,
+                r.requests,
+                with_interval(&r.tau, 2),
+                with_interval(&r.speedup, 2),
+                with_interval(&r.decode_speedup, 2),
+                paired,
+                match r.matches_target {
+                    1 => "yes",
+                    0 => "**no**",
+                    _ => "n/a",
+                },
+            );
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The paired comparisons in full: each drafting method against the reference method on the same
+/// drafter and requests, end to end and decode alone (ratio, interval, verdict, how many prompts it
+/// was the faster on, the signed-rank p); `None` without a second method.
+pub(crate) fn paired(
+    rows: &[SummaryRow],
+    experiment: &Experiment,
+    noise: Option<&VerifySpread>,
+) -> Option<String> {
+    let reference = experiment.reference_method()?;
+    let compared: Vec<&SummaryRow> = rows
+        .iter()
+        .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY && r.method != reference)
+        .collect();
+    if compared.is_empty() {
+        return None;
+    }
     let mut out = format!(
-        "| workload | context | drafter | method | prompts (requests) | tau | speedup vs target alone | decode speedup | vs {reference}, paired | decode vs {reference} | tokens/s | = target's output | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB | decoded again / still under load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-        reference = reference.unwrap_or("-")
+        "| workload | context | drafter | method | prompts | vs {reference}, paired | decode vs {reference} |\n|---|---|---|---|---|---|---|\n"
     );
-    for r in rows.iter().filter(|r| r.bin == "all") {
-        let context = if r.setting != "long_generation" && r.n0 > 0 {
-            format!(
-                "{} ({:.1} n0)",
-                r.context,
-                r.mean_prompt_tokens / r.n0 as f64
-            )
-        } else {
-            r.context_label()
-        };
-        let (vs, decode_vs) = against_reference(r, reference, noise);
+    for r in compared {
+        let (vs, decode_vs) = against_reference(r, noise);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {vs} | {decode_vs} |",
             r.workload,
-            context,
+            context_cell(r),
             r.drafter,
             r.method,
             r.prompts,
-            r.requests,
-            with_interval(&r.tau, 2),
-            with_interval(&r.speedup, 2),
-            with_interval(&r.decode_speedup, 2),
-            vs,
-            decode_vs,
+        );
+    }
+    Some(out)
+}
+
+/// The calibrated schedule against each other method ([`super::head_to_head`]), with its heading;
+/// `None` without a calibrated schedule or another method.
+fn head_to_head_table(cells: &[HeadToHead], noise: Option<&VerifySpread>) -> Option<String> {
+    let first = cells.first()?;
+    let calibrated = &first.calibrated;
+    let cell = |paired: &PairedRatio, prompts: usize, noise: Option<&VerifySpread>| {
+        format!(
+            "{} {} ({}/{prompts} ahead, p {})",
+            with_interval(&paired.ratio, 2),
+            verdict(&paired.ratio, prompts as i64, noise),
+            paired.ahead,
+            p_value(paired.p)
+        )
+    };
+    let mut out = format!(
+        "\n## `{calibrated}` against each method, paired\n\n\
+         Whether the calibrated slope beats the other methods of its drafter on the same prompts: per \
+         prompt the ratio of `{calibrated}`'s tau to the method's and of their decode tokens/s on the \
+         same requests, then the median over prompts with its interval, the verdict (as above; tau \
+         is counted, not timed, so its verdict has no timing noise), how many prompts put \
+         `{calibrated}` ahead, and the Wilcoxon signed-rank p. Above 1: `{calibrated}` ahead.\n\n\
+         | workload | context | drafter | method | prompts | tau: {calibrated} / method | decode: {calibrated} / method |\n|---|---|---|---|---|---|---|\n"
+    );
+    for c in cells {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            c.workload,
+            c.context,
+            c.drafter,
+            c.method,
+            c.prompts,
+            cell(&c.tau, c.prompts, None),
+            cell(&c.decode, c.prompts, noise),
+        );
+    }
+    Some(out)
+}
+
+/// What each arm costs beside its speed: its absolute tokens/s, how far its outputs loop, its
+/// updates, memory, and the requests decoded again under load.
+fn costs(rows: &[SummaryRow]) -> String {
+    let mut out = String::from(
+        "| workload | context | drafter | method | tokens/s | distinct 4-grams | updates (s) | adaptation MiB | drafter weights MiB | peak MiB | decoded again / still under load |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows.iter().filter(|r| r.bin == "all") {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} |",
+            r.workload,
+            context_cell(r),
+            r.drafter,
+            r.method,
             number(r.tokens_per_s.estimate, 1),
-            match (r.drafter == TARGET_ONLY, r.matches_target) {
-                (true, _) => "-",
-                (false, 1) => "yes",
-                (false, 0) => "**no**",
-                _ => "n/a",
-            },
             number(r.distinct_4grams, 2),
             r.updates,
             number(r.update_seconds, 1),
@@ -510,6 +635,8 @@ pub struct ReportInputs<'a> {
     pub rows: &'a [SummaryRow],
     pub noise: Option<&'a VerifySpread>,
     pub acceptance: &'a [PositionRate],
+    /// The calibrated schedule against each other method, paired over prompts.
+    pub head_to_head: &'a [HeadToHead],
     pub finished: &'a [&'a Unit],
     pub unfinished: &'a [PartialUnit],
 }
@@ -523,7 +650,7 @@ pub fn write(dir: &Path, experiment: &Experiment, inputs: &ReportInputs) -> Resu
         md,
         "# Run {}\n\nExperiment `{}` (config hash `{}`), target `{}`, device {}, dtype {}, temperature {}.\n",
         experiment.name,
-        experiment.file.display(),
+        sharpdraft_model::store::paths::in_repository(&experiment.file),
         experiment.hash(),
         experiment.target,
         experiment.device,
@@ -549,10 +676,10 @@ pub fn write(dir: &Path, experiment: &Experiment, inputs: &ReportInputs) -> Resu
          over prompts of tokens/s against the target alone on the same request, update time included; \
          decode speedup leaves the prefill out. Brackets: a 95% percentile-bootstrap interval over \
          prompts (2000 resamples; none with one prompt). tau: tokens per target pass (bonus included), \
-         pooled over requests, with its interval over prompts. The `vs` columns compare each method \
-         with the first drafting method on the same drafter, paired: the median over prompts of the \
-         ratio of the two methods' tokens/s on the same request (end to end, and the decode alone), \
-         with its interval; `higher` or `lower` when the interval lies off 1 and the cell has at least \
+         pooled over requests, with its interval over prompts. The headline's `vs` column compares each \
+         method with the first drafting method on the same drafter, paired: the median over prompts of \
+         the ratio of the two methods' tokens/s on the same request (end to end / the decode alone) \
+         and its verdict; the table after it gives each ratio's interval, `higher` or `lower` when the interval lies off 1 and the cell has at least \
          10 prompts, `~` when it holds 1 (these prompts do not resolve the difference), `n < 10` when \
          the prompts are too few for any verdict (an interval over a handful of prompts cannot be wider \
          than their range); how many prompts the method was the faster on, and the two-sided \
@@ -560,7 +687,7 @@ pub fn write(dir: &Path, experiment: &Experiment, inputs: &ReportInputs) -> Resu
          run's timing noise (below) says so. \
          Load: an arm whose decode of a request ran while other processes took more than 10% \
          of the cores is decoded again once the machine is quiet (the experiment's `timing:`); the last \
-         column counts the requests decoded again, and those whose kept decode still ran under load \
+         column of Costs counts the requests decoded again, and those whose kept decode still ran under load \
          (`results.parquet` has each decode's share, and each unit's load average, steal and throttling). \
          `= target's output`: under greedy decoding, whether every request reproduced the target's own \
          output token for token (lossless verification says it must). \
@@ -570,6 +697,15 @@ pub fn write(dir: &Path, experiment: &Experiment, inputs: &ReportInputs) -> Resu
          `summary.parquet`; acceptance by draft position: `acceptance.parquet`.\n\n## Headline\n\n",
     );
     md.push_str(&headline(rows, experiment, inputs.noise));
+    if let Some(paired) = paired(rows, experiment, inputs.noise) {
+        md.push_str("\n## Paired against the reference method\n\n");
+        md.push_str(&paired);
+    }
+    if let Some(table) = head_to_head_table(inputs.head_to_head, inputs.noise) {
+        md.push_str(&table);
+    }
+    md.push_str("\n## Costs\n\n");
+    md.push_str(&costs(rows));
     if let Some(costs) = cycle_costs(rows) {
         md.push_str("\n## Where a cycle goes\n\n");
         md.push_str(&costs);
@@ -954,15 +1090,19 @@ fn charts(
 /// line (the literature's rules, whose shape differs from a constant slope; adaptation, windows,
 /// retrieval).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SlopeRole {
+pub(crate) enum SlopeRole {
     Constant,
     Calibrated,
     Apart,
 }
 
-fn slope_role(method: &super::config::MethodEntry) -> SlopeRole {
+pub(crate) fn slope_role(method: &super::config::MethodEntry) -> SlopeRole {
     use crate::scaling::ScalingKind;
-    if method.target_only || method.adapt.is_some() || method.window.is_some() || method.retrieval.is_some() {
+    if method.target_only
+        || method.adapt.is_some()
+        || method.window.is_some()
+        || method.retrieval.is_some()
+    {
         return SlopeRole::Apart;
     }
     match &method.scaling {
@@ -1003,16 +1143,26 @@ fn slope_panels(
     for r in &whole {
         let (name, colour) = match role(&r.method) {
             SlopeRole::Constant => {
-                let c = contexts.iter().position(|&c| c == r.context as usize).unwrap_or(0);
+                let c = contexts
+                    .iter()
+                    .position(|&c| c == r.context as usize)
+                    .unwrap_or(0);
                 (format!("context {}", r.context_label()), c)
             }
             SlopeRole::Calibrated => ("calibrated schedule".to_string(), calibrated_colour),
             SlopeRole::Apart => continue,
         };
         lines
-            .entry((format!("{} {}", r.workload, r.drafter), format!("{colour:04}")))
+            .entry((
+                format!("{} {}", r.workload, r.drafter),
+                format!("{colour:04}"),
+            ))
             .or_insert_with(|| Series::new(name, colour))
-            .push(r.scaling_slope, value(r).estimate, (value(r).lo, value(r).hi));
+            .push(
+                r.scaling_slope,
+                value(r).estimate,
+                (value(r).lo, value(r).hi),
+            );
     }
     let swept = lines.values().any(|s| {
         let mut betas: Vec<f64> = s.points.iter().map(|p| p.0).collect();
@@ -1043,7 +1193,11 @@ fn acceptance_panels(rates: &[PositionRate]) -> Vec<HeatPanel> {
             panel.rows.push(r.bin.clone());
             panel.values.push(vec![f64::NAN; depth]);
         }
-        if let Some(cell) = panel.values.last_mut().and_then(|row| row.get_mut(r.position - 1)) {
+        if let Some(cell) = panel
+            .values
+            .last_mut()
+            .and_then(|row| row.get_mut(r.position - 1))
+        {
             *cell = r.rate();
         }
     }

@@ -29,7 +29,7 @@ pub fn write_record(dir: &Path, experiment: &Experiment) -> Result<()> {
     std::fs::copy(&experiment.file, &copy).with_context(|| {
         format!(
             "copying {} to {}",
-            experiment.file.display(),
+            sharpdraft_model::store::paths::shown(&experiment.file),
             copy.display()
         )
     })?;

@@ -15,8 +15,8 @@ use super::folder_lock::FolderLock;
 use super::grid::{arms, rotation, unit_count, units, Arm, Shard, Unit};
 use super::machine_state::{self, MachineState, Quiet, Sample};
 use super::partial_unit::{joined, PartialUnit};
-use super::records::{provenance, ArmRecord, Provenance, RequestRow, UnitRecord};
 use super::publish::{publish, Published};
+use super::records::{provenance, ArmRecord, Provenance, RequestRow, UnitRecord};
 use super::requests::{build_all, inputs_digest, GridRequests};
 use super::run_folder::{recorded_experiment, write_record, EXPERIMENT_RECORD, RUN_KIND, UNITS};
 use super::{samples, tables};
@@ -72,7 +72,7 @@ pub fn default_out(experiment: &Experiment, shard: Option<Shard>) -> PathBuf {
 /// Trains every drafter whose checkpoint is missing (or unfinished) from its `train` config, and
 /// calibrates every schedule a method needs and does not find; errors name what is missing otherwise.
 fn ensure_drafters(experiment: &Experiment) -> Result<()> {
-    let f = experiment.file.display();
+    let f = sharpdraft_model::store::paths::shown(&experiment.file);
     let drafting: Vec<&MethodEntry> = experiment
         .methods
         .iter()
@@ -125,7 +125,7 @@ fn ensure_drafters(experiment: &Experiment) -> Result<()> {
 }
 
 fn ensure_schedule(experiment: &Experiment, drafter: &super::config::DrafterEntry) -> Result<()> {
-    let f = experiment.file.display();
+    let f = sharpdraft_model::store::paths::shown(&experiment.file);
     let Some(schedule) = &drafter.schedule else {
         bail!("{f}: drafter {:?} names no schedule", drafter.name);
     };
@@ -166,7 +166,7 @@ fn check_arms(
     target: &CausalLm,
     requests: &GridRequests,
 ) -> Result<Vec<Tap>> {
-    let f = experiment.file.display();
+    let f = sharpdraft_model::store::paths::shown(&experiment.file);
     let positions = target.net.config.max_position_embeddings.max(1) as u64;
     let sampling = Sampling {
         temperature: experiment.temperature,
@@ -210,7 +210,8 @@ fn check_arms(
                 r.recent
             );
         }
-        let (built, _) = drafter_spec::prepare(&spec, target, sampling, shortest, 1).with_context(at)?;
+        let (built, _) =
+            drafter_spec::prepare(&spec, target, sampling, shortest, 1).with_context(at)?;
         for tap in built.drafter.target_taps() {
             if !taps.contains(&tap) {
                 taps.push(tap);
@@ -276,10 +277,18 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         Some(model) => registry::fetch(model.name)?,
         None => registry::resolve(&experiment.target)?,
     };
-    let device = parse_device(&experiment.device)
-        .with_context(|| format!("{}: device", experiment.file.display()))?;
-    let kind = parse_kind(&experiment.dtype)
-        .with_context(|| format!("{}: dtype", experiment.file.display()))?;
+    let device = parse_device(&experiment.device).with_context(|| {
+        format!(
+            "{}: device",
+            sharpdraft_model::store::paths::shown(&experiment.file)
+        )
+    })?;
+    let kind = parse_kind(&experiment.dtype).with_context(|| {
+        format!(
+            "{}: dtype",
+            sharpdraft_model::store::paths::shown(&experiment.file)
+        )
+    })?;
     let target = CausalLm::load(&target_dir, device, kind)
         .with_context(|| format!("loading target {}", experiment.target))?;
     let requests = build_all(&experiment, &target)?;
@@ -371,7 +380,11 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         bar.inc(1);
         records.push(record);
         // Tables current after every unit, for a look at a long run; the report comes at the end.
-        tables::write_tables(&dir, &experiment, &samples::from_units(&experiment, &records))?;
+        tables::write_tables(
+            &dir,
+            &experiment,
+            &samples::from_units(&experiment, &records),
+        )?;
     }
     bar.finish_and_clear();
     let published = publish(&dir, &experiment, &records)?;
@@ -564,9 +577,10 @@ impl UnitRunner<'_> {
             // arm, so measuring it once changes no ratio and saves every arm but one the prompt's
             // pass. Taken like a decode: again once the machine is quiet if it ran under load.
             let shared = match self.experiment.timing.shared_prefill {
-                true => Some(self.shared_prefill(ids).with_context(|| {
-                    format!("the target's prefill of prompt {prompt}")
-                })?),
+                true => Some(
+                    self.shared_prefill(ids)
+                        .with_context(|| format!("the target's prefill of prompt {prompt}"))?,
+                ),
                 false => None,
             };
             for (slot, a) in rotation(runs.len(), position, unit.repeat)

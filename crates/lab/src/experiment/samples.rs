@@ -216,9 +216,9 @@ impl Columns<'_> {
         self.i(name)?
             .iter()
             .map(|&v| {
-                u64::try_from(v).ok().with_context(|| {
-                    format!("{}: column {name} holds {v}, not a count", self.what)
-                })
+                u64::try_from(v)
+                    .ok()
+                    .with_context(|| format!("{}: column {name} holds {v}, not a count", self.what))
             })
             .collect()
     }
@@ -253,7 +253,12 @@ pub fn read(
         c.s("workload")?,
         c.s("setting")?,
     );
-    let (context, seed, repeat, prompt) = (c.u("context")?, c.u("seed")?, c.u("repeat")?, c.u("prompt")?);
+    let (context, seed, repeat, prompt) = (
+        c.u("context")?,
+        c.u("seed")?,
+        c.u("repeat")?,
+        c.u("prompt")?,
+    );
     let (slot, attempts, prompt_tokens, generated, updates) = (
         c.u("slot")?,
         c.u("attempts")?,

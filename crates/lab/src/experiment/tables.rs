@@ -243,7 +243,12 @@ fn summary_rows(experiment: &Experiment, cells: &Cells) -> Rows {
 
 /// One summary row per context bin (edges `bins_n0`, in multiples of the cell's n0) that some cycle
 /// of the cell's samples drafted in, tau over the cycles in that bin.
-fn push_context_bin_rows(summary: &mut Rows, key: &CellKey, samples: &[PairedRow], bins_n0: &[f64]) {
+fn push_context_bin_rows(
+    summary: &mut Rows,
+    key: &CellKey,
+    samples: &[PairedRow],
+    bins_n0: &[f64],
+) {
     let n0 = key.n0;
     let mut bins: BTreeMap<u64, Bin> = BTreeMap::new();
     for s in samples {
@@ -283,7 +288,11 @@ fn paired_columns(summary: &mut Rows, name: &str, ratios: &[f64]) {
         &format!("{name}_faster"),
         finite.iter().filter(|&&r| r > 1.0).count() as u64,
     );
-    let logs: Vec<f64> = finite.iter().filter(|r| **r > 0.0).map(|r| r.ln()).collect();
+    let logs: Vec<f64> = finite
+        .iter()
+        .filter(|r| **r > 0.0)
+        .map(|r| r.ln())
+        .collect();
     summary.f(&format!("{name}_p"), wilcoxon_signed_rank(&logs));
 }
 
@@ -306,7 +315,9 @@ fn summary_row(
             requests
                 .iter()
                 .flat_map(|s| s.row().cycles.iter().filter(|c| in_bin(c)))
-                .fold((0.0, 0.0), |(e, n), c| (e + (c.accepted + c.bonus) as f64, n + 1.0))
+                .fold((0.0, 0.0), |(e, n), c| {
+                    (e + (c.accepted + c.bonus) as f64, n + 1.0)
+                })
         })
         .collect();
     let cycle_count: f64 = counts.iter().map(|c| c.1).sum();
@@ -523,7 +534,7 @@ mod tests {
     use super::*;
     use crate::experiment::grid::Arm;
     use crate::experiment::records::Provenance;
-    use crate::experiment::report::{headline, summary_rows};
+    use crate::experiment::report::{headline, paired, summary_rows};
     use crate::experiment::samples::UnitLoad;
 
     /// The target alone, an unmodified drafter and a fixed-slope one, 2 prompts, 3 repeats.
@@ -541,7 +552,13 @@ mod tests {
     }
 
     /// One request: `cycles` cycles each accepting `accepted` of 3 drafts, `seconds` in all.
-    fn sample(method: &str, repeat: usize, prompt: usize, accepted: usize, seconds: f64) -> RequestSample {
+    fn sample(
+        method: &str,
+        repeat: usize,
+        prompt: usize,
+        accepted: usize,
+        seconds: f64,
+    ) -> RequestSample {
         let drafting = method != "ar";
         let cycles = if drafting {
             vec![
@@ -657,9 +674,62 @@ mod tests {
         assert!(fixed.vs_reference.lo > 1.0, "{:?}", fixed.vs_reference);
         assert_eq!(fixed.vs_reference_faster, 2);
         assert!((fixed.vs_reference_p - 0.5).abs() < 1e-12);
-        let table = headline(&rows, &experiment, None);
+        let table = paired(&rows, &experiment, None).unwrap();
         let line = table.lines().find(|l| l.contains("| fixed |")).unwrap();
         assert!(line.contains("n < 10 (2/2 faster, p 0.500)"), "{line}");
         assert!(!line.contains("higher"), "{line}");
+    }
+
+    #[test]
+    fn the_calibrated_schedule_meets_each_method_on_the_same_prompts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.yaml");
+        std::fs::write(
+            &path,
+            "name: t\ntarget: smollm2-135m-instruct\n\
+             drafters:\n  - {name: self, schedule: s.yaml, spec: {method: vanilla, checkpoint: smollm2-135m-instruct}}\n\
+             methods:\n  - {name: ar, target_only: true}\n  - {name: unmodified}\n  - {name: calibrated, scaling: {mode: fixed}}\n\
+             workloads:\n  - {name: w, setting: long_prompt, prompts: {jsonl: {path: p.jsonl, field: q}}, count: 2, max_new_tokens: 8, contexts: [0]}\n",
+        )
+        .unwrap();
+        let experiment = Experiment::load(&path).unwrap();
+        assert_eq!(
+            crate::experiment::head_to_head::calibrated_method(&experiment),
+            Some("calibrated")
+        );
+        // Prompt 0: the calibrated arm accepts all 3 drafts (tau 4), the unmodified 1 (tau 2); prompt
+        // 1: neither accepts any. The calibrated arm decodes in 0.6 s against 0.7 on both.
+        let mut samples = Vec::new();
+        for (prompt, calibrated, unmodified) in [(0, 3, 1), (1, 0, 0)] {
+            samples.push(sample("ar", 0, prompt, 0, 1.0));
+            samples.push(sample("unmodified", 0, prompt, unmodified, 0.8));
+            samples.push(sample("calibrated", 0, prompt, calibrated, 0.7));
+        }
+        let cells = crate::experiment::head_to_head::compare(&experiment, &samples);
+        assert_eq!(cells.len(), 1, "one other drafting method: {cells:?}");
+        let cell = &cells[0];
+        assert_eq!((cell.method.as_str(), cell.prompts), ("unmodified", 2));
+        assert_eq!(cell.tau.ratio.estimate, 1.5, "the median of 4/2 and 1/1");
+        assert_eq!(cell.tau.ahead, 1);
+        assert!((cell.decode.ratio.estimate - 0.7 / 0.6).abs() < 1e-9);
+        assert_eq!(cell.decode.ahead, 2);
+    }
+
+    #[test]
+    fn the_headline_has_eight_columns_and_the_short_verdicts() {
+        let dir = tempfile::tempdir().unwrap();
+        let experiment = experiment(dir.path());
+        let tables = build_from_samples(&experiment, &two_prompts_three_repeats());
+        let rows = summary_rows(&tables.summary, &experiment).unwrap();
+        let table = headline(&rows, &experiment, None);
+        for line in table.lines().filter(|l| l.starts_with('|')) {
+            assert_eq!(line.matches('|').count(), 9, "8 columns: {line}");
+        }
+        let fixed = table.lines().find(|l| l.contains("| fixed |")).unwrap();
+        assert!(fixed.contains(" n < 10 / "), "{fixed}");
+        assert!(
+            !table.lines().any(|l| l.contains("| ar |")),
+            "the target alone's row is under Costs: {table}"
+        );
     }
 }

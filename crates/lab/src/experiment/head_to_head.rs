@@ -1,0 +1,146 @@
+//! The calibrated schedule against every other method of its drafter, paired over prompts: the
+//! paper's question is whether a *calibrated* slope beats the literature's constants (logn, Llama 4,
+//! YaRN), a sweep of fixed slopes and online adaptation, and the unpaired intervals of two arms'
+//! tau overlap long before a paired test over the same prompts resolves them. For each workload x
+//! context x drafter and each other method: per prompt, the ratio of the calibrated arm's tau to the
+//! method's and of their decode tokens/s on the same requests (a prompt's repeats combined by their
+//! median), then the median over prompts with its bootstrap interval, how many prompts favour the
+//! calibrated arm, and the Wilcoxon signed-rank p of the log ratios.
+
+use super::config::Experiment;
+use super::intervals::{median, median_interval, wilcoxon_signed_rank, Interval};
+use super::records::RequestRow;
+use super::report::{slope_role, SlopeRole};
+use super::samples::RequestSample;
+use std::collections::BTreeMap;
+
+/// A paired ratio over prompts (calibrated over the other method).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairedRatio {
+    pub ratio: Interval,
+    /// Prompts whose ratio is above 1: the calibrated arm ahead.
+    pub ahead: usize,
+    /// Two-sided Wilcoxon signed-rank p of the log ratios; NaN without any.
+    pub p: f64,
+}
+
+/// The calibrated arm against one other method in one cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadToHead {
+    pub workload: String,
+    pub context: usize,
+    pub drafter: String,
+    /// The calibrated schedule's method, and the one it is compared with.
+    pub calibrated: String,
+    pub method: String,
+    pub prompts: usize,
+    pub tau: PairedRatio,
+    pub decode: PairedRatio,
+}
+
+/// The experiment's calibrated-schedule method: the first drafting method whose slope comes from a
+/// schedule (no constant beta, no rule from the literature, no adaptation, window or retrieval).
+pub fn calibrated_method(experiment: &Experiment) -> Option<&str> {
+    experiment
+        .methods
+        .iter()
+        .find(|m| slope_role(m) == SlopeRole::Calibrated)
+        .map(|m| m.name.as_str())
+}
+
+fn paired_ratio(per_prompt: &[f64]) -> PairedRatio {
+    let finite: Vec<f64> = per_prompt
+        .iter()
+        .copied()
+        .filter(|r| r.is_finite() && *r > 0.0)
+        .collect();
+    let logs: Vec<f64> = finite.iter().map(|r| r.ln()).collect();
+    PairedRatio {
+        ratio: median_interval(&finite),
+        ahead: finite.iter().filter(|&&r| r > 1.0).count(),
+        p: wilcoxon_signed_rank(&logs),
+    }
+}
+
+/// Every other drafting method against the calibrated one, per workload x context x drafter, in the
+/// experiment's method order; empty when the experiment has no calibrated schedule.
+pub fn compare(experiment: &Experiment, samples: &[RequestSample]) -> Vec<HeadToHead> {
+    let Some(calibrated) = calibrated_method(experiment) else {
+        return Vec::new();
+    };
+    // (workload, context, drafter, method) -> prompt -> the requests' (tau, decode tokens/s) keyed by
+    // (seed, repeat), so each request pairs with the same request of the calibrated arm.
+    type Requests = BTreeMap<(u64, usize), (f64, f64)>;
+    let mut cells: BTreeMap<(String, usize, String, String), BTreeMap<usize, Requests>> =
+        BTreeMap::new();
+    for s in samples.iter().filter(|s| s.arm.drafter.is_some()) {
+        let key = (
+            s.unit.workload.clone(),
+            s.unit.context,
+            s.drafter().to_string(),
+            s.arm.method.clone(),
+        );
+        cells
+            .entry(key)
+            .or_default()
+            .entry(s.row.prompt)
+            .or_default()
+            .insert(
+                (s.unit.seed, s.unit.repeat),
+                (s.row.tau(), RequestRow::decode_tokens_per_second(&s.row)),
+            );
+    }
+    let mut out = Vec::new();
+    for method in experiment.methods.iter().filter(|m| !m.target_only) {
+        if method.name == calibrated {
+            continue;
+        }
+        for ((workload, context, drafter, name), prompts) in &cells {
+            if *name != method.name {
+                continue;
+            }
+            let key = (
+                workload.clone(),
+                *context,
+                drafter.clone(),
+                calibrated.to_string(),
+            );
+            let Some(reference) = cells.get(&key) else {
+                continue;
+            };
+            let (mut tau, mut decode) = (Vec::new(), Vec::new());
+            for (prompt, requests) in prompts {
+                let Some(theirs) = reference.get(prompt) else {
+                    continue;
+                };
+                let pairs: Vec<((f64, f64), (f64, f64))> = requests
+                    .iter()
+                    .filter_map(|(request, mine)| theirs.get(request).map(|c| (*c, *mine)))
+                    .collect();
+                if pairs.is_empty() {
+                    continue;
+                }
+                tau.push(median(
+                    &pairs.iter().map(|(c, m)| c.0 / m.0).collect::<Vec<_>>(),
+                ));
+                decode.push(median(
+                    &pairs.iter().map(|(c, m)| c.1 / m.1).collect::<Vec<_>>(),
+                ));
+            }
+            out.push(HeadToHead {
+                workload: workload.clone(),
+                context: *context,
+                drafter: drafter.clone(),
+                calibrated: calibrated.to_string(),
+                method: name.clone(),
+                prompts: tau.len(),
+                tau: paired_ratio(&tau),
+                decode: paired_ratio(&decode),
+            });
+        }
+    }
+    out.sort_by(|a, b| {
+        (&a.workload, a.context, &a.drafter).cmp(&(&b.workload, b.context, &b.drafter))
+    });
+    out
+}
