@@ -1,6 +1,8 @@
 # SharpDraft: the two entry points of the README, and the set-up they share.
-#   make run    the main job: experiments/quickstart.yaml into runs/quickstart (trains and calibrates its
-#               drafter first when missing; resumes an unfinished run; prints the report's headline)
+#   make run    the main job: experiments/quickstart.yaml into runs/quickstart (installs the drafter the
+#               repository ships; RETRAIN=1 trains and calibrates it from nothing instead; resumes an
+#               unfinished run; prints the report's headline)
+#   make demo   one speculative decode on the shipped drafter beside the target alone (a minute)
 #   make test   the whole test suite (what CI runs), the NEON kernel's under an emulator included
 # Each target installs what it needs first; the installs are cached and idempotent.
 
@@ -21,11 +23,21 @@ CARGO             ?= cargo
 
 DEFAULT_MODEL     := smollm2-135m-instruct
 
-.PHONY: run test test-neon deps models fetch-qwen bench clean-deps
+DEMO_DRAFTER      := smollm2-135m-dflash-v4k-long
+DEMO_PROMPT       := What is 15% of 240? Show your steps.
+
+.PHONY: run demo test test-neon deps models fetch-qwen bench clean-deps
 
 # The debug profile (optimised dependencies) is the one `make test` builds, so the two share one build.
 run: deps
-	$(CARGO) run -p sharpdraft -- run experiments/quickstart.yaml --resume
+	$(CARGO) run -p sharpdraft -- run experiments/quickstart.yaml --resume $(if $(RETRAIN),--retrain)
+
+# One greedy decode of one prompt: tokens/s with the drafter and without, tau, and whether the output is
+# the target's own. A one-off timing on one prompt; the reports are the evidence.
+demo: deps
+	$(CARGO) run -q -p sharpdraft -- fetch $(DEFAULT_MODEL) $(DEMO_DRAFTER)
+	$(CARGO) run -q -p sharpdraft -- generate --target $(DEFAULT_MODEL) --drafter $(DEMO_DRAFTER) \
+	  --method dflash --prompt "$(DEMO_PROMPT)" --max-new-tokens 200 --compare-ar
 
 # The test build's own sharpdraft binary fetches the model, so the workspace compiles once.
 # SHARPDRAFT_REQUIRE_NVRTC: the kernel's NVRTC compile test fails, rather than skips, without NVRTC.

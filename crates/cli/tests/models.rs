@@ -154,3 +154,52 @@ fn importing_a_file_that_is_not_gguf_fails_cleanly() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a valid GGUF file"));
 }
+
+#[test]
+fn the_shipped_drafter_installs_from_the_repository_once_and_a_drafter_trained_here_is_kept() {
+    let home = tempfile::tempdir().unwrap();
+    let name = "smollm2-135m-dflash-v4k-long";
+    let first = sharpdraft(&["fetch", name], Some(home.path()));
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(first.status.success(), "{stderr}");
+    assert!(stderr.contains("installing"), "{stderr}");
+    let model = home.path().join("models").join(name);
+    let shipped = sharpdraft_model::store::registry::shipped(name).unwrap();
+    for (file, sha) in shipped.files {
+        assert_eq!(
+            &sharpdraft_model::store::output_folder::sha256_of(&model.join(file)).unwrap(),
+            sha,
+            "{file}"
+        );
+    }
+    let schedule = home
+        .path()
+        .join("calibrations/smollm2-dflash-v4k-long/schedule.yaml");
+    assert!(schedule.is_file(), "the calibrated schedule comes with it");
+
+    let again = sharpdraft(&["fetch", name], Some(home.path()));
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        again.status.success() && !stderr.contains("installing"),
+        "{stderr}"
+    );
+
+    // A drafter trained here under the same name is the user's: fetch keeps it and says so.
+    let marker = model.join(sharpdraft_model::store::output_folder::MARKER);
+    let text = std::fs::read_to_string(&marker)
+        .unwrap()
+        .replace("\"kind\": \"fetch\"", "\"kind\": \"train\"");
+    assert!(text.contains("\"kind\": \"train\""), "{text}");
+    std::fs::write(&marker, text).unwrap();
+    std::fs::write(model.join("notes.txt"), "mine").unwrap();
+    let kept = sharpdraft(&["fetch", name], Some(home.path()));
+    let stderr = String::from_utf8_lossy(&kept.stderr);
+    assert!(
+        kept.status.success() && stderr.contains("trained here"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(model.join("notes.txt")).unwrap(),
+        "mine"
+    );
+}

@@ -25,6 +25,10 @@ pub struct RunArgs {
     /// job array variables (SLURM_ARRAY_TASK_ID, _MIN, _COUNT) choose the shard when they are set.
     #[arg(long)]
     pub shard: Option<String>,
+    /// Train and calibrate a missing drafter even when the repository ships it, as the quickstart's
+    /// (an installed shipped copy and its schedule are moved aside, never deleted).
+    #[arg(long)]
+    pub retrain: bool,
 }
 
 #[derive(Args, Debug)]
@@ -66,6 +70,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             out: args.out.clone(),
             resume: args.resume,
             shard,
+            retrain: args.retrain,
         },
     )?;
     eprintln!(

@@ -7,15 +7,15 @@ use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
 use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
-use sharpdraft_draft::AdaptationReport;
 use sharpdraft_draft::retrieval::RetrievalConfig;
-use sharpdraft_draft::TreeShape;
+use sharpdraft_draft::AdaptationReport;
 use sharpdraft_draft::Method;
+use sharpdraft_draft::TreeShape;
 use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{
-    parse_device, parse_kind, store::registry, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler,
-    Sampling,
+    parse_device, parse_kind, store::registry, CausalLm, ChatMessage, ForwardInput, LogitRows,
+    Sampler, Sampling,
 };
 use tch::{Kind, Tensor};
 
@@ -236,16 +236,17 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
     );
     let report = match &args.draft.drafter {
         None => autoregressive_report(args, &model, prompt_ids, sampling, load_peak_rss_bytes)?,
-        Some(drafter_name) => {
-            speculative_report(args, &model, drafter_name, prompt_ids, sampling)?
-        }
+        Some(drafter_name) => speculative_report(args, &model, drafter_name, prompt_ids, sampling)?,
     };
     print_report(&report, args.json)
 }
 
 /// The prompt's token ids: the text itself with `--raw` or without a chat template, else one user turn
 /// of the target's chat template.
-fn prompt_ids(args: &GenerateArgs, tokenizer: &sharpdraft_model::TextTokenizer) -> anyhow::Result<Vec<i64>> {
+fn prompt_ids(
+    args: &GenerateArgs,
+    tokenizer: &sharpdraft_model::TextTokenizer,
+) -> anyhow::Result<Vec<i64>> {
     let text = if args.raw || !tokenizer.has_chat_template() {
         args.prompt.clone()
     } else {
@@ -388,6 +389,12 @@ fn print_report(report: &GenerateReport, json: bool) -> anyhow::Result<()> {
         }
         if let (Some(ar), Some(speedup)) = (report.ar_tokens_per_s, report.speedup_vs_ar) {
             eprintln!("autoregressive {ar:.1} tokens/s: speedup {speedup:.2}x");
+        }
+        if let Some(identical) = report.identical_to_ar {
+            eprintln!(
+                "output identical to the target alone's, token for token: {}",
+                if identical { "yes" } else { "NO" }
+            );
         }
     }
     Ok(())

@@ -135,6 +135,14 @@ pub fn fetch(args: &FetchArgs) -> anyhow::Result<()> {
             };
             println!("{:<28} {:<12} {}", model.name, state, model.description);
         }
+        for model in registry::SHIPPED_MODELS {
+            let state = match registry::fetch_state(model.name, false)? {
+                registry::FetchState::Verified => "installed",
+                registry::FetchState::Missing => "not installed",
+                registry::FetchState::Changed(_) => "changed",
+            };
+            println!("{:<28} {:<12} {}", model.name, state, model.description);
+        }
         return Ok(());
     }
     for name in &args.names {

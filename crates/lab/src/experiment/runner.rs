@@ -41,6 +41,9 @@ pub struct RunOptions {
     /// Continue this experiment's run in `out`, skipping finished units.
     pub resume: bool,
     pub shard: Option<Shard>,
+    /// Train and calibrate a missing drafter even when the repository ships it (an installed shipped
+    /// copy and its schedule are set aside first).
+    pub retrain: bool,
 }
 
 #[derive(Debug)]
@@ -71,7 +74,7 @@ pub fn default_out(experiment: &Experiment, shard: Option<Shard>) -> PathBuf {
 
 /// Trains every drafter whose checkpoint is missing (or unfinished) from its `train` config, and
 /// calibrates every schedule a method needs and does not find; errors name what is missing otherwise.
-fn ensure_drafters(experiment: &Experiment) -> Result<()> {
+fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
     let f = sharpdraft_model::store::paths::shown(&experiment.file);
     let drafting: Vec<&MethodEntry> = experiment
         .methods
@@ -83,6 +86,14 @@ fn ensure_drafters(experiment: &Experiment) -> Result<()> {
     }
     for drafter in &experiment.drafters {
         let checkpoint = &drafter.spec.checkpoint;
+        let shipped = registry::shipped(checkpoint);
+        if let (true, Some(model)) = (retrain, shipped) {
+            registry::set_aside_shipped(model)?;
+        }
+        if let (false, Some(model), Err(_)) = (retrain, shipped, registry::resolve(checkpoint)) {
+            // The repository ships this drafter: installed, not trained (`--retrain` trains it).
+            registry::fetch(model.name)?;
+        }
         if let Err(missing) = registry::resolve(checkpoint) {
             let Some(train) = &drafter.train else {
                 bail!(
@@ -296,7 +307,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     // training data before any training, the calibration data once every schedule exists and every
     // arm has been built with it.
     crate::held_out::check_training_data(&experiment, &target, &requests)?;
-    ensure_drafters(&experiment)?;
+    ensure_drafters(&experiment, options.retrain)?;
     let prefill_taps = check_arms(&experiment, &target, &requests)?;
     crate::held_out::check_calibration_data(&experiment, &requests)?;
     experiment.seal(&inputs_digest(&experiment, &target_dir, &requests)?);

