@@ -26,7 +26,8 @@ fn the_shipped_drafter_reproduces_the_quickstart_reports_tau_at_n0() {
     let root = repository_root();
     let shipped = &SHIPPED_MODELS[0];
     let dir = tempfile::tempdir().unwrap();
-    // The quickstart's long-prompt workload at its first context alone.
+    // The quickstart's long-prompt workload at its first context alone; tau is counted, not timed, so
+    // no decode waits for a quiet machine.
     let workload = std::fs::read_to_string(root.join("configs/workloads/mtbench-long-prompt.yaml"))
         .unwrap()
         .replace("contexts: [256, 1024, 4096]", "contexts: [256]");
@@ -36,7 +37,7 @@ fn the_shipped_drafter_reproduces_the_quickstart_reports_tau_at_n0() {
     std::fs::write(
         &path,
         format!(
-            "name: shipped\ntarget: smollm2-135m-instruct\ntemperature: 0\n\
+            "name: shipped\ntarget: smollm2-135m-instruct\ntemperature: 0\ntiming: {{retries: 0}}\n\
              drafters:\n  - {{name: dflash-v4k-long, spec: {{method: dflash, checkpoint: {}}}}}\n\
              methods:\n  - {{name: ar, target_only: true}}\n  - {{name: unmodified}}\n\
              workloads:\n  - workload.yaml\n",
