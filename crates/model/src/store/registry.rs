@@ -424,22 +424,13 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
         output_folder::ensure_finished(&dir)?;
         return Ok(dir);
     }
-    if let Some(model) = shipped(name_or_path) {
+    let not_there = shipped(name_or_path)
+        .map(|m| (m.name, "installed", " (it ships with the repository)"))
+        .or_else(|| known(name_or_path).map(|m| (m.name, "fetched", "")));
+    if let Some((name, done, note)) = not_there {
         return Err(ModelError::io(
-            &model_dir(model.name),
-            format!(
-                "model {} is not installed yet: run `sharpdraft fetch {}` (it ships with the repository)",
-                model.name, model.name
-            ),
-        ));
-    }
-    if let Some(model) = known(name_or_path) {
-        return Err(ModelError::io(
-            &model_dir(model.name),
-            format!(
-                "model {} is not fetched yet: run `sharpdraft fetch {}`",
-                model.name, model.name
-            ),
+            &model_dir(name),
+            format!("model {name} is not {done} yet: run `sharpdraft fetch {name}`{note}"),
         ));
     }
     let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
