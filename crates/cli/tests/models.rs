@@ -203,3 +203,59 @@ fn the_shipped_drafter_installs_from_the_repository_once_and_a_drafter_trained_h
         "mine"
     );
 }
+
+#[test]
+fn retrain_sets_the_installed_shipped_drafter_and_its_schedule_aside_and_never_deletes_them() {
+    if !smollm2_fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(home.join("models")).unwrap();
+    let target = sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").unwrap();
+    std::os::unix::fs::symlink(&target, home.join("models/smollm2-135m-instruct")).unwrap();
+    let name = "smollm2-135m-dflash-v4k-long";
+    assert!(sharpdraft(&["fetch", name], Some(&home)).status.success());
+    std::fs::write(dir.path().join("p.jsonl"), "{\"q\": \"Hi\"}\n").unwrap();
+    let experiment = dir.path().join("e.yaml");
+    std::fs::write(
+        &experiment,
+        format!(
+            "name: rt\ntarget: smollm2-135m-instruct\n\
+             drafters:\n  - {{name: d, spec: {{method: dflash, checkpoint: {name}}}, schedule: smollm2-dflash-v4k-long}}\n\
+             methods:\n  - {{name: ar, target_only: true}}\n  - {{name: unmodified}}\n\
+             workloads:\n  - {{name: w, setting: long_prompt, prompts: {{jsonl: {{path: p.jsonl, field: q}}}}, count: 1, max_new_tokens: 4, contexts: [0]}}\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let run = sharpdraft(
+        &[
+            "run",
+            experiment.to_str().unwrap(),
+            "--retrain",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Some(&home),
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success(),
+        "no train: config to retrain from: {stderr}"
+    );
+    assert!(
+        stderr.contains("--retrain trains") && stderr.contains("train:"),
+        "{stderr}"
+    );
+    for folder in ["models", "calibrations"] {
+        let names: Vec<String> = std::fs::read_dir(home.join(folder))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.iter().any(|n| n.contains(".moved-")),
+            "{folder}: the installed copy is set aside, not deleted: {names:?}"
+        );
+    }
+}

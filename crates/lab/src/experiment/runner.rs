@@ -96,6 +96,12 @@ fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
         }
         if let Err(missing) = registry::resolve(checkpoint) {
             let Some(train) = &drafter.train else {
+                if retrain && shipped.is_some() {
+                    bail!(
+                        "{f}: drafter {:?}: --retrain trains {checkpoint} from the drafter's `train:` config, and it gives none",
+                        drafter.name
+                    );
+                }
                 bail!(
                     "{f}: drafter {:?}: {missing} (give it `train:` a training config to make it)",
                     drafter.name

@@ -198,7 +198,7 @@ pub fn set_aside_shipped(model: &ShippedModel) -> Result<bool> {
     if fetch_state(model.name, false)? != FetchState::Verified {
         return Ok(false);
     }
-    let why = "is set aside to be trained anew";
+    let why = "is set aside to be made anew (--retrain)";
     move_aside(&model_dir(model.name), model.name, why)?;
     if let Some((calibration, _, _)) = model.schedule {
         let folder = home().join("calibrations").join(calibration);
