@@ -773,3 +773,46 @@ fn a_kernel_form_the_cpu_cannot_run_stops_a_command_and_the_one_that_ran_is_repo
         assert_eq!(report(rows)["kernel"], form.name());
     }
 }
+
+#[test]
+fn a_closed_pipe_ends_a_printing_command_as_sigpipe_and_a_full_device_is_an_error_naming_stdout() {
+    use std::os::unix::process::ExitStatusExt;
+    // The reader is gone before the command prints: SIGPIPE ends it, as it ends any Unix tool.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+        .args(["fetch", "--list"])
+        .env("RUST_BACKTRACE", "0")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let ended = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&ended.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        ended.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        ended.status
+    );
+
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let ended = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+        .args([
+            "derive", "--k", "4", "--delta", "4", "--sigma", "1", "--n0", "2048", "--n", "131072",
+            "--json",
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&ended.stderr);
+    assert_eq!(ended.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("stdout") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}
