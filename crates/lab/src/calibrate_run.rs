@@ -158,7 +158,7 @@ impl CalibrateConfig {
         if self.out.contains('/') {
             PathBuf::from(&self.out)
         } else {
-            registry::home().join("calibrations").join(&self.out)
+            registry::calibration_dir(&self.out)
         }
     }
 }
@@ -245,7 +245,7 @@ pub fn calibrate_probe(
         None => probe.read.clone(),
     };
     write_calibration(config, probe, &dir, &heads, &fits, &schedule)?;
-    let schedule_path = dir.join("schedule.yaml");
+    let schedule_path = dir.join(registry::SCHEDULE);
     println!(
         "schedule ({} beta{}): {}",
         estimator_name(config.estimator),
@@ -370,7 +370,7 @@ fn write_calibration(
         config.k,
     )?;
     plot_betas(&staged.join("beta_per_head.png"), fits)?;
-    schedule.save(&staged.join("schedule.yaml"))?;
+    schedule.save(&staged.join(registry::SCHEDULE))?;
     let mut marker = output_folder::Marker::new(
         "calibrate",
         true,

@@ -4,6 +4,7 @@
 use crate::error::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::ScaleSchedule;
+use sharpdraft_model::store::registry;
 use sharpdraft_model::{QueryScaling, ScaledQueries, ScalingMode};
 use std::path::PathBuf;
 
@@ -162,9 +163,6 @@ pub fn resolve_schedule(path: &std::path::Path) -> PathBuf {
     if !is_calibration_name(path) {
         path.to_path_buf()
     } else {
-        sharpdraft_model::store::registry::home()
-            .join("calibrations")
-            .join(path)
-            .join("schedule.yaml")
+        registry::calibration_dir(&path.to_string_lossy()).join(registry::SCHEDULE)
     }
 }

@@ -8,21 +8,11 @@
 //! calibrated arm, and the Wilcoxon signed-rank p of the log ratios.
 
 use super::config::Experiment;
-use super::intervals::{median, median_interval, wilcoxon_signed_rank, Interval};
+use super::intervals::{median, paired_ratio, PairedRatio};
 use super::records::RequestRow;
 use super::report::{slope_role, SlopeRole};
 use super::samples::RequestSample;
 use std::collections::BTreeMap;
-
-/// A paired ratio over prompts (calibrated over the other method).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PairedRatio {
-    pub ratio: Interval,
-    /// Prompts whose ratio is above 1: the calibrated arm ahead.
-    pub ahead: usize,
-    /// Two-sided Wilcoxon signed-rank p of the log ratios; NaN without any.
-    pub p: f64,
-}
 
 /// The calibrated arm against one other method in one cell.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +24,7 @@ pub struct HeadToHead {
     pub calibrated: String,
     pub method: String,
     pub prompts: usize,
+    /// Calibrated over the method: `ahead` counts the prompts where the calibrated arm led.
     pub tau: PairedRatio,
     pub decode: PairedRatio,
 }
@@ -46,20 +37,6 @@ pub fn calibrated_method(experiment: &Experiment) -> Option<&str> {
         .iter()
         .find(|m| slope_role(m) == SlopeRole::Calibrated)
         .map(|m| m.name.as_str())
-}
-
-fn paired_ratio(per_prompt: &[f64]) -> PairedRatio {
-    let finite: Vec<f64> = per_prompt
-        .iter()
-        .copied()
-        .filter(|r| r.is_finite() && *r > 0.0)
-        .collect();
-    let logs: Vec<f64> = finite.iter().map(|r| r.ln()).collect();
-    PairedRatio {
-        ratio: median_interval(&finite),
-        ahead: finite.iter().filter(|&&r| r > 1.0).count(),
-        p: wilcoxon_signed_rank(&logs),
-    }
 }
 
 /// Every other drafting method against the calibrated one, per workload x context x drafter, in the
@@ -90,57 +67,58 @@ pub fn compare(experiment: &Experiment, samples: &[RequestSample]) -> Vec<HeadTo
                 (s.row.tau(), RequestRow::decode_tokens_per_second(&s.row)),
             );
     }
+    let method_rank = |name: &str| experiment.methods.iter().position(|m| m.name == name);
     let mut out = Vec::new();
-    for method in experiment.methods.iter().filter(|m| !m.target_only) {
-        if method.name == calibrated {
+    for ((workload, context, drafter, method), prompts) in &cells {
+        let key = (
+            workload.clone(),
+            *context,
+            drafter.clone(),
+            calibrated.to_string(),
+        );
+        let Some(reference) = cells.get(&key).filter(|_| method != calibrated) else {
             continue;
-        }
-        for ((workload, context, drafter, name), prompts) in &cells {
-            if *name != method.name {
+        };
+        // Per prompt, the median over its requests of calibrated / method (tau; decode tokens/s).
+        let (mut tau, mut decode) = (Vec::new(), Vec::new());
+        for (prompt, requests) in prompts {
+            let pairs: Vec<((f64, f64), (f64, f64))> = reference
+                .get(prompt)
+                .into_iter()
+                .flat_map(|theirs| {
+                    requests
+                        .iter()
+                        .filter_map(|(request, mine)| theirs.get(request).map(|c| (*c, *mine)))
+                })
+                .collect();
+            if pairs.is_empty() {
                 continue;
             }
-            let key = (
-                workload.clone(),
-                *context,
-                drafter.clone(),
-                calibrated.to_string(),
-            );
-            let Some(reference) = cells.get(&key) else {
-                continue;
+            let ratios = |f: fn(&(f64, f64)) -> f64| {
+                median(&pairs.iter().map(|(c, m)| f(c) / f(m)).collect::<Vec<_>>())
             };
-            let (mut tau, mut decode) = (Vec::new(), Vec::new());
-            for (prompt, requests) in prompts {
-                let Some(theirs) = reference.get(prompt) else {
-                    continue;
-                };
-                let pairs: Vec<((f64, f64), (f64, f64))> = requests
-                    .iter()
-                    .filter_map(|(request, mine)| theirs.get(request).map(|c| (*c, *mine)))
-                    .collect();
-                if pairs.is_empty() {
-                    continue;
-                }
-                tau.push(median(
-                    &pairs.iter().map(|(c, m)| c.0 / m.0).collect::<Vec<_>>(),
-                ));
-                decode.push(median(
-                    &pairs.iter().map(|(c, m)| c.1 / m.1).collect::<Vec<_>>(),
-                ));
-            }
-            out.push(HeadToHead {
-                workload: workload.clone(),
-                context: *context,
-                drafter: drafter.clone(),
-                calibrated: calibrated.to_string(),
-                method: name.clone(),
-                prompts: tau.len(),
-                tau: paired_ratio(&tau),
-                decode: paired_ratio(&decode),
-            });
+            tau.push(ratios(|r| r.0));
+            decode.push(ratios(|r| r.1));
         }
+        out.push(HeadToHead {
+            workload: workload.clone(),
+            context: *context,
+            drafter: drafter.clone(),
+            calibrated: calibrated.to_string(),
+            method: method.clone(),
+            prompts: tau.len(),
+            tau: paired_ratio(&tau),
+            decode: paired_ratio(&decode),
+        });
     }
-    out.sort_by(|a, b| {
-        (&a.workload, a.context, &a.drafter).cmp(&(&b.workload, b.context, &b.drafter))
+    // The cells come in name order; the report lists methods in the experiment's.
+    out.sort_by_key(|h| {
+        (
+            h.workload.clone(),
+            h.context,
+            h.drafter.clone(),
+            method_rank(&h.method),
+        )
     });
     out
 }

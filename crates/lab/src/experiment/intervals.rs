@@ -115,6 +115,32 @@ pub fn median_interval(values: &[f64]) -> Interval {
     })
 }
 
+/// A paired ratio over prompts (one ratio a prompt, a method's rate over another's on the same
+/// requests): its median with the bootstrap interval, how many prompts put the first method ahead
+/// (ratio above 1), and the two-sided Wilcoxon signed-rank p of the log ratios.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairedRatio {
+    pub ratio: Interval,
+    pub ahead: usize,
+    /// NaN when no ratio differs from 1.
+    pub p: f64,
+}
+
+/// [`PairedRatio`] of `ratios`; non-finite ones are left out, and ratios of 0 from the test.
+pub fn paired_ratio(ratios: &[f64]) -> PairedRatio {
+    let finite: Vec<f64> = ratios.iter().copied().filter(|r| r.is_finite()).collect();
+    let logs: Vec<f64> = finite
+        .iter()
+        .filter(|r| **r > 0.0)
+        .map(|r| r.ln())
+        .collect();
+    PairedRatio {
+        ratio: median_interval(&finite),
+        ahead: finite.iter().filter(|&&r| r > 1.0).count(),
+        p: wilcoxon_signed_rank(&logs),
+    }
+}
+
 /// `sum(numerators) / sum(denominators)` over the samples, with its bootstrap interval (tau: tokens
 /// over target passes, each request one sample).
 pub fn ratio_interval(pairs: &[(f64, f64)]) -> Interval {

@@ -8,8 +8,8 @@
 use super::acceptance::PositionRate;
 use super::config::Experiment;
 use super::grid::{units, Unit, TARGET_ONLY};
-use super::head_to_head::{HeadToHead, PairedRatio};
-use super::intervals::Interval;
+use super::head_to_head::HeadToHead;
+use super::intervals::{Interval, PairedRatio};
 use super::partial_unit::PartialUnit;
 use super::records::RequestRow;
 use super::samples;
@@ -303,30 +303,45 @@ fn p_value(p: f64) -> String {
     }
 }
 
+/// One paired comparison as a table cell: the ratio with its interval and [`verdict`], on how many of
+/// the `prompts` the first method was `ahead` (the word the table uses: "faster", "ahead"), and the
+/// signed-rank p.
+fn paired_cell(
+    ratio: &Interval,
+    count: i64,
+    ahead: &str,
+    prompts: i64,
+    p: f64,
+    noise: Option<&VerifySpread>,
+) -> String {
+    format!(
+        "{} {} ({count}/{prompts} {ahead}, p {})",
+        with_interval(ratio, 2),
+        verdict(ratio, prompts, noise),
+        p_value(p)
+    )
+}
+
 /// How `row` compares with the reference method on the same drafter, workload and context: end to end
 /// and for the decode alone, each the median over prompts of the ratio of the two arms' tokens/s on
-/// the same request, with its interval and [`verdict`], on how many of the prompts the method was
-/// the faster, and the signed-rank p.
+/// the same request, as [`paired_cell`]s.
 fn against_reference(row: &SummaryRow, noise: Option<&VerifySpread>) -> (String, String) {
-    let paired = |ratio: &Interval, faster: i64, p: f64| {
-        format!(
-            "{} {} ({faster}/{} faster, p {})",
-            with_interval(ratio, 2),
-            verdict(ratio, row.prompts, noise),
-            row.prompts,
-            p_value(p)
-        )
-    };
     (
-        paired(
+        paired_cell(
             &row.vs_reference,
             row.vs_reference_faster,
+            "faster",
+            row.prompts,
             row.vs_reference_p,
+            noise,
         ),
-        paired(
+        paired_cell(
             &row.decode_vs_reference,
             row.decode_vs_reference_faster,
+            "faster",
+            row.prompts,
             row.decode_vs_reference_p,
+            noise,
         ),
     )
 }
@@ -459,13 +474,8 @@ fn head_to_head_table(cells: &[HeadToHead], noise: Option<&VerifySpread>) -> Opt
     let first = cells.first()?;
     let calibrated = &first.calibrated;
     let cell = |paired: &PairedRatio, prompts: usize, noise: Option<&VerifySpread>| {
-        format!(
-            "{} {} ({}/{prompts} ahead, p {})",
-            with_interval(&paired.ratio, 2),
-            verdict(&paired.ratio, prompts as i64, noise),
-            paired.ahead,
-            p_value(paired.p)
-        )
+        let (ahead, prompts) = (paired.ahead as i64, prompts as i64);
+        paired_cell(&paired.ratio, ahead, "ahead", prompts, paired.p, noise)
     };
     let mut out = format!(
         "\n## `{calibrated}` against each method, paired\n\n\

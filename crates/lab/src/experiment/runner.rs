@@ -27,6 +27,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sharpdraft_decode::reset_peak_rss;
 use sharpdraft_model::generate::{generate, generate_from, PromptPrefill};
 use sharpdraft_model::store::output_folder::{self, Claim, Marker};
+use sharpdraft_model::store::paths::shown;
 use sharpdraft_model::{
     parse_device, parse_kind, store::registry, CausalLm, Sampler, Sampling, Tap,
 };
@@ -75,7 +76,7 @@ pub fn default_out(experiment: &Experiment, shard: Option<Shard>) -> PathBuf {
 /// Trains every drafter whose checkpoint is missing (or unfinished) from its `train` config, and
 /// calibrates every schedule a method needs and does not find; errors name what is missing otherwise.
 fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
-    let f = sharpdraft_model::store::paths::shown(&experiment.file);
+    let f = shown(&experiment.file);
     let drafting: Vec<&MethodEntry> = experiment
         .methods
         .iter()
@@ -87,23 +88,24 @@ fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
     for drafter in &experiment.drafters {
         let checkpoint = &drafter.spec.checkpoint;
         let shipped = registry::shipped(checkpoint);
-        if let (true, Some(model)) = (retrain, shipped) {
-            registry::set_aside_shipped(model)?;
-        }
-        if let (false, Some(model), Err(_)) = (retrain, shipped, registry::resolve(checkpoint)) {
+        match shipped {
+            Some(model) if retrain => registry::set_aside_shipped(model)?,
             // The repository ships this drafter: installed, not trained (`--retrain` trains it).
-            registry::fetch(model.name)?;
+            Some(model) if registry::resolve(checkpoint).is_err() => {
+                registry::fetch(model.name)?;
+            }
+            _ => {}
         }
         if let Err(missing) = registry::resolve(checkpoint) {
             let Some(train) = &drafter.train else {
-                if retrain && shipped.is_some() {
-                    bail!(
-                        "{f}: drafter {:?}: --retrain trains {checkpoint} from the drafter's `train:` config, and it gives none",
-                        drafter.name
-                    );
-                }
+                let why = match (retrain, shipped) {
+                    (true, Some(_)) => {
+                        "--retrain trains it from the drafter's `train:` config".into()
+                    }
+                    _ => missing.to_string(),
+                };
                 bail!(
-                    "{f}: drafter {:?}: {missing} (give it `train:` a training config to make it)",
+                    "{f}: drafter {:?}: {why} (give it `train:` a training config to make it)",
                     drafter.name
                 );
             };
@@ -142,7 +144,7 @@ fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
 }
 
 fn ensure_schedule(experiment: &Experiment, drafter: &super::config::DrafterEntry) -> Result<()> {
-    let f = sharpdraft_model::store::paths::shown(&experiment.file);
+    let f = shown(&experiment.file);
     let Some(schedule) = &drafter.schedule else {
         bail!("{f}: drafter {:?} names no schedule", drafter.name);
     };
@@ -183,7 +185,7 @@ fn check_arms(
     target: &CausalLm,
     requests: &GridRequests,
 ) -> Result<Vec<Tap>> {
-    let f = sharpdraft_model::store::paths::shown(&experiment.file);
+    let f = shown(&experiment.file);
     let positions = target.net.config.max_position_embeddings.max(1) as u64;
     let sampling = Sampling {
         temperature: experiment.temperature,
@@ -294,18 +296,10 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         Some(model) => registry::fetch(model.name)?,
         None => registry::resolve(&experiment.target)?,
     };
-    let device = parse_device(&experiment.device).with_context(|| {
-        format!(
-            "{}: device",
-            sharpdraft_model::store::paths::shown(&experiment.file)
-        )
-    })?;
-    let kind = parse_kind(&experiment.dtype).with_context(|| {
-        format!(
-            "{}: dtype",
-            sharpdraft_model::store::paths::shown(&experiment.file)
-        )
-    })?;
+    let device = parse_device(&experiment.device)
+        .with_context(|| format!("{}: device", shown(&experiment.file)))?;
+    let kind = parse_kind(&experiment.dtype)
+        .with_context(|| format!("{}: dtype", shown(&experiment.file)))?;
     let target = CausalLm::load(&target_dir, device, kind)
         .with_context(|| format!("loading target {}", experiment.target))?;
     let requests = build_all(&experiment, &target)?;

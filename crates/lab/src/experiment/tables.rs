@@ -22,7 +22,7 @@
 use super::acceptance;
 use super::config::{Experiment, Setting};
 use super::grid::{Arm, Unit, TARGET_ONLY};
-use super::intervals::{median, median_interval, ratio_interval, wilcoxon_signed_rank, Interval};
+use super::intervals::{median, median_interval, paired_ratio, ratio_interval, Interval};
 use super::machine_state::LOADED_OTHER_SHARE;
 use super::records::{RequestRow, UnitRecord};
 use super::samples::{self, RequestSample};
@@ -279,21 +279,13 @@ struct CellKey<'a> {
     n0: i64,
 }
 
-/// A paired ratio over prompts: its median with the interval, how many prompts were faster (ratio
-/// above 1), and the Wilcoxon signed-rank p of the log ratios (two-sided).
+/// A paired ratio over prompts ([`paired_ratio`]) as the columns `name`, `name_lo`, `name_hi`,
+/// `name_faster` and `name_p`.
 fn paired_columns(summary: &mut Rows, name: &str, ratios: &[f64]) {
-    let finite: Vec<f64> = ratios.iter().copied().filter(|r| r.is_finite()).collect();
-    push_interval(summary, name, median_interval(&finite));
-    summary.u(
-        &format!("{name}_faster"),
-        finite.iter().filter(|&&r| r > 1.0).count() as u64,
-    );
-    let logs: Vec<f64> = finite
-        .iter()
-        .filter(|r| **r > 0.0)
-        .map(|r| r.ln())
-        .collect();
-    summary.f(&format!("{name}_p"), wilcoxon_signed_rank(&logs));
+    let paired = paired_ratio(ratios);
+    push_interval(summary, name, paired.ratio);
+    summary.u(&format!("{name}_faster"), paired.ahead as u64);
+    summary.f(&format!("{name}_p"), paired.p);
 }
 
 /// One summary row: the cell's `samples` over `bin`, tau over the cycles `in_bin` keeps (all of them,
@@ -539,13 +531,25 @@ mod tests {
 
     /// The target alone, an unmodified drafter and a fixed-slope one, 2 prompts, 3 repeats.
     fn experiment(dir: &Path) -> Experiment {
+        experiment_with(
+            dir,
+            "",
+            "  - {name: fixed, scaling: {mode: fixed, beta: 0.2, n0: 4}}\n",
+        )
+    }
+
+    /// The target alone, an unmodified drafter and `third` (a YAML method item) on 2 prompts, 3
+    /// repeats; `drafter_keys` adds keys to the drafter (`schedule: s.yaml, `).
+    fn experiment_with(dir: &Path, drafter_keys: &str, third: &str) -> Experiment {
         let path = dir.join("e.yaml");
         std::fs::write(
             &path,
-            "name: t\ntarget: smollm2-135m-instruct\nrepeats: 3\n\
-             drafters:\n  - {name: self, spec: {method: vanilla, checkpoint: smollm2-135m-instruct}}\n\
-             methods:\n  - {name: ar, target_only: true}\n  - {name: unmodified}\n  - {name: fixed, scaling: {mode: fixed, beta: 0.2, n0: 4}}\n\
-             workloads:\n  - {name: w, setting: long_prompt, prompts: {jsonl: {path: p.jsonl, field: q}}, count: 2, max_new_tokens: 8, contexts: [0]}\n",
+            format!(
+                "name: t\ntarget: smollm2-135m-instruct\nrepeats: 3\n\
+                 drafters:\n  - {{name: self, {drafter_keys}spec: {{method: vanilla, checkpoint: smollm2-135m-instruct}}}}\n\
+                 methods:\n  - {{name: ar, target_only: true}}\n  - {{name: unmodified}}\n{third}\
+                 workloads:\n  - {{name: w, setting: long_prompt, prompts: {{jsonl: {{path: p.jsonl, field: q}}}}, count: 2, max_new_tokens: 8, contexts: [0]}}\n"
+            ),
         )
         .unwrap();
         Experiment::load(&path).unwrap()
@@ -683,16 +687,11 @@ mod tests {
     #[test]
     fn the_calibrated_schedule_meets_each_method_on_the_same_prompts() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("e.yaml");
-        std::fs::write(
-            &path,
-            "name: t\ntarget: smollm2-135m-instruct\n\
-             drafters:\n  - {name: self, schedule: s.yaml, spec: {method: vanilla, checkpoint: smollm2-135m-instruct}}\n\
-             methods:\n  - {name: ar, target_only: true}\n  - {name: unmodified}\n  - {name: calibrated, scaling: {mode: fixed}}\n\
-             workloads:\n  - {name: w, setting: long_prompt, prompts: {jsonl: {path: p.jsonl, field: q}}, count: 2, max_new_tokens: 8, contexts: [0]}\n",
-        )
-        .unwrap();
-        let experiment = Experiment::load(&path).unwrap();
+        let experiment = experiment_with(
+            dir.path(),
+            "schedule: s.yaml, ",
+            "  - {name: calibrated, scaling: {mode: fixed}}\n",
+        );
         assert_eq!(
             crate::experiment::head_to_head::calibrated_method(&experiment),
             Some("calibrated")

@@ -59,8 +59,8 @@ pub struct ShippedModel {
     pub folder: &'static str,
     /// (file in `folder`, its sha256): the model folder's files.
     pub files: &'static [(&'static str, &'static str)],
-    /// The drafter's calibrated schedule: (calibration name, file in `folder`, its sha256).
-    pub schedule: Option<(&'static str, &'static str, &'static str)>,
+    /// The drafter's calibrated schedule, `folder/schedule.yaml`: (calibration name, its sha256).
+    pub schedule: Option<(&'static str, &'static str)>,
 }
 
 pub const SHIPPED_MODELS: &[ShippedModel] = &[ShippedModel {
@@ -84,10 +84,17 @@ pub const SHIPPED_MODELS: &[ShippedModel] = &[ShippedModel {
     ],
     schedule: Some((
         "smollm2-dflash-v4k-long",
-        "schedule.yaml",
         "eaf1cfe6522b6507b7610cea4d8bb33de7fe0c3775977c91512d791c93dc02ac",
     )),
 }];
+
+/// A calibration's schedule file, in `calibrations/<name>/` and in a shipped folder alike.
+pub const SCHEDULE: &str = "schedule.yaml";
+
+/// Where `calibrate` keeps the calibration named `name` (and `fetch` a shipped one).
+pub fn calibration_dir(name: &str) -> PathBuf {
+    home().join("calibrations").join(name)
+}
 
 /// The shipped model named `name`.
 pub fn shipped(name: &str) -> Option<&'static ShippedModel> {
@@ -108,7 +115,7 @@ impl ShippedModel {
     /// Every shipped file (model files and schedule) with its pinned sha256.
     fn pinned(&self) -> Vec<(&'static str, &'static str)> {
         let mut files = self.files.to_vec();
-        files.extend(self.schedule.map(|(_, file, sha)| (file, sha)));
+        files.extend(self.schedule.map(|(_, sha)| (SCHEDULE, sha)));
         files
     }
 
@@ -171,42 +178,35 @@ fn install_shipped(model: &ShippedModel, state: &FetchState) -> Result<PathBuf> 
         &dir,
         format!("{} shipped in {}", model.name, model.folder),
     )?;
-    if let Some((calibration, file, _)) = model.schedule {
-        let folder = home().join("calibrations").join(calibration);
-        if !folder.join("schedule.yaml").exists() {
-            let staging = output_folder::Staging::new(&folder)?;
-            let target = staging.path().join("schedule.yaml");
-            std::fs::copy(source.join(file), &target).map_err(|e| ModelError::io(&target, e))?;
-            let mut marker = Marker::new(
-                "fetch",
-                true,
-                format!(
-                    "the schedule calibrated for {} shipped in {}",
-                    model.name, model.folder
-                ),
+    if let Some((calibration, _)) = model.schedule {
+        let folder = calibration_dir(calibration);
+        if !folder.join(SCHEDULE).exists() {
+            let about = format!(
+                "the schedule calibrated for {} shipped in {}",
+                model.name, model.folder
             );
-            staging.commit(&mut marker, true)?;
+            install_files(&source, &[SCHEDULE], &folder, about)?;
         }
     }
     Ok(installed)
 }
 
 /// Sets an installed shipped model aside (renamed, never deleted), with its schedule when that is the
-/// shipped one: `run --retrain` trains and calibrates it anew in their place. Returns whether there was
-/// an installed copy.
-pub fn set_aside_shipped(model: &ShippedModel) -> Result<bool> {
+/// shipped one: `run --retrain` trains and calibrates it anew in their place. Anything else under the
+/// name (nothing, or a drafter trained here) is left as it is.
+pub fn set_aside_shipped(model: &ShippedModel) -> Result<()> {
     if fetch_state(model.name, false)? != FetchState::Verified {
-        return Ok(false);
+        return Ok(());
     }
     let why = "is set aside to be made anew (--retrain)";
     move_aside(&model_dir(model.name), model.name, why)?;
-    if let Some((calibration, _, _)) = model.schedule {
-        let folder = home().join("calibrations").join(calibration);
+    if let Some((calibration, _)) = model.schedule {
+        let folder = calibration_dir(calibration);
         if matches!(Marker::read(&folder), Ok(Some(m)) if m.kind == "fetch") {
             move_aside(&folder, calibration, why)?;
         }
     }
-    Ok(true)
+    Ok(())
 }
 
 /// Renames a folder aside (never deleting it), saying why: one not as fetch left it, or one to be
