@@ -259,3 +259,39 @@ fn retrain_sets_the_installed_shipped_drafter_and_its_schedule_aside_and_never_d
         );
     }
 }
+
+#[test]
+fn the_demo_decodes_with_the_shipped_drafter_beside_the_target_and_says_the_output_is_the_targets()
+{
+    if !smollm2_fetched() {
+        return;
+    }
+    // `make demo`'s command, on the shipped folder itself (no install) and a shorter answer.
+    let shipped =
+        sharpdraft_model::store::registry::shipped("smollm2-135m-dflash-v4k-long").unwrap();
+    let out = sharpdraft(
+        &[
+            "generate",
+            "--target",
+            "smollm2-135m-instruct",
+            "--drafter",
+            shipped.source().to_str().unwrap(),
+            "--method",
+            "dflash",
+            "--prompt",
+            "What is 15% of 240? Show your steps.",
+            "--max-new-tokens",
+            "32",
+            "--compare-ar",
+        ],
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("dflash: tau "), "{stderr}");
+    assert!(stderr.contains("autoregressive "), "{stderr}");
+    assert!(
+        stderr.contains("output identical to the target alone's, token for token: yes"),
+        "{stderr}"
+    );
+}
