@@ -153,7 +153,7 @@ EOF
             scaling=(--scaling off,fixed --schedule "$calibrations/$schedule/schedule.yaml")
         fi
         step "$name" 150 "$BUNDLE/sharpdraft" bench speculative --device cuda --target "$target" \
-            --drafter "$drafter" --method "$method" "${scaling[@]}" --prompts "$prompts" --skip 30 --count 3 \
+            --drafter "$drafter" --kind "$method" "${scaling[@]}" --prompts "$prompts" --skip 30 --count 3 \
             --prefix "Complete this Python function." --contexts 0,1024,4096 --filler "$plays" --filler-offset 60000 \
             --max-new-tokens 96 --json "$@"
     }
@@ -161,7 +161,7 @@ EOF
     # kernel would have to beat: the scale is one in-place multiply of q today).
     if [ -e "$models/smollm2-135m-instruct" ] && [ -e "$models/smollm2-135m-dflash-v4k" ]; then
         step scaling-cost 120 "$BUNDLE/sharpdraft" bench scaling --device cuda --target smollm2-135m-instruct \
-            --drafter smollm2-135m-dflash-v4k --method dflash --contexts 1024,4096,16384 --json
+            --drafter smollm2-135m-dflash-v4k --kind dflash --contexts 1024,4096,16384 --json
     else
         skip scaling-cost "$models/smollm2-135m-instruct or $models/smollm2-135m-dflash-v4k not found"
     fi

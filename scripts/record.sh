@@ -9,6 +9,8 @@
 # run), and everything the command printed. The report is written whole or not at all (a temporary file
 # renamed over it), and only over a report this script wrote: a report.md without its marker, or any
 # other file in the folder, is left alone. A command that fails leaves no report and passes its status on.
+# The name and folder are checked, and the folder made, before the command runs; once the command has
+# finished well its output is never deleted: if the report cannot be written, the output is kept and named.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +21,7 @@ shift 2
 case "$name" in
   ""|*/*|.*|*[!A-Za-z0-9._-]*) echo "record: NAME '$name' must be letters, digits, '.', '_' or '-' (a folder under experiments/results)" >&2; exit 2 ;;
 esac
+[ ${#name} -le 200 ] || { echo "record: NAME is ${#name} characters; at most 200 (nothing ran)" >&2; exit 2; }
 
 marker='<!-- written by scripts/record.sh -->'
 # SHARPDRAFT_RECORD_RESULTS moves the results folder (the script's own tests write into a scratch one).
@@ -36,9 +39,34 @@ memory=$(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo 2>/
 load=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 
-output=$(mktemp)
-partial=
-trap 'rm -f "$output" $partial' EXIT
+# The folder and the report's temporary file are made before the command runs, so that a name the
+# filesystem refuses (too long, a file already there, no permission) costs nothing, not hours of output.
+made_folder=
+if [ ! -d "$folder" ]; then
+  if [ -e "$folder" ] || [ -L "$folder" ]; then
+    echo "record: $folder exists and is not a folder; give another NAME (nothing ran)" >&2
+    exit 2
+  fi
+  mkdir -p -- "$folder" || { echo "record: cannot make $folder; give another NAME (nothing ran)" >&2; exit 2; }
+  made_folder=1
+fi
+partial=$(mktemp "$folder/.report.md.XXXXXX") || { echo "record: cannot write in $folder (nothing ran)" >&2; exit 2; }
+output=$(mktemp) || { rm -f -- "$partial"; echo "record: cannot make a temporary file (nothing ran)" >&2; exit 2; }
+# What is cleaned up on exit: the temporary report always; the command's output only until the command
+# has finished well, after which it is kept (and named) unless the report holds it.
+finished=
+written=
+cleanup() {
+  rm -f -- "$partial"
+  if [ -n "$finished" ] && [ -z "$written" ]; then
+    echo "record: the report was not written; the command's output is kept in $output" >&2
+  else
+    rm -f -- "$output"
+  fi
+  # A folder made here for a command that failed is removed when it is empty (rmdir removes nothing else).
+  if [ -n "$made_folder" ] && [ -z "$written" ]; then rmdir -- "$folder" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
 status=0
 "$@" >"$output" 2>&1 || status=$?
 if [ "$status" -ne 0 ]; then
@@ -46,9 +74,8 @@ if [ "$status" -ne 0 ]; then
   echo "record: the command exited with $status; no report written" >&2
   exit "$status"
 fi
+finished=1
 
-mkdir -p "$folder"
-partial=$(mktemp "$folder/.report.md.XXXXXX")
 {
   echo "$marker"
   echo "# $name"
@@ -65,5 +92,6 @@ partial=$(mktemp "$folder/.report.md.XXXXXX")
   echo '```'
 } >"$partial"
 chmod 644 "$partial"
-mv -f "$partial" "$report"
+mv -f -- "$partial" "$report"
+written=1
 echo "wrote $report"

@@ -65,7 +65,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     // A SHARPDRAFT_KERNEL this CPU cannot run stops every command here, before any work.
     sharpdraft_kernel::form::check_requested()?;
-    sharpdraft_model::store::output_folder::set_allow_unfinished(cli.allow_unfinished);
+    sharpdraft_store::output_folder::set_allow_unfinished(cli.allow_unfinished);
     match cli.command {
         Command::Derive(args) => commands::derive::run(&args),
         Command::Fetch(args) => commands::models::fetch(&args),

@@ -5,9 +5,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn fetched() -> bool {
-    let ok = sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").is_ok();
+    let ok = sharpdraft_store::registry::resolve("smollm2-135m-instruct").is_ok();
     if !ok {
-        eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
+        sharpdraft_testing::skip("smollm2-135m-instruct is not fetched (make test fetches it)");
     }
     ok
 }

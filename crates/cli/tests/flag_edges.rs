@@ -32,7 +32,7 @@ const REAL_TARGET: &str = "smollm2-135m-instruct";
 /// Writes the tiny target into `dir`: SmolLM2's config.json with small widths, its tokenizer files,
 /// and model.safetensors of uniform random weights (norms 1) from a fixed seed.
 fn tiny_target(dir: &Path) {
-    let real = sharpdraft_model::store::registry::resolve(REAL_TARGET).unwrap();
+    let real = sharpdraft_store::registry::resolve(REAL_TARGET).unwrap();
     std::fs::create_dir_all(dir).unwrap();
     for file in ["tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(real.join(file), dir.join(file)).unwrap();
@@ -208,9 +208,9 @@ impl Workspace {
 /// (and mode) they apply to, so the value is not ignored but checked.
 fn base_command(path: &[String], flag: &str) -> Option<Vec<String>> {
     let drafter: &[&str] = if flag.starts_with("--tree-") {
-        &["--drafter", "eagle", "--method", "eagle3"]
+        &["--drafter", "eagle", "--kind", "eagle3"]
     } else {
-        &["--drafter", TARGET, "--method", "vanilla", "--draft-len", "2"]
+        &["--drafter", TARGET, "--kind", "vanilla", "--draft-len", "2"]
     };
     let mode: &[&str] = if flag.starts_with("--lora-") {
         &["--adapt", "lora"]
@@ -235,6 +235,7 @@ fn base_command(path: &[String], flag: &str) -> Option<Vec<String>> {
         ["init", "eagle3"] => vec!["init", "eagle3", "--target", TARGET, "--out", "out"],
         ["init", "dflash"] => vec!["init", "dflash", "--target", TARGET, "--out", "out", "--mask-token", "0"],
         // The drafting flags with the drafter they apply to; the rest without one (half the loading).
+        ["generate"] if flag == "--rounds" => drafting(&[&generate[..], &["--compare-ar"]].concat()),
         ["generate"] if !is_flattened(&flag[2..]) => generate.to_vec(),
         ["generate"] => drafting(&generate),
         ["logits"] => vec!["logits", "--model", TARGET, "--prompt", "Hi"],
@@ -350,8 +351,8 @@ fn judge(flag: &str, value: &str, must_refuse: bool, ended: &Ended) -> Option<St
 
 #[test]
 fn every_numeric_flag_at_every_edge_succeeds_or_names_itself_and_touches_no_users_file() {
-    if sharpdraft_model::store::registry::resolve(REAL_TARGET).is_err() {
-        eprintln!("skipped: {REAL_TARGET} is not fetched (make test fetches it)");
+    if sharpdraft_store::registry::resolve(REAL_TARGET).is_err() {
+        sharpdraft_testing::skip(format!("{REAL_TARGET} is not fetched (make test fetches it)"));
         return;
     }
     let flags = numeric_flags();
@@ -407,4 +408,20 @@ fn every_numeric_flag_at_every_edge_succeeds_or_names_itself_and_touches_no_user
     let failures = failures.into_inner().unwrap();
     assert!(failures.is_empty(), "{} of {} runs:\n{}", failures.len(), cases.len(), failures.join("\n"));
     assert_eq!(user_files(workspace.path()), before, "a run changed a file outside its output folder");
+}
+
+#[test]
+fn the_drafter_kind_is_given_by_kind_and_still_by_its_old_spelling_method() {
+    use clap::Parser;
+    let kind_of = |flag: &str| {
+        let args = [
+            "sharpdraft", "generate", "--target", "t", "--prompt", "p", "--drafter", "d", flag, "dflash",
+        ];
+        match sharpdraft::Cli::try_parse_from(args).unwrap().command {
+            sharpdraft::Command::Generate(generate) => generate.draft.kind,
+            _ => unreachable!("generate parses as generate"),
+        }
+    };
+    assert_eq!(kind_of("--kind"), sharpdraft_draft::DrafterKind::Dflash);
+    assert_eq!(kind_of("--method"), kind_of("--kind"));
 }

@@ -13,9 +13,9 @@ fn sharpdraft(args: &[&str], home: Option<&std::path::Path>) -> Output {
 }
 
 fn smollm2_fetched() -> bool {
-    let fetched = sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").is_ok();
+    let fetched = sharpdraft_store::registry::resolve("smollm2-135m-instruct").is_ok();
     if !fetched {
-        eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
+        sharpdraft_testing::skip("smollm2-135m-instruct is not fetched (make test fetches it)");
     }
     fetched
 }
@@ -164,10 +164,10 @@ fn the_shipped_drafter_installs_from_the_repository_once_and_a_drafter_trained_h
     assert!(first.status.success(), "{stderr}");
     assert!(stderr.contains("installing"), "{stderr}");
     let model = home.path().join("models").join(name);
-    let shipped = sharpdraft_model::store::registry::shipped(name).unwrap();
+    let shipped = sharpdraft_store::registry::shipped(name).unwrap();
     for (file, sha) in shipped.files {
         assert_eq!(
-            &sharpdraft_model::store::output_folder::sha256_of(&model.join(file)).unwrap(),
+            &sharpdraft_store::output_folder::sha256_of(&model.join(file)).unwrap(),
             sha,
             "{file}"
         );
@@ -185,7 +185,7 @@ fn the_shipped_drafter_installs_from_the_repository_once_and_a_drafter_trained_h
     );
 
     // A drafter trained here under the same name is the user's: fetch keeps it and says so.
-    let marker = model.join(sharpdraft_model::store::output_folder::MARKER);
+    let marker = model.join(sharpdraft_store::output_folder::MARKER);
     let text = std::fs::read_to_string(&marker)
         .unwrap()
         .replace("\"kind\": \"fetch\"", "\"kind\": \"train\"");
@@ -212,7 +212,7 @@ fn retrain_sets_the_installed_shipped_drafter_and_its_schedule_aside_and_never_d
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     std::fs::create_dir_all(home.join("models")).unwrap();
-    let target = sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").unwrap();
+    let target = sharpdraft_store::registry::resolve("smollm2-135m-instruct").unwrap();
     std::os::unix::fs::symlink(&target, home.join("models/smollm2-135m-instruct")).unwrap();
     let name = "smollm2-135m-dflash-v4k-long";
     assert!(sharpdraft(&["fetch", name], Some(&home)).status.success());
@@ -267,8 +267,7 @@ fn the_demo_decodes_with_the_shipped_drafter_beside_the_target_and_says_the_outp
         return;
     }
     // `make demo`'s command, on the shipped folder itself (no install) and a shorter answer.
-    let shipped =
-        sharpdraft_model::store::registry::shipped("smollm2-135m-dflash-v4k-long").unwrap();
+    let shipped = sharpdraft_store::registry::shipped("smollm2-135m-dflash-v4k-long").unwrap();
     let out = sharpdraft(
         &[
             "generate",
@@ -283,6 +282,8 @@ fn the_demo_decodes_with_the_shipped_drafter_beside_the_target_and_says_the_outp
             "--max-new-tokens",
             "32",
             "--compare-ar",
+            "--rounds",
+            "1",
         ],
         None,
     );

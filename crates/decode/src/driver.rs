@@ -38,7 +38,7 @@ pub enum DecodeError {
     Input(String),
 }
 
-pub struct SpecConfig {
+pub struct SpecOptions {
     pub max_new_tokens: usize,
     pub sampling: Sampling,
     pub stop_tokens: Vec<i64>,
@@ -54,7 +54,7 @@ const DRAFTER_SEED_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
 /// check the cache invariant after each cycle.
 pub struct Session<'a> {
     target: &'a Transformer,
-    config: &'a SpecConfig,
+    config: &'a SpecOptions,
     pub cache: KvCache,
     /// Prompt and generated tokens; the last one is the root.
     pub committed: Vec<i64>,
@@ -69,7 +69,7 @@ pub struct Session<'a> {
 
 impl<'a> Session<'a> {
     /// The cache a session needs: the prompt, every new token, the largest proposal, the root.
-    fn capacity(prompt: usize, config: &SpecConfig) -> i64 {
+    fn capacity(prompt: usize, config: &SpecOptions) -> i64 {
         prompt as i64 + config.max_new_tokens as i64 + config.max_proposal as i64 + 2
     }
 
@@ -78,7 +78,7 @@ impl<'a> Session<'a> {
         target: &'a Transformer,
         drafter: &mut dyn Drafter,
         prompt: &[i64],
-        config: &'a SpecConfig,
+        config: &'a SpecOptions,
     ) -> Result<Self> {
         if prompt.is_empty() {
             return Err(DecodeError::Input("the prompt is empty".into()));
@@ -108,7 +108,7 @@ impl<'a> Session<'a> {
         target: &'a Transformer,
         drafter: &mut dyn Drafter,
         prompt: &[i64],
-        config: &'a SpecConfig,
+        config: &'a SpecOptions,
         cache: KvCache,
         last_logits: &Tensor,
         prompt_hidden: Option<Tensor>,
@@ -173,7 +173,7 @@ impl<'a> Session<'a> {
         proposal
             .validate(target.config.vocab_size)
             .map_err(|reason| DecodeError::Proposal {
-                method: drafter.method().name(),
+                method: drafter.kind().name(),
                 reason,
             })?;
         let draft_seconds = cycle_start.elapsed().as_secs_f64();
@@ -313,7 +313,7 @@ pub fn speculative_generate(
     target: &Transformer,
     drafter: &mut dyn Drafter,
     prompt: &[i64],
-    config: &SpecConfig,
+    config: &SpecOptions,
 ) -> Result<SpecReport> {
     let _guard = tch::no_grad_guard();
     let started = Instant::now();
@@ -330,7 +330,7 @@ pub fn speculative_generate_from(
     target: &Transformer,
     drafter: &mut dyn Drafter,
     prefilled: &PromptPrefill,
-    config: &SpecConfig,
+    config: &SpecOptions,
 ) -> Result<SpecReport> {
     let _guard = tch::no_grad_guard();
     let prompt = prefilled.prompt();

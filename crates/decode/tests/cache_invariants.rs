@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use sharpdraft_decode::{Session, SpecConfig};
+use sharpdraft_decode::{Session, SpecOptions};
 use sharpdraft_draft::{Drafter, TreeShape};
 use sharpdraft_model::generate::prefill;
 use sharpdraft_model::{KvCache, Sampling, Transformer};
@@ -31,7 +31,7 @@ fn run<D: Drafter>(
     mut check_drafter: impl FnMut(&D, &[i64]),
 ) -> (usize, usize) {
     let _guard = tch::no_grad_guard();
-    let config = SpecConfig {
+    let config = SpecOptions {
         max_new_tokens: 40,
         sampling,
         stop_tokens: vec![],

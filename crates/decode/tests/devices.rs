@@ -4,9 +4,7 @@
 mod common;
 
 use common::*;
-use sharpdraft_draft::{
-    DFlashDrafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
-};
+use sharpdraft_draft::{DFlashDrafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter};
 use sharpdraft_math::ScaleSchedule;
 use sharpdraft_model::{CausalLm, ForwardInput, QueryScaling, Sampling, ScalingMode};
 use tch::{Device, Kind, Tensor};
@@ -17,7 +15,9 @@ fn devices() -> Vec<Device> {
     if tch::Cuda::is_available() {
         devices.push(Device::Cuda(0));
     } else {
-        eprintln!("skipped on CUDA: libtorch sees no CUDA device (checked on CPU only)");
+        sharpdraft_testing::skip_for_this_machine(
+            "CUDA: libtorch sees no CUDA device (checked on CPU only)",
+        );
     }
     devices
 }

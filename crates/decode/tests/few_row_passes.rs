@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use sharpdraft_draft::drafter::Result;
-use sharpdraft_draft::{DraftContext, Drafter, DrafterStats, Feedback, Method, Proposal};
+use sharpdraft_draft::{DraftContext, Drafter, DrafterKind, DrafterStats, Feedback, Proposal};
 use sharpdraft_model::cpu::few_rows;
 use sharpdraft_model::{KeySelection, Sampler, Sampling, Tap};
 use tch::Tensor;
@@ -20,8 +20,8 @@ struct Noting<D> {
 }
 
 impl<D: Drafter> Drafter for Noting<D> {
-    fn method(&self) -> Method {
-        self.inner.method()
+    fn kind(&self) -> DrafterKind {
+        self.inner.kind()
     }
     fn target_taps(&self) -> Vec<Tap> {
         self.inner.target_taps()

@@ -4,53 +4,53 @@ mod common;
 
 use common::*;
 use sharpdraft_draft::adaptation::{
-    Adaptable, AdaptConfig, AdaptMode, AdaptingDrafter, LearnFrom, LoraForm, OnlineObjective,
+    Adaptable, AdaptOptions, AdaptMode, AdaptingDrafter, LearnFrom, LoraForm, OnlineObjective,
     UpdateUnit,
 };
 use sharpdraft_draft::{Drafter, TreeShape};
 use sharpdraft_model::{CausalLm, Sampling};
-use sharpdraft_draft::Method;
+use sharpdraft_draft::DrafterKind;
 use std::path::Path;
 use tch::Tensor;
 
 
-const METHODS: [Method; 4] = [
-    Method::Vanilla,
-    Method::Eagle3,
-    Method::Pard,
-    Method::Dflash,
+const METHODS: [DrafterKind; 4] = [
+    DrafterKind::Vanilla,
+    DrafterKind::Eagle3,
+    DrafterKind::Pard,
+    DrafterKind::Dflash,
 ];
 
 /// Writes the drafter checkpoint of `method` for `target` into `dir` (vanilla reads a fixture).
-fn write(method: Method, dir: &Path, target: &CausalLm) {
+fn write(method: DrafterKind, dir: &Path, target: &CausalLm) {
     match method {
-        Method::Vanilla => {}
-        Method::Eagle3 => write_eagle3(dir, target, &EagleOptions::default()),
-        Method::Pard => write_pard(dir, "llama"),
-        Method::Dflash => write_dflash(dir, target, &dflash_options(4, None)),
+        DrafterKind::Vanilla => {}
+        DrafterKind::Eagle3 => write_eagle3(dir, target, &EagleOptions::default()),
+        DrafterKind::Pard => write_pard(dir, "llama"),
+        DrafterKind::Dflash => write_dflash(dir, target, &dflash_options(4, None)),
     }
 }
 
 /// The plain drafter of `method` from `dir`, drafting chains of 3.
-fn plain(method: Method, dir: &Path, target: &CausalLm, sampling: Sampling) -> Box<dyn Adaptable> {
+fn plain(method: DrafterKind, dir: &Path, target: &CausalLm, sampling: Sampling) -> Box<dyn Adaptable> {
     match method {
-        Method::Vanilla => Box::new(vanilla("qwen2", target, 3, sampling)),
-        Method::Eagle3 => Box::new(eagle3(dir, target, TreeShape::chain(3), sampling)),
-        Method::Pard => Box::new(pard(dir, target, 3)),
-        Method::Dflash => Box::new(dflash(dir, target)),
+        DrafterKind::Vanilla => Box::new(vanilla("qwen2", target, 3, sampling)),
+        DrafterKind::Eagle3 => Box::new(eagle3(dir, target, TreeShape::chain(3), sampling)),
+        DrafterKind::Pard => Box::new(pard(dir, target, 3)),
+        DrafterKind::Dflash => Box::new(dflash(dir, target)),
     }
 }
 
 /// The online objective of `method` in these tests.
-fn settings(method: Method) -> OnlineObjective {
+fn settings(method: DrafterKind) -> OnlineObjective {
     match method {
-        Method::Vanilla => OnlineObjective::Vanilla,
-        Method::Eagle3 => OnlineObjective::Eagle3 { ttt_steps: 3 },
-        Method::Pard => OnlineObjective::Pard {
+        DrafterKind::Vanilla => OnlineObjective::Vanilla,
+        DrafterKind::Eagle3 => OnlineObjective::Eagle3 { ttt_steps: 3 },
+        DrafterKind::Pard => OnlineObjective::Pard {
             mask_token: 63,
             copies: 3,
         },
-        Method::Dflash => OnlineObjective::Dflash {
+        DrafterKind::Dflash => OnlineObjective::Dflash {
             anchors: 4,
             gamma: 4.0,
         },
@@ -58,10 +58,10 @@ fn settings(method: Method) -> OnlineObjective {
 }
 
 fn adapting<'t>(
-    method: Method,
+    method: DrafterKind,
     dir: &Path,
     target: &'t CausalLm,
-    config: AdaptConfig,
+    config: AdaptOptions,
     sampling: Sampling,
 ) -> AdaptingDrafter<'t> {
     let drafter = plain(method, dir, target, sampling);
@@ -79,26 +79,26 @@ fn sampled(seed: u64) -> Sampling {
 }
 
 /// Updates every cycle at a learning rate that moves tiny random models visibly.
-fn eager(mode: AdaptMode) -> AdaptConfig {
-    AdaptConfig {
+fn eager(mode: AdaptMode) -> AdaptOptions {
+    AdaptOptions {
         every: 1,
         lr: 1e-2,
-        ..AdaptConfig::new(mode)
+        ..AdaptOptions::new(mode)
     }
 }
 
 /// Never updates by itself.
-fn idle(mode: AdaptMode) -> AdaptConfig {
-    AdaptConfig {
+fn idle(mode: AdaptMode) -> AdaptOptions {
+    AdaptOptions {
         every: 1_000_000,
         lr: 1e-2,
-        ..AdaptConfig::new(mode)
+        ..AdaptOptions::new(mode)
     }
 }
 
 /// `config` with unmerged LoRA adapters.
-fn unmerged(config: AdaptConfig) -> AdaptConfig {
-    AdaptConfig {
+fn unmerged(config: AdaptOptions) -> AdaptOptions {
+    AdaptOptions {
         lora_form: LoraForm::Unmerged,
         ..config
     }
@@ -149,7 +149,7 @@ fn one_update_lowers_the_loss_on_its_own_buffer_for_every_method_full_and_lora()
 fn an_adapting_eagle_tree_keeps_the_targets_greedy_output() {
     let target = load("llama");
     let dir = tempfile::tempdir().unwrap();
-    write(Method::Eagle3, dir.path(), &target);
+    write(DrafterKind::Eagle3, dir.path(), &target);
     let shape = TreeShape {
         depth: 3,
         top_k: 4,
@@ -248,7 +248,7 @@ fn unmerged_lora_takes_the_updates_of_merged_lora_and_leaves_the_weights_untouch
     for method in METHODS {
         let dir = tempfile::tempdir().unwrap();
         write(method, dir.path(), &target);
-        let run = |config: AdaptConfig| {
+        let run = |config: AdaptOptions| {
             let mut drafter = adapting(method, dir.path(), &target, config, Sampling::greedy());
             let checkpoint = snapshot(drafter.variables());
             let report = spec(&target, &mut drafter, &PROMPT, 32, Sampling::greedy());
@@ -291,11 +291,11 @@ fn unmerged_lora_takes_the_updates_of_merged_lora_and_leaves_the_weights_untouch
 fn a_run_with_adaptation_is_reproducible_from_its_seed() {
     let target = load("llama");
     let sampling = sampled(11);
-    for method in [Method::Pard, Method::Dflash, Method::Vanilla] {
+    for method in [DrafterKind::Pard, DrafterKind::Dflash, DrafterKind::Vanilla] {
         let run = || {
             let dir = tempfile::tempdir().unwrap();
             write(method, dir.path(), &target);
-            let config = AdaptConfig {
+            let config = AdaptOptions {
                 seed: 5,
                 ..eager(AdaptMode::Lora)
             };
@@ -320,12 +320,12 @@ fn a_run_with_adaptation_is_reproducible_from_its_seed() {
 fn learning_only_from_rejected_rows_weighs_the_rows_where_the_draft_was_wrong() {
     let target = load("llama");
     let dir = tempfile::tempdir().unwrap();
-    let config = AdaptConfig {
+    let config = AdaptOptions {
         learn_from: LearnFrom::Rejected,
         ..idle(AdaptMode::Full)
     };
     let mut drafter = adapting(
-        Method::Vanilla,
+        DrafterKind::Vanilla,
         dir.path(),
         &target,
         config,
@@ -344,14 +344,14 @@ fn learning_only_from_rejected_rows_weighs_the_rows_where_the_draft_was_wrong() 
 #[test]
 fn updating_every_n_requests_learns_between_requests_only() {
     let target = load("llama");
-    let config = AdaptConfig {
+    let config = AdaptOptions {
         unit: UpdateUnit::Requests,
         every: 2,
         ..eager(AdaptMode::Full)
     };
     let dir = tempfile::tempdir().unwrap();
     let mut drafter = adapting(
-        Method::Vanilla,
+        DrafterKind::Vanilla,
         dir.path(),
         &target,
         config,
@@ -375,14 +375,14 @@ fn sampled_decoding_stays_lossless_while_the_drafter_adapts() {
     let exact = exact_second_token(&target);
     for (method, config) in [
         (
-            Method::Vanilla,
-            AdaptConfig {
+            DrafterKind::Vanilla,
+            AdaptOptions {
                 unit: UpdateUnit::Requests,
                 every: 1,
                 ..eager(AdaptMode::Full)
             },
         ),
-        (Method::Eagle3, eager(AdaptMode::Lora)),
+        (DrafterKind::Eagle3, eager(AdaptMode::Lora)),
     ] {
         let dir = tempfile::tempdir().unwrap();
         write(method, dir.path(), &target);
@@ -431,8 +431,8 @@ fn every_methods_objective_trains_the_drafters_own_weights_not_a_copy() {
 fn a_drafter_asked_to_adapt_with_another_methods_objective_is_refused_by_name() {
     let target = load("llama");
     let dir = tempfile::tempdir().unwrap();
-    write(Method::Dflash, dir.path(), &target);
-    let drafter = plain(Method::Dflash, dir.path(), &target, Sampling::greedy());
+    write(DrafterKind::Dflash, dir.path(), &target);
+    let drafter = plain(DrafterKind::Dflash, dir.path(), &target, Sampling::greedy());
     let error = AdaptingDrafter::new(drafter, &target.net, OnlineObjective::Vanilla, eager(AdaptMode::Full))
         .err()
         .expect("a vanilla objective over a DFlash drafter is refused")

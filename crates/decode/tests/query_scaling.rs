@@ -17,8 +17,8 @@ struct Recording<'a> {
 }
 
 impl Drafter for Recording<'_> {
-    fn method(&self) -> sharpdraft_draft::Method {
-        self.inner.method()
+    fn kind(&self) -> sharpdraft_draft::DrafterKind {
+        self.inner.kind()
     }
     fn target_taps(&self) -> Vec<Tap> {
         self.inner.target_taps()
@@ -271,7 +271,7 @@ fn a_sliding_window_bounds_every_drafters_cache_and_drafts_as_the_mask_alone() {
 /// drafts; greedy output stays the target's either way.
 #[test]
 fn retrieval_of_every_chunk_drafts_as_none_and_a_narrow_retrieval_changes_the_drafts() {
-    use sharpdraft_draft::retrieval::{RetrievalConfig, RetrievingDrafter};
+    use sharpdraft_draft::retrieval::{RetrievalOptions, RetrievingDrafter};
     let target = load("llama");
     let want = greedy_ar(&target, &PROMPT, 24);
     let dir = tempfile::tempdir().unwrap();
@@ -307,7 +307,7 @@ fn retrieval_of_every_chunk_drafts_as_none_and_a_narrow_retrieval_changes_the_dr
     for (method, name) in ["vanilla", "eagle3", "pard", "dflash"].iter().enumerate() {
         let (unrestricted, ids) = run(plain(method).as_mut());
         assert_eq!(ids, want, "{name}");
-        let everything = RetrievalConfig {
+        let everything = RetrievalOptions {
             chunk: 4,
             top_chunks: 1000,
             recent: 1000,
@@ -321,7 +321,7 @@ fn retrieval_of_every_chunk_drafts_as_none_and_a_narrow_retrieval_changes_the_dr
             "{name}: every chunk"
         );
         assert!(wide.retrievals() >= 2, "{name}");
-        let narrow = RetrievalConfig {
+        let narrow = RetrievalOptions {
             chunk: 2,
             top_chunks: 1,
             recent: 1,
@@ -329,7 +329,7 @@ fn retrieval_of_every_chunk_drafts_as_none_and_a_narrow_retrieval_changes_the_dr
         };
         // Before the first verification only the recent window: the first proposal sees one key. (Later
         // ones differ too: a deeper layer's cached keys were computed under that window.)
-        let once = RetrievalConfig {
+        let once = RetrievalOptions {
             chunk: 4,
             top_chunks: 1000,
             recent: 1,
@@ -370,8 +370,8 @@ fn a_drafter_that_asks_gets_the_targets_root_attention_over_the_committed_keys()
         asks: bool,
     }
     impl Drafter for Asking<'_> {
-        fn method(&self) -> sharpdraft_draft::Method {
-            self.inner.method()
+        fn kind(&self) -> sharpdraft_draft::DrafterKind {
+            self.inner.kind()
         }
         fn prefill(
             &mut self,

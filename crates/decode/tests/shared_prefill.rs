@@ -4,13 +4,13 @@
 mod common;
 
 use common::*;
-use sharpdraft_decode::{speculative_generate_from, SpecConfig};
+use sharpdraft_decode::{speculative_generate_from, SpecOptions};
 use sharpdraft_draft::{Drafter, TreeShape};
 use sharpdraft_model::generate::{generate, generate_from, PromptPrefill};
 use sharpdraft_model::{Sampler, Sampling, Tap};
 
-fn config(new_tokens: usize) -> SpecConfig {
-    SpecConfig {
+fn config(new_tokens: usize) -> SpecOptions {
+    SpecOptions {
         max_new_tokens: new_tokens,
         sampling: Sampling::greedy(),
         stop_tokens: vec![],

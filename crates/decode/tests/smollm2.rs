@@ -5,16 +5,15 @@ mod common;
 use common::*;
 use sharpdraft_draft::{TreeShape, VanillaDrafter};
 use sharpdraft_math::ScaleSchedule;
-use sharpdraft_model::{
-    store::registry, CausalLm, ChatMessage, QueryScaling, Sampling, ScaledQueries, ScalingMode,
-};
+use sharpdraft_model::{CausalLm, ChatMessage, QueryScaling, Sampling, ScaledQueries, ScalingMode};
+use sharpdraft_store::registry;
 use tch::{Device, Kind};
 
 fn smollm2() -> Option<CausalLm> {
     match registry::resolve("smollm2-135m-instruct") {
         Ok(dir) => Some(CausalLm::load(&dir, Device::Cpu, Kind::Float).unwrap()),
         Err(e) => {
-            eprintln!("skipped: {e}");
+            sharpdraft_testing::skip(e);
             None
         }
     }

@@ -70,8 +70,8 @@ pub struct Feedback<'a> {
 }
 
 pub trait Drafter {
-    /// The drafting method (a wrapper reports the drafter it wraps).
-    fn method(&self) -> crate::Method;
+    /// The drafter's kind (a wrapper reports the drafter it wraps).
+    fn kind(&self) -> crate::DrafterKind;
 
     /// Target hidden states this drafter needs from every target pass (EAGLE-3, DFlash), in order.
     fn target_taps(&self) -> Vec<Tap> {

@@ -86,8 +86,8 @@ impl Drafter for PardDrafter {
         self.model.net.linears()
     }
 
-    fn method(&self) -> crate::Method {
-        crate::Method::Pard
+    fn kind(&self) -> crate::DrafterKind {
+        crate::DrafterKind::Pard
     }
 
     fn prefill(&mut self, ctx: &DraftContext<'_>, _target_hidden: Option<&Tensor>) -> Result<()> {

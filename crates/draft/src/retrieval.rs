@@ -17,7 +17,7 @@ use tch::{Kind, Tensor};
 /// cycles; one default and one validation for both.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
-pub struct RetrievalConfig {
+pub struct RetrievalOptions {
     /// Retrieval: keys per chunk.
     #[serde(default = "default_chunk")]
     #[arg(id = "retrieval_chunk", value_name = "RETRIEVAL_CHUNK", long = "retrieval-chunk", default_value_t = default_chunk())]
@@ -49,7 +49,7 @@ fn default_every() -> usize {
     8
 }
 
-impl Default for RetrievalConfig {
+impl Default for RetrievalOptions {
     fn default() -> Self {
         Self {
             chunk: default_chunk(),
@@ -60,7 +60,7 @@ impl Default for RetrievalConfig {
     }
 }
 
-impl RetrievalConfig {
+impl RetrievalOptions {
     /// Checks every option; the error names the key.
     pub fn validate(&self) -> std::result::Result<(), String> {
         // Far beyond any model's context, and small enough that chunk arithmetic cannot overflow.
@@ -122,13 +122,13 @@ pub fn top_chunks(scores: &Tensor, chunk: i64, top: usize) -> Tensor {
 
 pub struct RetrievingDrafter<'t> {
     inner: Box<dyn Drafter + 't>,
-    config: RetrievalConfig,
+    config: RetrievalOptions,
     cycles_in_request: usize,
     retrievals: usize,
 }
 
 impl<'t> RetrievingDrafter<'t> {
-    pub fn new(inner: Box<dyn Drafter + 't>, config: RetrievalConfig) -> Result<Self> {
+    pub fn new(inner: Box<dyn Drafter + 't>, config: RetrievalOptions) -> Result<Self> {
         config
             .validate()
             .map_err(|reason| DraftError::InvalidOption {
@@ -155,8 +155,8 @@ impl Drafter for RetrievingDrafter<'_> {
         self.inner.linears()
     }
 
-    fn method(&self) -> crate::Method {
-        self.inner.method()
+    fn kind(&self) -> crate::DrafterKind {
+        self.inner.kind()
     }
 
     fn target_taps(&self) -> Vec<Tap> {
@@ -198,7 +198,6 @@ impl Drafter for RetrievingDrafter<'_> {
         self.cycles_in_request += 1;
         Ok(())
     }
-
 
     /// Retrieval owns the selection; another one is a protocol error.
     fn set_key_selection(&mut self, _selection: Option<KeySelection>) -> Result<()> {

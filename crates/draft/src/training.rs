@@ -148,7 +148,7 @@ pub fn soft_cross_entropy(log_q: &Tensor, ids: &Tensor, probs: &Tensor) -> Tenso
 
 /// The optimisation settings every method shares.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LoopConfig {
+pub struct LoopOptions {
     /// Training length n0, recorded in the checkpoint.
     pub n0: i64,
     pub steps: usize,
@@ -171,7 +171,7 @@ pub enum LrDecay {
     Cosine,
 }
 
-impl LoopConfig {
+impl LoopOptions {
     /// The learning rate of update `step` (0-based): a function of the step alone, so that a resumed run
     /// follows the schedule of an uninterrupted one.
     pub fn learning_rate_at(&self, step: usize) -> f64 {
@@ -265,7 +265,7 @@ pub fn train(
     objective: &dyn Objective,
     windows: &[TrainWindow],
     out_dir: &Path,
-    config: &LoopConfig,
+    config: &LoopOptions,
     observer: &mut dyn TrainObserver,
 ) -> Result<TrainState> {
     let mut optimizer = AdamW::new(
@@ -355,8 +355,8 @@ fn save_checkpoint(
 mod tests {
     use super::*;
 
-    fn schedule(warmup_steps: usize, decay: LrDecay) -> LoopConfig {
-        LoopConfig {
+    fn schedule(warmup_steps: usize, decay: LrDecay) -> LoopOptions {
+        LoopOptions {
             n0: 8,
             steps: 100,
             learning_rate: 1.0,

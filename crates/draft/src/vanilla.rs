@@ -116,8 +116,8 @@ impl Drafter for VanillaDrafter {
         self.model.net.linears()
     }
 
-    fn method(&self) -> crate::Method {
-        crate::Method::Vanilla
+    fn kind(&self) -> crate::DrafterKind {
+        crate::DrafterKind::Vanilla
     }
 
     fn prefill(&mut self, ctx: &DraftContext<'_>, _target_hidden: Option<&Tensor>) -> Result<()> {

@@ -97,3 +97,19 @@ fn a_chain_reranks_to_itself() {
     assert_eq!(kept, [0, 1, 2]);
     assert_eq!(parents, [None, Some(0), Some(1)]);
 }
+
+#[test]
+fn a_chain_too_long_for_the_head_is_refused_as_draft_len_and_a_tree_as_its_own_flags() {
+    use sharpdraft_draft::eagle3::tree::{TreeShape, MAX_TREE_DEPTH};
+    let err = TreeShape::chain(66).validate(100).unwrap_err().to_string();
+    assert!(err.contains("--draft-len") && err.contains("66"), "{err}");
+    assert!(!err.contains("--tree-depth"), "{err}");
+    TreeShape::chain(MAX_TREE_DEPTH + 1).validate(100).unwrap();
+    let tree = TreeShape {
+        depth: MAX_TREE_DEPTH + 1,
+        top_k: 2,
+        total_tokens: 10,
+    };
+    let err = tree.validate(100).unwrap_err().to_string();
+    assert!(err.contains("--tree-depth"), "{err}");
+}

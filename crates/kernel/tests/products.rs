@@ -102,7 +102,7 @@ fn every_form_multiplies_bf16_weights_widened_as_they_are_read() {
 #[test]
 fn avx512_bf16_pair_products_multiply_bf16_rows_and_weights() {
     if !(KernelForm::Avx512.available() && pair_products_available()) {
-        println!("skipped: this CPU has no AVX512-BF16 pair products");
+        sharpdraft_testing::skip_for_this_machine("this CPU has no AVX512-BF16 pair products");
         return;
     }
     for (inputs, outputs) in SHAPES {

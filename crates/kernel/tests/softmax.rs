@@ -13,7 +13,9 @@ fn form_with_a_body() -> Option<KernelForm> {
         .into_iter()
         .find(|f| has_body(*f));
     if form.is_none() {
-        println!("skipped: this CPU has no softmax body (AVX2 + FMA); attention keeps libtorch's");
+        sharpdraft_testing::skip_for_this_machine(
+            "this CPU has no softmax body (AVX2 + FMA); attention keeps libtorch's",
+        );
     }
     form
 }

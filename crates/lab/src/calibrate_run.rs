@@ -24,13 +24,13 @@ use crate::probe_run::{read_probe, ProbeConfig, ProbeOutput};
 use crate::table::{Column, Table};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::{
-    calibrate, Beta, Calibration, CalibrationConfig, Estimator, ExactScales, HeadStats,
+    calibrate, Beta, Calibration, CalibrationOptions, Estimator, ExactScales, HeadStats,
     MassReference, ScaleSchedule, TargetDilution,
 };
-use sharpdraft_model::store::output_folder;
-use sharpdraft_model::store::paths::under;
-use sharpdraft_model::store::registry;
 use sharpdraft_probe::head_stats;
+use sharpdraft_store::output_folder;
+use sharpdraft_store::paths::under;
+use sharpdraft_store::registry;
 use statrs::statistics::Statistics;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -297,7 +297,7 @@ fn fit_estimators(
     for estimator in ESTIMATORS {
         match calibrate(
             heads,
-            &CalibrationConfig {
+            &CalibrationOptions {
                 n0,
                 estimator,
                 beta_max: config.beta_max,

@@ -5,8 +5,9 @@ use crate::error::{bail, ensure, Context, LabError, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sharpdraft_model::packed_generate::generate_packed;
-use sharpdraft_model::store::paths::under;
-use sharpdraft_model::{store::registry, CausalLm, ChatMessage, Sampler, Sampling};
+use sharpdraft_model::{CausalLm, ChatMessage, Sampler, Sampling};
+use sharpdraft_store::paths::under;
+use sharpdraft_store::registry;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

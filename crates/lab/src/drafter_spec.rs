@@ -2,7 +2,7 @@
 //! [`DrafterSpec`] from its flags, configs deserialise it from YAML, and [`build`] (or [`load`], for
 //! callers that need the concrete drafter, such as the probe) turns it into a drafter for a target.
 //! [`prepare`] adds what every decoding command needs next: the target's context checked, caches sized
-//! for the prompt, and the driver's [`SpecConfig`].
+//! for the prompt, and the driver's [`SpecOptions`].
 //!
 //! ```yaml
 //! method: eagle3                # vanilla | eagle3 | pard | dflash
@@ -19,20 +19,19 @@
 use crate::error::{ensure, Context, LabError, Result};
 use crate::scaling::ScalingSpec;
 use serde::{Deserialize, Serialize};
-use sharpdraft_decode::{speculative_generate, speculative_generate_from, SpecConfig, SpecReport};
-use sharpdraft_model::generate::PromptPrefill;
+use sharpdraft_decode::{speculative_generate, speculative_generate_from, SpecOptions, SpecReport};
 use sharpdraft_draft::adaptation::{
-    AdaptConfig, Adaptable, AdaptingDrafter, OnlineObjective, UpdateUnit,
+    AdaptOptions, Adaptable, AdaptingDrafter, OnlineObjective, UpdateUnit,
 };
 use sharpdraft_draft::checkpoint_kind::expect_kind;
 use sharpdraft_draft::eagle3::MAX_TREE_TOKENS;
-use sharpdraft_draft::retrieval::{RetrievalConfig, RetrievingDrafter};
+use sharpdraft_draft::retrieval::{RetrievalOptions, RetrievingDrafter};
 use sharpdraft_draft::{
-    DFlashDrafter, Drafter, Eagle3Drafter, Method, PardDrafter, TreeShape, VanillaDrafter,
+    DFlashDrafter, Drafter, DrafterKind, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
 };
-use sharpdraft_model::{
-    parse_kind, store::registry, CausalLm, KeySelection, QueryScaling, Sampling, ScaledQueries,
-};
+use sharpdraft_model::generate::PromptPrefill;
+use sharpdraft_model::{parse_kind, CausalLm, KeySelection, QueryScaling, Sampling, ScaledQueries};
+use sharpdraft_store::registry;
 
 fn default_draft_len() -> usize {
     DrafterSpec::DEFAULT_DRAFT_LEN
@@ -42,7 +41,9 @@ fn default_draft_len() -> usize {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DrafterSpec {
-    pub method: Method,
+    /// The drafter's architecture (`method:`, its old spelling, is read too).
+    #[serde(alias = "method")]
+    pub kind: DrafterKind,
     /// A known model name, a model made here (`$SHARPDRAFT_HOME/models/<name>`), or a folder.
     pub checkpoint: String,
     /// Chain length K: vanilla, PARD, and EAGLE-3 without a tree. DFlash drafts its block size - 1.
@@ -67,10 +68,10 @@ pub struct DrafterSpec {
     /// Cross-model retrieval (SpecExtend): the drafter attends to the chunks of context the target's
     /// last layer attended to most in the latest verification, plus a recent window.
     #[serde(default)]
-    pub retrieval: Option<RetrievalConfig>,
+    pub retrieval: Option<RetrievalOptions>,
     /// Online adaptation from verification (full or LoRA); none by default.
     #[serde(default)]
-    pub adapt: Option<AdaptConfig>,
+    pub adapt: Option<AdaptOptions>,
     /// The dtype of the drafter's own weights: `f32`, `bf16` or `f16`; the target's by default. Vanilla
     /// and PARD drafters are whole models; an EAGLE-3 head and a DFlash drafter keep their layers (and
     /// the draft vocabulary's head rows) in it and take the target's embeddings and features in it,
@@ -85,10 +86,10 @@ impl DrafterSpec {
     /// Chains of 4 unless `draft_len` (`--draft-len`) says otherwise.
     pub const DEFAULT_DRAFT_LEN: usize = 4;
 
-    /// The plain drafter: `method` from `checkpoint`, chains of 4, no tree, no scaling.
-    pub fn new(method: Method, checkpoint: impl Into<String>) -> Self {
+    /// The plain drafter: `kind` from `checkpoint`, chains of 4, no tree, no scaling.
+    pub fn new(kind: DrafterKind, checkpoint: impl Into<String>) -> Self {
         Self {
-            method,
+            kind,
             checkpoint: checkpoint.into(),
             draft_len: default_draft_len(),
             stop_below: None,
@@ -111,9 +112,9 @@ impl DrafterSpec {
         );
         if let Some(threshold) = self.stop_below {
             ensure!(
-                matches!(self.method, Method::Vanilla | Method::Dflash),
+                matches!(self.kind, DrafterKind::Vanilla | DrafterKind::Dflash),
                 "stop_below (--draft-stop-below): only vanilla and DFlash chains end early, not {}",
-                self.method.name()
+                self.kind.name()
             );
             ensure!(
                 threshold > 0.0 && threshold < 1.0,
@@ -122,9 +123,9 @@ impl DrafterSpec {
         }
         if let Some(tree) = &self.tree {
             ensure!(
-                self.method == Method::Eagle3,
+                self.kind == DrafterKind::Eagle3,
                 "tree (--tree-depth, --tree-topk, --tree-tokens): only EAGLE-3 drafts trees, not {}",
-                self.method.name()
+                self.kind.name()
             );
             ensure!(
                 tree.depth >= 1,
@@ -257,7 +258,7 @@ fn load_unscaled(
     spec.validate()?;
     let name = &spec.checkpoint;
     let dir = registry::resolve(name)?;
-    expect_kind(&dir, spec.method).with_context(|| format!("drafter {name}"))?;
+    expect_kind(&dir, spec.kind).with_context(|| format!("drafter {name}"))?;
     let capacity = positions + spec.draft_len as i64 + 1;
     let kind = match &spec.dtype {
         Some(dtype) => parse_kind(dtype)?,
@@ -267,12 +268,12 @@ fn load_unscaled(
         CausalLm::load(&dir, target.net.device(), kind)
             .with_context(|| format!("loading drafter {name}"))
     };
-    let mut loaded = match spec.method {
-        Method::Vanilla => LoadedDrafter::Vanilla(
+    let mut loaded = match spec.kind {
+        DrafterKind::Vanilla => LoadedDrafter::Vanilla(
             VanillaDrafter::new(small_lm()?, target, spec.draft_len, capacity, sampling)?
                 .with_stop_below(spec.stop_below),
         ),
-        Method::Eagle3 => {
+        DrafterKind::Eagle3 => {
             let shape = spec
                 .tree
                 .unwrap_or_else(|| TreeShape::chain(spec.draft_len));
@@ -285,13 +286,13 @@ fn load_unscaled(
                 kind,
             )?)
         }
-        Method::Pard => LoadedDrafter::Pard(PardDrafter::new(
+        DrafterKind::Pard => LoadedDrafter::Pard(PardDrafter::new(
             small_lm()?,
             target,
             spec.draft_len,
             capacity,
         )?),
-        Method::Dflash => LoadedDrafter::Dflash(
+        DrafterKind::Dflash => LoadedDrafter::Dflash(
             DFlashDrafter::load_as(&dir, &target.net, capacity, kind)?
                 .with_stop_below(spec.stop_below),
         ),
@@ -302,7 +303,7 @@ fn load_unscaled(
     let scaling = spec.scaling.build_for(
         loaded.scaled(),
         None,
-        &format!("the {} drafter {name}", spec.method.name()),
+        &format!("the {} drafter {name}", spec.kind.name()),
     )?;
     Ok((loaded, scaling))
 }
@@ -362,7 +363,7 @@ pub fn prepare<'t>(
     sampling: Sampling,
     prompt_len: usize,
     max_new_tokens: usize,
-) -> Result<(BuiltDrafter<'t>, SpecConfig)> {
+) -> Result<(BuiltDrafter<'t>, SpecOptions)> {
     target
         .net
         .config
@@ -374,7 +375,7 @@ pub fn prepare<'t>(
         sampling,
         prompt_len as i64 + max_new_tokens as i64,
     )?;
-    let config = SpecConfig {
+    let config = SpecOptions {
         max_new_tokens,
         sampling,
         stop_tokens: target.stop_tokens(),
@@ -405,7 +406,7 @@ pub struct RequestDecoder<'t> {
     target: &'t CausalLm,
     longest: usize,
     max_new_tokens: usize,
-    shared: Option<(BuiltDrafter<'t>, SpecConfig)>,
+    shared: Option<(BuiltDrafter<'t>, SpecOptions)>,
 }
 
 impl<'t> RequestDecoder<'t> {

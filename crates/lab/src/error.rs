@@ -47,6 +47,9 @@ pub enum LabError {
     Model(#[from] sharpdraft_model::ModelError),
 
     #[error(transparent)]
+    Store(#[from] sharpdraft_store::StoreError),
+
+    #[error(transparent)]
     Draft(#[from] sharpdraft_draft::DraftError),
 
     #[error(transparent)]

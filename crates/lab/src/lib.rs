@@ -1,7 +1,6 @@
 //! The lab: what sits on top of the engine for research runs. Datasets from the package registries,
 //! drafter training, parquet tables and charts; experiment runs and reports with the next steps.
 
-pub mod atomic_write;
 pub mod calibrate_run;
 pub mod datasets;
 pub mod drafter_spec;

@@ -24,34 +24,41 @@ use crate::error::{bail, ensure, Context, Result};
 use crate::scaling::ScalingSpec;
 use crate::table::{Column, Table};
 use serde::{Deserialize, Serialize};
-use sharpdraft_draft::Method;
+use sharpdraft_draft::DrafterKind;
 use sharpdraft_draft::{DFlashDrafter, Eagle3Drafter};
-use sharpdraft_model::store::output_folder;
-use sharpdraft_model::store::paths::under;
-use sharpdraft_model::{store::registry, CausalLm, Sampling, ScaledQueries};
+use sharpdraft_model::{CausalLm, Sampling, ScaledQueries};
 use sharpdraft_probe::{
     probe_sequence, BinRecord, CurveRecord, LengthBins, ProbeRecorder, ProbeSettings, RowFilter,
     Subject,
 };
+use sharpdraft_store::output_folder;
+use sharpdraft_store::paths::under;
+use sharpdraft_store::registry;
 use std::path::{Path, PathBuf};
 use tch::Kind;
 
-/// `method:` of a probe config: `target` (the target itself, `None`) or a drafting method.
-mod subject {
-    use serde::{de::Error, Deserialize, Deserializer, Serializer};
-    use sharpdraft_draft::Method;
+/// What a probe runs: the target itself, or the drafter (of the config's `kind:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeSubject {
+    Target,
+    Drafter,
+}
 
-    pub fn serialize<S: Serializer>(method: &Option<Method>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(method.map_or("target", Method::name))
-    }
+/// `method:`, the old spelling of `subject:` and `kind:` together: `target` or a drafter kind.
+mod old_method {
+    use serde::{de::Error, Deserialize, Deserializer};
+    use sharpdraft_draft::DrafterKind;
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Method>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Option<DrafterKind>>, D::Error> {
         let text = String::deserialize(d)?;
         if text == "target" {
-            return Ok(None);
+            return Ok(Some(None));
         }
         text.parse()
-            .map(Some)
+            .map(|kind| Some(Some(kind)))
             .map_err(|e: String| D::Error::custom(format!("{e}, or target")))
     }
 }
@@ -76,9 +83,17 @@ pub struct ProbeConfig {
     pub target: String,
     #[serde(default)]
     pub drafter: Option<String>,
-    /// What the probe runs: the target (`target`, `None`) or the drafter of this method.
-    #[serde(with = "subject")]
-    pub method: Option<Method>,
+    /// What the probe runs: `target` or `drafter`.
+    #[serde(default)]
+    pub subject: Option<ProbeSubject>,
+    /// The drafter's kind (`subject: drafter`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<DrafterKind>,
+    /// The old spelling: `method: target` is `subject: target`, `method: <kind>` is `subject: drafter`
+    /// with `kind: <kind>`. Read, folded into those two by [`ProbeConfig::fold_old_spelling`], never
+    /// written.
+    #[serde(default, with = "old_method", skip_serializing)]
+    method: Option<Option<DrafterKind>>,
     pub out: String,
     /// Defaults to the drafter's recorded training length (required for `target`).
     #[serde(default)]
@@ -106,7 +121,7 @@ pub struct ProbeConfig {
     pub layers: Option<Vec<usize>>,
     #[serde(default)]
     pub scaling: Option<ScalingSpec>,
-    #[serde(default = "default_device")]
+    #[serde(default = "sharpdraft_model::default_device")]
     pub device: String,
 }
 
@@ -133,9 +148,6 @@ fn default_scales() -> ScaleGrid {
 }
 fn default_chunk() -> i64 {
     512
-}
-fn default_device() -> String {
-    "cpu".into()
 }
 
 /// What a finished probe leaves next to its tables.
@@ -176,6 +188,9 @@ impl ProbeConfig {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut config: Self = serde_norway::from_str(&text)
             .with_context(|| format!("{}: invalid probe config", path.display()))?;
+        config
+            .fold_old_spelling()
+            .with_context(|| format!("{}", path.display()))?;
         config.text = crate::datasets::expand_includes(&config.text, path)?;
         config
             .validate()
@@ -206,13 +221,47 @@ impl ProbeConfig {
             self.scales.max
         );
         ensure!(self.chunk >= 1, "chunk: {} must be at least 1", self.chunk);
-        match (self.method, &self.drafter) {
-            (None, Some(d)) => bail!("drafter: {d} given with method: target"),
-            (None, None) if self.n0.is_none() => {
-                bail!("n0: method target has no training length; give n0")
+        match (self.subject, self.kind, &self.drafter) {
+            (None, ..) => bail!("subject: missing (target or drafter)"),
+            (Some(ProbeSubject::Target), _, Some(d)) => {
+                bail!("drafter: {d} given with subject: target")
             }
-            (Some(m), None) => bail!("drafter: method {m} needs a drafter"),
+            (Some(ProbeSubject::Target), Some(kind), None) => {
+                bail!("kind: {kind} given with subject: target")
+            }
+            (Some(ProbeSubject::Target), None, None) if self.n0.is_none() => {
+                bail!("n0: subject target has no training length; give n0")
+            }
+            (Some(ProbeSubject::Drafter), _, None) => bail!("drafter: subject drafter needs one"),
+            (Some(ProbeSubject::Drafter), None, _) => {
+                bail!("kind: subject drafter needs the drafter's kind (vanilla, eagle3, pard, dflash)")
+            }
             _ => Ok(()),
+        }
+    }
+
+    /// Turns the old `method:` into `subject:` and `kind:`; refuses both spellings at once.
+    pub fn fold_old_spelling(&mut self) -> Result<()> {
+        let Some(old) = self.method.take() else {
+            return Ok(());
+        };
+        ensure!(
+            self.subject.is_none() && self.kind.is_none(),
+            "method: is the old spelling of subject: and kind:; give one or the other"
+        );
+        self.subject = Some(match old {
+            None => ProbeSubject::Target,
+            Some(_) => ProbeSubject::Drafter,
+        });
+        self.kind = old;
+        Ok(())
+    }
+
+    /// The drafter kind the probe runs, `None` for the target.
+    pub fn drafter_kind(&self) -> Option<DrafterKind> {
+        match self.subject {
+            Some(ProbeSubject::Drafter) => self.kind,
+            _ => None,
         }
     }
 
@@ -300,17 +349,17 @@ impl ProbeModel {
             draft_len: 1,
             ..DrafterSpec::new(method, name)
         };
-        let loaded = match config.method {
-            None | Some(Method::Vanilla) | Some(Method::Pard) => {
+        let loaded = match config.drafter_kind() {
+            None | Some(DrafterKind::Vanilla) | Some(DrafterKind::Pard) => {
                 let dir = registry::resolve(name)?;
-                if let Some(method) = config.method {
-                    sharpdraft_draft::checkpoint_kind::expect_kind(&dir, method)?;
+                if let Some(kind) = config.drafter_kind() {
+                    sharpdraft_draft::checkpoint_kind::expect_kind(&dir, kind)?;
                 }
                 Self::Lm(CausalLm::load(&dir, device, Kind::Float)?)
             }
-            Some(Method::Eagle3) => {
+            Some(DrafterKind::Eagle3) => {
                 match drafter_spec::load(
-                    &spec(Method::Eagle3),
+                    &spec(DrafterKind::Eagle3),
                     target,
                     Sampling::greedy(),
                     capacity,
@@ -319,9 +368,9 @@ impl ProbeModel {
                     _ => unreachable!("an EAGLE-3 specification loads an EAGLE-3 drafter"),
                 }
             }
-            Some(Method::Dflash) => {
+            Some(DrafterKind::Dflash) => {
                 match drafter_spec::load(
-                    &spec(Method::Dflash),
+                    &spec(DrafterKind::Dflash),
                     target,
                     Sampling::greedy(),
                     capacity,
@@ -633,7 +682,8 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
 fn finished_probe_matches(config: &ProbeConfig, dir: &Path, fingerprint: &str) -> bool {
     let summary = std::fs::read_to_string(dir.join("probe.json"))
         .ok()
-        .and_then(|text| serde_json::from_str::<ProbeSummary>(&text).ok());
+        .and_then(|text| serde_json::from_str::<ProbeSummary>(&text).ok())
+        .and_then(|mut s| s.config.fold_old_spelling().ok().map(|()| s));
     if summary.is_some_and(|s| s.config == *config && s.model_fingerprint == fingerprint) {
         eprintln!("probe: reusing the finished probe in {}", dir.display());
         return true;
@@ -712,7 +762,7 @@ fn scale_queries(
 ) -> Result<()> {
     let what = format!(
         "the probed {} model",
-        config.method.map_or("target", Method::name)
+        config.drafter_kind().map_or("target", DrafterKind::name)
     );
     let scaling = scaling_spec.build_for(model.scaled(), Some(n0 as i64), &what)?;
     model.scaled_mut().set_query_scaling(scaling);

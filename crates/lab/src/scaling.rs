@@ -4,8 +4,8 @@
 use crate::error::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::ScaleSchedule;
-use sharpdraft_model::store::registry;
 use sharpdraft_model::{QueryScaling, ScaledQueries, ScalingMode};
+use sharpdraft_store::registry;
 use std::path::PathBuf;
 
 /// The query-scaling modes, one list for YAML (`mode:`) and the command line (`--scaling`).

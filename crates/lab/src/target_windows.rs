@@ -8,11 +8,11 @@
 //! removed when the run reaches its last step, since a finished drafter's folder is what users copy.
 //! A file of that name the run did not write is never read, overwritten or removed.
 
-use crate::atomic_write::{temporary_beside, way_out};
 use crate::error::{Context, LabError, Result};
 use sha2::{Digest, Sha256};
 use sharpdraft_draft::training::{Divergence, TrainWindow};
 use sharpdraft_model::Tap;
+use sharpdraft_store::atomic_write::{temporary_beside, way_out};
 use std::io::Read;
 use std::path::Path;
 use tch::{Device, Tensor};

@@ -23,30 +23,31 @@ use sharpdraft_draft::dflash_train::{self, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3_train::{self, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, PardObjective, PardOptions};
 use sharpdraft_draft::training::{
-    extract_windows, train, LoopConfig, LrDecay, OwnedObjective, TrainObserver, TrainState,
+    extract_windows, train, LoopOptions, LrDecay, OwnedObjective, TrainObserver, TrainState,
     TrainWindow,
 };
-use sharpdraft_draft::Method;
-use sharpdraft_model::{store::output_folder, store::registry, CausalLm, ModelConfig, Tap};
+use sharpdraft_draft::DrafterKind;
+use sharpdraft_model::{CausalLm, ModelConfig, Tap};
+use sharpdraft_store::{output_folder, registry};
 use std::path::{Path, PathBuf};
 use tch::Kind;
 
-/// A training method with its options.
+/// The kind of drafter a config trains, with that kind's options.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum MethodConfig {
+pub enum DrafterKindOptions {
     Eagle3(Eagle3Options),
     Pard(PardOptions),
     Dflash(DFlashOptions),
 }
 
-impl MethodConfig {
-    /// The drafting method this trains.
-    pub fn method(&self) -> Method {
+impl DrafterKindOptions {
+    /// The drafter kind this trains.
+    pub fn kind(&self) -> DrafterKind {
         match self {
-            Self::Eagle3(_) => Method::Eagle3,
-            Self::Pard(_) => Method::Pard,
-            Self::Dflash(_) => Method::Dflash,
+            Self::Eagle3(_) => DrafterKind::Eagle3,
+            Self::Pard(_) => DrafterKind::Pard,
+            Self::Dflash(_) => DrafterKind::Dflash,
         }
     }
 }
@@ -55,10 +56,10 @@ impl MethodConfig {
 #[serde(deny_unknown_fields)]
 pub struct TrainConfig {
     pub target: String,
-    /// The method and its options in one block (`method: {eagle3: {...}}`), so that options of another
-    /// method cannot be written.
-    #[serde(with = "serde_norway::with::singleton_map")]
-    pub method: MethodConfig,
+    /// The drafter kind and its options in one block (`kind: {eagle3: {...}}`; `method:` is the old
+    /// spelling), so that options of another kind cannot be written.
+    #[serde(alias = "method", with = "serde_norway::with::singleton_map")]
+    pub kind: DrafterKindOptions,
     pub out: String,
     /// Training length n0.
     pub n0: i64,
@@ -93,7 +94,7 @@ pub struct TrainConfig {
     /// method's own initialisation.
     #[serde(default)]
     pub init: Option<String>,
-    #[serde(default = "default_device")]
+    #[serde(default = "sharpdraft_model::default_device")]
     pub device: String,
 }
 
@@ -105,9 +106,6 @@ fn default_every() -> usize {
 }
 fn default_top_k() -> i64 {
     32
-}
-fn default_device() -> String {
-    "cpu".into()
 }
 
 /// The record of the config a run was started with, kept beside its checkpoint.
@@ -132,8 +130,8 @@ impl TrainConfig {
         }
     }
 
-    fn loop_config(&self) -> LoopConfig {
-        LoopConfig {
+    fn loop_config(&self) -> LoopOptions {
+        LoopOptions {
             n0: self.n0,
             steps: self.steps,
             learning_rate: self.learning_rate,
@@ -150,10 +148,10 @@ impl TrainConfig {
     pub fn validate(&self, target: &CausalLm) -> Result<()> {
         let t = &target.net.config;
         self.validate_sizes(t)?;
-        match &self.method {
-            MethodConfig::Eagle3(e) => validate_eagle3(e, t)?,
-            MethodConfig::Pard(p) => self.validate_pard(p, t)?,
-            MethodConfig::Dflash(d) => self.validate_dflash(d, t)?,
+        match &self.kind {
+            DrafterKindOptions::Eagle3(e) => validate_eagle3(e, t)?,
+            DrafterKindOptions::Pard(p) => self.validate_pard(p, t)?,
+            DrafterKindOptions::Dflash(d) => self.validate_dflash(d, t)?,
         }
         if let Some(init) = &self.init {
             self.validate_init(init, t)?;
@@ -271,7 +269,7 @@ impl TrainConfig {
         let hidden = raw["hidden_size"]
             .as_i64()
             .with_context(|| format!("{}: no hidden_size", path.display()))?;
-        if self.method.method() != Method::Pard {
+        if self.kind.kind() != DrafterKind::Pard {
             ensure!(
                 hidden == t.hidden_size,
                 "init {}: hidden_size {hidden} does not fit the target's {}",
@@ -345,7 +343,7 @@ impl Progress {
         );
         let title = format!(
             "{} drafter for {} (n0 = {})",
-            config.method.method(),
+            config.kind.kind(),
             config.target,
             config.n0
         );
@@ -598,10 +596,12 @@ fn start_fresh<'t>(
 ) -> Result<(Box<dyn OwnedObjective + 't>, Vec<TrainWindow>)> {
     let taps = configured_taps(config, target.net.config.num_layers);
     let windows = extract_target_windows(config, target, stream, &taps, out_dir)?;
-    match &config.method {
-        MethodConfig::Eagle3(e) => eagle3_train::init(out_dir, target, &windows, e, config.seed)?,
-        MethodConfig::Pard(p) => pard_train::init(out_dir, target, p)?,
-        MethodConfig::Dflash(d) => dflash_train::init(out_dir, target, &windows, d)?,
+    match &config.kind {
+        DrafterKindOptions::Eagle3(e) => {
+            eagle3_train::init(out_dir, target, &windows, e, config.seed)?
+        }
+        DrafterKindOptions::Pard(p) => pard_train::init(out_dir, target, p)?,
+        DrafterKindOptions::Dflash(d) => dflash_train::init(out_dir, target, &windows, d)?,
     }
     let objective = load_objective(config, out_dir, target, device)?;
     ensure!(
@@ -645,7 +645,7 @@ fn apply_query_scaling(
                 .join(schedule),
         );
     }
-    let what = format!("the {} drafter in training", config.method.method());
+    let what = format!("the {} drafter in training", config.kind.kind());
     let scaling = spec.build_for(objective, Some(config.n0), &what)?;
     objective.set_query_scaling(scaling);
     Ok(())
@@ -658,10 +658,10 @@ fn load_objective<'t>(
     target: &'t CausalLm,
     device: tch::Device,
 ) -> Result<Box<dyn OwnedObjective + 't>> {
-    Ok(match &config.method {
-        MethodConfig::Eagle3(e) => Box::new(Eagle3Objective::load(dir, &target.net, e)?),
-        MethodConfig::Pard(p) => Box::new(PardObjective::load(dir, device, p, config.seed)?),
-        MethodConfig::Dflash(d) => {
+    Ok(match &config.kind {
+        DrafterKindOptions::Eagle3(e) => Box::new(Eagle3Objective::load(dir, &target.net, e)?),
+        DrafterKindOptions::Pard(p) => Box::new(PardObjective::load(dir, device, p, config.seed)?),
+        DrafterKindOptions::Dflash(d) => {
             Box::new(DFlashObjective::load(dir, &target.net, d, config.seed)?)
         }
     })
@@ -670,16 +670,16 @@ fn load_objective<'t>(
 /// The target features a fresh drafter of this config reads: EAGLE-3's capture layers (inputs of
 /// `eagle3.capture_layers`, default `[2, L/2, L-3]`), DFlash's `target_layer_ids` outputs, none for PARD.
 pub fn configured_taps(config: &TrainConfig, target_layers: usize) -> Vec<Tap> {
-    match &config.method {
-        MethodConfig::Eagle3(e) => e
+    match &config.kind {
+        DrafterKindOptions::Eagle3(e) => e
             .capture_layers
             .clone()
             .unwrap_or_else(|| sharpdraft_draft::eagle3::default_capture_layers(target_layers))
             .into_iter()
             .map(Tap::LayerInput)
             .collect(),
-        MethodConfig::Pard(_) => Vec::new(),
-        MethodConfig::Dflash(d) => d.taps(target_layers),
+        DrafterKindOptions::Pard(_) => Vec::new(),
+        DrafterKindOptions::Dflash(d) => d.taps(target_layers),
     }
 }
 
@@ -694,10 +694,10 @@ fn ensure_configured_layers_match(
         Tap::LayerInput(i) | Tap::LayerOutput(i) => *i,
     };
     let checkpoint: Vec<usize> = checkpoint_taps.iter().map(layer).collect();
-    let (key, configured) = match &config.method {
-        MethodConfig::Eagle3(e) => ("eagle3.capture_layers", e.capture_layers.clone()),
-        MethodConfig::Dflash(d) => ("dflash.target_layer_ids", d.target_layer_ids.clone()),
-        MethodConfig::Pard(_) => return Ok(()),
+    let (key, configured) = match &config.kind {
+        DrafterKindOptions::Eagle3(e) => ("eagle3.capture_layers", e.capture_layers.clone()),
+        DrafterKindOptions::Dflash(d) => ("dflash.target_layer_ids", d.target_layer_ids.clone()),
+        DrafterKindOptions::Pard(_) => return Ok(()),
     };
     if let Some(configured) = configured {
         ensure!(

@@ -1,8 +1,8 @@
 //! The drafter specification: one YAML (or command-line) description of a drafter and how it drafts,
 //! strict about keys and about options its method does not have.
 
+use sharpdraft_draft::DrafterKind;
 use sharpdraft_draft::TreeShape;
-use sharpdraft_draft::Method;
 use sharpdraft_lab::drafter_spec::DrafterSpec;
 use sharpdraft_lab::scaling::ScalingKind;
 
@@ -12,7 +12,7 @@ fn a_drafter_specification_reads_from_yaml_with_defaults_for_what_it_leaves_out(
         "method: eagle3\ncheckpoint: smollm2-135m-eagle3\ntree: {depth: 4, top_k: 6, total_tokens: 24}\nscaling: {mode: logn}\n",
     )
     .unwrap();
-    assert_eq!(spec.method, Method::Eagle3);
+    assert_eq!(spec.kind, DrafterKind::Eagle3);
     assert_eq!(
         spec.tree,
         Some(TreeShape {
@@ -40,11 +40,11 @@ fn unknown_keys_and_unknown_methods_are_errors_that_name_them() {
         .to_string();
     assert!(err.contains("medusa"), "{err}");
     assert!("medusa"
-        .parse::<Method>()
+        .parse::<DrafterKind>()
         .unwrap_err()
         .contains("vanilla, eagle3, pard, dflash"));
-    for method in Method::ALL {
-        assert_eq!(method.name().parse::<Method>().unwrap(), method);
+    for method in DrafterKind::ALL {
+        assert_eq!(method.name().parse::<DrafterKind>().unwrap(), method);
     }
 }
 
@@ -57,7 +57,7 @@ fn options_a_method_does_not_have_are_refused_before_any_model_loads() {
     });
     let pard_tree = DrafterSpec {
         tree,
-        ..DrafterSpec::new(Method::Pard, "x")
+        ..DrafterSpec::new(DrafterKind::Pard, "x")
     };
     assert!(pard_tree
         .validate()
@@ -69,7 +69,7 @@ fn options_a_method_does_not_have_are_refused_before_any_model_loads() {
             depth: 0,
             ..tree.unwrap()
         }),
-        ..DrafterSpec::new(Method::Eagle3, "x")
+        ..DrafterSpec::new(DrafterKind::Eagle3, "x")
     };
     assert!(flat
         .validate()
@@ -78,7 +78,7 @@ fn options_a_method_does_not_have_are_refused_before_any_model_loads() {
         .contains("--tree-depth"));
     let long = DrafterSpec {
         draft_len: 0,
-        ..DrafterSpec::new(Method::Vanilla, "x")
+        ..DrafterSpec::new(DrafterKind::Vanilla, "x")
     };
     assert!(long
         .validate()
@@ -101,13 +101,13 @@ stop_below: 0.4
     spec.validate().unwrap();
     DrafterSpec {
         stop_below: Some(0.4),
-        ..DrafterSpec::new(Method::Dflash, "x")
+        ..DrafterSpec::new(DrafterKind::Dflash, "x")
     }
     .validate()
     .unwrap();
     let pard = DrafterSpec {
         stop_below: Some(0.4),
-        ..DrafterSpec::new(Method::Pard, "x")
+        ..DrafterSpec::new(DrafterKind::Pard, "x")
     };
     let err = pard.validate().unwrap_err().to_string();
     assert!(
@@ -117,7 +117,7 @@ stop_below: 0.4
     for threshold in [0.0, 1.0, 1.5, -0.1, f64::NAN] {
         let bad = DrafterSpec {
             stop_below: Some(threshold),
-            ..DrafterSpec::new(Method::Vanilla, "x")
+            ..DrafterSpec::new(DrafterKind::Vanilla, "x")
         };
         let err = bad.validate().unwrap_err().to_string();
         assert!(
@@ -167,7 +167,7 @@ fn a_sliding_window_reads_from_yaml_and_a_window_of_no_keys_is_refused() {
     spec.validate().unwrap();
     let empty = DrafterSpec {
         window: Some(0),
-        ..DrafterSpec::new(Method::Dflash, "x")
+        ..DrafterSpec::new(DrafterKind::Dflash, "x")
     };
     let err = empty.validate().unwrap_err().to_string();
     assert!(err.contains("--drafter-window"), "{err}");

@@ -4,20 +4,20 @@
 //! the folder is claimed, and the refusals that keep one run folder to one experiment over one set of
 //! inputs.
 
-use sharpdraft_lab::experiment::folder_lock::FolderLock;
 use sharpdraft_lab::experiment::merge::merge;
 use sharpdraft_lab::experiment::partial_unit::PartialUnit;
 use sharpdraft_lab::experiment::publish::republish;
 use sharpdraft_lab::experiment::records::{ArmRecord, Provenance, UnitRecord};
 use sharpdraft_lab::experiment::{run, RunOptions, Shard};
 use sharpdraft_lab::table::Table;
+use sharpdraft_store::folder_lock::FolderLock;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 fn fetched() -> bool {
-    let ok = sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").is_ok();
+    let ok = sharpdraft_store::registry::resolve("smollm2-135m-instruct").is_ok();
     if !ok {
-        eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
+        sharpdraft_testing::skip("smollm2-135m-instruct is not fetched (make test fetches it)");
     }
     ok
 }
@@ -923,4 +923,23 @@ fn one_prefill_a_request_gives_every_arm_the_outputs_of_its_own_prefill() {
             prefill[alone]
         );
     }
+}
+
+#[test]
+fn merge_names_a_folder_given_twice_instead_of_locking_against_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shard, out) = (dir.path().join("shard"), dir.path().join("merged"));
+    std::fs::create_dir(&shard).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&shard, &link).unwrap();
+    for (out, shards) in [
+        (&shard, vec![shard.clone()]),
+        (&out, vec![shard.clone(), shard.clone()]),
+        (&out, vec![shard.clone(), link.clone()]),
+    ] {
+        let err = format!("{:#}", merge(out, &shards).unwrap_err());
+        assert!(err.contains("are the same folder"), "{err}");
+        assert!(!err.contains("in use"), "{err}");
+    }
+    assert!(!out.exists(), "refused before anything was written");
 }

@@ -172,7 +172,7 @@ fn a_new_probe_that_fails_leaves_the_finished_probe_in_its_folder_whole() {
 /// wherever it rises.
 #[test]
 fn a_calibration_against_the_target_follows_the_targets_own_dilution() {
-    use sharpdraft_math::{calibrate, CalibrationConfig, MassReference, TargetDilution};
+    use sharpdraft_math::{calibrate, CalibrationOptions, MassReference, TargetDilution};
     let dir = tempfile::tempdir().unwrap();
     write_text(dir.path());
     let target: ProbeConfig = serde_norway::from_str(&probe_yaml(dir.path(), "")).unwrap();
@@ -209,7 +209,7 @@ fn a_calibration_against_the_target_follows_the_targets_own_dilution() {
     let dilution = TargetDilution::from_heads(&heads).unwrap();
     let own = calibrate(
         &heads,
-        &CalibrationConfig {
+        &CalibrationOptions {
             n0: 16.0,
             estimator: Estimator::ExactLeastSquares,
             beta_max: 2.0,
@@ -258,4 +258,41 @@ fn a_calibration_against_the_target_follows_the_targets_own_dilution() {
     .unwrap();
     let err = CalibrateConfig::load(&path).unwrap_err().to_string();
     assert!(err.contains("exact_least_squares"), "{err}");
+}
+
+#[test]
+fn a_probe_names_its_subject_and_kind_and_the_old_method_key_reads_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("probe.yaml");
+    let load = |yaml: String| {
+        std::fs::write(&path, yaml).unwrap();
+        ProbeConfig::load(&path)
+    };
+    let old = load(probe_yaml(dir.path(), "")).unwrap();
+    let new =
+        load(probe_yaml(dir.path(), "").replace("method: target", "subject: target")).unwrap();
+    assert_eq!(old, new);
+    assert_eq!(new.drafter_kind(), None);
+    let drafter = |spelling: &str| {
+        load(
+            probe_yaml(dir.path(), "drafter: d\n")
+                .replace("method: target", spelling)
+                .replace("n0: 16\n", ""),
+        )
+    };
+    let old = drafter("method: dflash").unwrap();
+    let new = drafter("subject: drafter\nkind: dflash").unwrap();
+    assert_eq!(old, new);
+    assert_eq!(
+        new.drafter_kind(),
+        Some(sharpdraft_draft::DrafterKind::Dflash)
+    );
+    for (spelling, named) in [
+        ("method: dflash\nsubject: drafter", "old spelling"),
+        ("subject: drafter", "kind"),
+        ("kind: dflash", "subject"),
+    ] {
+        let err = format!("{:#}", drafter(spelling).unwrap_err());
+        assert!(err.contains(named), "{spelling}: {err}");
+    }
 }

@@ -203,3 +203,47 @@ fn recording_never_replaces_a_report_it_did_not_write_and_a_failed_command_leave
     assert_eq!(escaping.status.code(), Some(2), "a name that leaves the results folder is refused");
     assert!(!results.path().parent().unwrap().join("escape").exists());
 }
+
+#[test]
+fn recording_checks_its_name_and_folder_before_the_command_runs() {
+    let results = tempfile::tempdir().unwrap();
+    let ran = results.path().join("ran");
+    let touch = ["touch", ran.to_str().unwrap()];
+    std::fs::write(results.path().join("taken"), "a user's file").unwrap();
+    let is_a_file = record(results.path(), "taken", &touch);
+    assert_eq!(is_a_file.status.code(), Some(2), "{}", String::from_utf8_lossy(&is_a_file.stderr));
+    assert!(String::from_utf8_lossy(&is_a_file.stderr).contains("not a folder"));
+    let too_long = record(results.path(), &"n".repeat(201), &touch);
+    assert_eq!(too_long.status.code(), Some(2));
+    assert!(!ran.exists(), "the command never ran for a name that cannot be written");
+    assert_eq!(std::fs::read_to_string(results.path().join("taken")).unwrap(), "a user's file");
+}
+
+#[test]
+fn recording_into_a_folder_with_a_space_deletes_nothing_of_the_users() {
+    let scratch = tempfile::tempdir().unwrap();
+    // An unquoted path "<scratch>/my results/..." splits at the space into "<scratch>/my".
+    std::fs::write(scratch.path().join("my"), "a user's file").unwrap();
+    let results = scratch.path().join("my results");
+    let recorded = record(&results, "spaced", &["echo", "ok"]);
+    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    assert!(results.join("spaced/report.md").is_file());
+    assert_eq!(std::fs::read_to_string(scratch.path().join("my")).unwrap(), "a user's file");
+}
+
+#[test]
+fn a_finished_commands_output_is_kept_when_its_report_cannot_be_written() {
+    let results = tempfile::tempdir().unwrap();
+    let folder = results.path().join("vanishing");
+    // The command finishes well but takes the folder its report was to go into with it.
+    let script = format!("echo hours of output; rm -rf '{}'", folder.display());
+    let recorded = record(results.path(), "vanishing", &["bash", "-c", &script]);
+    assert!(!recorded.status.success());
+    let stderr = String::from_utf8_lossy(&recorded.stderr);
+    let kept = stderr
+        .lines()
+        .find_map(|l| l.split("the command's output is kept in ").nth(1))
+        .unwrap_or_else(|| panic!("no kept output named in: {stderr}"));
+    assert_eq!(std::fs::read_to_string(kept.trim()).unwrap(), "hours of output\n");
+    std::fs::remove_file(kept.trim()).unwrap();
+}

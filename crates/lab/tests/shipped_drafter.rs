@@ -5,7 +5,7 @@
 
 use sharpdraft_lab::experiment::{run, RunOptions};
 use sharpdraft_lab::table::Table;
-use sharpdraft_model::store::registry::{repository_root, SHIPPED_MODELS};
+use sharpdraft_store::registry::{repository_root, SHIPPED_MODELS};
 
 #[test]
 fn every_shipped_file_has_its_pinned_sha256() {
@@ -19,8 +19,8 @@ fn every_shipped_file_has_its_pinned_sha256() {
 
 #[test]
 fn the_shipped_drafter_reproduces_the_quickstart_reports_tau_at_n0() {
-    if sharpdraft_model::store::registry::resolve("smollm2-135m-instruct").is_err() {
-        eprintln!("skipped: smollm2-135m-instruct is not fetched (make test fetches it)");
+    if sharpdraft_store::registry::resolve("smollm2-135m-instruct").is_err() {
+        sharpdraft_testing::skip("smollm2-135m-instruct is not fetched (make test fetches it)");
         return;
     }
     let root = repository_root();

@@ -1,7 +1,7 @@
 //! Bad training configs are clear errors before any compute is spent.
 use sharpdraft_draft::eagle3_train::Eagle3Options;
 use sharpdraft_lab::datasets::{jsonl_field, token_stream, Source, MAX_JSONL_LINE_BYTES};
-use sharpdraft_lab::train::{MethodConfig, TrainConfig};
+use sharpdraft_lab::train::{DrafterKindOptions, TrainConfig};
 use sharpdraft_model::CausalLm;
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind};
@@ -22,8 +22,8 @@ const GOOD: &str = "target: t\nmethod: {eagle3: {draft_vocab: 32}}\nout: o\nn0: 
 
 /// The eagle3 options of a parsed config.
 fn eagle3(config: TrainConfig) -> Eagle3Options {
-    match config.method {
-        MethodConfig::Eagle3(e) => e,
+    match config.kind {
+        DrafterKindOptions::Eagle3(e) => e,
         other => panic!("not eagle3: {other:?}"),
     }
 }
@@ -175,12 +175,22 @@ fn a_jsonl_line_past_the_limit_is_refused_with_its_line_number_as_it_is_read() {
     )
     .unwrap();
     let err = format!("{:#}", jsonl_field(&path, "q").err().unwrap());
-    assert!(err.contains("huge.jsonl:2: a line longer than 16 MiB"), "{err}");
+    assert!(
+        err.contains("huge.jsonl:2: a line longer than 16 MiB"),
+        "{err}"
+    );
     // A line of exactly the limit, and a last line with no newline, still read.
     let at_limit = "y".repeat(MAX_JSONL_LINE_BYTES - "{\"q\": \"\"}\n".len());
-    std::fs::write(&path, format!("{{\"q\": \"{at_limit}\"}}\n{{\"q\": \"end\"}}")).unwrap();
+    std::fs::write(
+        &path,
+        format!("{{\"q\": \"{at_limit}\"}}\n{{\"q\": \"end\"}}"),
+    )
+    .unwrap();
     let fields = jsonl_field(&path, "q").unwrap();
-    assert_eq!((fields[0].len(), fields[1].as_str()), (at_limit.len(), "end"));
+    assert_eq!(
+        (fields[0].len(), fields[1].as_str()),
+        (at_limit.len(), "end")
+    );
 }
 
 #[test]
@@ -192,7 +202,7 @@ fn the_shipped_training_configs_parse_with_their_schedules_and_warm_start() {
         if path.extension().is_some_and(|e| e == "yaml") {
             let config = TrainConfig::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
             assert!(config.warmup_steps < config.steps, "{}", path.display());
-            if let MethodConfig::Eagle3(e) = &config.method {
+            if let DrafterKindOptions::Eagle3(e) = &config.kind {
                 assert!(e.warm_start, "{}", path.display());
             }
             seen += 1;
@@ -207,6 +217,13 @@ fn an_eagle_head_warm_starts_from_the_target_unless_told_not_to() {
     let cold =
         parse(&GOOD.replace("draft_vocab: 32", "draft_vocab: 32, warm_start: false")).unwrap();
     assert!(!eagle3(cold).warm_start);
+}
+
+#[test]
+fn the_drafter_kind_reads_the_same_under_its_old_key_method() {
+    let new = parse(&GOOD.replace("method: {eagle3", "kind: {eagle3")).unwrap();
+    assert_eq!(new, parse(GOOD).unwrap());
+    assert_eq!(new.kind.kind(), sharpdraft_draft::DrafterKind::Eagle3);
 }
 
 #[test]

@@ -4,7 +4,8 @@
 use sharpdraft_draft::PardDrafter;
 use sharpdraft_lab::table::Table;
 use sharpdraft_lab::train;
-use sharpdraft_model::{store::registry, CausalLm, ScaledQueries};
+use sharpdraft_model::{CausalLm, ScaledQueries};
+use sharpdraft_store::registry;
 use tch::{Device, Kind};
 
 const CONFIG: &str = "target: smollm2-135m-instruct
@@ -21,7 +22,9 @@ data:
 #[test]
 fn a_short_training_run_writes_a_drafter_and_its_loss_curve_and_resumes() {
     let Ok(target_dir) = registry::resolve("smollm2-135m-instruct") else {
-        eprintln!("skipped: smollm2-135m-instruct is not fetched (run `sharpdraft fetch smollm2-135m-instruct`)");
+        sharpdraft_testing::skip(
+            "smollm2-135m-instruct is not fetched (run `sharpdraft fetch smollm2-135m-instruct`)",
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -119,7 +122,9 @@ fn target_and_head_on_layers_1_5_20(
 ) -> Option<(CausalLm, std::path::PathBuf)> {
     use sharpdraft_draft::eagle3::{write_random_head, RandomHeadOptions};
     let Ok(target_dir) = registry::resolve("smollm2-135m-instruct") else {
-        eprintln!("skipped: smollm2-135m-instruct is not fetched (run `sharpdraft fetch smollm2-135m-instruct`)");
+        sharpdraft_testing::skip(
+            "smollm2-135m-instruct is not fetched (run `sharpdraft fetch smollm2-135m-instruct`)",
+        );
         return None;
     };
     let target = CausalLm::load(&target_dir, Device::Cpu, Kind::Float).unwrap();
@@ -156,7 +161,8 @@ fn a_head_with_its_own_capture_layers_trains_on_exactly_those_layers() {
         &target,
     )
     .unwrap();
-    let train::MethodConfig::Eagle3(options) = train::TrainConfig::load(&config).unwrap().method
+    let train::DrafterKindOptions::Eagle3(options) =
+        train::TrainConfig::load(&config).unwrap().kind
     else {
         panic!("an EAGLE-3 config")
     };

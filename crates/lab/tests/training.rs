@@ -2,15 +2,15 @@
 //! saved checkpoint reloads bit-identically and drafts the same tokens under real verification; an
 //! interrupted run resumes from its last checkpoint (weights and optimizer moments) and ends where an
 //! uninterrupted run ends; each trained drafter drafts in bf16 beside the f32 target.
-use sharpdraft_decode::{speculative_generate, SpecConfig};
+use sharpdraft_decode::{speculative_generate, SpecOptions};
 use sharpdraft_draft::dflash_train::{self, block_visibility, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3_train::{self, frequent_tokens, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard_train::{self, copy_layout, kept_offsets, PardObjective, PardOptions};
 use sharpdraft_draft::training::{
-    extract_windows, train, LoopConfig, LrDecay, Objective, OwnedObjective, TrainObserver, TrainState,
+    extract_windows, train, LoopOptions, LrDecay, Objective, OwnedObjective, TrainObserver, TrainState,
     TrainWindow,
 };
-use sharpdraft_draft::{Drafter, Method};
+use sharpdraft_draft::{Drafter, DrafterKind};
 use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
 use sharpdraft_model::{CausalLm, Sampling, Tap};
 use std::path::{Path, PathBuf};
@@ -29,7 +29,7 @@ fn stream() -> Vec<i64> {
 }
 
 /// The methods this file trains (the vanilla drafter has its own recipe test).
-const ALL: [Method; 3] = [Method::Eagle3, Method::Pard, Method::Dflash];
+const ALL: [DrafterKind; 3] = [DrafterKind::Eagle3, DrafterKind::Pard, DrafterKind::Dflash];
 
 fn eagle3_options() -> Eagle3Options {
     Eagle3Options {
@@ -64,22 +64,22 @@ fn dflash_options() -> DFlashOptions {
     }
 }
 
-fn taps(method: Method) -> Vec<Tap> {
+fn taps(method: DrafterKind) -> Vec<Tap> {
     match method {
         // The tiny target has 2 layers: capture the inputs of 0, 1 and 2 (the final hidden state).
-        Method::Eagle3 => vec![Tap::LayerInput(0), Tap::LayerInput(1), Tap::LayerInput(2)],
-        Method::Pard => Vec::new(),
-        Method::Dflash => dflash_options().taps(2),
-        Method::Vanilla => unreachable!("not trained here"),
+        DrafterKind::Eagle3 => vec![Tap::LayerInput(0), Tap::LayerInput(1), Tap::LayerInput(2)],
+        DrafterKind::Pard => Vec::new(),
+        DrafterKind::Dflash => dflash_options().taps(2),
+        DrafterKind::Vanilla => unreachable!("not trained here"),
     }
 }
 
-fn windows(target: &CausalLm, method: Method, count: usize) -> Vec<TrainWindow> {
+fn windows(target: &CausalLm, method: DrafterKind, count: usize) -> Vec<TrainWindow> {
     extract_windows(&target.net, &taps(method), &stream(), 64, count, 8).unwrap()
 }
 
-fn loop_config(steps: usize) -> LoopConfig {
-    LoopConfig {
+fn loop_config(steps: usize) -> LoopOptions {
+    LoopOptions {
         n0: 64,
         steps,
         learning_rate: 3e-3,
@@ -91,27 +91,27 @@ fn loop_config(steps: usize) -> LoopConfig {
     }
 }
 
-fn init(method: Method, dir: &Path, target: &CausalLm, windows: &[TrainWindow]) {
+fn init(method: DrafterKind, dir: &Path, target: &CausalLm, windows: &[TrainWindow]) {
     match method {
-        Method::Eagle3 => eagle3_train::init(dir, target, windows, &eagle3_options(), 1).unwrap(),
-        Method::Pard => pard_train::init(dir, target, &pard_options()).unwrap(),
-        Method::Dflash => dflash_train::init(dir, target, windows, &dflash_options()).unwrap(),
-        Method::Vanilla => unreachable!("not trained here"),
+        DrafterKind::Eagle3 => eagle3_train::init(dir, target, windows, &eagle3_options(), 1).unwrap(),
+        DrafterKind::Pard => pard_train::init(dir, target, &pard_options()).unwrap(),
+        DrafterKind::Dflash => dflash_train::init(dir, target, windows, &dflash_options()).unwrap(),
+        DrafterKind::Vanilla => unreachable!("not trained here"),
     }
 }
 
-fn objective<'t>(method: Method, dir: &Path, target: &'t CausalLm) -> Box<dyn OwnedObjective + 't> {
+fn objective<'t>(method: DrafterKind, dir: &Path, target: &'t CausalLm) -> Box<dyn OwnedObjective + 't> {
     match method {
-        Method::Eagle3 => {
+        DrafterKind::Eagle3 => {
             Box::new(Eagle3Objective::load(dir, &target.net, &eagle3_options()).unwrap())
         }
-        Method::Pard => {
+        DrafterKind::Pard => {
             Box::new(PardObjective::load(dir, Device::Cpu, &pard_options(), 1).unwrap())
         }
-        Method::Dflash => {
+        DrafterKind::Dflash => {
             Box::new(DFlashObjective::load(dir, &target.net, &dflash_options(), 1).unwrap())
         }
-        Method::Vanilla => unreachable!("not trained here"),
+        DrafterKind::Vanilla => unreachable!("not trained here"),
     }
 }
 
@@ -138,7 +138,7 @@ impl TrainObserver for CrashAt {
 
 /// Starts (or resumes) a run in `dir` and trains up to `steps`.
 fn run(
-    method: Method,
+    method: DrafterKind,
     dir: &Path,
     target: &CausalLm,
     windows: &[TrainWindow],
@@ -148,7 +148,7 @@ fn run(
 }
 
 fn run_observed(
-    method: Method,
+    method: DrafterKind,
     dir: &Path,
     target: &CausalLm,
     windows: &[TrainWindow],
@@ -168,7 +168,7 @@ fn run_observed(
 }
 
 /// The trained drafter in `dir`, through the one drafter specification (chains of 3).
-fn drafter<'t>(method: Method, dir: &Path, target: &'t CausalLm) -> Box<dyn Drafter + 't> {
+fn drafter<'t>(method: DrafterKind, dir: &Path, target: &'t CausalLm) -> Box<dyn Drafter + 't> {
     let spec = DrafterSpec {
         draft_len: 3,
         ..DrafterSpec::new(method, dir.to_str().unwrap())
@@ -207,7 +207,7 @@ fn a_saved_checkpoint_reloads_bit_identically_and_drafts_the_same_tokens() {
         let dir = tempfile::tempdir().unwrap();
         run(method, dir.path(), &target, &windows, 20);
         let copy = tempfile::tempdir().unwrap();
-        if let Method::Pard = method {
+        if let DrafterKind::Pard = method {
             pard_train::init(copy.path(), &target, &pard_options()).unwrap(); // tokenizer files and config
         }
         objective(method, dir.path(), &target)
@@ -299,7 +299,7 @@ fn an_interrupted_run_resumes_and_ends_where_an_uninterrupted_run_ends() {
 #[test]
 fn the_eagle_draft_vocabulary_holds_the_most_frequent_tokens() {
     let target = target();
-    let windows = windows(&target, Method::Eagle3, 8);
+    let windows = windows(&target, DrafterKind::Eagle3, 8);
     let mut counts = [0usize; 64];
     windows
         .iter()
@@ -441,9 +441,9 @@ fn training_consumes_query_scaling_beta_zero_is_off_and_a_schedule_changes_loss_
 #[test]
 fn a_warm_started_eagle_head_starts_from_the_targets_last_layer_final_norm_and_lm_head_rows() {
     let target = target();
-    let windows = windows(&target, Method::Eagle3, 4);
+    let windows = windows(&target, DrafterKind::Eagle3, 4);
     let dir = tempfile::tempdir().unwrap();
-    init(Method::Eagle3, dir.path(), &target, &windows);
+    init(DrafterKind::Eagle3, dir.path(), &target, &windows);
     let head = safetensors_of(dir.path());
     let vars = target.vars.variables();
     let last = format!("model.layers.{}", target.net.config.num_layers - 1);
@@ -497,8 +497,8 @@ fn qwen2_target() -> CausalLm {
 }
 
 /// Greedy speculative decoding of exactly `new_tokens` tokens.
-fn greedy_config(new_tokens: usize) -> SpecConfig {
-    SpecConfig {
+fn greedy_config(new_tokens: usize) -> SpecOptions {
+    SpecOptions {
         max_new_tokens: new_tokens,
         sampling: Sampling::greedy(),
         stop_tokens: vec![],
@@ -507,7 +507,7 @@ fn greedy_config(new_tokens: usize) -> SpecConfig {
 }
 
 /// Greedy speculative decoding of `prompt` by `method`'s trained drafter in `dir`.
-fn speculate(method: Method, dir: &Path, target: &CausalLm, prompt: &[i64], new_tokens: usize) -> sharpdraft_decode::SpecReport {
+fn speculate(method: DrafterKind, dir: &Path, target: &CausalLm, prompt: &[i64], new_tokens: usize) -> sharpdraft_decode::SpecReport {
     speculative_generate(
         &target.net,
         drafter(method, dir, target).as_mut(),
@@ -541,9 +541,9 @@ fn abs_sum(tensor: &tch::Tensor) -> f64 {
 #[test]
 fn a_warm_started_eagle_head_of_a_qwen2_target_keeps_its_attention_biases_and_rope_base() {
     let target = qwen2_target();
-    let windows = windows(&target, Method::Eagle3, 4);
+    let windows = windows(&target, DrafterKind::Eagle3, 4);
     let dir = tempfile::tempdir().unwrap();
-    init(Method::Eagle3, dir.path(), &target, &windows);
+    init(DrafterKind::Eagle3, dir.path(), &target, &windows);
     let head = safetensors_of(dir.path());
     let vars = target.vars.variables();
     let last = format!(
@@ -574,7 +574,7 @@ fn a_warm_started_eagle_head_of_a_qwen2_target_keeps_its_attention_biases_and_ro
     assert_eq!(config["attention_bias"], true);
     assert_eq!(config["rope_theta"], 1_000_000.0, "the target's RoPE base");
     // The head loads with its biases and trains.
-    let loss = objective(Method::Eagle3, dir.path(), &target)
+    let loss = objective(DrafterKind::Eagle3, dir.path(), &target)
         .loss(&windows[0], 0)
         .unwrap()
         .double_value(&[]);
@@ -585,7 +585,7 @@ fn a_warm_started_eagle_head_of_a_qwen2_target_keeps_its_attention_biases_and_ro
 fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_and_drafts() {
     let target = qwen2_target();
     let dir = tempfile::tempdir().unwrap();
-    init(Method::Dflash, dir.path(), &target, &[]);
+    init(DrafterKind::Dflash, dir.path(), &target, &[]);
     let drafter_weights = safetensors_of(dir.path());
     let vars = target.vars.variables();
     // One drafter layer, started from the target's last.
@@ -610,13 +610,13 @@ fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_an
     let config = config_of(dir.path());
     assert_eq!(config["attention_bias"], true);
     // It loads with every bias and trains: the saved checkpoint carries an o_proj bias that has moved.
-    let windows = windows(&target, Method::Dflash, 4);
-    let loss = objective(Method::Dflash, dir.path(), &target)
+    let windows = windows(&target, DrafterKind::Dflash, 4);
+    let loss = objective(DrafterKind::Dflash, dir.path(), &target)
         .loss(&windows[0], 0)
         .unwrap()
         .double_value(&[]);
     assert!(loss.is_finite() && loss > 0.0, "{loss}");
-    run(Method::Dflash, dir.path(), &target, &windows, 10);
+    run(DrafterKind::Dflash, dir.path(), &target, &windows, 10);
     let trained = safetensors_of(dir.path());
     assert!(
         abs_sum(&trained["layers.0.self_attn.o_proj.bias"]) > 0.0,
@@ -625,7 +625,7 @@ fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_an
     // Its drafts go through real verification.
     let prompt: Vec<i64> = stream()[..20].to_vec();
     let want = greedy_ids(&target, &prompt, 16);
-    let report = speculate(Method::Dflash, dir.path(), &target, &prompt, 16);
+    let report = speculate(DrafterKind::Dflash, dir.path(), &target, &prompt, 16);
     assert_eq!(report.ids, want);
 }
 
@@ -633,7 +633,7 @@ fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_an
 /// while drafting, its greedy output stays the target's, and the report carries its costs.
 #[test]
 fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
-    use sharpdraft_draft::adaptation::{AdaptConfig, AdaptMode};
+    use sharpdraft_draft::adaptation::{AdaptOptions, AdaptMode};
     let target = target();
     let prompt: Vec<i64> = stream()[..20].to_vec();
     let want = greedy_ids(&target, &prompt, 24);
@@ -644,9 +644,9 @@ fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
         for mode in [AdaptMode::Full, AdaptMode::Lora] {
             let spec = DrafterSpec {
                 draft_len: 3,
-                adapt: Some(AdaptConfig {
+                adapt: Some(AdaptOptions {
                     every: 2,
-                    ..AdaptConfig::new(mode)
+                    ..AdaptOptions::new(mode)
                 }),
                 ..DrafterSpec::new(method, dir.path().to_str().unwrap())
             };
@@ -669,7 +669,7 @@ fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
 #[test]
 fn a_dflash_drafter_over_a_draft_vocabulary_learns_round_trips_and_keeps_the_targets_output() {
     let target = target();
-    let windows = windows(&target, Method::Dflash, 8);
+    let windows = windows(&target, DrafterKind::Dflash, 8);
     let dir = tempfile::tempdir().unwrap();
     let options = DFlashOptions {
         draft_vocab: 16,
@@ -696,7 +696,7 @@ fn a_dflash_drafter_over_a_draft_vocabulary_learns_round_trips_and_keeps_the_tar
     assert!(saved["d2t"].equal(&safetensors_of(dir.path())["d2t"]), "d2t survives a save");
 
     let prompt: Vec<i64> = stream()[..20].to_vec();
-    let report = speculate(Method::Dflash, dir.path(), &target, &prompt, 24);
+    let report = speculate(DrafterKind::Dflash, dir.path(), &target, &prompt, 24);
     assert_eq!(report.ids, greedy_ids(&target, &prompt, 24));
     let accepted: usize = report.cycles.iter().map(|c| c.accepted).sum();
     assert!(accepted > 0, "a trained drafter over its vocabulary gets drafts accepted");
@@ -707,7 +707,7 @@ fn target_windows_kept_for_a_resume_load_back_bit_identically_only_under_their_o
     use sharpdraft_lab::target_windows::{self, Kept};
     let target = target();
     let dir = tempfile::tempdir().unwrap();
-    for method in [Method::Eagle3, Method::Pard] {
+    for method in [DrafterKind::Eagle3, DrafterKind::Pard] {
         let extracted = windows(&target, method, 3);
         target_windows::save(dir.path(), "key-a", &extracted).unwrap();
         assert_eq!(
@@ -739,7 +739,7 @@ fn target_windows_kept_for_a_resume_load_back_bit_identically_only_under_their_o
     let path = dir.path().join(target_windows::FILE);
     std::fs::write(&path, b"a user's own file").unwrap();
     assert_eq!(target_windows::kept(dir.path()).unwrap(), Kept::Foreign);
-    target_windows::save(dir.path(), "key-a", &windows(&target, Method::Pard, 1)).unwrap();
+    target_windows::save(dir.path(), "key-a", &windows(&target, DrafterKind::Pard, 1)).unwrap();
     assert!(target_windows::load(dir.path(), "key-a", Device::Cpu)
         .unwrap()
         .is_none());
@@ -751,7 +751,7 @@ fn target_windows_kept_for_a_resume_load_back_bit_identically_only_under_their_o
 fn the_key_of_the_target_windows_changes_with_each_thing_they_are_extracted_from() {
     use sharpdraft_lab::target_windows::WindowsKey;
     let stream = stream();
-    let taps = taps(Method::Eagle3);
+    let taps = taps(DrafterKind::Eagle3);
     let base = WindowsKey {
         target: "t",
         stream: &stream,
@@ -802,10 +802,10 @@ fn every_trained_drafter_drafts_in_bf16_beside_an_f32_target_and_keeps_its_outpu
         ..dflash_options()
     };
     for (method, dflash) in [
-        (Method::Eagle3, None),
-        (Method::Pard, None),
-        (Method::Dflash, None),
-        (Method::Dflash, Some(over_16_tokens)),
+        (DrafterKind::Eagle3, None),
+        (DrafterKind::Pard, None),
+        (DrafterKind::Dflash, None),
+        (DrafterKind::Dflash, Some(over_16_tokens)),
     ] {
         let windows = windows(&target, method, 8);
         let dir = tempfile::tempdir().unwrap();

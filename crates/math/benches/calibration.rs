@@ -4,7 +4,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
-use sharpdraft_math::{calibrate, BinStats, CalibrationConfig, Estimator, HeadStats, RowLogits};
+use sharpdraft_math::{calibrate, BinStats, CalibrationOptions, Estimator, HeadStats, RowLogits};
 
 const N0: f64 = 256.0;
 const HEADS: usize = 64;
@@ -45,7 +45,7 @@ fn synthetic_heads() -> Vec<HeadStats> {
 
 fn bench(c: &mut Criterion) {
     let heads = synthetic_heads();
-    let config = CalibrationConfig {
+    let config = CalibrationOptions {
         n0: N0,
         estimator: Estimator::ExactLeastSquares,
         beta_max: 2.0,
@@ -57,7 +57,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| calibrate(&heads, &config).unwrap())
     });
     group.bench_function("local_slope_64_heads_x_16_bins", |b| {
-        let config = CalibrationConfig {
+        let config = CalibrationOptions {
             estimator: Estimator::LocalSlope,
             ..config.clone()
         };

@@ -197,7 +197,7 @@ pub enum Estimator {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct CalibrationConfig {
+pub struct CalibrationOptions {
     pub n0: f64,
     pub estimator: Estimator,
     /// Upper clip of every beta.
@@ -369,7 +369,7 @@ fn guarded(raw: f64, beta_max: f64, guard: Option<Guard>) -> (f64, Option<Guard>
 }
 
 /// Calibrates beta for every head with one estimator.
-pub fn calibrate(heads: &[HeadStats], config: &CalibrationConfig) -> Result<Calibration> {
+pub fn calibrate(heads: &[HeadStats], config: &CalibrationOptions) -> Result<Calibration> {
     ensure(
         config.n0.is_finite() && config.n0 > 1.0,
         "n0",

@@ -20,7 +20,7 @@ pub mod schedule;
 pub mod slopes;
 
 pub use calibrate::{
-    calibrate, BinStats, Calibration, CalibrationConfig, Estimator, HeadStats, MassReference,
+    calibrate, BinStats, Calibration, CalibrationOptions, Estimator, HeadStats, MassReference,
     RowLogits, TargetDilution,
 };
 pub use error::{MathError, Result};

@@ -5,7 +5,7 @@ mod common;
 use common::{planted_row, rng, spread_advantages};
 use sharpdraft_math::calibrate::Guard;
 use sharpdraft_math::{
-    calibrate, BinStats, CalibrationConfig, Estimator, HeadStats, MassReference, PlantedKeys,
+    calibrate, BinStats, CalibrationOptions, Estimator, HeadStats, MassReference, PlantedKeys,
     RowLogits, TargetDilution,
 };
 
@@ -97,8 +97,8 @@ fn record(index: usize, head: &Head, rows: usize, seed: u64) -> HeadStats {
     }
 }
 
-fn config(estimator: Estimator) -> CalibrationConfig {
-    CalibrationConfig {
+fn config(estimator: Estimator) -> CalibrationOptions {
+    CalibrationOptions {
         n0: N0 as f64,
         estimator,
         beta_max: 2.0,
@@ -244,7 +244,7 @@ fn betas_are_clipped_to_the_configured_maximum() {
     let tiny_gap = handmade_head(1.01, 1.0);
     let fit = calibrate(
         &[tiny_gap],
-        &CalibrationConfig {
+        &CalibrationOptions {
             beta_max: 0.5,
             ..config(Estimator::GaussianPlugIn)
         },
@@ -305,8 +305,8 @@ fn head_with_curves(reference: (f64, Vec<(f64, f64)>), long: (f64, Vec<(f64, f64
 }
 
 /// Estimator (iii) at n0 = 256 with beta at most 4, held at the drafter's own mass or at `reference`.
-fn exact_config(reference: MassReference) -> CalibrationConfig {
-    CalibrationConfig {
+fn exact_config(reference: MassReference) -> CalibrationOptions {
+    CalibrationOptions {
         n0: 256.0,
         estimator: Estimator::ExactLeastSquares,
         beta_max: 4.0,

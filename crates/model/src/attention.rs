@@ -361,7 +361,10 @@ mod tests {
         let expected = scores.softmax(-1, Kind::Float);
         let one_thread = scores.copy();
         if few_rows::softmax_in_place(&one_thread, 1).is_none() {
-            println!("skipped: this CPU has no softmax body (AVX2 + FMA)");
+            sharpdraft_testing::skip_cpu_form(
+                sharpdraft_kernel::KernelForm::Avx2.available(),
+                "this CPU has no softmax body (AVX2 + FMA)",
+            );
             return;
         }
         for threads in [1, 2, 3, 5] {
@@ -390,7 +393,10 @@ mod tests {
     #[test]
     fn a_few_row_pass_over_a_long_context_times_its_softmax_apart_from_the_rest_of_attention() {
         if sharpdraft_kernel::form::current() == sharpdraft_kernel::KernelForm::Libtorch {
-            println!("skipped: this CPU has no form of the kernel");
+            sharpdraft_testing::skip_cpu_form(
+                sharpdraft_kernel::KernelForm::best() != sharpdraft_kernel::KernelForm::Libtorch,
+                "this CPU has no form of the kernel",
+            );
             return;
         }
         tch::manual_seed(9);
@@ -481,7 +487,11 @@ mod tests {
             let visible = Visibility::new(visible);
             for mask in [None, Some(&visible)] {
                 let Some(kernel) = attend_on_kernel(&q, &keys, &values, mask, 0.125, 2) else {
-                    println!("skipped: this CPU has no form of the kernel");
+                    sharpdraft_testing::skip_cpu_form(
+                        sharpdraft_kernel::KernelForm::best()
+                            != sharpdraft_kernel::KernelForm::Libtorch,
+                        "this CPU has no form of the kernel",
+                    );
                     return;
                 };
                 let libtorch = attend_grouped(&q, &keys, &values, mask, 0.125);
@@ -511,7 +521,10 @@ mod tests {
         let Some(together) =
             attend_on_kernel(&q, &keys, &values, Some(&together_visible), 0.125, 2)
         else {
-            println!("skipped: this CPU has no form of the kernel");
+            sharpdraft_testing::skip_cpu_form(
+                sharpdraft_kernel::KernelForm::best() != sharpdraft_kernel::KernelForm::Libtorch,
+                "this CPU has no form of the kernel",
+            );
             return;
         };
         for row in 0..4 {

@@ -52,6 +52,9 @@ pub struct HfConfig {
     pub rms_norm_eps: f64,
     #[serde(default)]
     pub rope_theta: Option<f64>,
+    /// The MLP's activation; the workbench implements SiLU (`silu`, which HF also calls `swish`).
+    #[serde(default)]
+    pub hidden_act: Option<String>,
     #[serde(default)]
     pub rope_scaling: Option<RopeScaling>,
     pub max_position_embeddings: i64,
@@ -151,6 +154,50 @@ impl ModelConfig {
     }
 }
 
+/// The largest size a config.json may give each dimension: above every published decoder (Llama 4
+/// Scout's 10M positions, Gemma's 262K vocabulary, 405B's 53K-wide MLP), far below what would make a
+/// later allocation inside libtorch abort instead of erring. A size past it is refused at load, naming
+/// the key and the bound.
+pub const SIZE_BOUNDS: [(&str, i64); 7] = [
+    ("vocab_size", 1 << 22),
+    ("hidden_size", 1 << 17),
+    ("intermediate_size", 1 << 19),
+    ("num_hidden_layers", 1 << 12),
+    ("num_attention_heads", 1 << 12),
+    ("head_dim", 1 << 12),
+    ("max_position_embeddings", 1 << 24),
+];
+
+/// `value` of `field` if it lies in `1..=` its bound in [`SIZE_BOUNDS`].
+fn size(field: &str, value: i64) -> Result<i64> {
+    let bound = SIZE_BOUNDS
+        .iter()
+        .find(|(name, _)| *name == field)
+        .map_or(i64::MAX, |(_, bound)| *bound);
+    if value <= 0 {
+        return Err(invalid(field, format!("{value} must be > 0")));
+    }
+    if value > bound {
+        return Err(invalid(
+            field,
+            format!("{value} is above {bound}, larger than any model this workbench runs"),
+        ));
+    }
+    Ok(value)
+}
+
+/// `value` of `field` if it is a finite number > 0 (a norm's epsilon, RoPE's base).
+fn finite_positive(field: &str, value: f64) -> Result<f64> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(invalid(
+            field,
+            format!("{value} must be a finite number > 0 (no model has it; the forward pass would give NaN)"),
+        ))
+    }
+}
+
 fn invalid(field: &str, reason: String) -> ModelError {
     ModelError::Config {
         field: field.to_string(),
@@ -191,12 +238,19 @@ impl HfConfig {
                 ))
             }
         };
-        let positive = |field: &str, v: i64| {
-            if v > 0 {
-                Ok(v)
-            } else {
-                Err(invalid(field, format!("{v} must be > 0")))
+        let positive = size;
+        if let Some(act) = self.hidden_act.as_deref() {
+            if !matches!(act, "silu" | "swish") {
+                return Err(invalid(
+                    "hidden_act",
+                    format!("{act:?} is not implemented here (silu)"),
+                ));
             }
+        }
+        // No layers is allowed (a head alone); too many is not.
+        let num_layers = match self.num_hidden_layers {
+            0 => 0,
+            n => size("num_hidden_layers", i64::try_from(n).unwrap_or(i64::MAX))? as usize,
         };
         let num_heads = positive("num_attention_heads", self.num_attention_heads)?;
         let hidden_size = positive("hidden_size", self.hidden_size)?;
@@ -262,12 +316,12 @@ impl HfConfig {
             vocab_size: positive("vocab_size", self.vocab_size)?,
             hidden_size,
             intermediate_size: positive("intermediate_size", self.intermediate_size)?,
-            num_layers: self.num_hidden_layers,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
-            rms_norm_eps: self.rms_norm_eps,
-            rope_theta: self.rope_theta.unwrap_or(10_000.0),
+            rms_norm_eps: finite_positive("rms_norm_eps", self.rms_norm_eps)?,
+            rope_theta: finite_positive("rope_theta", self.rope_theta.unwrap_or(10_000.0))?,
             rope_scaling,
             max_position_embeddings: positive(
                 "max_position_embeddings",

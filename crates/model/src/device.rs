@@ -3,6 +3,14 @@
 use crate::error::{ModelError, Result};
 use tch::{Cuda, Device};
 
+/// The device a config or command uses unless told otherwise.
+pub const DEFAULT_DEVICE: &str = "cpu";
+
+/// [`DEFAULT_DEVICE`] as serde's default for a config's `device:` key.
+pub fn default_device() -> String {
+    DEFAULT_DEVICE.to_string()
+}
+
 /// Parses a device name and checks that libtorch can use it. A CUDA device needs a GPU at run time and
 /// a binary built with the `cuda` feature (which links libtorch_cuda).
 pub fn parse_device(name: &str) -> Result<Device> {

@@ -1,11 +1,10 @@
 //! The model layer of SharpDraft on libtorch: HF-format llama/qwen2/qwen3 checkpoints, an explicit KV
 //! cache, attention masks for chains, trees and blocks, hidden-state taps, SharpDraft query scaling, an
-//! attention observer, tokenizers and generation. Beside the model, two module trees: [`store`] (where
-//! checkpoints come from and live: registry, GGUF import, output folders) and [`cpu`] (the few-row
-//! kernel and its instruction-set forms).
+//! attention observer, tokenizers and generation. Beside the model, [`cpu`] (the few-row kernel and its
+//! instruction-set forms). Where checkpoints come from and live (registry, GGUF import, output folders)
+//! is the libtorch-free `sharpdraft-store` crate.
 
 pub mod attention;
-pub mod attention_mass;
 pub mod causal_lm;
 pub mod config;
 pub mod cpu;
@@ -20,16 +19,14 @@ pub mod query_scaling;
 pub mod rope;
 pub mod sampling;
 pub mod scaled_queries;
-pub mod store;
 pub mod time_split;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;
 
-pub use attention_mass::{top_k_mass_batch, TopKMassBatch};
 pub use causal_lm::{parse_kind, CausalLm, WeightLoading};
 pub use config::{HfConfig, ModelConfig};
-pub use device::{cuda_available, parse_device};
+pub use device::{cuda_available, default_device, parse_device, DEFAULT_DEVICE};
 pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;
 pub use mask::{AttentionMask, KeySelection, Visibility};

@@ -1,8 +1,8 @@
 //! Turning logits into tokens: greedy, or seeded sampling with temperature, top-k and top-p. The
 //! filtered distribution is exposed on its own so that verification can use the very same one.
 
-use crate::time_split::{self, Step};
 use crate::error::{ModelError, Result};
+use crate::time_split::{self, Step};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tch::{Kind, Tensor};
@@ -52,7 +52,9 @@ impl Sampling {
         }
         let (sorted, order) = probs.sort(-1, true);
         let before = sorted.cumsum(-1, Kind::Float) - &sorted; // mass strictly above each token
-        let keep_sorted = before.lt(self.top_p);
+                                                               // The most likely token is always kept (no mass lies above it), however small top_p is: a p
+                                                               // below f32's smallest value would otherwise keep nothing and renormalise 0 / 0.
+        let keep_sorted = before.lt(self.top_p).logical_or(&before.le(0.0));
         let keep = keep_sorted.zeros_like().scatter(-1, &order, &keep_sorted);
         let kept = probs * keep.to_kind(Kind::Float);
         let total = kept.sum_dim_intlist(&[-1i64][..], true, Kind::Float);
@@ -76,9 +78,11 @@ impl Sampler {
     /// One token from logits `[vocab]`.
     pub fn sample(&mut self, logits: &Tensor) -> Result<i64> {
         if self.sampling.is_greedy() {
-            return time_split::mark(Step::Sampling, || 0, || {
-                Ok(logits.f_argmax(-1, false)?.f_int64_value(&[])?)
-            });
+            return time_split::mark(
+                Step::Sampling,
+                || 0,
+                || Ok(logits.f_argmax(-1, false)?.f_int64_value(&[])?),
+            );
         }
         let probs = self.sampling.probabilities(logits);
         self.sample_from(&probs)

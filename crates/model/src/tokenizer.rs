@@ -8,6 +8,8 @@ use std::path::Path;
 pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
     chat_template: Option<String>,
+    /// The tokenizer_config.json the template came from (or would have), named in its errors.
+    config_file: std::path::PathBuf,
     bos_token: Option<String>,
     eos_token: Option<String>,
 }
@@ -119,6 +121,7 @@ impl TextTokenizer {
         Ok(Self {
             inner,
             chat_template: config["chat_template"].as_str().map(str::to_string),
+            config_file: config_path,
             bos_token: token_text(&config["bos_token"]),
             eos_token: token_text(&config["eos_token"]),
         })
@@ -167,9 +170,16 @@ impl TextTokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String> {
-        let template = self.chat_template.as_deref().ok_or_else(|| {
-            ModelError::Tokenizer("tokenizer_config.json has no chat_template".into())
-        })?;
+        let broken = |e: &dyn std::fmt::Display| {
+            ModelError::Tokenizer(format!(
+                "{}: chat_template: {e}",
+                self.config_file.display()
+            ))
+        };
+        let template = self
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| broken(&"missing (a chat model's tokenizer_config.json has one)"))?;
         let mut env = minijinja::Environment::new();
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -182,8 +192,7 @@ impl TextTokenizer {
                 ))
             },
         );
-        env.add_template("chat", template)
-            .map_err(|e| ModelError::Tokenizer(format!("chat template: {e}")))?;
+        env.add_template("chat", template).map_err(|e| broken(&e))?;
         let context = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
@@ -192,6 +201,6 @@ impl TextTokenizer {
         };
         env.get_template("chat")
             .and_then(|t| t.render(context))
-            .map_err(|e| ModelError::Tokenizer(format!("chat template: {e}")))
+            .map_err(|e| broken(&e))
     }
 }

@@ -14,7 +14,10 @@ const STREAMED: usize = usize::MAX;
 #[test]
 fn a_decoding_loop_holds_libtorch_to_one_thread_and_gives_its_threads_back_where_work_wants_them() {
     if kernel_form::current() == KernelForm::Libtorch {
-        eprintln!("skipped: this CPU runs no form of the kernel, so no loop holds libtorch");
+        sharpdraft_testing::skip_cpu_form(
+            sharpdraft_kernel::KernelForm::best() != sharpdraft_kernel::KernelForm::Libtorch,
+            "this CPU runs no form of the kernel, so no loop holds libtorch",
+        );
         return;
     }
     tch::set_num_threads(2);

@@ -13,7 +13,7 @@ fn in_every_form(check: fn()) {
     for form in KernelForm::ALL.into_iter().filter(|f| *f != KernelForm::Libtorch) {
         match kernel_form::with_form(form, check) {
             Ok(()) => {}
-            Err(_) => eprintln!("skipped: this CPU has no {}", form.name()),
+            Err(_) => sharpdraft_testing::skip_for_this_machine(format!("this CPU has no {}", form.name())),
         }
     }
 }
@@ -34,7 +34,7 @@ fn products_match_libtorch() {
         for rows in few_rows::ROWS {
             let x = Tensor::randn([rows, inputs], (Kind::Float, Device::Cpu));
             let Some(got) = few_rows::linear(&x, &weight, 2) else {
-                eprintln!("skipped: this CPU runs no form of the kernel");
+                sharpdraft_testing::skip_cpu_form(sharpdraft_kernel::KernelForm::best() != sharpdraft_kernel::KernelForm::Libtorch, "this CPU runs no form of the kernel");
                 return;
             };
             let want = x.linear::<Tensor>(&weight, None);
@@ -64,7 +64,7 @@ fn bf16_products_are_exact_to_bf16_rounding() {
     let _guard = tch::no_grad_guard();
     tch::manual_seed(1);
     if !few_rows::takes_rows(1, Device::Cpu, Kind::BFloat16) {
-        eprintln!("skipped: this CPU runs no form of the kernel");
+        sharpdraft_testing::skip_cpu_form(sharpdraft_kernel::KernelForm::best() != sharpdraft_kernel::KernelForm::Libtorch, "this CPU runs no form of the kernel");
         return;
     }
     // Widths that are and are not multiples of the 16 or 32 weights a load reads.
@@ -152,7 +152,7 @@ fn a_verification_pass_with_the_kernel_gives_libtorchs_logits_and_leaves_its_thr
     let libtorch = few_rows::without_kernel(pass);
     for form in KernelForm::ALL.into_iter().filter(|f| *f != KernelForm::Libtorch) {
         let Ok(with_kernel) = kernel_form::with_form(form, || few_rows::with_kernel(pass)) else {
-            eprintln!("skipped: this CPU has no {}", form.name());
+            sharpdraft_testing::skip_for_this_machine(format!("this CPU has no {}", form.name()));
             continue;
         };
         assert!(max_abs_diff(&with_kernel, &libtorch) < 1e-4, "{}", form.name());
@@ -214,7 +214,7 @@ fn products_do_not_depend_on_the_row_count() {
             let most = *rows.last().expect("some row counts");
             let x = Tensor::randn([most, inputs], (Kind::Float, Device::Cpu)).to_kind(kind);
             let Some(all) = few_rows::linear(&x, &weight, 2) else {
-                eprintln!("skipped: this CPU runs no form of the kernel");
+                sharpdraft_testing::skip_cpu_form(sharpdraft_kernel::KernelForm::best() != sharpdraft_kernel::KernelForm::Libtorch, "this CPU runs no form of the kernel");
                 return;
             };
             for &r in &rows {

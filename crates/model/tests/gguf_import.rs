@@ -5,8 +5,8 @@ mod common;
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use common::{expected, fixture, forward, max_abs_diff};
 use safetensors::SafeTensors;
-use sharpdraft_model::store::gguf::{import, permute_rows, unpermute_rows};
 use sharpdraft_model::CausalLm;
+use sharpdraft_store::gguf::{import, permute_rows, unpermute_rows};
 use std::path::Path;
 use tch::{Device, Kind};
 
@@ -327,7 +327,7 @@ fn metadata_that_contradicts_the_tensors_is_an_error_not_a_division_by_zero() {
 
 #[test]
 fn the_header_check_knows_each_ggml_types_block_as_candle_does() {
-    use sharpdraft_model::store::gguf_check::ggml_type_layout;
+    use sharpdraft_store::gguf_check::ggml_type_layout;
     let types = [
         (0, GgmlDType::F32),
         (1, GgmlDType::F16),

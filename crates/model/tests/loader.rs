@@ -297,3 +297,61 @@ fn a_load_in_another_dtype_copies_every_weight() {
         .values()
         .all(|t| t.kind() == Kind::BFloat16));
 }
+
+#[test]
+fn a_config_with_values_no_model_has_is_refused_at_load_naming_the_key() {
+    let text = std::fs::read_to_string(fixture("llama").join("config.json")).unwrap();
+    let resolve_error = |from: &str, to: &str| {
+        let edited = text.replace(from, to);
+        assert_ne!(edited, text, "{from}");
+        HfConfig::from_json(&edited)
+            .unwrap()
+            .resolve()
+            .unwrap_err()
+            .to_string()
+    };
+    for (from, to, named) in [
+        ("\"rope_theta\": 10000.0", "\"rope_theta\": 0", "rope_theta"),
+        (
+            "\"rope_theta\": 10000.0",
+            "\"rope_theta\": -5.0",
+            "rope_theta",
+        ),
+        (
+            "\"rms_norm_eps\": 1e-05",
+            "\"rms_norm_eps\": -1",
+            "rms_norm_eps",
+        ),
+        (
+            "\"rms_norm_eps\": 1e-05",
+            "\"rms_norm_eps\": 0.0",
+            "rms_norm_eps",
+        ),
+        (
+            "\"hidden_act\": \"silu\"",
+            "\"hidden_act\": \"relu\"",
+            "\"relu\" is not implemented",
+        ),
+        (
+            "\"max_position_embeddings\": 128",
+            "\"max_position_embeddings\": 1000000000000",
+            "max_position_embeddings: 1000000000000 is above 16777216",
+        ),
+        (
+            "\"vocab_size\": 64",
+            "\"vocab_size\": 100000000",
+            "vocab_size",
+        ),
+        (
+            "\"num_hidden_layers\": 2",
+            "\"num_hidden_layers\": 100000",
+            "num_hidden_layers",
+        ),
+    ] {
+        let err = resolve_error(from, to);
+        assert!(err.contains(named), "{to}: {err}");
+    }
+    // HF's other name for SiLU loads.
+    let swish = text.replace("\"hidden_act\": \"silu\"", "\"hidden_act\": \"swish\"");
+    HfConfig::from_json(&swish).unwrap().resolve().unwrap();
+}

@@ -71,6 +71,22 @@ fn top_p_keeps_the_smallest_prefix_reaching_p() {
 }
 
 #[test]
+fn a_top_p_too_small_for_f32_keeps_the_most_likely_token_not_a_nan() {
+    for top_p in [1e-300, f64::MIN_POSITIVE, 1e-45] {
+        let probs = as_vec(
+            &Sampling {
+                temperature: 1.0,
+                top_p,
+                top_k: 0,
+                seed: 0,
+            }
+            .probabilities(&logits()),
+        );
+        assert_eq!(probs, [1.0, 0.0, 0.0, 0.0, 0.0, 0.0], "top_p {top_p}");
+    }
+}
+
+#[test]
 fn sampling_follows_the_distribution_and_repeats_with_the_seed() {
     let sampling = Sampling {
         temperature: 0.8,

@@ -3,14 +3,15 @@
 //! tests/fixtures/make_smollm2_greedy.py). `make test` fetches the model first; a bare `cargo test` on a
 //! machine without it skips with a message.
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{store::registry, CausalLm, ChatMessage, Sampler, Sampling};
+use sharpdraft_model::{CausalLm, ChatMessage, Sampler, Sampling};
+use sharpdraft_store::registry;
 use tch::{Device, Kind};
 
 fn smollm2() -> Option<CausalLm> {
     match registry::resolve("smollm2-135m-instruct") {
         Ok(dir) => Some(CausalLm::load(&dir, Device::Cpu, Kind::Float).unwrap()),
         Err(e) => {
-            eprintln!("skipped: {e}");
+            sharpdraft_testing::skip(e);
             None
         }
     }

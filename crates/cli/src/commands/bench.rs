@@ -6,7 +6,8 @@ use super::bounds::{ensure_context, ensure_within, MAX_THREADS};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{parse_device, parse_kind, store::registry, CausalLm, Sampler, Sampling};
+use sharpdraft_model::{parse_device, parse_kind, CausalLm, Sampler, Sampling};
+use sharpdraft_store::registry;
 use std::process::Command;
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
@@ -46,7 +47,7 @@ pub struct DecodeArgs {
     /// CPU threads for libtorch (and for HF transformers); default: all cores.
     #[arg(long)]
     pub threads: Option<i32>,
-    #[arg(long, default_value = "cpu")]
+    #[arg(long, default_value = sharpdraft_model::DEFAULT_DEVICE)]
     pub device: String,
     /// A Python with torch and transformers: runs crates/cli/benches/hf_decode.py on the same weights.
     #[arg(long)]
@@ -135,10 +136,20 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
     let device = parse_device(&args.device)?;
     let dir = registry::resolve(&args.target)?;
     let config = sharpdraft_model::ModelConfig::from_folder(&dir)?;
-    ensure_within("decode-tokens", args.decode_tokens, 1, config.positions() as i64)?;
+    ensure_within(
+        "decode-tokens",
+        args.decode_tokens,
+        1,
+        config.positions() as i64,
+    )?;
     for &context in &args.contexts {
         // The prefill's token and the timed decode steps after it.
-        ensure_context(&config, "contexts", context as i128, args.decode_tokens as usize + 1)?;
+        ensure_context(
+            &config,
+            "contexts",
+            context as i128,
+            args.decode_tokens as usize + 1,
+        )?;
     }
     let threads = args.threads.unwrap_or_else(tch::get_num_threads);
     tch::set_num_threads(threads);

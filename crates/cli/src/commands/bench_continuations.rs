@@ -8,7 +8,8 @@ use sharpdraft_lab::datasets::{jsonl_field, pypi_package, PypiPackage};
 use sharpdraft_lab::experiment::prompts::chat_ids;
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::packed_generate::generate_packed;
-use sharpdraft_model::{store::registry, CausalLm, Sampler, Sampling};
+use sharpdraft_model::{CausalLm, Sampler, Sampling};
+use sharpdraft_store::registry;
 use std::time::Instant;
 use tch::{Device, Kind};
 

@@ -99,7 +99,8 @@ struct PairedRow {
 
 #[derive(Serialize)]
 struct Report {
-    method: String,
+    /// The drafter's kind.
+    kind: String,
     /// The allocator, and whether libtorch's tensors come from it (`crate::allocator`).
     allocator: AllocatorReport,
     read_bandwidth_gb_s: f64,
@@ -141,8 +142,8 @@ impl Recorded<'_> {
 }
 
 impl Drafter for Recorded<'_> {
-    fn method(&self) -> sharpdraft_draft::Method {
-        self.inner.method()
+    fn kind(&self) -> sharpdraft_draft::DrafterKind {
+        self.inner.kind()
     }
     fn target_taps(&self) -> Vec<Tap> {
         self.inner.target_taps()
@@ -388,7 +389,7 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
         }
     }
     let report = Report {
-        method: base_spec.method.to_string(),
+        kind: base_spec.kind.to_string(),
         allocator: allocator::report(),
         read_bandwidth_gb_s: bandwidth / 1e9,
         contexts,
@@ -398,8 +399,8 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!(
-            "method {}, {}, read bandwidth {:.1} GB/s (bound: weight bytes read / bandwidth)",
-            report.method, report.allocator, report.read_bandwidth_gb_s
+            "kind {}, {}, read bandwidth {:.1} GB/s (bound: weight bytes read / bandwidth)",
+            report.kind, report.allocator, report.read_bandwidth_gb_s
         );
     }
     Ok(())

@@ -13,9 +13,8 @@ use clap::Args;
 use serde::Serialize;
 use sharpdraft_model::generate::prefill;
 use sharpdraft_model::time_split::{self, Step};
-use sharpdraft_model::{
-    cpu::few_rows, parse_kind, store::registry, CausalLm, ForwardInput, LogitRows,
-};
+use sharpdraft_model::{cpu::few_rows, parse_kind, CausalLm, ForwardInput, LogitRows};
+use sharpdraft_store::registry;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};

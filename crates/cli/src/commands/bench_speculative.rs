@@ -1,7 +1,9 @@
 //! `sharpdraft bench speculative`: a drafter's end-to-end speed-up over autoregressive decoding of the
 //! same target on a prompt set, side by side in one run: for every prompt (at every context length and
-//! temperature), AR and then each `--scaling` mode, one after the other, so drift of the machine falls on
-//! both. With `--hf-python`, HF transformers' assisted generation (vanilla drafters) decodes the same
+//! temperature), AR and each `--scaling` mode over `--rounds`, the order rotating every round so drift
+//! of the machine falls on every side, each decode taken again once the machine is quiet when other
+//! processes loaded it (as `run` does). The speed-up is pooled over prompts and rounds, with the median
+//! and range of the rounds' own ratios beside it. With `--hf-python`, HF transformers' assisted generation (vanilla drafters) decodes the same
 //! prompt ids after the workbench, AR and assisted, in the same command.
 //!
 //! Tokens/s count the whole call, prefill included, and are pooled over the prompts (tokens over
@@ -10,16 +12,22 @@
 //! and tau are reported.
 
 use super::generate::{DrafterArgs, ModelArgs};
+use super::paired_rounds;
 use super::prompt_set::{PromptSet, PromptSetArgs};
+use super::scaling::ScalingKind;
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_draft::Method;
+use sharpdraft_draft::DrafterKind;
 use sharpdraft_lab::drafter_spec;
+use sharpdraft_lab::experiment::machine_state::{measure_quietly, Waiting};
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{store::registry, CausalLm, Sampler, Sampling};
+use sharpdraft_model::{CausalLm, Sampler, Sampling};
+use sharpdraft_store::registry;
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct SpeculativeBenchArgs {
@@ -44,6 +52,9 @@ pub struct SpeculativeBenchArgs {
     /// same prompt ids (vanilla only).
     #[arg(long)]
     pub hf_python: Option<PathBuf>,
+    /// Rounds over every request: AR and each scaling mode decode it once a round, the order rotating.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -63,6 +74,10 @@ struct Row {
     temperature: f64,
     prompt: usize,
     context: usize,
+    /// The round (0-based) this decode belongs to (HF's decodes: 0).
+    round: usize,
+    /// Other processes' share of the cores while the kept attempt ran (NaN without /proc).
+    other_cpu_share: f64,
     tokens: usize,
     seconds: f64,
     /// Tokens per target pass (speculative decodes of the workbench).
@@ -95,6 +110,8 @@ struct Summary {
     /// The same engine's AR over the same prompts.
     ar_tokens_per_s: f64,
     speedup_vs_ar: f64,
+    /// Each round's speed-up (pooled over the round's prompts): median, lowest and highest.
+    round_speedups: [f64; 3],
     /// Tokens per target pass, pooled (workbench only).
     #[serde(skip_serializing_if = "Option::is_none")]
     tau: Option<f64>,
@@ -123,66 +140,113 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
         args.temperatures
     );
     ensure!(
-        args.hf_python.is_none() || args.draft.method == Method::Vanilla,
-        "--hf-python compares with HF's assisted generation, which drafts with a small LM: it needs --method vanilla"
+        args.hf_python.is_none() || args.draft.kind == DrafterKind::Vanilla,
+        "--hf-python compares with HF's assisted generation, which drafts with a small LM: it needs --kind vanilla"
     );
+    super::bounds::ensure_within("rounds", args.rounds, 1, super::bounds::MAX_REPEATS)?;
     let target = args.model.load(&args.target)?;
     let tokenizer = target.tokenizer()?;
-    let set = args
-        .set
-        .load(tokenizer, target.net.config.positions())?;
+    let set = args.set.load(tokenizer, target.net.config.positions())?;
     let requests = build_requests(args, &target, &set)?;
 
+    let decodings: Vec<Option<ScalingKind>> = std::iter::once(None)
+        .chain(args.draft.scaling.kinds().into_iter().map(Some))
+        .collect();
+    // A command waits for quiet at most 30 s a decode and a minute a decode in all.
+    let wait_budget = Cell::new(Duration::from_secs(
+        60 * (args.rounds * requests.len() * decodings.len()) as u64,
+    ));
     let mut rows = Vec::new();
     for request in &requests {
-        let ar = generate(
-            &target.net,
-            &request.ids,
-            args.max_new_tokens,
-            &mut Sampler::new(request.sampling),
-            &target.stop_tokens(),
-        )?;
-        let ar_row = request.row(
-            "workbench",
-            "ar",
-            ar.ids.len(),
-            ar.ids.len() as f64 / ar.tokens_per_second(),
-        );
-        report_row(&ar_row);
-        rows.push(ar_row);
-        for scaling in args.draft.scaling.kinds() {
-            let spec = args.draft.spec(drafter_name, scaling);
-            let decoded = drafter_spec::decode_requests(
-                &spec,
-                &target,
-                &[request.ids.as_slice()],
-                args.max_new_tokens,
-                None,
-                |_| request.sampling,
-            )
-            .with_context(|| {
-                format!(
-                    "prompt {}, --contexts {}",
-                    request.prompt, request.requested_context
-                )
-            })?
-            .remove(0)
-            .report;
-            let mut row = request.row(
-                "workbench",
-                scaling.name(),
-                decoded.ids.len(),
-                decoded.total_seconds,
-            );
-            row.tau = Some(decoded.tau());
-            row.identical_to_ar = request.sampling.is_greedy().then(|| decoded.ids == ar.ids);
-            row.cycles = Some(CycleTimes {
-                cycles: decoded.cycles.len(),
-                draft_seconds: decoded.cycles.iter().map(|c| c.draft_seconds).sum(),
-                verify_seconds: decoded.cycles.iter().map(|c| c.verify_seconds).sum(),
-            });
-            report_row(&row);
-            rows.push(row);
+        let mut ar_ids: Option<Vec<i64>> = None;
+        for round in 0..args.rounds {
+            // AR first in round 0, then each scaling mode in turn: the order rotates a place a round.
+            let mut order = decodings.clone();
+            order.rotate_left(round % decodings.len());
+            for decoding in order {
+                let what = format!(
+                    "{} of prompt {} (round {})",
+                    decoding.map_or("AR".to_string(), |s| format!("scaling {}", s.name())),
+                    request.prompt,
+                    round + 1
+                );
+                let waiting = Waiting {
+                    retries: paired_rounds::RETRIES,
+                    max_wait: Duration::from_secs(30),
+                    budget_left: &wait_budget,
+                    what: &what,
+                };
+                let row = match decoding {
+                    None => {
+                        let kept = measure_quietly(&waiting, || {
+                            generate(
+                                &target.net,
+                                &request.ids,
+                                args.max_new_tokens,
+                                &mut Sampler::new(request.sampling),
+                                &target.stop_tokens(),
+                            )
+                        })?;
+                        let ar = kept.value;
+                        let mut row = request.row(
+                            "workbench",
+                            "ar",
+                            ar.ids.len(),
+                            ar.ids.len() as f64 / ar.tokens_per_second(),
+                        );
+                        row.round = round;
+                        row.other_cpu_share = kept.other_share;
+                        ar_ids.get_or_insert(ar.ids);
+                        row
+                    }
+                    Some(scaling) => {
+                        let spec = args.draft.spec(drafter_name, scaling);
+                        let kept = measure_quietly(&waiting, || {
+                            drafter_spec::decode_requests(
+                                &spec,
+                                &target,
+                                &[request.ids.as_slice()],
+                                args.max_new_tokens,
+                                None,
+                                |_| request.sampling,
+                            )
+                            .with_context(|| {
+                                format!(
+                                    "prompt {}, --contexts {}",
+                                    request.prompt, request.requested_context
+                                )
+                            })
+                        })?;
+                        let decoded = kept
+                            .value
+                            .into_iter()
+                            .next()
+                            .context("one request decoded")?
+                            .report;
+                        let mut row = request.row(
+                            "workbench",
+                            scaling.name(),
+                            decoded.ids.len(),
+                            decoded.total_seconds,
+                        );
+                        row.round = round;
+                        row.other_cpu_share = kept.other_share;
+                        row.tau = Some(decoded.tau());
+                        row.identical_to_ar = ar_ids
+                            .as_ref()
+                            .filter(|_| request.sampling.is_greedy())
+                            .map(|ar| *ar == decoded.ids);
+                        row.cycles = Some(CycleTimes {
+                            cycles: decoded.cycles.len(),
+                            draft_seconds: decoded.cycles.iter().map(|c| c.draft_seconds).sum(),
+                            verify_seconds: decoded.cycles.iter().map(|c| c.verify_seconds).sum(),
+                        });
+                        row
+                    }
+                };
+                report_row(&row);
+                rows.push(row);
+            }
         }
     }
     if let Some(python) = &args.hf_python {
@@ -237,7 +301,7 @@ fn print_summaries(rows: &[Row], json: bool) {
         );
     } else {
         println!(
-            "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10} {:>10} {:>8} {:>6} {:>10} {:>8} {:>14}",
+            "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10} {:>10} {:>8} {:>17} {:>6} {:>10} {:>8} {:>14}",
             "engine",
             "decoding",
             "context",
@@ -246,6 +310,7 @@ fn print_summaries(rows: &[Row], json: bool) {
             "tokens/s",
             "AR tok/s",
             "speedup",
+            "rounds: med (range)",
             "tau",
             "identical",
             "vs HF",
@@ -253,7 +318,7 @@ fn print_summaries(rows: &[Row], json: bool) {
         );
         for s in &summaries {
             println!(
-                "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10.2} {:>10.2} {:>7.2}x {:>6} {:>10} {:>8} {:>14}",
+                "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10.2} {:>10.2} {:>7.2}x {:>17} {:>6} {:>10} {:>8} {:>14}",
                 s.engine,
                 s.decoding,
                 s.requested_context,
@@ -262,6 +327,10 @@ fn print_summaries(rows: &[Row], json: bool) {
                 s.tokens_per_s,
                 s.ar_tokens_per_s,
                 s.speedup_vs_ar,
+                {
+                    let [median, low, high] = s.round_speedups;
+                    format!("{median:.2} ({low:.2}-{high:.2})")
+                },
                 s.tau.map_or("-".into(), |t| format!("{t:.2}")),
                 s.identical_to_ar
                     .map_or("-".into(), |n| format!("{n}/{}", s.prompts)),
@@ -271,6 +340,19 @@ fn print_summaries(rows: &[Row], json: bool) {
                     _ => "-".into(),
                 },
             );
+        }
+        for s in &summaries {
+            let [_, low, high] = s.round_speedups;
+            if high / low - 1.0 > paired_rounds::TRUSTED_SPREAD {
+                println!(
+                    "{} {} at {} tokens, T {}: the rounds' speed-ups range {low:.2}-{high:.2}x, more than {:.0}% apart: too wide to trust; run again on a quieter machine or with more --rounds",
+                    s.engine,
+                    s.decoding,
+                    s.requested_context,
+                    s.temperature,
+                    100.0 * paired_rounds::TRUSTED_SPREAD
+                );
+            }
         }
     }
 }
@@ -291,6 +373,8 @@ impl Request {
             temperature: self.sampling.temperature,
             prompt: self.prompt,
             context: self.ids.len(),
+            round: 0,
+            other_cpu_share: f64::NAN,
             tokens,
             seconds,
             tau: None,
@@ -329,6 +413,46 @@ fn report_row(row: &Row) {
             None => "",
         }
     );
+}
+
+/// The speed-up of each round in which `members` decoded (their tokens/s over the same engine's AR of
+/// the same requests in that round, pooled over prompts): [median, lowest, highest].
+fn round_speedups(rows: &[Row], members: &[&Row]) -> [f64; 3] {
+    let rounds: std::collections::BTreeSet<usize> = members.iter().map(|r| r.round).collect();
+    let rate = |of: &mut dyn Iterator<Item = &Row>| {
+        let (tokens, seconds) =
+            of.fold((0usize, 0.0f64), |(t, s), r| (t + r.tokens, s + r.seconds));
+        tokens as f64 / seconds.max(1e-9)
+    };
+    let mut ratios: Vec<f64> = rounds
+        .iter()
+        .map(|&round| {
+            let mine = || members.iter().copied().filter(move |r| r.round == round);
+            let ar = rows.iter().filter(|r| {
+                r.round == round
+                    && r.decoding == "ar"
+                    && mine().any(|m| {
+                        m.engine == r.engine
+                            && m.prompt == r.prompt
+                            && m.requested_context == r.requested_context
+                            && m.temperature == r.temperature
+                    })
+            });
+            rate(&mut mine()) / rate(&mut ar.into_iter())
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let middle = ratios.len() / 2;
+    let median = match ratios.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => ratios[middle],
+        _ => (ratios[middle - 1] + ratios[middle]) / 2.0,
+    };
+    [
+        median,
+        ratios.first().copied().unwrap_or(f64::NAN),
+        ratios.last().copied().unwrap_or(f64::NAN),
+    ]
 }
 
 /// Pools rows per (engine, decoding, context, temperature), in the order they first appear, with each
@@ -379,20 +503,29 @@ fn summarise(rows: &[Row]) -> Vec<Summary> {
                 .then(|| pooled("hf", "assisted", context, temperature))
                 .filter(|(m, _)| !m.is_empty())
                 .map(|(_, hf_rate)| rate / hf_rate);
+            let prompts: std::collections::BTreeSet<usize> =
+                members.iter().map(|r| r.prompt).collect();
             Summary {
                 engine,
                 decoding: decoding.to_string(),
                 requested_context: context,
                 temperature,
-                prompts: members.len(),
+                prompts: prompts.len(),
                 tokens_per_s: rate,
                 ar_tokens_per_s: ar_rate,
                 speedup_vs_ar: rate / ar_rate,
+                round_speedups: round_speedups(rows, &members),
                 tau,
+                // A prompt counts when its output equals AR's in every round.
                 identical_to_ar: (temperature == 0.0).then(|| {
-                    members
+                    prompts
                         .iter()
-                        .filter(|r| r.identical_to_ar == Some(true))
+                        .filter(|&&p| {
+                            members
+                                .iter()
+                                .filter(|r| r.prompt == p)
+                                .all(|r| r.identical_to_ar == Some(true))
+                        })
                         .count()
                 }),
                 vs_hf_assisted: hf,

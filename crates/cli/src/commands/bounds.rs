@@ -3,7 +3,7 @@
 
 use anyhow::{ensure, Context, Result};
 use sharpdraft_model::config::ModelConfig;
-use sharpdraft_model::store::registry;
+use sharpdraft_store::registry;
 use std::fmt::Display;
 
 /// Repeats of one measurement: the median of up to this many is all a benchmark needs, and more would

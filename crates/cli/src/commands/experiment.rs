@@ -8,7 +8,7 @@ use sharpdraft_lab::experiment::publish::{self, Published};
 use sharpdraft_lab::experiment::report::headline;
 use sharpdraft_lab::experiment::run_folder::experiment_record;
 use sharpdraft_lab::experiment::{self, RunOptions, Shard};
-use sharpdraft_model::store::paths::shown;
+use sharpdraft_store::paths::shown;
 use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]

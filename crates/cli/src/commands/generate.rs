@@ -1,28 +1,29 @@
 //! `sharpdraft generate` and `sharpdraft logits`: a target model on its own.
 
 use super::adapt::AdaptArgs;
+use super::paired_rounds::{self, PairedRatio};
 use super::scaling::{ScalingArgs, ScalingKind};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
 use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
-use sharpdraft_draft::retrieval::RetrievalConfig;
+use sharpdraft_draft::retrieval::RetrievalOptions;
 use sharpdraft_draft::AdaptationReport;
-use sharpdraft_draft::Method;
+use sharpdraft_draft::DrafterKind;
 use sharpdraft_draft::TreeShape;
 use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{
-    parse_device, parse_kind, store::registry, CausalLm, ChatMessage, ForwardInput, LogitRows,
-    Sampler, Sampling,
+    parse_device, parse_kind, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler, Sampling,
 };
+use sharpdraft_store::registry;
 use tch::{Kind, Tensor};
 
 #[derive(Args, Debug)]
 pub struct ModelArgs {
     /// Device: cpu, cuda or cuda:N.
-    #[arg(long, default_value = "cpu")]
+    #[arg(long, default_value = sharpdraft_model::DEFAULT_DEVICE)]
     pub device: String,
     /// Weights dtype: f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
@@ -64,9 +65,15 @@ pub struct GenerateArgs {
     pub json: bool,
     #[command(flatten)]
     pub draft: DrafterArgs,
-    /// Also decode the same prompt autoregressively in this process and report the speedup.
+    /// Also decode the same prompt autoregressively in this process and report the speed-up: the
+    /// target alone and speculation alternate over --rounds, as `run` times them.
     #[arg(long)]
     pub compare_ar: bool,
+    /// With --compare-ar: rounds of the target alone and speculation, which goes first swapping every
+    /// round, each decode taken again when other processes loaded the machine; the speed-up printed
+    /// is the median ratio with its range (one round for a drafter that adapts: it learns each round).
+    #[arg(long, default_value_t = 3, requires = "compare_ar")]
+    pub rounds: usize,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -80,8 +87,14 @@ pub struct DrafterArgs {
     pub drafter: Option<String>,
     /// vanilla (a small LM, K passes per chain), eagle3 (an EAGLE-3 / 3.1 head, chain or tree), pard
     /// (K tokens in one pass) or dflash (block_size - 1 tokens in one pass).
-    #[arg(long, default_value = "vanilla", requires = "drafter")]
-    pub method: Method,
+    /// (`--method` is its old spelling.)
+    #[arg(
+        long,
+        alias = "method",
+        default_value = "vanilla",
+        requires = "drafter"
+    )]
+    pub kind: DrafterKind,
     /// Chain length K (vanilla, pard; eagle3 without tree options). DFlash drafts block_size - 1.
     #[arg(long, default_value_t = DrafterSpec::DEFAULT_DRAFT_LEN)]
     pub draft_len: usize,
@@ -108,7 +121,7 @@ pub struct DrafterArgs {
     #[arg(long, requires = "drafter", conflicts_with = "drafter_window")]
     pub retrieval: bool,
     #[command(flatten)]
-    pub retrieval_options: RetrievalConfig,
+    pub retrieval_options: RetrievalOptions,
     #[command(flatten)]
     pub adapt: AdaptArgs,
     /// The drafter's own weights' dtype (every method): f32, bf16 or f16; the target's (--dtype) by default.
@@ -128,7 +141,7 @@ impl DrafterArgs {
                     total_tokens: self.tree_tokens.unwrap_or(TreeShape::EAGLE.total_tokens),
                 });
         DrafterSpec {
-            method: self.method,
+            kind: self.kind,
             checkpoint: checkpoint.to_string(),
             draft_len: self.draft_len,
             stop_below: self.draft_stop_below,
@@ -149,8 +162,9 @@ struct GenerateReport {
     text: String,
     tokens_per_s: f64,
     prefill_tokens_per_s: f64,
+    /// The drafter's kind (vanilla, eagle3, pard, dflash).
     #[serde(skip_serializing_if = "Option::is_none")]
-    method: Option<&'static str>,
+    kind: Option<&'static str>,
     /// The drafter's query scaling (`off`, `fixed`, `exact`, `logn`).
     #[serde(skip_serializing_if = "Option::is_none")]
     scaling: Option<&'static str>,
@@ -162,8 +176,12 @@ struct GenerateReport {
     engine_overhead: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ar_tokens_per_s: Option<f64>,
+    /// The median of the alternated rounds' ratios.
     #[serde(skip_serializing_if = "Option::is_none")]
     speedup_vs_ar: Option<f64>,
+    /// Every round of `--compare-ar`, the median's range and the load seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paired: Option<PairedRatio>,
     #[serde(skip_serializing_if = "Option::is_none")]
     identical_to_ar: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -208,6 +226,7 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
         "--top-p {} must lie in (0, 1]",
         args.top_p
     );
+    super::bounds::ensure_within("rounds", args.rounds, 1, super::bounds::MAX_REPEATS)?;
     let model = args.model.load(&args.target)?;
     let load_peak_rss_bytes = peak_rss_bytes();
     let tokenizer = model.tokenizer()?;
@@ -283,13 +302,14 @@ fn autoregressive_report(
         prefill_tokens_per_s: prompt_ids.len() as f64 / result.prefill_seconds.max(1e-9),
         prompt_ids,
         ids: result.ids,
-        method: None,
+        kind: None,
         scaling: None,
         tau: None,
         cycles: None,
         engine_overhead: None,
         ar_tokens_per_s: None,
         speedup_vs_ar: None,
+        paired: None,
         identical_to_ar: None,
         memory: None,
         adaptation: None,
@@ -317,30 +337,51 @@ fn speculative_report(
         args.max_new_tokens,
     )?;
     let load_peak_rss_bytes = peak_rss_bytes();
-    let spec = speculative_generate(&model.net, built.drafter.as_mut(), &prompt_ids, &config)?;
-    let ar = if args.compare_ar {
-        Some(generate(
-            &model.net,
-            &prompt_ids,
-            args.max_new_tokens,
-            &mut Sampler::new(sampling),
-            &model.stop_tokens(),
-        )?)
+    let adapts = spec.adapt.is_some();
+    let (spec, ar, paired) = if args.compare_ar {
+        if adapts && args.rounds > 1 {
+            eprintln!(
+                "--rounds {}: a drafter that adapts learns from every round, so one round is run",
+                args.rounds
+            );
+        }
+        let rounds = if adapts { 1 } else { args.rounds };
+        let stop = model.stop_tokens();
+        let (paired, ar, spec) = paired_rounds::alternate(
+            rounds,
+            paired_rounds::RETRIES,
+            || {
+                let ar = generate(
+                    &model.net,
+                    &prompt_ids,
+                    args.max_new_tokens,
+                    &mut Sampler::new(sampling),
+                    &stop,
+                )?;
+                Ok((ar.tokens_per_second(), ar))
+            },
+            || {
+                let spec =
+                    speculative_generate(&model.net, built.drafter.as_mut(), &prompt_ids, &config)?;
+                Ok((spec.tokens_per_second(), spec))
+            },
+        )?;
+        (spec, Some(ar), Some(paired))
     } else {
-        None
+        let spec = speculative_generate(&model.net, built.drafter.as_mut(), &prompt_ids, &config)?;
+        (spec, None, None)
     };
     Ok(GenerateReport {
         text: tokenizer.decode(&spec.ids)?,
         tokens_per_s: spec.tokens_per_second(),
         prefill_tokens_per_s: prompt_ids.len() as f64 / spec.prefill_seconds.max(1e-9),
-        method: Some(built.drafter.method().name()),
+        kind: Some(built.drafter.kind().name()),
         scaling: Some(args.draft.scaling.single()?.name()),
         tau: Some(spec.tau()),
         engine_overhead: Some(spec.engine_overhead()),
         ar_tokens_per_s: ar.as_ref().map(|a| a.tokens_per_second()),
-        speedup_vs_ar: ar
-            .as_ref()
-            .map(|a| spec.tokens_per_second() / a.tokens_per_second()),
+        speedup_vs_ar: paired.as_ref().map(|p| p.median),
+        paired,
         identical_to_ar: ar
             .as_ref()
             .filter(|_| sampling.is_greedy())
@@ -367,10 +408,10 @@ fn print_report(report: &GenerateReport, json: bool) -> anyhow::Result<()> {
             report.tokens_per_s,
             report.prefill_tokens_per_s
         );
-        if let (Some(method), Some(tau)) = (report.method, report.tau) {
+        if let (Some(kind), Some(tau)) = (report.kind, report.tau) {
             let cycles = report.cycles.as_ref().map_or(0, Vec::len);
             eprintln!(
-                "{method}: tau {tau:.2} over {cycles} cycles, engine overhead {:.1}%",
+                "{kind}: tau {tau:.2} over {cycles} cycles, engine overhead {:.1}%",
                 100.0 * report.engine_overhead.unwrap_or(0.0)
             );
         }
@@ -387,8 +428,9 @@ fn print_report(report: &GenerateReport, json: bool) -> anyhow::Result<()> {
                 mib(a.buffer_bytes)
             );
         }
-        if let (Some(ar), Some(speedup)) = (report.ar_tokens_per_s, report.speedup_vs_ar) {
-            eprintln!("autoregressive {ar:.1} tokens/s: speedup {speedup:.2}x");
+        if let (Some(ar), Some(paired)) = (report.ar_tokens_per_s, &report.paired) {
+            eprintln!("autoregressive {ar:.1} tokens/s (first round)");
+            eprintln!("{}", paired.describe("speed-up over the target alone"));
         }
         if let Some(identical) = report.identical_to_ar {
             eprintln!(

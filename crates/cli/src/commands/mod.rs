@@ -12,6 +12,7 @@ pub mod derive;
 pub mod experiment;
 pub mod generate;
 pub mod models;
+pub mod paired_rounds;
 pub mod prompt_set;
 pub mod scaling;
 pub mod tau;

@@ -1,7 +1,7 @@
 //! `sharpdraft fetch` and `sharpdraft import gguf`: getting models into the cache.
 
 use clap::{Args, Subcommand};
-use sharpdraft_model::{store::output_folder, store::registry};
+use sharpdraft_store::{output_folder, registry};
 use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]
@@ -156,7 +156,7 @@ pub fn fetch(args: &FetchArgs) -> anyhow::Result<()> {
 pub fn import(command: &ImportCommand) -> anyhow::Result<()> {
     match command {
         ImportCommand::Gguf { file, out_dir } => {
-            sharpdraft_model::store::gguf::import(file, out_dir)?;
+            sharpdraft_store::gguf::import(file, out_dir)?;
             println!("imported {} into {}", file.display(), out_dir.display());
         }
     }

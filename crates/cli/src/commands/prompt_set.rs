@@ -41,6 +41,8 @@ pub struct PromptSet {
     /// The filler's tokens (empty when every context is the prompt alone).
     filler: Vec<i64>,
     filler_offset: usize,
+    /// Where the filler came from, named when it is too short for a context.
+    filler_path: Option<PathBuf>,
 }
 
 impl PromptSetArgs {
@@ -67,9 +69,8 @@ impl PromptSetArgs {
         );
         let questions = questions[self.skip..self.skip + self.count].to_vec();
         for (i, question) in questions.iter().enumerate() {
-            ensure_text_can_fit(question, positions).with_context(|| {
-                format!("{}: prompt {}", self.prompts.display(), self.skip + i)
-            })?;
+            ensure_text_can_fit(question, positions)
+                .with_context(|| format!("{}: prompt {}", self.prompts.display(), self.skip + i))?;
         }
         let filler = match (&self.filler, self.contexts.iter().any(|&c| c > 0)) {
             (Some(path), true) => tokenizer.encode(&filler_text(path)?, false)?,
@@ -80,6 +81,7 @@ impl PromptSetArgs {
             questions,
             filler,
             filler_offset: self.filler_offset,
+            filler_path: self.filler.clone(),
         })
     }
 }
@@ -95,12 +97,14 @@ impl PromptSet {
         context: usize,
     ) -> Result<Vec<i64>> {
         let offset = excerpt_offset(index, self.filler_offset, self.filler.len(), context);
-        Ok(long_prompt_ids(
-            tokenizer,
-            question,
-            &self.filler,
-            offset,
-            context,
-        )?)
+        long_prompt_ids(tokenizer, question, &self.filler, offset, context).with_context(|| {
+            format!(
+                "--filler {} with --filler-offset {} for --contexts {context}: give a longer text or a smaller offset or context",
+                self.filler_path
+                    .as_deref()
+                    .map_or("(none)".into(), |p| p.display().to_string()),
+                self.filler_offset
+            )
+        })
     }
 }

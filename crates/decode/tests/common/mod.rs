@@ -2,7 +2,7 @@
 //! and random EAGLE-3 heads written in the published checkpoint layout.
 #![allow(dead_code)]
 
-use sharpdraft_decode::{speculative_generate, SpecConfig, SpecReport};
+use sharpdraft_decode::{speculative_generate, SpecOptions, SpecReport};
 use sharpdraft_draft::dflash::{write_random_dflash, RandomDFlashOptions};
 pub use sharpdraft_draft::eagle3::RandomHeadOptions as EagleOptions;
 use sharpdraft_draft::{
@@ -65,7 +65,7 @@ pub fn spec(
     new_tokens: usize,
     sampling: Sampling,
 ) -> SpecReport {
-    let config = SpecConfig {
+    let config = SpecOptions {
         max_new_tokens: new_tokens,
         sampling,
         stop_tokens: vec![],

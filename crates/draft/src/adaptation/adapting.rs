@@ -1,7 +1,7 @@
 //! A drafter that learns from verification as it drafts: any [`Drafter`] with its training objective.
 
 use super::{
-    AdaptConfig, AdaptMode, Adaptable, LearnFrom, LoraAdapters, LoraForm, OnlineObjective,
+    AdaptMode, AdaptOptions, Adaptable, LearnFrom, LoraAdapters, LoraForm, OnlineObjective,
     UpdateUnit, VerifiedBuffer,
 };
 use crate::adamw::AdamW;
@@ -25,7 +25,7 @@ pub struct AdaptingDrafter<'t> {
     target: &'t Transformer,
     /// Which objective, with what settings, an update builds over `inner`.
     objective: OnlineObjective,
-    config: AdaptConfig,
+    config: AdaptOptions,
     learner: Learner,
     buffer: VerifiedBuffer,
     device: Device,
@@ -45,7 +45,7 @@ impl<'t> AdaptingDrafter<'t> {
         inner: Box<dyn Adaptable + 't>,
         target: &'t Transformer,
         objective: OnlineObjective,
-        config: AdaptConfig,
+        config: AdaptOptions,
     ) -> Result<Self> {
         let invalid = |reason: String| DraftError::InvalidOption {
             option: "adapt".into(),
@@ -209,8 +209,8 @@ impl Drafter for AdaptingDrafter<'_> {
         self.inner.linears()
     }
 
-    fn method(&self) -> crate::Method {
-        self.inner.method()
+    fn kind(&self) -> crate::DrafterKind {
+        self.inner.kind()
     }
 
     fn target_taps(&self) -> Vec<Tap> {

@@ -66,7 +66,7 @@ pub const MAX_ADAPT_COUNT: usize = 1 << 20;
 /// `--lora-*`; `--adapt` itself names the mode): one default and one validation for both.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
-pub struct AdaptConfig {
+pub struct AdaptOptions {
     /// full or lora (a command line names it with `--adapt`).
     #[arg(skip = AdaptMode::Full)]
     pub mode: AdaptMode,
@@ -161,7 +161,7 @@ fn default_lora_on() -> Vec<LoraTarget> {
     vec![LoraTarget::Attention]
 }
 
-impl AdaptConfig {
+impl AdaptOptions {
     /// OSD's defaults for `mode`: updates every 8 cycles, lr 1e-4, one step, clip 1.
     pub fn new(mode: AdaptMode) -> Self {
         Self {

@@ -7,7 +7,7 @@ use crate::eagle3_train::{Eagle3Objective, Eagle3Options};
 use crate::pard_train::{PardObjective, PardOptions};
 use crate::training::Objective;
 use crate::vanilla_train::NextTokenObjective;
-use crate::{DFlashDrafter, Eagle3Drafter, Method, PardDrafter, VanillaDrafter};
+use crate::{DFlashDrafter, DrafterKind, Eagle3Drafter, PardDrafter, VanillaDrafter};
 use sharpdraft_model::Transformer;
 
 /// A method and what its objective needs to know of the drafter.
@@ -25,7 +25,7 @@ pub enum OnlineObjective {
 
 impl OnlineObjective {
     /// The mismatch error of a drafter asked to adapt with another method's objective.
-    fn mismatch(self, drafter: Method) -> DraftError {
+    fn mismatch(self, drafter: DrafterKind) -> DraftError {
         DraftError::Protocol(format!(
             "the {drafter} drafter cannot adapt with the objective {self:?}"
         ))
@@ -53,7 +53,7 @@ impl Adaptable for VanillaDrafter {
     ) -> Result<Box<dyn Objective + 'a>> {
         match settings {
             OnlineObjective::Vanilla => Ok(Box::new(NextTokenObjective::over(self.model()))),
-            _ => Err(settings.mismatch(self.method())),
+            _ => Err(settings.mismatch(self.kind())),
         }
     }
 }
@@ -66,7 +66,7 @@ impl Adaptable for Eagle3Drafter {
         _seed: u64,
     ) -> Result<Box<dyn Objective + 'a>> {
         let OnlineObjective::Eagle3 { ttt_steps } = settings else {
-            return Err(settings.mismatch(self.method()));
+            return Err(settings.mismatch(self.kind()));
         };
         let options = Eagle3Options {
             ttt_steps: ttt_steps.max(1),
@@ -94,7 +94,7 @@ impl Adaptable for PardDrafter {
         seed: u64,
     ) -> Result<Box<dyn Objective + 'a>> {
         let OnlineObjective::Pard { mask_token, copies } = settings else {
-            return Err(settings.mismatch(self.method()));
+            return Err(settings.mismatch(self.kind()));
         };
         let options = PardOptions {
             layers: 0,
@@ -117,7 +117,7 @@ impl Adaptable for DFlashDrafter {
         seed: u64,
     ) -> Result<Box<dyn Objective + 'a>> {
         let OnlineObjective::Dflash { anchors, gamma } = settings else {
-            return Err(settings.mismatch(self.method()));
+            return Err(settings.mismatch(self.kind()));
         };
         let options = DFlashOptions {
             // Layers, block size and mask token are the checkpoint's.

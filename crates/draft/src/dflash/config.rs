@@ -94,7 +94,7 @@ impl CheckedConfig {
     /// vocabulary sizes equal to the target's, block size, capture layers and layer types. Each error
     /// names the key.
     pub(super) fn read(dir: &Path, target: &Transformer) -> Result<Self> {
-        crate::checkpoint_kind::expect_kind(dir, crate::Method::Dflash)?;
+        crate::checkpoint_kind::expect_kind(dir, crate::DrafterKind::Dflash)?;
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path)
             .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;

@@ -514,8 +514,8 @@ impl Drafter for DFlashDrafter {
         DFlashDrafter::linears(self)
     }
 
-    fn method(&self) -> crate::Method {
-        crate::Method::Dflash
+    fn kind(&self) -> crate::DrafterKind {
+        crate::DrafterKind::Dflash
     }
 
     fn target_taps(&self) -> Vec<Tap> {

@@ -312,8 +312,8 @@ impl Drafter for Eagle3Drafter {
         self.head.linears()
     }
 
-    fn method(&self) -> crate::Method {
-        crate::Method::Eagle3
+    fn kind(&self) -> crate::DrafterKind {
+        crate::DrafterKind::Eagle3
     }
 
     fn target_taps(&self) -> Vec<Tap> {

@@ -98,7 +98,7 @@ impl Eagle3Head {
         trainable: bool,
         kind: Kind,
     ) -> Result<(Self, Vec<Tap>)> {
-        crate::checkpoint_kind::expect_kind(dir, crate::Method::Eagle3)?;
+        crate::checkpoint_kind::expect_kind(dir, crate::DrafterKind::Eagle3)?;
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path)
             .map_err(|e| checkpoint_error(&config_path, e.to_string()))?;

@@ -53,6 +53,18 @@ impl TreeShape {
             value: value.to_string(),
             reason,
         };
+        // A chain of `--draft-len` K is the tree of depth K - 1 and top-k 1: its bound is the flag's.
+        let is_chain = self.top_k == 1 && self.total_tokens == self.depth + 1;
+        if is_chain && self.depth > MAX_TREE_DEPTH {
+            return Err(invalid(
+                "--draft-len",
+                self.total_tokens,
+                format!(
+                    "an EAGLE-3 chain drafts at most {} tokens (its head runs one step per draft)",
+                    MAX_TREE_DEPTH + 1
+                ),
+            ));
+        }
         if self.top_k == 0 || self.top_k > draft_vocab.min(MAX_TREE_TOKENS) {
             return Err(invalid(
                 "--tree-topk",

@@ -24,10 +24,10 @@ use crate::scaling::{is_calibration_name, ScalingKind, ScalingSpec};
 use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
-use sharpdraft_draft::adaptation::AdaptConfig;
-use sharpdraft_draft::retrieval::RetrievalConfig;
-/// A path as written in a config file: [`sharpdraft_model::store::paths::beside`].
-pub use sharpdraft_model::store::paths::beside;
+use sharpdraft_draft::adaptation::AdaptOptions;
+use sharpdraft_draft::retrieval::RetrievalOptions;
+/// A path as written in a config file: [`sharpdraft_store::paths::beside`].
+pub use sharpdraft_store::paths::beside;
 use std::fmt;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
@@ -151,9 +151,9 @@ pub struct MethodEntry {
     #[serde(default)]
     pub window: Option<i64>,
     #[serde(default)]
-    pub retrieval: Option<RetrievalConfig>,
+    pub retrieval: Option<RetrievalOptions>,
     #[serde(default)]
-    pub adapt: Option<AdaptConfig>,
+    pub adapt: Option<AdaptOptions>,
     /// A sensitivity curve: this entry becomes one method per beta, each `fixed` scaling with that
     /// constant slope (and this entry's `scaling.n0`, if any), named `<name>-<beta>`. The report draws
     /// tau against beta per context with the calibrated schedule marked.
@@ -270,9 +270,6 @@ pub struct Workload {
     pub ignore_eos: bool,
 }
 
-fn default_device() -> String {
-    "cpu".into()
-}
 fn default_dtype() -> String {
     "f32".into()
 }
@@ -289,7 +286,8 @@ fn default_bins_n0() -> Vec<f64> {
 /// How a unit keeps other processes' load out of its timings: an arm whose decode of a request ran while
 /// other processes took more than a tenth of the cores is decoded again once the machine is quiet, up
 /// to `retries` times, keeping the least loaded attempt. Waiting for quiet lasts at most
-/// `max_wait_seconds` each time; an attempt that still ran under load is kept and flagged.
+/// `max_wait_seconds` each time and `unit_wait_seconds` in all over a unit's requests; an attempt that
+/// still ran under load is kept and flagged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Timing {
@@ -297,6 +295,10 @@ pub struct Timing {
     pub retries: usize,
     #[serde(default = "default_max_wait_seconds")]
     pub max_wait_seconds: f64,
+    /// The most a unit spends waiting for quiet over all its measurements: a machine that never goes
+    /// quiet costs a unit at most this, its measurements kept under load and flagged.
+    #[serde(default = "default_unit_wait_seconds")]
+    pub unit_wait_seconds: f64,
     /// The target's prefill of a request made once and handed to every arm, each decoding from its
     /// own copy of the cache and counting the prefill's measured seconds as its own (default); `false`
     /// makes every arm run the prefill itself, as before (the comparison of the two is
@@ -315,12 +317,16 @@ fn default_retries() -> usize {
 fn default_max_wait_seconds() -> f64 {
     120.0
 }
+fn default_unit_wait_seconds() -> f64 {
+    600.0
+}
 
 impl Default for Timing {
     fn default() -> Self {
         Self {
             retries: default_retries(),
             max_wait_seconds: default_max_wait_seconds(),
+            unit_wait_seconds: default_unit_wait_seconds(),
             shared_prefill: default_shared_prefill(),
         }
     }
@@ -336,7 +342,7 @@ pub struct ExperimentFile {
     pub name: String,
     /// A known model name or a model folder.
     pub target: String,
-    #[serde(default = "default_device")]
+    #[serde(default = "sharpdraft_model::default_device")]
     pub device: String,
     #[serde(default = "default_dtype")]
     pub dtype: String,
@@ -598,6 +604,12 @@ impl Experiment {
                 && (0.0..=86_400.0).contains(&self.timing.max_wait_seconds),
             "{f}: timing.max_wait_seconds {} must lie in 0..=86400",
             self.timing.max_wait_seconds
+        );
+        ensure!(
+            self.timing.unit_wait_seconds.is_finite()
+                && (0.0..=604_800.0).contains(&self.timing.unit_wait_seconds),
+            "{f}: timing.unit_wait_seconds {} must lie in 0..=604800 (a week)",
+            self.timing.unit_wait_seconds
         );
         ensure!(
             self.bins_n0.windows(2).all(|w| w[0] < w[1])

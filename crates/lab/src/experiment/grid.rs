@@ -97,7 +97,7 @@ pub fn unit_count(experiment: &Experiment) -> Result<usize> {
     ensure!(
         count <= MAX_UNITS,
         "{}: the grid holds {count} units (workload contexts x seeds x repeats), more than {MAX_UNITS}: run fewer seeds or repeats",
-        sharpdraft_model::store::paths::shown(&experiment.file)
+        sharpdraft_store::paths::shown(&experiment.file)
     );
     Ok(count as usize)
 }

@@ -139,15 +139,28 @@ pub struct Quiet<T> {
     pub attempts: usize,
 }
 
+/// How long a measurement may wait for the machine to go quiet: at most `max_wait` each time, and in
+/// all no more than what is left of a budget shared by the measurements of one unit. `what` names the
+/// measurement in the lines that say the run is waiting.
+pub struct Waiting<'a> {
+    pub retries: usize,
+    pub max_wait: Duration,
+    /// What is left of the unit's budget; every wait takes what it used from it.
+    pub budget_left: &'a std::cell::Cell<Duration>,
+    pub what: &'a str,
+}
+
 /// Runs `attempt` and watches the machine meanwhile: when other processes took more than
-/// [`LOADED_OTHER_SHARE`] of the cores, waits for the machine to be quiet (at most `max_wait`) and runs
-/// it again, up to `retries` times, keeping the least loaded attempt. For timing work that gives the
-/// same result every time (greedy or seeded decoding): only the time differs between attempts.
+/// [`LOADED_OTHER_SHARE`] of the cores, says so, waits for the machine to be quiet (at most
+/// `waiting.max_wait`, and no longer than the unit's budget has left) and runs it again, up to
+/// `waiting.retries` times, keeping the least loaded attempt. For timing work that gives the same
+/// result every time (greedy or seeded decoding): only the time differs between attempts. A machine
+/// that never goes quiet costs at most the budget; what ran under load is kept and flagged.
 pub fn measure_quietly<T, E>(
-    retries: usize,
-    max_wait: Duration,
+    waiting: &Waiting<'_>,
     mut attempt: impl FnMut() -> Result<T, E>,
 ) -> Result<Quiet<T>, E> {
+    let retries = waiting.retries;
     let mut best: Option<Quiet<T>> = None;
     for made in 1..=retries + 1 {
         let before = Sample::now();
@@ -164,11 +177,51 @@ pub fn measure_quietly<T, E>(
                 })
             }
         }
-        if !loaded || made > retries || !wait_for_quiet(max_wait) {
+        if !loaded || made > retries || !wait_for_quiet_within(waiting, other_share, made) {
             break;
         }
     }
     Ok(best.expect("at least one attempt"))
+}
+
+/// Says that `waiting.what` ran under load and waits for quiet within the budget; true when the
+/// machine went quiet (the caller measures again).
+fn wait_for_quiet_within(waiting: &Waiting<'_>, other_share: f64, made: usize) -> bool {
+    let left = waiting.budget_left.get();
+    let limit = waiting.max_wait.min(left);
+    let share = 100.0 * other_share;
+    if limit.is_zero() {
+        eprintln!(
+            "machine busy: other processes took {share:.0}% of the cores during {} (attempt {made}); this unit's wait budget is spent, so the attempt is kept under load (flagged in the report)",
+            waiting.what
+        );
+        return false;
+    }
+    eprintln!(
+        "machine busy: other processes took {share:.0}% of the cores during {} (attempt {made} of {}); waiting up to {:.0} s for quiet ({:.0} s of this unit's wait budget left)",
+        waiting.what,
+        waiting.retries + 1,
+        limit.as_secs_f64(),
+        left.as_secs_f64()
+    );
+    let started = Instant::now();
+    let quiet = wait_for_quiet(limit);
+    let waited = started.elapsed();
+    waiting.budget_left.set(left.saturating_sub(waited));
+    if quiet {
+        eprintln!(
+            "quiet after {:.0} s: measuring {} again",
+            waited.as_secs_f64(),
+            waiting.what
+        );
+    } else {
+        eprintln!(
+            "still busy after {:.0} s: keeping the least loaded attempt of {} (flagged in the report)",
+            waited.as_secs_f64(),
+            waiting.what
+        );
+    }
+    quiet
 }
 
 /// Watches the machine in half-second windows until other processes take at most
@@ -303,7 +356,7 @@ mod tests {
         std::hint::black_box(x);
         let state = start.until(&Sample::now());
         if state.own_cpu_seconds.is_nan() {
-            eprintln!("skipped: no /proc on this system");
+            sharpdraft_testing::skip("no /proc on this system");
             return;
         }
         assert!(
@@ -339,17 +392,26 @@ mod tests {
     fn work_done_beside_busy_processes_is_done_again_once_they_stop() {
         let _alone = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
         if Sample::now().own_cpu_seconds.is_nan() {
-            eprintln!("skipped: no /proc on this system");
+            sharpdraft_testing::skip("no /proc on this system");
             return;
         }
         if observe(Duration::from_millis(500)).other_share() > LOADED_OTHER_SHARE {
-            eprintln!("skipped: other processes keep this machine busy, so it never goes quiet");
+            sharpdraft_testing::skip_for_this_machine(
+                "other processes keep this machine busy, so it never goes quiet",
+            );
             return;
         }
         let neighbours = std::sync::Mutex::new(Some(busy_neighbours()));
         std::thread::sleep(Duration::from_millis(200));
         let mut runs = 0;
-        let kept = measure_quietly(3, Duration::from_secs(30), || {
+        let budget = std::cell::Cell::new(Duration::from_secs(60));
+        let waiting = |retries| Waiting {
+            retries,
+            max_wait: Duration::from_secs(30),
+            budget_left: &budget,
+            what: "a test's work",
+        };
+        let kept = measure_quietly(&waiting(3), || {
             runs += 1;
             std::thread::sleep(Duration::from_millis(400));
             // The neighbours leave after the first attempt; the wait for quiet then ends.
@@ -362,13 +424,49 @@ mod tests {
 
         let _neighbours = busy_neighbours();
         std::thread::sleep(Duration::from_millis(200));
-        let kept = measure_quietly(0, Duration::from_secs(30), || {
+        let kept = measure_quietly(&waiting(0), || {
             std::thread::sleep(Duration::from_millis(400));
             Ok::<(), ()>(())
         })
         .unwrap();
         assert_eq!(kept.attempts, 1, "no retries: the loaded attempt is kept");
         assert!(kept.other_share > LOADED_OTHER_SHARE, "{kept:?}");
+    }
+
+    #[test]
+    fn a_machine_that_never_goes_quiet_costs_a_unit_at_most_its_wait_budget() {
+        let _alone = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+        if Sample::now().own_cpu_seconds.is_nan() {
+            sharpdraft_testing::skip("no /proc on this system");
+            return;
+        }
+        let _neighbours = busy_neighbours();
+        std::thread::sleep(Duration::from_millis(200));
+        let budget = std::cell::Cell::new(Duration::from_millis(1500));
+        let waiting = Waiting {
+            retries: 5,
+            max_wait: Duration::from_secs(120),
+            budget_left: &budget,
+            what: "a test's work",
+        };
+        let started = Instant::now();
+        let measure = || {
+            measure_quietly(&waiting, || {
+                std::thread::sleep(Duration::from_millis(300));
+                Ok::<(), ()>(())
+            })
+            .unwrap()
+        };
+        let first = measure();
+        // The second measurement of the unit finds the budget spent and keeps its attempt at once.
+        let second = measure();
+        let took = started.elapsed();
+        assert_eq!(budget.get(), Duration::ZERO);
+        assert_eq!((first.attempts, second.attempts), (1, 1));
+        assert!(
+            took < Duration::from_secs(8),
+            "took {took:?} with a 1.5 s budget"
+        );
     }
 
     #[test]

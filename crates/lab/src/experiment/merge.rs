@@ -1,14 +1,14 @@
 //! `sharpdraft merge OUT SHARD_DIR...`: the shards of one experiment (`run --shard I/N`) joined into one
 //! run folder, with the tables and report of the whole grid.
 
-use super::folder_lock::FolderLock;
 use super::grid::units;
+use super::publish::{publish, Published};
 use super::records::UnitRecord;
 use super::run_folder::{recorded_experiment, EXPERIMENT_RECORD, RUN_KIND, UNITS};
-use super::publish::{publish, Published};
 use super::runner::grid_finished;
-use crate::error::{ensure, Context, Result};
-use sharpdraft_model::store::output_folder::{self, Claim, Marker};
+use crate::error::{bail, ensure, Context, Result};
+use sharpdraft_store::folder_lock::FolderLock;
+use sharpdraft_store::output_folder::{self, Claim, Marker};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug)]
@@ -23,11 +23,24 @@ pub struct MergeOutcome {
 
 pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
     ensure!(!shards.is_empty(), "merge: name at least one shard folder");
+    // One folder named twice (as OUT and a shard, or as two shards) would lock against itself.
+    let mut named: Vec<(PathBuf, &Path)> = Vec::new();
+    for dir in std::iter::once(out).chain(shards.iter().map(PathBuf::as_path)) {
+        let physical = output_folder::absolute(dir)?;
+        if let Some((_, first)) = named.iter().find(|(seen, _)| *seen == physical) {
+            bail!(
+                "merge: {} and {} are the same folder: name each shard once, and as OUT a new folder or an earlier merge",
+                first.display(),
+                dir.display()
+            );
+        }
+        named.push((physical, dir));
+    }
     // No run may write a shard, or another merge the output, while this one reads and writes them.
     let _locks = std::iter::once(out)
         .chain(shards.iter().map(PathBuf::as_path))
         .map(|dir| FolderLock::acquire(dir, "merge"))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     let experiment = recorded_experiment(&shards[0])?;
     let hash = experiment.hash();
     for shard in &shards[1..] {

@@ -8,7 +8,6 @@
 
 pub mod acceptance;
 pub mod config;
-pub mod folder_lock;
 pub mod grid;
 pub mod head_to_head;
 pub mod intervals;

@@ -51,7 +51,10 @@ impl PartialUnit {
         let folder = units_dir.join(PARTIAL);
         std::fs::create_dir_all(&folder)
             .with_context(|| format!("creating {}", folder.display()))?;
-        crate::atomic_write::write_whole(&path, serde_json::to_string(self)?)
+        Ok(sharpdraft_store::atomic_write::write_whole(
+            &path,
+            serde_json::to_string(self)?,
+        )?)
     }
 
     /// The partial record of `unit` under `units_dir`, when a killed run left one; one that is not

@@ -8,7 +8,6 @@
 
 use super::acceptance;
 use super::config::Experiment;
-use super::folder_lock::FolderLock;
 use super::grid::Unit;
 use super::head_to_head;
 use super::partial_unit::PartialUnit;
@@ -22,7 +21,8 @@ use super::tables::{self, CYCLES, RESULTS};
 use super::timing_noise::{self, VerifySpread};
 use crate::error::{bail, ensure, Context, Result};
 use crate::table::Table;
-use sharpdraft_model::store::output_folder::{self, Marker, Staging};
+use sharpdraft_store::folder_lock::FolderLock;
+use sharpdraft_store::output_folder::{self, Marker, Staging};
 use std::collections::BTreeSet;
 use std::path::Path;
 

@@ -8,9 +8,9 @@ use super::config::{Experiment, Setting};
 use super::grid::{arms, units, Arm, Unit};
 use super::machine_state::MachineState;
 use crate::error::{bail, Context, Result};
-use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use sharpdraft_decode::CycleRecord;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Where a row came from.
@@ -153,7 +153,7 @@ impl UnitRecord {
     /// Writes the record through a temporary file and a rename.
     pub fn write(&self, units_dir: &Path) -> Result<PathBuf> {
         let path = Self::path(units_dir, &self.unit);
-        crate::atomic_write::write_whole(&path, serde_json::to_string(self)?)?;
+        sharpdraft_store::atomic_write::write_whole(&path, serde_json::to_string(self)?)?;
         Ok(path)
     }
 
@@ -201,7 +201,10 @@ impl UnitRecord {
                 );
             }
             if !grid.contains(&record.unit) {
-                bail!("{p}: unit {} is not in this experiment's grid: {move_out}", record.unit.id());
+                bail!(
+                    "{p}: unit {} is not in this experiment's grid: {move_out}",
+                    record.unit.id()
+                );
             }
             if path != Self::path(units_dir, &record.unit) {
                 bail!(

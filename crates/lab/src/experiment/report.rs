@@ -660,7 +660,7 @@ pub fn write(dir: &Path, experiment: &Experiment, inputs: &ReportInputs) -> Resu
         md,
         "# Run {}\n\nExperiment `{}` (config hash `{}`), target `{}`, device {}, dtype {}, temperature {}.\n",
         experiment.name,
-        sharpdraft_model::store::paths::in_repository(&experiment.file),
+        sharpdraft_store::paths::in_repository(&experiment.file),
         experiment.hash(),
         experiment.target,
         experiment.device,
@@ -749,7 +749,7 @@ pub fn write(dir: &Path, experiment: &Experiment, inputs: &ReportInputs) -> Resu
         }
     }
     let path = dir.join("report.md");
-    crate::atomic_write::write_whole(&path, md)?;
+    sharpdraft_store::atomic_write::write_whole(&path, md)?;
     Ok(path)
 }
 

@@ -12,8 +12,9 @@ use super::prompts::{chat_ids, ensure_text_can_fit, excerpt_offset, long_prompt_
 use crate::error::{Context, Result};
 use crate::scaling::resolve_schedule;
 use sha2::{Digest, Sha256};
-use sharpdraft_model::store::output_folder::{content_digest, sha256_of};
-use sharpdraft_model::{store::registry, CausalLm};
+use sharpdraft_model::CausalLm;
+use sharpdraft_store::output_folder::{content_digest, sha256_of};
+use sharpdraft_store::registry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -139,7 +140,8 @@ pub fn inputs_digest(
         hasher.update(value);
     };
     let folder = |dir: &Path| {
-        content_digest(dir).with_context(|| format!("reading {} for the run's inputs", dir.display()))
+        content_digest(dir)
+            .with_context(|| format!("reading {} for the run's inputs", dir.display()))
     };
     field("target", folder(target_dir)?.as_bytes());
     for (workload, contexts) in requests {
@@ -154,7 +156,10 @@ pub fn inputs_digest(
     if experiment.methods.iter().any(|m| !m.target_only) {
         for drafter in &experiment.drafters {
             let dir = registry::resolve(&drafter.spec.checkpoint)?;
-            field(&format!("drafter {}", drafter.name), folder(&dir)?.as_bytes());
+            field(
+                &format!("drafter {}", drafter.name),
+                folder(&dir)?.as_bytes(),
+            );
         }
     }
     // By content alone: the same schedules under another $SHARPDRAFT_HOME give the same digest.

@@ -3,9 +3,9 @@
 //! `units/` (one file per finished unit), the tables and the report.
 
 use super::config::Experiment;
-use crate::atomic_write::write_whole;
 use crate::error::{bail, Context, Result};
-use sharpdraft_model::store::output_folder::Marker;
+use sharpdraft_store::atomic_write::write_whole;
+use sharpdraft_store::output_folder::Marker;
 use std::path::Path;
 
 /// The marker kind of run folders.
@@ -29,7 +29,7 @@ pub fn write_record(dir: &Path, experiment: &Experiment) -> Result<()> {
     std::fs::copy(&experiment.file, &copy).with_context(|| {
         format!(
             "copying {} to {}",
-            sharpdraft_model::store::paths::shown(&experiment.file),
+            sharpdraft_store::paths::shown(&experiment.file),
             copy.display()
         )
     })?;

@@ -11,9 +11,8 @@
 //! ([`super::partial_unit`]); the tables and the report are rebuilt from the finished units.
 
 use super::config::{Experiment, MethodEntry};
-use super::folder_lock::FolderLock;
 use super::grid::{arms, rotation, unit_count, units, Arm, Shard, Unit};
-use super::machine_state::{self, MachineState, Quiet, Sample};
+use super::machine_state::{self, MachineState, Quiet, Sample, Waiting};
 use super::partial_unit::{joined, PartialUnit};
 use super::publish::{publish, Published};
 use super::records::{provenance, ArmRecord, Provenance, RequestRow, UnitRecord};
@@ -26,11 +25,11 @@ use crate::scaling::resolve_schedule;
 use indicatif::{ProgressBar, ProgressStyle};
 use sharpdraft_decode::reset_peak_rss;
 use sharpdraft_model::generate::{generate, generate_from, PromptPrefill};
-use sharpdraft_model::store::output_folder::{self, Claim, Marker};
-use sharpdraft_model::store::paths::shown;
-use sharpdraft_model::{
-    parse_device, parse_kind, store::registry, CausalLm, Sampler, Sampling, Tap,
-};
+use sharpdraft_model::{parse_device, parse_kind, CausalLm, Sampler, Sampling, Tap};
+use sharpdraft_store::folder_lock::FolderLock;
+use sharpdraft_store::output_folder::{self, Claim, Marker};
+use sharpdraft_store::paths::shown;
+use sharpdraft_store::registry;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -362,6 +361,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         );
     }
     if !pending.is_empty() {
+        eprintln!("{}", plan(&experiment, pending.len(), skipped));
         warn_if_busy(machine_state::observe(Duration::from_secs(1)));
     }
     let bar = ProgressBar::new(pending.len() as u64);
@@ -378,6 +378,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         prefill_taps,
         provenance: provenance(&experiment),
         arms: arms(&experiment),
+        wait_budget_left: std::cell::Cell::new(Duration::ZERO),
     };
     for unit in &pending {
         bar.set_message(unit.id());
@@ -408,6 +409,15 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         finished,
         published,
     })
+}
+
+/// The line `run` starts with: what it will run, and what waiting for a quiet machine may cost.
+fn plan(experiment: &Experiment, pending: usize, finished: usize) -> String {
+    let t = &experiment.timing;
+    format!(
+        "plan: {pending} units to run ({finished} finished before); a decode that runs under other processes' load is measured again up to {} times, waiting up to {:.0} s for quiet each time and at most {:.0} s a unit (`timing:` in the experiment)",
+        t.retries, t.max_wait_seconds, t.unit_wait_seconds
+    )
 }
 
 fn warn_if_busy(state: MachineState) {
@@ -469,6 +479,8 @@ struct UnitRunner<'a> {
     prefill_taps: Vec<Tap>,
     provenance: Provenance,
     arms: Vec<Arm>,
+    /// What the unit running now may still spend waiting for quiet (`timing.unit_wait_seconds`).
+    wait_budget_left: std::cell::Cell<Duration>,
 }
 
 /// One arm while its unit runs: how it decodes, and its rows so far.
@@ -486,6 +498,9 @@ impl UnitRunner<'_> {
     /// that record anew after each request but the last.
     fn run(&self, unit: &Unit, units_dir: &Path) -> Result<UnitRecord> {
         let started = Instant::now();
+        self.wait_budget_left.set(Duration::from_secs_f64(
+            self.experiment.timing.unit_wait_seconds,
+        ));
         let started_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -589,7 +604,7 @@ impl UnitRunner<'_> {
             // pass. Taken like a decode: again once the machine is quiet if it ran under load.
             let shared = match self.experiment.timing.shared_prefill {
                 true => Some(
-                    self.shared_prefill(ids)
+                    self.shared_prefill(ids, &format!("the target's prefill of prompt {prompt}"))
                         .with_context(|| format!("the target's prefill of prompt {prompt}"))?,
                 ),
                 false => None,
@@ -606,7 +621,8 @@ impl UnitRunner<'_> {
                 };
                 let (mut n0, mut slope) = (run.n0, run.scaling_slope);
                 let prefilled = shared.as_ref().map(|q| &q.value);
-                let mut row = self.measured(retries, || {
+                let what = format!("{label}'s decode of prompt {prompt}");
+                let mut row = self.measured(retries, &what, || {
                     reset_peak_rss();
                     Ok(match &mut run.decoder {
                         None => self.target_alone(
@@ -670,14 +686,25 @@ impl UnitRunner<'_> {
     fn measured(
         &self,
         retries: usize,
+        what: &str,
         decode: impl FnMut() -> Result<RequestRow>,
     ) -> Result<RequestRow> {
-        let max_wait = Duration::from_secs_f64(self.experiment.timing.max_wait_seconds);
-        let quiet = machine_state::measure_quietly(retries, max_wait, decode)?;
+        let quiet = machine_state::measure_quietly(&self.waiting(retries, what), decode)?;
         let mut row = quiet.value;
         row.other_cpu_share = quiet.other_share;
         row.attempts = quiet.attempts;
         Ok(row)
+    }
+
+    /// How a measurement of this unit waits for quiet: the experiment's `timing:` within what is left of
+    /// the unit's budget.
+    fn waiting<'w>(&'w self, retries: usize, what: &'w str) -> Waiting<'w> {
+        Waiting {
+            retries,
+            max_wait: Duration::from_secs_f64(self.experiment.timing.max_wait_seconds),
+            budget_left: &self.wait_budget_left,
+            what,
+        }
     }
 
     fn spec(&self, drafter: &str, method: &str) -> Result<DrafterSpec> {
@@ -697,9 +724,9 @@ impl UnitRunner<'_> {
     }
 
     /// The target's prefill of `ids` with every drafting arm's taps, measured like a decode.
-    fn shared_prefill(&self, ids: &[i64]) -> Result<Quiet<PromptPrefill>> {
-        let max_wait = Duration::from_secs_f64(self.experiment.timing.max_wait_seconds);
-        machine_state::measure_quietly(self.experiment.timing.retries, max_wait, || {
+    fn shared_prefill(&self, ids: &[i64], what: &str) -> Result<Quiet<PromptPrefill>> {
+        let waiting = self.waiting(self.experiment.timing.retries, what);
+        machine_state::measure_quietly(&waiting, || {
             PromptPrefill::run(&self.target.net, ids, &self.prefill_taps, ids.len() as i64)
         })
         .map_err(Into::into)

@@ -13,7 +13,7 @@
 //! - A folder whose marker says `finished: false` (a training run that has not reached its last step)
 //!   is refused by every command that loads it unless told otherwise ([`ensure_finished`]).
 
-use crate::error::{ModelError, Result};
+use crate::error::{Result, StoreError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -84,11 +84,11 @@ impl Marker {
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(ModelError::io(&path, e)),
+            Err(e) => return Err(StoreError::io(&path, e)),
         };
         serde_json::from_str(&text)
             .map(Some)
-            .map_err(|e| ModelError::io(&path, format!("not a sharpdraft output marker: {e}")))
+            .map_err(|e| StoreError::io(&path, format!("not a sharpdraft output marker: {e}")))
     }
 
     /// Writes the marker into `dir` atomically (temporary file, then rename), with its [`Proof`]: the
@@ -109,9 +109,9 @@ impl Marker {
         };
         let mut proven = self.clone();
         proven.proof = Some(Proof { id, device, inode });
-        let text = serde_json::to_string_pretty(&proven).map_err(|e| ModelError::io(&path, e))?;
-        std::fs::write(&tmp, text).map_err(|e| ModelError::io(&tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| ModelError::io(&path, e))
+        let text = serde_json::to_string_pretty(&proven).map_err(|e| StoreError::io(&path, e))?;
+        std::fs::write(&tmp, text).map_err(|e| StoreError::io(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, e))
     }
 
     /// Records every file under `dir` (except the marker) with its size, time and sha256.
@@ -192,7 +192,7 @@ impl Marker {
 
 /// Size, modification time and (when `hash`) sha256 of one file.
 pub fn fingerprint(path: &Path, hash: bool) -> Result<FileFingerprint> {
-    let meta = std::fs::metadata(path).map_err(|e| ModelError::io(path, e))?;
+    let meta = std::fs::metadata(path).map_err(|e| StoreError::io(path, e))?;
     let modified_ns = meta
         .modified()
         .ok()
@@ -212,13 +212,13 @@ pub fn fingerprint(path: &Path, hash: bool) -> Result<FileFingerprint> {
 
 /// The sha256 of a file, streamed.
 pub fn sha256_of(path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+    let mut file = std::fs::File::open(path).map_err(|e| StoreError::io(path, e))?;
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
     loop {
         let read = file
             .read(&mut buffer)
-            .map_err(|e| ModelError::io(path, e))?;
+            .map_err(|e| StoreError::io(path, e))?;
         if read == 0 {
             break;
         }
@@ -268,10 +268,10 @@ fn files_under(dir: &Path) -> Result<Vec<String>> {
     let mut pending = vec![PathBuf::new()];
     while let Some(sub) = pending.pop() {
         let folder = dir.join(&sub);
-        for entry in std::fs::read_dir(&folder).map_err(|e| ModelError::io(&folder, e))? {
-            let entry = entry.map_err(|e| ModelError::io(&folder, e))?;
+        for entry in std::fs::read_dir(&folder).map_err(|e| StoreError::io(&folder, e))? {
+            let entry = entry.map_err(|e| StoreError::io(&folder, e))?;
             let relative = sub.join(entry.file_name());
-            let kind = entry.file_type().map_err(|e| ModelError::io(&folder, e))?;
+            let kind = entry.file_type().map_err(|e| StoreError::io(&folder, e))?;
             if kind.is_dir() {
                 pending.push(relative);
             } else if relative != Path::new(MARKER) {
@@ -286,7 +286,7 @@ fn files_under(dir: &Path) -> Result<Vec<String>> {
 /// `path` made absolute and free of `.`, `..` and symbolic links, as far as it exists; the part that
 /// does not exist yet is appended as written (lexically normalised).
 pub fn absolute(path: &Path) -> Result<PathBuf> {
-    let cwd = std::env::current_dir().map_err(|e| ModelError::io(Path::new("."), e))?;
+    let cwd = std::env::current_dir().map_err(|e| StoreError::io(Path::new("."), e))?;
     let joined = cwd.join(path);
     let mut lexical = PathBuf::new();
     for component in joined.components() {
@@ -331,11 +331,11 @@ pub enum Claim {
 pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
     let target = absolute(out)?;
     if target.parent().is_none() {
-        return Err(ModelError::io(out, "refusing to write the root folder"));
+        return Err(StoreError::io(out, "refusing to write the root folder"));
     }
     let cwd = absolute(Path::new("."))?;
     if cwd.starts_with(&target) {
-        return Err(ModelError::io(
+        return Err(StoreError::io(
             out,
             format!(
                 "refusing to write here: it is the current folder or one above it ({}); name a new folder",
@@ -346,7 +346,7 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
     for input in inputs {
         let input_abs = absolute(input)?;
         if input_abs.starts_with(&target) {
-            return Err(ModelError::io(
+            return Err(StoreError::io(
                 out,
                 format!(
                     "refusing to write here: it holds {}, which this command reads; name a new folder",
@@ -358,7 +358,7 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
     // An output inside another command's output would be moved, replaced or hashed with it.
     for ancestor in target.ancestors().skip(1) {
         if let Some(marker) = Marker::read(ancestor).ok().flatten() {
-            return Err(ModelError::io(
+            return Err(StoreError::io(
                 out,
                 format!(
                     "refusing to write here: it lies inside {}, the output of `sharpdraft {}`{}; name a folder outside it",
@@ -372,16 +372,16 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
     let meta = match std::fs::symlink_metadata(&target) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Claim::Fresh),
-        Err(e) => return Err(ModelError::io(out, e)),
+        Err(e) => return Err(StoreError::io(out, e)),
     };
     if !meta.is_dir() {
-        return Err(ModelError::io(
+        return Err(StoreError::io(
             out,
             "exists and is not a folder; name a new folder",
         ));
     }
     let mut entries = std::fs::read_dir(&target)
-        .map_err(|e| ModelError::io(out, e))?
+        .map_err(|e| StoreError::io(out, e))?
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect::<Vec<_>>();
@@ -389,7 +389,7 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
         return Ok(Claim::Fresh);
     }
     match Marker::read(&target)? {
-        Some(marker) if marker.kind == kind && !marker.proven(&target) => Err(ModelError::io(
+        Some(marker) if marker.kind == kind && !marker.proven(&target) => Err(StoreError::io(
             out,
             format!(
                 "holds a marker of `sharpdraft {kind}` that does not prove sharpdraft wrote this folder (copied from another folder, written by hand, or by an older version): refusing to change it; name a new folder, or move this one away yourself (mv {} {}.old)",
@@ -401,7 +401,7 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
             refuse_unrecorded(&target, &marker)?;
             Ok(Claim::Own(marker))
         }
-        Some(marker) => Err(ModelError::io(
+        Some(marker) => Err(StoreError::io(
             out,
             format!(
                 "holds the output of `sharpdraft {}`{}, not of `sharpdraft {kind}`: refusing to change it; name a new folder",
@@ -411,7 +411,7 @@ pub fn claim(out: &Path, kind: &str, inputs: &[&Path]) -> Result<Claim> {
         )),
         None => {
             let shown = first_few(&mut entries);
-            Err(ModelError::io(
+            Err(StoreError::io(
                 out,
                 format!(
                     "exists and was not written by sharpdraft (no {MARKER}; it holds {shown}): refusing to change it; name a new folder or move this one away yourself"
@@ -461,7 +461,7 @@ pub fn left_by_dead_processes(
 
 /// The device and inode of folder `dir`.
 fn folder_identity(dir: &Path) -> Result<(u64, u64)> {
-    let meta = std::fs::metadata(dir).map_err(|e| ModelError::io(dir, e))?;
+    let meta = std::fs::metadata(dir).map_err(|e| StoreError::io(dir, e))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
@@ -477,7 +477,7 @@ fn folder_identity(dir: &Path) -> Result<(u64, u64)> {
 /// Where the workbench records a proof id: `$SHARPDRAFT_HOME/outputs/<id>`.
 fn proof_record(id: &str) -> PathBuf {
     let safe = !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit());
-    crate::store::registry::home()
+    crate::registry::home()
         .join("outputs")
         .join(if safe { id } else { "invalid" })
 }
@@ -498,9 +498,9 @@ fn new_proof_id(dir: &Path) -> Result<String> {
     let id: String = format!("{:x}", hasher.finalize())[..32].to_string();
     let record = proof_record(&id);
     let parent = record.parent().expect("records lie in a folder");
-    std::fs::create_dir_all(parent).map_err(|e| ModelError::io(parent, e))?;
+    std::fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
     std::fs::write(&record, format!("{}\n", absolute(dir)?.display()))
-        .map_err(|e| ModelError::io(&record, e))?;
+        .map_err(|e| StoreError::io(&record, e))?;
     Ok(id)
 }
 
@@ -512,7 +512,7 @@ fn refuse_unrecorded(dir: &Path, marker: &Marker) -> Result<()> {
         return Ok(());
     }
     let shown = first_few(&mut extra);
-    Err(ModelError::io(
+    Err(StoreError::io(
         dir,
         format!(
             "holds files `sharpdraft {}` did not write ({shown}): refusing to replace the folder and lose them; move them out, or name a new folder",
@@ -538,9 +538,9 @@ impl Staging {
         let out = absolute(out)?;
         let parent = out
             .parent()
-            .ok_or_else(|| ModelError::io(&out, "has no parent folder"))?
+            .ok_or_else(|| StoreError::io(&out, "has no parent folder"))?
             .to_path_buf();
-        std::fs::create_dir_all(&parent).map_err(|e| ModelError::io(&parent, e))?;
+        std::fs::create_dir_all(&parent).map_err(|e| StoreError::io(&parent, e))?;
         let name = out.file_name().unwrap_or_default().to_string_lossy();
         remove_dead_stagings(&parent, &name);
         let dir = parent.join(format!(
@@ -549,7 +549,7 @@ impl Staging {
             UNIQUE.fetch_add(1, Ordering::Relaxed)
         ));
         // create_dir, not create_dir_all: the name must be new, so nothing of anyone else's is used.
-        std::fs::create_dir(&dir).map_err(|e| ModelError::io(&dir, e))?;
+        std::fs::create_dir(&dir).map_err(|e| StoreError::io(&dir, e))?;
         Ok(Self {
             dir,
             out,
@@ -588,7 +588,7 @@ impl Staging {
                 }
                 // An empty folder goes away with remove_dir (which fails on anything non-empty).
                 if std::fs::remove_dir(&self.out).is_err() {
-                    std::fs::rename(&self.out, &aside).map_err(|e| ModelError::io(&self.out, e))?;
+                    std::fs::rename(&self.out, &aside).map_err(|e| StoreError::io(&self.out, e))?;
                     true
                 } else {
                     false
@@ -596,10 +596,10 @@ impl Staging {
             }
             Err(_) => false,
         };
-        std::fs::rename(&self.dir, &self.out).map_err(|e| ModelError::io(&self.out, e))?;
+        std::fs::rename(&self.dir, &self.out).map_err(|e| StoreError::io(&self.out, e))?;
         self.committed = true;
         if had_old {
-            std::fs::remove_dir_all(&aside).map_err(|e| ModelError::io(&aside, e))?;
+            std::fs::remove_dir_all(&aside).map_err(|e| StoreError::io(&aside, e))?;
         }
         Ok(self.out.clone())
     }
@@ -647,7 +647,7 @@ pub fn is_unfinished(dir: &Path) -> bool {
 pub fn ensure_finished(dir: &Path) -> Result<()> {
     match Marker::read(dir)? {
         Some(marker) if !marker.finished && !ALLOW_UNFINISHED.load(Ordering::Relaxed) => {
-            Err(ModelError::io(
+            Err(StoreError::io(
                 dir,
                 format!(
                     "is an unfinished `sharpdraft {}` run{}: its weights are not trained to the end; resume it (run the same command again) or pass --allow-unfinished to use it as it is",

@@ -1,5 +1,5 @@
 //! `sharpdraft import gguf`: a GGUF file (llama.cpp's format) to an HF-format folder that
-//! [`crate::CausalLm::load`] reads: config.json, model.safetensors (f32), tokenizer.json and
+//! `sharpdraft_model::CausalLm::load` reads: config.json, model.safetensors (f32), tokenizer.json and
 //! tokenizer_config.json.
 //!
 //! Reading and dequantising use candle-core's GGUF module (F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K,
@@ -7,8 +7,8 @@
 //! `model.layers.3.self_attn.q_proj.weight`) and, for the llama architecture only, llama.cpp's
 //! permutation of Q/K rows (see [`unpermute_rows`]).
 
-use crate::error::{ModelError, Result};
-use crate::store::output_folder;
+use crate::error::{Result, StoreError};
+use crate::output_folder;
 use candle_core::quantized::gguf_file::{Content, Value};
 use serde_json::json;
 use std::collections::HashMap;
@@ -96,14 +96,14 @@ impl Metadata<'_> {
     fn get(&self, key: &str) -> Result<&Value> {
         self.map
             .get(key)
-            .ok_or_else(|| ModelError::io(self.path, format!("GGUF metadata key {key} is missing")))
+            .ok_or_else(|| StoreError::io(self.path, format!("GGUF metadata key {key} is missing")))
     }
 
     fn arch_u64(&self, key: &str) -> Result<u64> {
         let full = format!("{}.{key}", self.arch);
         self.get(&full)?
             .to_u64()
-            .map_err(|e| ModelError::io(self.path, format!("GGUF key {full}: {e}")))
+            .map_err(|e| StoreError::io(self.path, format!("GGUF key {full}: {e}")))
     }
 
     fn arch_f64(&self, key: &str) -> Result<Option<f64>> {
@@ -114,7 +114,7 @@ impl Metadata<'_> {
             Some(v) => v
                 .to_f32()
                 .map(|x| Some(format!("{x}").parse::<f64>().unwrap_or(x as f64)))
-                .map_err(|e| ModelError::io(self.path, format!("GGUF key {full}: {e}"))),
+                .map_err(|e| StoreError::io(self.path, format!("GGUF key {full}: {e}"))),
         }
     }
 
@@ -122,13 +122,13 @@ impl Metadata<'_> {
         let values = self
             .get(key)?
             .to_vec()
-            .map_err(|e| ModelError::io(self.path, format!("GGUF key {key}: {e}")))?;
+            .map_err(|e| StoreError::io(self.path, format!("GGUF key {key}: {e}")))?;
         values
             .iter()
             .map(|v| {
                 v.to_string()
                     .cloned()
-                    .map_err(|e| ModelError::io(self.path, format!("GGUF key {key}: {e}")))
+                    .map_err(|e| StoreError::io(self.path, format!("GGUF key {key}: {e}")))
             })
             .collect()
     }
@@ -139,7 +139,7 @@ impl Metadata<'_> {
 }
 
 /// Imports `gguf_path` into `out_dir`: a new folder, an empty one, or this command's own earlier import
-/// (see [`crate::store::output_folder`]); never the current folder, one above it, or the folder holding the
+/// (see [`crate::output_folder`]); never the current folder, one above it, or the folder holding the
 /// input. The result is staged beside `out_dir` and renamed into place when complete.
 pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
     output_folder::claim(out_dir, "import", &[gguf_path])?;
@@ -157,24 +157,24 @@ pub fn import(gguf_path: &Path, out_dir: &Path) -> Result<()> {
 /// Converts `gguf_path` into the files of an HF-format folder written into `dir` (which exists and is
 /// the caller's own: a staging folder).
 pub fn import_into(gguf_path: &Path, dir: &Path) -> Result<()> {
-    crate::store::gguf_check::check_gguf(gguf_path)?;
-    let file = File::open(gguf_path).map_err(|e| ModelError::io(gguf_path, e))?;
+    crate::gguf_check::check_gguf(gguf_path)?;
+    let file = File::open(gguf_path).map_err(|e| StoreError::io(gguf_path, e))?;
     let mut reader = BufReader::new(file);
     let content = Content::read(&mut reader)
-        .map_err(|e| ModelError::io(gguf_path, format!("not a readable GGUF file: {e}")))?;
+        .map_err(|e| StoreError::io(gguf_path, format!("not a readable GGUF file: {e}")))?;
     let arch = content
         .metadata
         .get("general.architecture")
         .and_then(|v| v.to_string().ok())
         .cloned()
         .ok_or_else(|| {
-            ModelError::io(
+            StoreError::io(
                 gguf_path,
                 "GGUF metadata key general.architecture is missing",
             )
         })?;
     if !matches!(arch.as_str(), "llama" | "qwen2" | "qwen3") {
-        return Err(ModelError::io(
+        return Err(StoreError::io(
             gguf_path,
             format!("architecture {arch:?} is not supported (llama, qwen2, qwen3)"),
         ));
@@ -192,7 +192,7 @@ pub fn import_into(gguf_path: &Path, dir: &Path) -> Result<()> {
         .and_then(|v| v.to_u64().ok())
         .unwrap_or(heads as u64) as usize;
     if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
-        return Err(ModelError::io(
+        return Err(StoreError::io(
             gguf_path,
             format!(
                 "{arch}.attention.head_count = {heads} and head_count_kv = {kv_heads}: both must be positive and the first a multiple of the second"
@@ -205,7 +205,7 @@ pub fn import_into(gguf_path: &Path, dir: &Path) -> Result<()> {
 
     if content.tensor_infos.contains_key("rope_freqs.weight") {
         // llama.cpp stores Llama 3.1's frequency scaling as a tensor; importing without it would be wrong.
-        return Err(ModelError::io(
+        return Err(StoreError::io(
             gguf_path,
             "rope_freqs.weight (llama3 rope scaling) is not supported by this importer",
         ));
@@ -238,7 +238,7 @@ fn check_tensor_table(content: &Content, config: &serde_json::Value, path: &Path
             .and_then(|rest| rest.split('.').next())
         {
             let index: u64 = index.parse().map_err(|_| {
-                ModelError::io(
+                StoreError::io(
                     path,
                     format!("tensor {name}: {index:?} is not a layer number"),
                 )
@@ -247,7 +247,7 @@ fn check_tensor_table(content: &Content, config: &serde_json::Value, path: &Path
         }
         let dims = info.shape.dims();
         if (name.contains(".attn_q.") || name.contains(".attn_k.")) && dims.len() > 2 {
-            return Err(ModelError::io(
+            return Err(StoreError::io(
                 path,
                 format!("tensor {name}: shape {dims:?}, a matrix or vector expected"),
             ));
@@ -256,9 +256,11 @@ fn check_tensor_table(content: &Content, config: &serde_json::Value, path: &Path
     // The tensors hold layers 0..layers exactly: as many distinct numbers as layers, the last layers - 1.
     // (Not by building 0..layers: block_count is the file's word, and 2^32 layers is 2^32 set entries.)
     let whole = seen_layers.len() as u64 == layers
-        && seen_layers.last().map_or(layers == 0, |&last| last + 1 == layers);
+        && seen_layers
+            .last()
+            .map_or(layers == 0, |&last| last + 1 == layers);
     if !whole {
-        return Err(ModelError::io(
+        return Err(StoreError::io(
             path,
             format!(
                 "block_count says {layers} layers, the tensors hold layers {:?}",
@@ -269,7 +271,7 @@ fn check_tensor_table(content: &Content, config: &serde_json::Value, path: &Path
     match content.tensor_infos.get("token_embd.weight") {
         Some(info) if info.shape.dims() == [vocab as usize, hidden as usize] => {}
         Some(info) => {
-            return Err(ModelError::io(
+            return Err(StoreError::io(
                 path,
                 format!(
                     "tensor token_embd.weight: shape {:?}, [{vocab}, {hidden}] expected from the vocabulary and embedding_length",
@@ -277,7 +279,7 @@ fn check_tensor_table(content: &Content, config: &serde_json::Value, path: &Path
                 ),
             ))
         }
-        None => return Err(ModelError::io(path, "tensor token_embd.weight is missing")),
+        None => return Err(StoreError::io(path, "tensor token_embd.weight is missing")),
     }
     Ok(())
 }
@@ -306,7 +308,7 @@ fn write_folder(
             continue;
         };
         if name.starts_with("unmapped.") {
-            return Err(ModelError::io(
+            return Err(StoreError::io(
                 gguf_path,
                 format!("tensor {gguf_name} has no HF counterpart in this importer"),
             ));
@@ -314,7 +316,7 @@ fn write_folder(
         let qtensor = content
             .tensor(reader, gguf_name, &candle_core::Device::Cpu)
             .map_err(|e| {
-                ModelError::io(
+                StoreError::io(
                     gguf_path,
                     format!("tensor {gguf_name}: {e} (truncated or corrupt file?)"),
                 )
@@ -325,7 +327,7 @@ fn write_folder(
             .and_then(|t| t.to_dtype(candle_core::DType::F32))
             .and_then(|t| t.flatten_all())
             .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|e| ModelError::io(gguf_path, format!("tensor {gguf_name}: {e}")))?;
+            .map_err(|e| StoreError::io(gguf_path, format!("tensor {gguf_name}: {e}")))?;
         let values = if arch == "llama"
             && (gguf_name.starts_with("blk.")
                 && (gguf_name.contains(".attn_q.") || gguf_name.contains(".attn_k.")))
@@ -342,7 +344,7 @@ fn write_folder(
                 || (rows / group) % 2 != 0
                 || rows * cols != values.len()
             {
-                return Err(ModelError::io(
+                return Err(StoreError::io(
                     gguf_path,
                     format!("tensor {gguf_name}: shape {shape:?} is not whole heads of even size ({group} heads)"),
                 ));
@@ -359,11 +361,11 @@ fn write_folder(
         .map(|(name, shape, bytes)| {
             safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
                 .map(|view| (name.clone(), view))
-                .map_err(|e| ModelError::tensor(name.clone(), e.to_string()))
+                .map_err(|e| StoreError::tensor(name.clone(), e.to_string()))
         })
         .collect::<Result<_>>()?;
     let weights = partial.join("model.safetensors");
-    safetensors::serialize_to_file(views, None, &weights).map_err(|e| ModelError::io(&weights, e))
+    safetensors::serialize_to_file(views, None, &weights).map_err(|e| StoreError::io(&weights, e))
 }
 
 fn config_json(
@@ -419,7 +421,7 @@ fn pre_tokenizer(pre: &str, path: &Path) -> Result<serde_json::Value> {
             byte_level(false)]}),
         "gpt2" | "default" => byte_level(true),
         other => {
-            return Err(ModelError::io(
+            return Err(StoreError::io(
                 path,
                 format!("tokenizer.ggml.pre {other:?} is not supported (smollm, qwen2, gpt2)"),
             ))
@@ -431,9 +433,9 @@ fn write_tokenizer(meta: &Metadata<'_>, tokens: &[String], dir: &Path) -> Result
     let model = meta
         .get("tokenizer.ggml.model")?
         .to_string()
-        .map_err(|e| ModelError::io(meta.path, e))?;
+        .map_err(|e| StoreError::io(meta.path, e))?;
     if model != "gpt2" {
-        return Err(ModelError::io(
+        return Err(StoreError::io(
             meta.path,
             format!("tokenizer.ggml.model {model:?} is not supported (byte-level BPE, gpt2)"),
         ));
@@ -446,7 +448,7 @@ fn write_tokenizer(meta: &Metadata<'_>, tokens: &[String], dir: &Path) -> Result
     let types: Vec<i64> = match meta.map.get("tokenizer.ggml.token_type") {
         Some(v) => v
             .to_vec()
-            .map_err(|e| ModelError::io(meta.path, e))?
+            .map_err(|e| StoreError::io(meta.path, e))?
             .iter()
             .map(|t| t.to_i32().map(i64::from).unwrap_or(1))
             .collect(),
@@ -495,6 +497,6 @@ fn write_tokenizer(meta: &Metadata<'_>, tokens: &[String], dir: &Path) -> Result
 }
 
 fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| ModelError::io(path, e))?;
-    std::fs::write(path, text).map_err(|e| ModelError::io(path, e))
+    let text = serde_json::to_string_pretty(value).map_err(|e| StoreError::io(path, e))?;
+    std::fs::write(path, text).map_err(|e| StoreError::io(path, e))
 }

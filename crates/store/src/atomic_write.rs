@@ -1,7 +1,7 @@
 //! Files written whole: into a temporary file beside the target, then renamed over it, so a reader (or a
 //! run resumed after a crash) sees the old content or the new, never a part.
 
-use crate::error::{LabError, Result};
+use crate::error::{Result, StoreError};
 use std::io::ErrorKind;
 use std::path::Path;
 
@@ -12,7 +12,10 @@ pub fn write_whole(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
     let written = std::fs::write(&tmp, contents).and_then(|()| std::fs::rename(&tmp, path));
     written.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        LabError::Invalid(format!("writing {}: {e}{}", path.display(), way_out(&e)))
+        StoreError::failed(
+            format!("writing {}", path.display()),
+            format!("{e}{}", way_out(&e)),
+        )
     })
 }
 

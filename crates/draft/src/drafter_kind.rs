@@ -1,11 +1,14 @@
-//! The drafting methods: the one list every layer names. `--method`, an experiment's drafter, a
-//! training config, the probe's subject and the kind of checkpoint a folder holds all take a [`Method`].
+//! The drafter kinds (architectures): the one list every layer names. `--kind`, an experiment drafter's
+//! `kind:`, a training config's `kind:`, a drafter probe's `kind:` and the kind of checkpoint a folder holds
+//! all take a [`DrafterKind`]. The paper's "method" is what an experiment compares (the unmodified drafter,
+//! query scaling, online adaptation ...), never the architecture; `--method` and `method:` stay accepted as
+//! the old spellings of `--kind` and `kind:`.
 
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Method {
+pub enum DrafterKind {
     /// A small LM with the target's tokenizer, K forward passes per chain.
     Vanilla,
     /// An EAGLE-3 / 3.1 head on target features, chain or dynamic tree.
@@ -16,8 +19,8 @@ pub enum Method {
     Dflash,
 }
 
-impl Method {
-    pub const ALL: [Method; 4] = [Self::Vanilla, Self::Eagle3, Self::Pard, Self::Dflash];
+impl DrafterKind {
+    pub const ALL: [DrafterKind; 4] = [Self::Vanilla, Self::Eagle3, Self::Pard, Self::Dflash];
 
     /// The name the command line, YAML and tables use.
     pub fn name(self) -> &'static str {
@@ -30,13 +33,13 @@ impl Method {
     }
 }
 
-impl std::fmt::Display for Method {
+impl std::fmt::Display for DrafterKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
 }
 
-impl std::str::FromStr for Method {
+impl std::str::FromStr for DrafterKind {
     type Err = String;
 
     fn from_str(text: &str) -> std::result::Result<Self, String> {
@@ -44,7 +47,7 @@ impl std::str::FromStr for Method {
             .into_iter()
             .find(|m| m.name() == text)
             .ok_or_else(|| {
-                format!("{text:?} is not a drafting method (vanilla, eagle3, pard, dflash)")
+                format!("{text:?} is not a drafter kind (vanilla, eagle3, pard, dflash)")
             })
     }
 }

@@ -5,10 +5,10 @@
 //! user's files, and the kernel drops it when its process ends (a killed run leaves no stale lock).
 //! It covers commands that share `$SHARPDRAFT_HOME` on one machine.
 
-use crate::error::{bail, Context, Result};
+use crate::error::{Result, StoreError};
+use crate::output_folder::absolute;
+use crate::registry;
 use sha2::{Digest, Sha256};
-use sharpdraft_model::store::output_folder::absolute;
-use sharpdraft_model::store::registry;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -32,29 +32,30 @@ impl FolderLock {
     pub fn acquire(folder: &Path, command: &str) -> Result<Self> {
         let path = lock_path(folder)?;
         let parent = path.parent().expect("a lock file lies in a folder");
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating the lock folder {}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|e| {
+            StoreError::failed(format!("creating the lock folder {}", parent.display()), e)
+        })?;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)
-            .with_context(|| format!("opening lock {}", path.display()))?;
+            .map_err(|e| StoreError::failed(format!("opening lock {}", path.display()), e))?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
-                bail!(
+                return Err(StoreError::Refused(format!(
                     "{} is in use by another sharpdraft command ({}): wait for it to end, or give --out another folder",
                     folder.display(),
                     if holder.is_empty() { "holder unknown" } else { holder }
-                );
+                )));
             }
             Err(TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("locking {}", path.display()))
+                return Err(StoreError::failed(format!("locking {}", path.display()), e))
             }
         }
         let since = std::time::SystemTime::now()
@@ -68,7 +69,7 @@ impl FolderLock {
         file.set_len(0)
             .and_then(|()| file.rewind())
             .and_then(|()| file.write_all(about.as_bytes()))
-            .with_context(|| format!("writing lock {}", path.display()))?;
+            .map_err(|e| StoreError::failed(format!("writing lock {}", path.display()), e))?;
         Ok(Self { file })
     }
 }

@@ -7,7 +7,7 @@
 //! bytes left in the file first, and every tensor's data range must lie inside the file. A file that
 //! passes can be handed to candle; one that fails gets an error naming the field and its offset.
 
-use crate::error::{ModelError, Result};
+use crate::error::{Result, StoreError};
 use std::io::{BufReader, Read};
 use std::path::Path;
 
@@ -47,8 +47,8 @@ struct Walker<'a, R> {
 }
 
 impl<R: Read> Walker<'_, R> {
-    fn error(&self, what: impl std::fmt::Display) -> ModelError {
-        ModelError::io(
+    fn error(&self, what: impl std::fmt::Display) -> StoreError {
+        StoreError::io(
             self.path,
             format!("not a valid GGUF file: {what} (at byte {})", self.position),
         )
@@ -204,8 +204,8 @@ fn fixed_width(value_type: u32) -> bool {
 /// Checks the structure of the GGUF file at `path`: header, metadata, tensor table and tensor data
 /// ranges, against the file's size. See the module documentation.
 pub fn check_gguf(path: &Path) -> Result<()> {
-    let file = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
-    let size = file.metadata().map_err(|e| ModelError::io(path, e))?.len();
+    let file = std::fs::File::open(path).map_err(|e| StoreError::io(path, e))?;
+    let size = file.metadata().map_err(|e| StoreError::io(path, e))?.len();
     let mut walker = Walker {
         reader: BufReader::new(file),
         position: 0,
@@ -298,7 +298,7 @@ pub fn check_gguf(path: &Path) -> Result<()> {
         match end {
             Some(end) if end <= size => {}
             _ => {
-                return Err(ModelError::io(
+                return Err(StoreError::io(
                     path,
                     format!(
                         "not a valid GGUF file: tensor {name} claims {bytes} bytes at data offset {offset}, beyond the file's {size} bytes (truncated?)"

