@@ -163,3 +163,68 @@ fn a_file_size_limit_ends_a_run_with_an_error_naming_the_file_not_a_silent_signa
         "{stderr}"
     );
 }
+
+#[test]
+fn a_run_continued_under_another_thread_count_is_refused_not_pooled() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("prompts.jsonl"),
+        "{\"q\": \"Say hello.\"}\n",
+    )
+    .unwrap();
+    let experiment = dir.path().join("experiment.yaml");
+    std::fs::write(
+        &experiment,
+        "name: settings\ntarget: smollm2-135m-instruct\ndrafters: []\n\
+         methods:\n  - {name: ar, target_only: true}\n\
+         workloads:\n  - {name: w, setting: long_prompt, prompts: {jsonl: {path: prompts.jsonl, field: q}}, count: 1, max_new_tokens: 4, contexts: [0]}\n\
+         seeds: [0, 1]\n\
+         timing: {retries: 0}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let run = |shard: &str, threads: &str, resume: bool| {
+        let mut args = vec![
+            "run",
+            experiment.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--shard",
+            shard,
+        ];
+        if resume {
+            args.push("--resume");
+        }
+        Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+            .args(&args)
+            .env("SHARPDRAFT_KERNEL", "libtorch")
+            .env("OMP_NUM_THREADS", threads)
+            .output()
+            .unwrap()
+    };
+    let first = run("0/2", "1", false);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let before = finished_units(&out);
+    assert_eq!(before.len(), 1);
+    let second = run("1/2", "2", true);
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 threads")
+            && stderr.contains("2 threads")
+            && stderr.contains("not pooled"),
+        "{stderr}"
+    );
+    assert_eq!(
+        finished_units(&out),
+        before,
+        "nothing measured under the second setting"
+    );
+}

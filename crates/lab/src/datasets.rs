@@ -64,15 +64,22 @@ pub enum Source {
     Include(PathBuf),
 }
 
-/// Replaces every `include:` entry by the sources of its file, recursively (at most 8 deep), with their
-/// relative local paths rewritten to resolve from the including config's folder. The result holds the
-/// sources as read, so a config's record of its expanded data notices a changed data file.
+/// The most entries (data sources and includes) a config may expand to through its `include:`s, all
+/// files together: far above any real training mix, and bounded so that files including each other
+/// many times over cannot fan out without end.
+pub const MAX_INCLUDED_SOURCES: usize = 10_000;
+
+/// Replaces every `include:` entry by the sources of its file, recursively (at most 8 deep and
+/// [`MAX_INCLUDED_SOURCES`] in all), with their relative local paths rewritten to resolve from the
+/// including config's folder. The result holds the sources as read, so a config's record of its
+/// expanded data notices a changed data file.
 pub fn expand_includes(sources: &[Source], config: &Path) -> Result<Vec<Source>> {
     fn expand(
         sources: &[Source],
         prefix: &Path,
         file: &Path,
         depth: usize,
+        entries: &mut usize,
         out: &mut Vec<Source>,
     ) -> Result<()> {
         ensure!(
@@ -81,6 +88,13 @@ pub fn expand_includes(sources: &[Source], config: &Path) -> Result<Vec<Source>>
             file.display()
         );
         for source in sources {
+            // Every entry counts, includes too: empty files including each other fan out as well.
+            *entries += 1;
+            ensure!(
+                *entries <= MAX_INCLUDED_SOURCES,
+                "{}: its includes expand to more than {MAX_INCLUDED_SOURCES} entries (files including each other many times?)",
+                file.display()
+            );
             match source {
                 Source::Include(path) => {
                     let base = file.parent().unwrap_or(Path::new("."));
@@ -96,7 +110,14 @@ pub fn expand_includes(sources: &[Source], config: &Path) -> Result<Vec<Source>>
                             format!("{}: not a list of data sources", included.display())
                         })?;
                     let folder = path.parent().unwrap_or(Path::new(""));
-                    expand(&list, &prefix.join(folder), &included, depth + 1, out)?;
+                    expand(
+                        &list,
+                        &prefix.join(folder),
+                        &included,
+                        depth + 1,
+                        entries,
+                        out,
+                    )?;
                 }
                 other => out.push(relocated(other, prefix)),
             }
@@ -104,7 +125,7 @@ pub fn expand_includes(sources: &[Source], config: &Path) -> Result<Vec<Source>>
         Ok(())
     }
     let mut out = Vec::new();
-    expand(sources, Path::new(""), config, 0, &mut out)?;
+    expand(sources, Path::new(""), config, 0, &mut 0, &mut out)?;
     Ok(out)
 }
 

@@ -401,6 +401,9 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     };
     let mut inputs = vec![target_dir.as_path(), config_path];
     inputs.extend(init_dir.as_deref());
+    // One command at a time per folder, as `run` holds its own: two trainings of one config would
+    // swap the folder under each other.
+    let _lock = sharpdraft_store::folder_lock::FolderLock::acquire(&out_dir, "train")?;
     let claim = output_folder::claim(&out_dir, "train", &inputs)
         .with_context(|| format!("{}: out", config_path.display()))?;
     let target = CausalLm::load(&target_dir, device, Kind::Float)
@@ -420,6 +423,7 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
         config_path.parent().unwrap_or(Path::new(".")),
         &target,
     )?;
+    ensure_same_training_text(&out_dir, &stream, resuming)?;
     // The drafter's checkpoint decides which target layers it reads. A run that resumes, or starts from
     // an `init:` drafter, loads that checkpoint first and extracts features at its layers; a fresh run
     // writes a drafter with the configured (or default) layers and checks that it reads those.
@@ -612,6 +616,37 @@ fn start_fresh<'t>(
         taps
     );
     Ok((objective, windows))
+}
+
+/// The file beside the checkpoint holding the sha256 of the training text's token ids.
+const TEXT_RECORD: &str = "training_text.sha256";
+
+/// Records the digest of the training text's tokens (`stream`) in `out_dir`, or, when `resuming`,
+/// refuses a text other than the one the run's earlier steps learned from: a config's data sources can
+/// name the same files while their content changed.
+fn ensure_same_training_text(out_dir: &Path, stream: &[i64], resuming: bool) -> Result<()> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for id in stream {
+        hasher.update(id.to_le_bytes());
+    }
+    let digest = format!("{:x}", hasher.finalize());
+    let record = out_dir.join(TEXT_RECORD);
+    if resuming {
+        if let Ok(recorded) = std::fs::read_to_string(&record) {
+            ensure!(
+                recorded.trim() == digest,
+                "{} holds a run that learned from another training text ({} records sha256 {}, the text is {} now): its data files changed; restore them, or give this run another `out`",
+                out_dir.display(),
+                record.display(),
+                &recorded.trim()[..recorded.trim().len().min(12)],
+                &digest[..12]
+            );
+            return Ok(());
+        }
+    }
+    sharpdraft_store::atomic_write::write_whole(&record, format!("{digest}\n"))?;
+    Ok(())
 }
 
 /// Writes the config beside the checkpoint (through a temporary file) so that a rerun can tell its own

@@ -398,3 +398,114 @@ fn every_numeric_key_at_every_bound_loads_or_is_refused_by_name_never_panics() {
         }
     }
 }
+
+#[test]
+fn a_drafter_or_schedule_changed_after_the_run_sealed_them_is_refused_naming_the_file() {
+    use sharpdraft_lab::experiment::requests::SealedInputs;
+    let dir = tempfile::tempdir().unwrap();
+    let drafter = dir.path().join("drafter");
+    write(&drafter, "model.safetensors", "weights, version one");
+    write(&drafter, "config.json", "{}");
+    let schedule = write(dir.path(), "schedule.yaml", "n0: 256\nbeta: 0.3\n");
+    let yaml = VALID
+        .replace("checkpoint: some-dflash}", &format!("checkpoint: {}}}, schedule: schedule.yaml", drafter.display()))
+        .replace("  - {name: lora, adapt: {mode: lora, every: 4}}\n", "  - {name: scaled, scaling: {mode: fixed}}\n");
+    let path = write(dir.path(), "exp.yaml", &yaml);
+    let experiment = Experiment::load(&path).unwrap();
+    let sealed = SealedInputs::seal(&experiment).unwrap();
+    sealed.verify().unwrap();
+
+    // The same size and modification time, other content: still seen.
+    let weights = drafter.join("model.safetensors");
+    let modified = std::fs::metadata(&weights).unwrap().modified().unwrap();
+    std::fs::write(&weights, "weights, version two").unwrap();
+    std::fs::File::options().write(true).open(&weights).unwrap().set_modified(modified).unwrap();
+    let err = format!("{:#}", sealed.verify().unwrap_err());
+    assert!(err.contains("model.safetensors") && err.contains("changed since the run started"), "{err}");
+    std::fs::write(&weights, "weights, version one").unwrap();
+    sealed.verify().unwrap();
+
+    std::fs::write(&schedule, "n0: 256\nbeta: 0.4\n").unwrap();
+    let err = format!("{:#}", sealed.verify().unwrap_err());
+    assert!(err.contains("schedule.yaml"), "{err}");
+    std::fs::remove_file(&schedule).unwrap();
+    let err = format!("{:#}", sealed.verify().unwrap_err());
+    assert!(err.contains("schedule.yaml") && err.contains("gone or unreadable"), "{err}");
+}
+
+#[test]
+fn units_measured_under_two_kernel_forms_or_thread_counts_are_not_pooled() {
+    use sharpdraft_lab::experiment::records::{ensure_one_timing_setting, Provenance};
+    let unit = |kernel: &str, threads: usize| Provenance {
+        config_hash: "h".into(),
+        git_revision: "r".into(),
+        machine: "m".into(),
+        device: "cpu".into(),
+        dtype: "f32".into(),
+        sharpdraft_version: "0".into(),
+        started_unix: 0,
+        kernel: kernel.into(),
+        threads,
+    };
+    let named = |units: &[Provenance]| -> Vec<(String, Provenance)> {
+        units.iter().enumerate().map(|(i, p)| (format!("unit {i}"), p.clone())).collect()
+    };
+    let check = |units: &[Provenance]| {
+        let units = named(units);
+        ensure_one_timing_setting(units.iter().map(|(n, p)| (n.clone(), p))).map_err(|e| e.to_string())
+    };
+    check(&[unit("avx2", 2), unit("avx2", 2)]).unwrap();
+    // Units written before the setting was recorded pool with any.
+    check(&[unit("", 0), unit("avx2", 2), unit("", 0)]).unwrap();
+    let err = check(&[unit("avx2", 2), unit("libtorch", 2)]).unwrap_err();
+    assert!(err.contains("unit 0") && err.contains("avx2") && err.contains("unit 1") && err.contains("libtorch"), "{err}");
+    let err = check(&[unit("avx2", 2), unit("avx2", 1)]).unwrap_err();
+    assert!(err.contains("2 threads") && err.contains("1 threads"), "{err}");
+}
+
+#[test]
+fn a_generated_workload_builds_only_the_prompts_it_runs_whatever_it_skips() {
+    use sharpdraft_lab::experiment::prompts::{diary_prompt, PromptSource};
+    let source = PromptSource::Diary { seed: 1, weeks: 2 };
+    let skip = 1usize << 50;
+    let prompts = source.load(skip, 2).unwrap();
+    assert_eq!(prompts, [diary_prompt(1 + (1 << 50), 2), diary_prompt(2 + (1 << 50), 2)]);
+}
+
+#[test]
+fn a_filler_too_large_to_tokenize_is_refused_before_it_is_read() {
+    use sharpdraft_lab::experiment::prompts::{filler_text, MAX_FILLER_BYTES};
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("books.txt");
+    // Sparse: the size is there, the bytes are never written.
+    std::fs::File::create(&big).unwrap().set_len(MAX_FILLER_BYTES + 1).unwrap();
+    let err = format!("{:#}", filler_text(&big).unwrap_err());
+    assert!(err.contains("books.txt") && err.contains(&MAX_FILLER_BYTES.to_string()), "{err}");
+    let folder = dir.path().join("library");
+    std::fs::create_dir(&folder).unwrap();
+    for name in ["a.txt", "b.txt"] {
+        std::fs::File::create(folder.join(name)).unwrap().set_len(MAX_FILLER_BYTES / 2 + 1).unwrap();
+    }
+    let err = format!("{:#}", filler_text(&folder).unwrap_err());
+    assert!(err.contains("library"), "{err}");
+    std::fs::write(dir.path().join("small.txt"), "A short text.").unwrap();
+    assert_eq!(filler_text(&dir.path().join("small.txt")).unwrap(), "A short text.");
+}
+
+#[test]
+fn includes_that_fan_out_past_the_bound_are_refused_naming_the_file() {
+    use sharpdraft_lab::datasets::{expand_includes, Source, MAX_INCLUDED_SOURCES};
+    let dir = tempfile::tempdir().unwrap();
+    // Three levels of 30 includes each: 27,930 entries from four small files.
+    write(dir.path(), "f3.yaml", "[]\n");
+    for level in 0..3 {
+        let next = format!("- include: f{}.yaml\n", level + 1);
+        write(dir.path(), &format!("f{level}.yaml"), &next.repeat(30));
+    }
+    let config = dir.path().join("train.yaml");
+    let err = format!(
+        "{:#}",
+        expand_includes(&[Source::Include("f0.yaml".into())], &config).unwrap_err()
+    );
+    assert!(err.contains(&MAX_INCLUDED_SOURCES.to_string()) && err.contains(".yaml"), "{err}");
+}

@@ -77,6 +77,27 @@ fn a_short_training_run_writes_a_drafter_and_its_loss_curve_and_resumes() {
     );
     assert_eq!(resumed.rows(), 6);
 
+    // The same config over a changed text is another run: refused, the text named.
+    let corpus = dir.path().join("corpus.txt");
+    let text = std::fs::read_to_string(&corpus).unwrap();
+    std::fs::write(&corpus, text.replace("wisdom", "foolishness")).unwrap();
+    std::fs::write(
+        &config,
+        CONFIG
+            .replace("OUT", out.to_str().unwrap())
+            .replace("steps: 4", "steps: 8"),
+    )
+    .unwrap();
+    let err = format!("{:#}", train::run(&config).unwrap_err());
+    assert!(err.contains("another training text"), "{err}");
+    assert_eq!(
+        Table::read_parquet(&out.join("loss.parquet"))
+            .unwrap()
+            .rows(),
+        6
+    );
+    std::fs::write(&corpus, text).unwrap();
+
     // Another config in the same folder is refused before any compute.
     std::fs::write(
         &config,
@@ -196,4 +217,29 @@ fn a_config_whose_capture_layers_disagree_with_its_init_checkpoint_names_both_li
         err.contains("eagle3.capture_layers [2, 15, 27]") && err.contains("[1, 5, 20]"),
         "{err}"
     );
+}
+
+#[test]
+fn a_second_training_into_one_folder_is_refused_while_the_first_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("drafter");
+    let target =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/llama");
+    std::fs::write(dir.path().join("corpus.txt"), "a b c d ".repeat(64)).unwrap();
+    let config = dir.path().join("train.yaml");
+    std::fs::write(
+        &config,
+        CONFIG
+            .replace("smollm2-135m-instruct", target.to_str().unwrap())
+            .replace("OUT", out.to_str().unwrap()),
+    )
+    .unwrap();
+    // The lock a training (or run) in another process holds on the folder.
+    let _first = sharpdraft_store::folder_lock::FolderLock::acquire(&out, "train").unwrap();
+    let err = format!("{:#}", train::run(&config).unwrap_err());
+    assert!(
+        err.contains("in use by another sharpdraft command"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing written");
 }

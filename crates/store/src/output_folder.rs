@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The marker file's name, inside every folder the workbench wrote.
@@ -232,13 +232,46 @@ pub fn sha256_of(path: &Path) -> Result<String> {
 /// modification time, is taken at its recorded sha256 without being read again: the digest of a large
 /// imported model costs a directory listing.
 pub fn content_digest(dir: &Path) -> Result<String> {
-    let marker = Marker::read(dir)?;
+    digest_of_files(dir, true)
+}
+
+/// [`content_digest`] reading every file again, whatever its marker recorded: what a run seals its
+/// inputs with, so a file replaced under the same size and modification time still shows.
+pub fn content_digest_read(dir: &Path) -> Result<String> {
+    digest_of_files(dir, false)
+}
+
+/// Every file under `dir` that [`content_digest`] covers, with the sha256 of its content read now:
+/// (path relative to `dir`, sha256), sorted by path.
+pub fn file_digests(dir: &Path) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for relative in files_under(dir)? {
+        if is_hidden(&relative) {
+            continue;
+        }
+        let sha256 = sha256_of(&dir.join(&relative))?;
+        out.push((relative, sha256));
+    }
+    Ok(out)
+}
+
+fn is_hidden(relative: &str) -> bool {
+    Path::new(relative)
+        .components()
+        .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
+}
+
+/// The digest of [`content_digest`]; `trust_marker`: a file the marker recorded with an unchanged size
+/// and modification time is taken at its recorded sha256.
+fn digest_of_files(dir: &Path, trust_marker: bool) -> Result<String> {
+    let marker = if trust_marker {
+        Marker::read(dir)?
+    } else {
+        None
+    };
     let mut hasher = Sha256::new();
     for relative in files_under(dir)? {
-        let hidden = Path::new(&relative)
-            .components()
-            .any(|c| c.as_os_str().to_string_lossy().starts_with('.'));
-        if hidden {
+        if is_hidden(&relative) {
             continue;
         }
         let path = dir.join(&relative);
@@ -283,23 +316,16 @@ fn files_under(dir: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// `path` made absolute and free of `.`, `..` and symbolic links, as far as it exists; the part that
-/// does not exist yet is appended as written (lexically normalised).
+/// `path` made absolute and free of `.`, `..` and symbolic links, as far as it exists, meaning the
+/// folder the OS means by it: a `..` after a symbolic link goes up from the link's target, as the OS
+/// goes ([`crate::paths::normalized`]), never lexically back over the link. The part that does not
+/// exist yet is appended as written. Every check, lock and write of a command goes through this one
+/// reading, so a path names one folder.
 pub fn absolute(path: &Path) -> Result<PathBuf> {
     let cwd = std::env::current_dir().map_err(|e| StoreError::io(Path::new("."), e))?;
-    let joined = cwd.join(path);
-    let mut lexical = PathBuf::new();
-    for component in joined.components() {
-        match component {
-            Component::ParentDir => {
-                lexical.pop();
-            }
-            Component::CurDir => {}
-            other => lexical.push(other.as_os_str()),
-        }
-    }
+    let physical = crate::paths::normalized(&cwd.join(path));
     // Resolve links in the longest existing prefix.
-    let mut existing = lexical.clone();
+    let mut existing = physical.clone();
     let mut tail = Vec::new();
     while !existing.exists() {
         match existing.file_name() {

@@ -2,7 +2,7 @@
 //! holding its input, replaces a result whole or not at all, and refuses unfinished runs.
 
 use sharpdraft_store::output_folder::{
-    claim, ensure_finished, is_unfinished, Claim, Marker, Staging, MARKER,
+    absolute, claim, ensure_finished, is_unfinished, Claim, Marker, Staging, MARKER,
 };
 use std::path::Path;
 
@@ -75,6 +75,44 @@ fn a_folder_that_holds_an_input_is_refused() {
         assert!(error.contains("model.gguf"), "{error}");
     }
     assert_eq!(read(&input), "GGUF");
+}
+
+#[test]
+fn a_dotdot_after_a_link_names_the_folder_the_os_goes_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join("models/model/weights")).unwrap();
+    std::os::unix::fs::symlink(root.join("models/model/weights"), root.join("link")).unwrap();
+    // The OS reads link/.. as the folder above the link's target, not the folder holding the link.
+    let written = root.join("link/../new");
+    assert_eq!(absolute(&written).unwrap(), root.join("models/model/new"));
+    std::fs::create_dir(&written).unwrap();
+    assert!(root.join("models/model/new").is_dir());
+    assert_eq!(
+        absolute(&root.join("link/../..")).unwrap(),
+        root.join("models")
+    );
+}
+
+#[test]
+fn an_output_reached_through_a_link_and_dotdot_inside_a_model_folder_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let model = root.join("models/model");
+    write(&model.join("weights/model.safetensors"), "weights");
+    Marker::new("import", true, "a fetched model")
+        .write(&model)
+        .unwrap();
+    std::os::unix::fs::symlink(model.join("weights"), root.join("link")).unwrap();
+    // link/../run is a folder inside the model's (where the OS would create it), not beside the link.
+    let error = claim(&root.join("link/../run"), "run", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("the output of `sharpdraft import`"),
+        "{error}"
+    );
+    assert!(!model.join("run").exists());
 }
 
 #[test]

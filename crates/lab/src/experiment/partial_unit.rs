@@ -206,6 +206,8 @@ mod tests {
             dtype: "f32".into(),
             sharpdraft_version: "0".into(),
             started_unix: 7,
+            kernel: String::new(),
+            threads: 0,
         }
     }
 

@@ -103,9 +103,10 @@ impl PromptSource {
                     (1..=52).contains(weeks),
                     "diary weeks {weeks} must lie in 1..=52"
                 );
-                (0..skip + count)
+                // Prompt i depends on i alone: the skipped ones are never built, whatever `skip` is.
+                return Ok((skip..skip.saturating_add(count))
                     .map(|i| diary_prompt(seed.wrapping_add(i as u64), *weeks))
-                    .collect()
+                    .collect());
             }
         };
         ensure!(
@@ -170,8 +171,24 @@ impl FillerSource {
     }
 }
 
-/// A text file, or the `.txt` files of a folder joined in name order.
+/// The most text a filler may hold: it is tokenized whole (about 120 bytes of memory a byte of text) before
+/// excerpts are cut from it, and 32 MiB is several times the longest public-domain book set used here.
+pub const MAX_FILLER_BYTES: u64 = 32 << 20;
+
+/// A text file, or the `.txt` files of a folder joined in name order; refused, before anything is read,
+/// when it holds more than [`MAX_FILLER_BYTES`].
 pub fn filler_text(path: &Path) -> Result<String> {
+    let size = |file: &Path| {
+        std::fs::metadata(file)
+            .map(|m| m.len())
+            .with_context(|| format!("reading {}", file.display()))
+    };
+    let too_big = |bytes: u64| {
+        crate::error::LabError::Invalid(format!(
+            "filler {}: {bytes} bytes of text, more than the {MAX_FILLER_BYTES} a filler may hold (it is tokenized whole): give a smaller text or folder",
+            path.display()
+        ))
+    };
     if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
             .with_context(|| format!("reading {}", path.display()))?
@@ -180,6 +197,10 @@ pub fn filler_text(path: &Path) -> Result<String> {
             .collect();
         files.sort();
         ensure!(!files.is_empty(), "{}: no .txt files", path.display());
+        let total = files.iter().map(|f| size(f)).sum::<Result<u64>>()?;
+        if total > MAX_FILLER_BYTES {
+            return Err(too_big(total));
+        }
         files
             .iter()
             .map(|f| {
@@ -191,6 +212,10 @@ pub fn filler_text(path: &Path) -> Result<String> {
             .collect::<Result<Vec<_>>>()
             .map(|t| t.join("\n\n"))
     } else {
+        let bytes = size(path)?;
+        if bytes > MAX_FILLER_BYTES {
+            return Err(too_big(bytes));
+        }
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
     }
 }

@@ -40,6 +40,11 @@ pub struct Published {
 /// Writes the tables and the report of `experiment` into run folder `dir` from its finished `units`,
 /// with the requests its unfinished units have.
 pub fn publish(dir: &Path, experiment: &Experiment, units: &[UnitRecord]) -> Result<Published> {
+    super::records::ensure_one_timing_setting(
+        units
+            .iter()
+            .map(|u| (format!("unit {}", u.unit.id()), &u.provenance)),
+    )?;
     let samples = samples::from_units(experiment, units);
     let finished: Vec<&Unit> = units.iter().map(|r| &r.unit).collect();
     let unfinished = PartialUnit::read_unfinished(&dir.join(UNITS), experiment, &finished);

@@ -29,6 +29,45 @@ pub struct Provenance {
     pub sharpdraft_version: String,
     /// Seconds since the Unix epoch when the unit started.
     pub started_unix: u64,
+    /// The form the CPU kernel's products ran in (`avx512`, `avx2`, `neon`, `libtorch`: see
+    /// `SHARPDRAFT_KERNEL`); empty in units written before it was recorded.
+    #[serde(default)]
+    pub kernel: String,
+    /// libtorch's CPU threads; 0 in units written before it was recorded.
+    #[serde(default)]
+    pub threads: usize,
+}
+
+impl Provenance {
+    /// The timing setting the unit was measured under, when recorded: (kernel form, threads).
+    pub fn timing_setting(&self) -> Option<(&str, usize)> {
+        (!self.kernel.is_empty()).then_some((self.kernel.as_str(), self.threads))
+    }
+}
+
+/// Refuses units measured under more than one timing setting (kernel form or thread count): their
+/// timings are not one population. Each unit comes with how a message names it ("unit w.c0.s0.r0").
+/// Units written before the setting was recorded are taken as they are.
+pub fn ensure_one_timing_setting<'a>(
+    provenances: impl IntoIterator<Item = (String, &'a Provenance)>,
+) -> Result<()> {
+    let mut first: Option<(String, (&str, usize))> = None;
+    for (unit, provenance) in provenances {
+        let Some(setting) = provenance.timing_setting() else {
+            continue;
+        };
+        match &first {
+            None => first = Some((unit, setting)),
+            Some((first_unit, first_setting)) if *first_setting != setting => {
+                return Err(crate::error::LabError::Invalid(format!(
+                    "{first_unit} was measured with the {} kernel on {} threads and {unit} with the {} kernel on {} threads: timings of two settings are not pooled; run them again under one (SHARPDRAFT_KERNEL and the thread count), or in separate folders",
+                    first_setting.0, first_setting.1, setting.0, setting.1
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 fn unknown() -> f64 {
@@ -233,7 +272,16 @@ pub fn provenance(experiment: &Experiment) -> Provenance {
         dtype: experiment.dtype.clone(),
         sharpdraft_version: env!("CARGO_PKG_VERSION").to_string(),
         started_unix: 0,
+        kernel: sharpdraft_kernel::form::current().name().to_string(),
+        threads: process_threads(),
     }
+}
+
+/// libtorch's CPU threads as this process set out with, read once, before its first decode: libtorch
+/// keeps the count per thread (OpenMP's), and a decoding loop holds its own thread's at one.
+fn process_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(sharpdraft_model::cpu::few_rows::threads_outside_a_pass)
 }
 
 fn git_revision(folder: &Path) -> String {

@@ -13,7 +13,7 @@ use crate::error::{Context, Result};
 use crate::scaling::resolve_schedule;
 use sha2::{Digest, Sha256};
 use sharpdraft_model::CausalLm;
-use sharpdraft_store::output_folder::{content_digest, sha256_of};
+use sharpdraft_store::output_folder::{content_digest_read, file_digests, sha256_of};
 use sharpdraft_store::registry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -114,6 +114,63 @@ fn build_requests(
     Ok(out)
 }
 
+/// The files a unit loads again for itself (every drafter's checkpoint files, when some method drafts,
+/// and every schedule), each with the sha256 of its content when the run started. A unit checks them
+/// before it loads anything ([`SealedInputs::verify`]), so a drafter or schedule replaced mid-run is
+/// refused, named, instead of pooled with what came before. The target is loaded once per run and
+/// needs no check.
+pub struct SealedInputs {
+    files: Vec<(PathBuf, String)>,
+}
+
+impl SealedInputs {
+    /// Reads every such file of `experiment` now.
+    pub fn seal(experiment: &Experiment) -> Result<Self> {
+        let mut files = Vec::new();
+        if experiment.methods.iter().any(|m| !m.target_only) {
+            let folders: BTreeSet<PathBuf> = experiment
+                .drafters
+                .iter()
+                .map(|d| registry::resolve(&d.spec.checkpoint))
+                .collect::<std::result::Result<_, _>>()?;
+            for dir in folders {
+                for (relative, sha256) in file_digests(&dir)
+                    .with_context(|| format!("reading {} for the run's inputs", dir.display()))?
+                {
+                    files.push((dir.join(relative), sha256));
+                }
+            }
+        }
+        for schedule in schedule_files(experiment)? {
+            let sha256 = sha256_of(&schedule)
+                .with_context(|| format!("reading schedule {}", schedule.display()))?;
+            files.push((schedule, sha256));
+        }
+        Ok(Self { files })
+    }
+
+    /// Refuses, naming the file, when any sealed file's content is not what it was at the start.
+    pub fn verify(&self) -> Result<()> {
+        for (path, sealed) in &self.files {
+            let now = sha256_of(path).map_err(|e| {
+                crate::error::LabError::Invalid(format!(
+                    "{} was read when the run started and is gone or unreadable now ({e}): a run reads each input as it was at its start; restore it, or start a new run",
+                    path.display()
+                ))
+            })?;
+            if now != *sealed {
+                return Err(crate::error::LabError::Invalid(format!(
+                    "{} changed since the run started (sha256 {} then, {} now): a run reads each input as it was at its start, so its units are not pooled across two versions; restore it, or start a new run (a resume then refuses the folder of the old inputs)",
+                    path.display(),
+                    &sealed[..12],
+                    &now[..12]
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Every schedule file some arm of `experiment` reads.
 pub fn schedule_files(experiment: &Experiment) -> Result<BTreeSet<PathBuf>> {
     let mut out = BTreeSet::new();
@@ -140,7 +197,7 @@ pub fn inputs_digest(
         hasher.update(value);
     };
     let folder = |dir: &Path| {
-        content_digest(dir)
+        content_digest_read(dir)
             .with_context(|| format!("reading {} for the run's inputs", dir.display()))
     };
     field("target", folder(target_dir)?.as_bytes());

@@ -15,8 +15,10 @@ use super::grid::{arms, rotation, unit_count, units, Arm, Shard, Unit};
 use super::machine_state::{self, MachineState, Quiet, Sample, Waiting};
 use super::partial_unit::{joined, PartialUnit};
 use super::publish::{publish, Published};
-use super::records::{provenance, ArmRecord, Provenance, RequestRow, UnitRecord};
-use super::requests::{build_all, inputs_digest, GridRequests};
+use super::records::{
+    ensure_one_timing_setting, provenance, ArmRecord, Provenance, RequestRow, UnitRecord,
+};
+use super::requests::{build_all, inputs_digest, GridRequests, SealedInputs};
 use super::run_folder::{recorded_experiment, write_record, EXPERIMENT_RECORD, RUN_KIND, UNITS};
 use super::{samples, tables};
 use crate::drafter_spec::{self, DecodedRequest, DrafterSpec, RequestDecoder};
@@ -310,6 +312,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     let prefill_taps = check_arms(&experiment, &target, &requests)?;
     crate::held_out::check_calibration_data(&experiment, &requests)?;
     experiment.seal(&inputs_digest(&experiment, &target_dir, &requests)?);
+    let sealed = SealedInputs::seal(&experiment)?;
 
     let fresh = match previous {
         Previous::Nothing => true,
@@ -360,6 +363,14 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
             mine.len()
         );
     }
+    // A resume measures under this process's kernel form and threads: the same as the units before.
+    let this_run = provenance(&experiment);
+    ensure_one_timing_setting(
+        records
+            .iter()
+            .map(|r| (format!("unit {}", r.unit.id()), &r.provenance))
+            .chain((!pending.is_empty()).then(|| ("this run".to_string(), &this_run))),
+    )?;
     if !pending.is_empty() {
         eprintln!("{}", plan(&experiment, pending.len(), skipped));
         warn_if_busy(machine_state::observe(Duration::from_secs(1)));
@@ -379,12 +390,18 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         provenance: provenance(&experiment),
         arms: arms(&experiment),
         wait_budget_left: std::cell::Cell::new(Duration::ZERO),
+        sealed,
     };
     for unit in &pending {
         bar.set_message(unit.id());
         let record = runner
             .run(unit, &units_dir)
             .with_context(|| format!("unit {}", unit.id()))?;
+        // An input replaced while the unit ran: its results are not written as the sealed inputs'.
+        runner
+            .sealed
+            .verify()
+            .with_context(|| format!("unit {} (finished, not recorded)", unit.id()))?;
         record.write(&units_dir)?;
         PartialUnit::remove_own(&units_dir, unit, experiment.hash())?;
         let lines = summary_lines(&record);
@@ -481,6 +498,8 @@ struct UnitRunner<'a> {
     arms: Vec<Arm>,
     /// What the unit running now may still spend waiting for quiet (`timing.unit_wait_seconds`).
     wait_budget_left: std::cell::Cell<Duration>,
+    /// The drafters' and schedules' content at the start, checked before every unit loads them.
+    sealed: SealedInputs,
 }
 
 /// One arm while its unit runs: how it decodes, and its rows so far.
@@ -497,6 +516,7 @@ impl UnitRunner<'_> {
     /// Runs `unit`'s requests, from the first its partial record under `units_dir` lacks, writing
     /// that record anew after each request but the last.
     fn run(&self, unit: &Unit, units_dir: &Path) -> Result<UnitRecord> {
+        self.sealed.verify()?;
         let started = Instant::now();
         self.wait_budget_left.set(Duration::from_secs_f64(
             self.experiment.timing.unit_wait_seconds,
@@ -565,6 +585,13 @@ impl UnitRunner<'_> {
             None => piece_provenance,
         };
         if let Some(earlier) = &earlier {
+            ensure_one_timing_setting([
+                (
+                    format!("unit {}'s first requests", unit.id()),
+                    &earlier.provenance,
+                ),
+                ("this run".to_string(), &self.provenance),
+            ])?;
             for (run, recorded) in runs.iter_mut().zip(&earlier.arms) {
                 run.rows.clone_from(&recorded.requests);
                 run.n0 = recorded.n0;

@@ -366,6 +366,8 @@ pub fn read(
                 dtype: dtype[r].clone(),
                 sharpdraft_version: version[r].clone(),
                 started_unix: started[r],
+                kernel: String::new(),
+                threads: 0,
             },
         });
     }

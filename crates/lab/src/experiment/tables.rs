@@ -630,6 +630,8 @@ mod tests {
                 dtype: "f32".into(),
                 sharpdraft_version: String::new(),
                 started_unix: 0,
+                kernel: String::new(),
+                threads: 0,
             },
         }
     }

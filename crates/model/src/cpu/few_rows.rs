@@ -212,8 +212,9 @@ pub fn holds_libtorch_to_one_thread() -> bool {
 }
 
 /// The threads this kernel runs on outside a pass: libtorch's count, or the count it had before a
-/// pass or a decoding loop set it to one.
-fn threads_outside_a_pass() -> usize {
+/// pass or a decoding loop set it to one (what a unit's provenance records: a pass on another thread
+/// does not change it).
+pub fn threads_outside_a_pass() -> usize {
     let active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
     if active.0 > 0 {
         active.1.max(1) as usize
