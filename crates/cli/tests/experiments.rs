@@ -1,6 +1,6 @@
 //! `sharpdraft run` as a user runs it: killed mid-grid, resumed with every finished row intact.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -124,25 +124,30 @@ fn a_run_killed_mid_grid_resumes_with_every_finished_unit_intact_and_no_duplicat
     assert!(stdout.contains("report.md"), "{stdout}");
 }
 
+/// An experiment `name` in `dir` of the target alone on one prompt (4 tokens), with `extra` YAML after
+/// its workloads.
+fn target_alone_experiment(dir: &Path, name: &str, extra: &str) -> PathBuf {
+    std::fs::write(dir.join("prompts.jsonl"), "{\"q\": \"Say hello.\"}\n").unwrap();
+    let experiment = dir.join("experiment.yaml");
+    std::fs::write(
+        &experiment,
+        format!(
+            "name: {name}\ntarget: smollm2-135m-instruct\ndrafters: []\n\
+             methods:\n  - {{name: ar, target_only: true}}\n\
+             workloads:\n  - {{name: w, setting: long_prompt, prompts: {{jsonl: {{path: prompts.jsonl, field: q}}}}, count: 1, max_new_tokens: 4, contexts: [0]}}\n{extra}"
+        ),
+    )
+    .unwrap();
+    experiment
+}
+
 #[test]
 fn a_file_size_limit_ends_a_run_with_an_error_naming_the_file_not_a_silent_signal() {
     if !fetched() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("prompts.jsonl"),
-        "{\"q\": \"Say hello.\"}\n",
-    )
-    .unwrap();
-    let experiment = dir.path().join("experiment.yaml");
-    std::fs::write(
-        &experiment,
-        "name: limited\ntarget: smollm2-135m-instruct\ndrafters: []\n\
-         methods:\n  - {name: ar, target_only: true}\n\
-         workloads:\n  - {name: w, setting: long_prompt, prompts: {jsonl: {path: prompts.jsonl, field: q}}, count: 1, max_new_tokens: 4, contexts: [0]}\n",
-    )
-    .unwrap();
+    let experiment = target_alone_experiment(dir.path(), "limited", "");
     let out = dir.path().join("run");
     // 1 KiB: the marker fits, the experiment's record does not.
     let script = format!(
@@ -170,21 +175,11 @@ fn a_run_continued_under_another_thread_count_is_refused_not_pooled() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("prompts.jsonl"),
-        "{\"q\": \"Say hello.\"}\n",
-    )
-    .unwrap();
-    let experiment = dir.path().join("experiment.yaml");
-    std::fs::write(
-        &experiment,
-        "name: settings\ntarget: smollm2-135m-instruct\ndrafters: []\n\
-         methods:\n  - {name: ar, target_only: true}\n\
-         workloads:\n  - {name: w, setting: long_prompt, prompts: {jsonl: {path: prompts.jsonl, field: q}}, count: 1, max_new_tokens: 4, contexts: [0]}\n\
-         seeds: [0, 1]\n\
-         timing: {retries: 0}\n",
-    )
-    .unwrap();
+    let experiment = target_alone_experiment(
+        dir.path(),
+        "settings",
+        "seeds: [0, 1]\ntiming: {retries: 0}\n",
+    );
     let out = dir.path().join("run");
     let run = |shard: &str, threads: &str, resume: bool| {
         let mut args = vec![

@@ -1,27 +1,24 @@
-//! Drafters for speculative decoding on SharpDraft's model layer. Each method lives in its own file and
-//! implements [`Drafter`]; the decoder crate drives them and verifies their proposals.
+//! Drafters for speculative decoding on SharpDraft's model layer. Each kind lives in its own folder
+//! (its training objective in `train.rs`) and implements [`Drafter`]; the decoder crate drives them and
+//! verifies their proposals.
 
 pub mod adamw;
 pub mod adaptation;
 mod causal_drafting;
 pub mod checkpoint_kind;
 pub mod dflash;
-pub mod dflash_train;
 pub mod draft_vocabulary;
 pub mod drafter;
 pub mod drafter_stats;
 pub mod eagle3;
-pub mod eagle3_train;
 pub mod drafter_kind;
 pub mod option_value;
 pub mod pard;
-pub mod pard_train;
 pub mod proposal;
 mod random_init;
 pub mod retrieval;
 pub mod training;
 pub mod vanilla;
-pub mod vanilla_train;
 
 pub use dflash::DFlashDrafter;
 pub use drafter::{DraftContext, DraftError, Drafter, Feedback};

@@ -19,9 +19,9 @@ use crate::error::{bail, ensure, Context, Result};
 use crate::loss_curve;
 use crate::target_windows;
 use serde::{Deserialize, Serialize};
-use sharpdraft_draft::dflash_train::{self, DFlashObjective, DFlashOptions};
-use sharpdraft_draft::eagle3_train::{self, Eagle3Objective, Eagle3Options};
-use sharpdraft_draft::pard_train::{self, PardObjective, PardOptions};
+use sharpdraft_draft::dflash::train::{self as dflash_train, DFlashObjective, DFlashOptions};
+use sharpdraft_draft::eagle3::train::{self as eagle3_train, Eagle3Objective, Eagle3Options};
+use sharpdraft_draft::pard::train::{self as pard_train, PardObjective, PardOptions};
 use sharpdraft_draft::training::{
     extract_windows, train, LoopOptions, LrDecay, OwnedObjective, TrainObserver, TrainState,
     TrainWindow,

@@ -161,7 +161,7 @@ fn target_and_head_on_layers_1_5_20(
 
 #[test]
 fn a_head_with_its_own_capture_layers_trains_on_exactly_those_layers() {
-    use sharpdraft_draft::eagle3_train::Eagle3Objective;
+    use sharpdraft_draft::eagle3::train::Eagle3Objective;
     use sharpdraft_draft::training::{extract_windows, Objective};
     use sharpdraft_model::Tap;
     let dir = tempfile::tempdir().unwrap();

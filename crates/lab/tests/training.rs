@@ -3,9 +3,9 @@
 //! interrupted run resumes from its last checkpoint (weights and optimizer moments) and ends where an
 //! uninterrupted run ends; each trained drafter drafts in bf16 beside the f32 target.
 use sharpdraft_decode::{speculative_generate, SpecOptions};
-use sharpdraft_draft::dflash_train::{self, block_visibility, DFlashObjective, DFlashOptions};
-use sharpdraft_draft::eagle3_train::{self, frequent_tokens, Eagle3Objective, Eagle3Options};
-use sharpdraft_draft::pard_train::{self, copy_layout, kept_offsets, PardObjective, PardOptions};
+use sharpdraft_draft::dflash::train::{self as dflash_train, block_visibility, DFlashObjective, DFlashOptions};
+use sharpdraft_draft::eagle3::train::{self as eagle3_train, frequent_tokens, Eagle3Objective, Eagle3Options};
+use sharpdraft_draft::pard::train::{self as pard_train, copy_layout, kept_offsets, PardObjective, PardOptions};
 use sharpdraft_draft::training::{
     extract_windows, train, LoopOptions, LrDecay, Objective, OwnedObjective, TrainObserver, TrainState,
     TrainWindow,

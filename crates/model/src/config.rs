@@ -226,6 +226,50 @@ impl HfConfig {
         })
     }
 
+    /// `rope_scaling` resolved: llama3-style frequency scaling, or none (`default`, or absent).
+    fn llama3_scaling(&self) -> Result<Option<Llama3Scaling>> {
+        Ok(match &self.rope_scaling {
+            None => None,
+            Some(s) if s.rope_type == "llama3" => {
+                let get = |name: &str, v: Option<f64>| {
+                    v.ok_or_else(|| {
+                        invalid(
+                            &format!("rope_scaling.{name}"),
+                            "missing for rope_type llama3".into(),
+                        )
+                    })
+                };
+                Some(Llama3Scaling {
+                    factor: get("factor", s.factor)?,
+                    low_freq_factor: get("low_freq_factor", s.low_freq_factor)?,
+                    high_freq_factor: get("high_freq_factor", s.high_freq_factor)?,
+                    original_max_position_embeddings: get(
+                        "original_max_position_embeddings",
+                        s.original_max_position_embeddings,
+                    )?,
+                })
+            }
+            Some(s) if s.rope_type == "default" => None,
+            Some(s) => {
+                return Err(invalid(
+                    "rope_scaling.rope_type",
+                    format!("{:?} is not supported (llama3, default)", s.rope_type),
+                ))
+            }
+        })
+    }
+
+    /// Refuses an MLP activation the forward pass does not implement (it computes SiLU).
+    fn check_activation(&self) -> Result<()> {
+        match self.hidden_act.as_deref() {
+            None | Some("silu") | Some("swish") => Ok(()),
+            Some(act) => Err(invalid(
+                "hidden_act",
+                format!("{act:?} is not implemented here (silu)"),
+            )),
+        }
+    }
+
     pub fn resolve(self) -> Result<ModelConfig> {
         let family = match self.model_type.as_str() {
             "llama" => Family::Llama,
@@ -239,14 +283,7 @@ impl HfConfig {
             }
         };
         let positive = size;
-        if let Some(act) = self.hidden_act.as_deref() {
-            if !matches!(act, "silu" | "swish") {
-                return Err(invalid(
-                    "hidden_act",
-                    format!("{act:?} is not implemented here (silu)"),
-                ));
-            }
-        }
+        self.check_activation()?;
         // No layers is allowed (a head alone); too many is not.
         let num_layers = match self.num_hidden_layers {
             0 => 0,
@@ -282,35 +319,7 @@ impl HfConfig {
                 format!("{head_dim} must be even for RoPE"),
             ));
         }
-        let rope_scaling = match &self.rope_scaling {
-            None => None,
-            Some(s) if s.rope_type == "llama3" => {
-                let get = |name: &str, v: Option<f64>| {
-                    v.ok_or_else(|| {
-                        invalid(
-                            &format!("rope_scaling.{name}"),
-                            "missing for rope_type llama3".into(),
-                        )
-                    })
-                };
-                Some(Llama3Scaling {
-                    factor: get("factor", s.factor)?,
-                    low_freq_factor: get("low_freq_factor", s.low_freq_factor)?,
-                    high_freq_factor: get("high_freq_factor", s.high_freq_factor)?,
-                    original_max_position_embeddings: get(
-                        "original_max_position_embeddings",
-                        s.original_max_position_embeddings,
-                    )?,
-                })
-            }
-            Some(s) if s.rope_type == "default" => None,
-            Some(s) => {
-                return Err(invalid(
-                    "rope_scaling.rope_type",
-                    format!("{:?} is not supported (llama3, default)", s.rope_type),
-                ))
-            }
-        };
+        let rope_scaling = self.llama3_scaling()?;
         Ok(ModelConfig {
             family,
             vocab_size: positive("vocab_size", self.vocab_size)?,

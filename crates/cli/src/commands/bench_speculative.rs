@@ -19,7 +19,7 @@ use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_draft::DrafterKind;
-use sharpdraft_lab::drafter_spec;
+use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
 use sharpdraft_lab::experiment::machine_state::{measure_quietly, Waiting};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{CausalLm, Sampler, Sampling};
@@ -28,6 +28,10 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+
+/// The highest sampling temperature a benchmark takes: at 100 sampling is all but uniform over the
+/// vocabulary already, and a larger value would only measure the same thing more slowly.
+pub const MAX_TEMPERATURE: f64 = 100.0;
 
 #[derive(Args, Debug)]
 pub struct SpeculativeBenchArgs {
@@ -135,8 +139,10 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
         .as_deref()
         .context("--drafter is required")?;
     ensure!(
-        args.temperatures.iter().all(|t| t.is_finite() && *t >= 0.0),
-        "--temperatures {:?}: every temperature must be >= 0",
+        args.temperatures
+            .iter()
+            .all(|t| t.is_finite() && (0.0..=MAX_TEMPERATURE).contains(t)),
+        "--temperatures {:?}: every temperature must lie in 0..={MAX_TEMPERATURE}",
         args.temperatures
     );
     ensure!(
@@ -178,72 +184,23 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
                 };
                 let row = match decoding {
                     None => {
-                        let kept = measure_quietly(&waiting, || {
-                            generate(
-                                &target.net,
-                                &request.ids,
-                                args.max_new_tokens,
-                                &mut Sampler::new(request.sampling),
-                                &target.stop_tokens(),
-                            )
-                        })?;
-                        let ar = kept.value;
-                        let mut row = request.row(
-                            "workbench",
-                            "ar",
-                            ar.ids.len(),
-                            ar.ids.len() as f64 / ar.tokens_per_second(),
-                        );
-                        row.round = round;
-                        row.other_cpu_share = kept.other_share;
-                        ar_ids.get_or_insert(ar.ids);
+                        let (row, ids) = decode_ar(args, &target, request, &waiting)?;
+                        ar_ids.get_or_insert(ids);
                         row
                     }
                     Some(scaling) => {
                         let spec = args.draft.spec(drafter_name, scaling);
-                        let kept = measure_quietly(&waiting, || {
-                            drafter_spec::decode_requests(
-                                &spec,
-                                &target,
-                                &[request.ids.as_slice()],
-                                args.max_new_tokens,
-                                None,
-                                |_| request.sampling,
-                            )
-                            .with_context(|| {
-                                format!(
-                                    "prompt {}, --contexts {}",
-                                    request.prompt, request.requested_context
-                                )
-                            })
-                        })?;
-                        let decoded = kept
-                            .value
-                            .into_iter()
-                            .next()
-                            .context("one request decoded")?
-                            .report;
-                        let mut row = request.row(
-                            "workbench",
-                            scaling.name(),
-                            decoded.ids.len(),
-                            decoded.total_seconds,
-                        );
-                        row.round = round;
-                        row.other_cpu_share = kept.other_share;
-                        row.tau = Some(decoded.tau());
-                        row.identical_to_ar = ar_ids
-                            .as_ref()
-                            .filter(|_| request.sampling.is_greedy())
-                            .map(|ar| *ar == decoded.ids);
-                        row.cycles = Some(CycleTimes {
-                            cycles: decoded.cycles.len(),
-                            draft_seconds: decoded.cycles.iter().map(|c| c.draft_seconds).sum(),
-                            verify_seconds: decoded.cycles.iter().map(|c| c.verify_seconds).sum(),
-                        });
-                        row
+                        decode_speculatively(
+                            args,
+                            &target,
+                            request,
+                            &spec,
+                            &waiting,
+                            ar_ids.as_deref(),
+                        )?
                     }
                 };
+                let row = Row { round, ..row };
                 report_row(&row);
                 rows.push(row);
             }
@@ -254,6 +211,80 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     }
     print_summaries(&rows, args.json);
     Ok(())
+}
+
+/// The target alone's decode of `request`, measured with the load check: its row and its ids.
+fn decode_ar(
+    args: &SpeculativeBenchArgs,
+    target: &CausalLm,
+    request: &Request,
+    waiting: &Waiting<'_>,
+) -> Result<(Row, Vec<i64>)> {
+    let kept = measure_quietly(waiting, || {
+        generate(
+            &target.net,
+            &request.ids,
+            args.max_new_tokens,
+            &mut Sampler::new(request.sampling),
+            &target.stop_tokens(),
+        )
+    })?;
+    let ar = kept.value;
+    let seconds = ar.ids.len() as f64 / ar.tokens_per_second();
+    let mut row = request.row("workbench", "ar", ar.ids.len(), seconds);
+    row.other_cpu_share = kept.other_share;
+    Ok((row, ar.ids))
+}
+
+/// `spec`'s speculative decode of `request`, measured with the load check; greedy outputs checked
+/// against the target alone's (`ar_ids`, once it has decoded).
+fn decode_speculatively(
+    args: &SpeculativeBenchArgs,
+    target: &CausalLm,
+    request: &Request,
+    spec: &DrafterSpec,
+    waiting: &Waiting<'_>,
+    ar_ids: Option<&[i64]>,
+) -> Result<Row> {
+    let kept = measure_quietly(waiting, || {
+        drafter_spec::decode_requests(
+            spec,
+            target,
+            &[request.ids.as_slice()],
+            args.max_new_tokens,
+            None,
+            |_| request.sampling,
+        )
+        .with_context(|| {
+            format!(
+                "prompt {}, --contexts {}",
+                request.prompt, request.requested_context
+            )
+        })
+    })?;
+    let decoded = kept
+        .value
+        .into_iter()
+        .next()
+        .context("one request decoded")?
+        .report;
+    let mut row = request.row(
+        "workbench",
+        spec.scaling.mode.name(),
+        decoded.ids.len(),
+        decoded.total_seconds,
+    );
+    row.other_cpu_share = kept.other_share;
+    row.tau = Some(decoded.tau());
+    row.identical_to_ar = ar_ids
+        .filter(|_| request.sampling.is_greedy())
+        .map(|ar| ar == decoded.ids.as_slice());
+    row.cycles = Some(CycleTimes {
+        cycles: decoded.cycles.len(),
+        draft_seconds: decoded.cycles.iter().map(|c| c.draft_seconds).sum(),
+        verify_seconds: decoded.cycles.iter().map(|c| c.verify_seconds).sum(),
+    });
+    Ok(row)
 }
 
 /// One request per context x prompt x temperature: the prompt's ids (with `--prefix`), checked against

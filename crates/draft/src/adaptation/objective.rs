@@ -1,12 +1,12 @@
 //! The objective each method adapts with: its offline training objective over the drafter's own weights,
 //! with the settings that suit a buffer of a few hundred verified rows.
 
-use crate::dflash_train::{DFlashObjective, DFlashOptions};
+use crate::dflash::train::{DFlashObjective, DFlashOptions};
 use crate::drafter::{DraftError, Drafter, Result};
-use crate::eagle3_train::{Eagle3Objective, Eagle3Options};
-use crate::pard_train::{PardObjective, PardOptions};
+use crate::eagle3::train::{Eagle3Objective, Eagle3Options};
+use crate::pard::train::{PardObjective, PardOptions};
 use crate::training::Objective;
-use crate::vanilla_train::NextTokenObjective;
+use crate::vanilla::train::NextTokenObjective;
 use crate::{DFlashDrafter, DrafterKind, Eagle3Drafter, PardDrafter, VanillaDrafter};
 use sharpdraft_model::Transformer;
 

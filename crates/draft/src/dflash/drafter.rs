@@ -1,17 +1,17 @@
 //! The DFlash drafter: its layers, loading and saving, context K/V injection, and block passes.
 
-use crate::draft_vocabulary::DraftVocabulary;
-use sharpdraft_model::cpu::few_rows;
-use sharpdraft_model::time_split::{self, Step};
 use super::config::CheckedConfig;
 use super::DFlashConfig;
+use crate::draft_vocabulary::DraftVocabulary;
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use crate::random_init::save_trained;
+use sharpdraft_model::attention::attend;
+use sharpdraft_model::cpu::few_rows;
 use sharpdraft_model::layers::{Linear, QkvProjection, QkvShape, RmsNorm, SwiGlu, Trainable};
 use sharpdraft_model::rope::Rope;
-use sharpdraft_model::attention::attend;
+use sharpdraft_model::time_split::{self, Step};
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
 use sharpdraft_model::{
     visible_counts, AttentionObserver, AttentionView, KeySelection, KvCache, QueryScaling, Sampler,
@@ -207,12 +207,8 @@ impl DFlashDrafter {
         };
         let side = load_strict(&mut vars, &checkpoint_files(dir)?, route)?;
         let vocab = target.config.vocab_size;
-        let vocabulary = DraftVocabulary::read(
-            &side,
-            config.draft_vocab_size.unwrap_or(vocab),
-            vocab,
-            dir,
-        )?;
+        let vocabulary =
+            DraftVocabulary::read(&side, config.draft_vocab_size.unwrap_or(vocab), vocab, dir)?;
         let draft_head = (!vocabulary.is_whole(vocab)).then(|| {
             let rows = (target.lm_head_weight())
                 .index_select(0, &vocabulary.target_ids(device))
@@ -309,7 +305,8 @@ impl DFlashDrafter {
         for (i, layer) in self.layers.iter().enumerate() {
             // The context's keys and values: features entering layer i.
             // The projections' weights are their linear maps', marked there.
-            let (k, v) = time_split::mark(Step::Features, || 0, || layer.keys_values(c, &cos, &sin));
+            let (k, v) =
+                time_split::mark(Step::Features, || 0, || layer.keys_values(c, &cos, &sin));
             let (_keys, _values) = self.cache.write(i, &k, &v)?;
         }
         self.cache.advance(rows);
@@ -350,31 +347,35 @@ impl DFlashDrafter {
             .collect();
         let mut speculation = self.cache.speculate();
         for ((i, layer), mask) in self.layers.iter().enumerate().zip(&masks) {
-            x = time_split::mark(Step::Layer(i), || 0, || -> Result<Tensor> {
-                let y = layer.input_layernorm.forward(&x);
-                let (k, v) = layer.keys_values(&y, &cos, &sin);
-                // The cache converts the block's keys and values to its (the target's) kind; the
-                // queries follow, and the attention's output comes back to the drafter's kind.
-                let (keys, values) = speculation.write(i, &k, &v)?;
-                let mut q = layer.queries(&y, &cos, &sin).to_kind(keys.kind());
-                // Every row of a non-causal block sees context + B keys: one scalar per pass (derivations/top-k-mass-scaling.md §6).
-                if !self.query_scaling.is_off() {
-                    let counts = visible_counts(mask.as_ref(), b, keys.size()[1])?;
-                    self.query_scaling.apply(&mut q, i, &counts)?;
-                }
-                if let Some(observer) = observer.as_deref_mut().filter(|o| o.wants(i)) {
-                    let view = AttentionView {
-                        queries: &q,
-                        keys: &keys,
-                        visible: mask.as_ref(),
-                        past: context,
-                        softmax_scale,
-                    };
-                    observer.observe(i, &view);
-                }
-                let attention = attend(&q, &keys, &values, mask.as_ref(), softmax_scale);
-                Ok(layer.finish(&x, &attention.to_kind(kind)))
-            })?;
+            x = time_split::mark(
+                Step::Layer(i),
+                || 0,
+                || -> Result<Tensor> {
+                    let y = layer.input_layernorm.forward(&x);
+                    let (k, v) = layer.keys_values(&y, &cos, &sin);
+                    // The cache converts the block's keys and values to its (the target's) kind; the
+                    // queries follow, and the attention's output comes back to the drafter's kind.
+                    let (keys, values) = speculation.write(i, &k, &v)?;
+                    let mut q = layer.queries(&y, &cos, &sin).to_kind(keys.kind());
+                    // Every row of a non-causal block sees context + B keys: one scalar per pass (derivations/top-k-mass-scaling.md §6).
+                    if !self.query_scaling.is_off() {
+                        let counts = visible_counts(mask.as_ref(), b, keys.size()[1])?;
+                        self.query_scaling.apply(&mut q, i, &counts)?;
+                    }
+                    if let Some(observer) = observer.as_deref_mut().filter(|o| o.wants(i)) {
+                        let view = AttentionView {
+                            queries: &q,
+                            keys: &keys,
+                            visible: mask.as_ref(),
+                            past: context,
+                            softmax_scale,
+                        };
+                        observer.observe(i, &view);
+                    }
+                    let attention = attend(&q, &keys, &values, mask.as_ref(), softmax_scale);
+                    Ok(layer.finish(&x, &attention.to_kind(kind)))
+                },
+            )?;
         }
         Ok(x)
     }
@@ -417,7 +418,10 @@ impl DFlashDrafter {
             let c = time_split::mark(
                 Step::Features,
                 || 0,
-                || self.hidden_norm.forward(&self.fc.forward(&features.to_kind(kind))),
+                || {
+                    self.hidden_norm
+                        .forward(&self.fc.forward(&features.to_kind(kind)))
+                },
             );
             let start = self.cache.len();
             self.write_context(&c, start)?;
@@ -433,25 +437,33 @@ impl DFlashDrafter {
         let x = self.block_pass(ctx.target, root, ctx.committed.len() as i64 - 1, None)?;
         let b = self.block_size;
         let logits = self.draft_logits(ctx.target, &self.norm.forward(&x.narrow(0, 1, b - 1)));
-        let drafts = time_split::mark(Step::Sampling, || 0, || -> Result<Vec<i64>> {
-            let mut drafts = Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))?;
-            if let Some(threshold) = self.stop_below {
-                // The probability of each draft, its logit row's largest: [B - 1].
-                let confidence = Vec::<f64>::try_from(
-                    logits
-                        .softmax(-1, Kind::Float)
-                        .amax([-1i64].as_slice(), false)
-                        .to_kind(Kind::Double)
-                        .to_device(Device::Cpu),
-                )?;
-                if let Some(unsure) = confidence.iter().position(|&p| p < threshold) {
-                    drafts.truncate(unsure + 1);
+        let drafts = time_split::mark(
+            Step::Sampling,
+            || 0,
+            || -> Result<Vec<i64>> {
+                let mut drafts =
+                    Vec::<i64>::try_from(logits.argmax(-1, false).to_device(Device::Cpu))?;
+                if let Some(threshold) = self.stop_below {
+                    // The probability of each draft, its logit row's largest: [B - 1].
+                    let confidence = Vec::<f64>::try_from(
+                        logits
+                            .softmax(-1, Kind::Float)
+                            .amax([-1i64].as_slice(), false)
+                            .to_kind(Kind::Double)
+                            .to_device(Device::Cpu),
+                    )?;
+                    if let Some(unsure) = confidence.iter().position(|&p| p < threshold) {
+                        drafts.truncate(unsure + 1);
+                    }
                 }
-            }
-            Ok(drafts)
-        })?;
+                Ok(drafts)
+            },
+        )?;
         Ok(match &self.draft_head {
-            Some((vocabulary, _)) => drafts.into_iter().map(|d| vocabulary.to_target(d)).collect(),
+            Some((vocabulary, _)) => drafts
+                .into_iter()
+                .map(|d| vocabulary.to_target(d))
+                .collect(),
             None => drafts,
         })
     }
@@ -561,7 +573,11 @@ impl Drafter for DFlashDrafter {
     }
 
     fn stats(&self) -> DrafterStats {
-        DrafterStats::of(self.cache.bytes_allocated(), self.forward_seconds, &self.variables())
+        DrafterStats::of(
+            self.cache.bytes_allocated(),
+            self.forward_seconds,
+            &self.variables(),
+        )
     }
 
     /// The selection's window on every layer (the narrower one where a layer has its own) and its

@@ -12,6 +12,7 @@
 mod checkpoint;
 mod config;
 mod drafter;
+pub mod train;
 
 pub use checkpoint::{write_random_dflash, RandomDFlashOptions};
 pub use config::{default_target_layers, DFlashConfig, DFlashExtras, MAX_BLOCK_SIZE};

@@ -1,12 +1,10 @@
 //! A randomly initialised (or warm-started) EAGLE-3 head written in the published layout.
 
-use crate::draft_vocabulary::DraftVocabulary;
 use super::head::checkpoint_error;
 use super::*;
+use crate::draft_vocabulary::DraftVocabulary;
 use crate::drafter::Result;
-use crate::random_init::{
-    random_norm, random_weight, write_config, write_f32_safetensors,
-};
+use crate::random_init::{random_norm, random_weight, write_config, write_f32_safetensors};
 use sharpdraft_model::Transformer;
 use std::path::Path;
 use tch::{Kind, Tensor};

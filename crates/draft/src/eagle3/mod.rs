@@ -19,6 +19,7 @@ mod config;
 mod drafter;
 mod head;
 mod loss;
+pub mod train;
 pub mod tree;
 
 pub use checkpoint::{write_random_head, RandomHeadOptions};

@@ -7,6 +7,8 @@
 //! a proposal are cropped right after its forward pass; accepted drafts were never fed as real tokens, so
 //! the next proposal feeds them (with the bonus) first.
 
+pub mod train;
+
 use sharpdraft_model::time_split::{self, Step};
 use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};

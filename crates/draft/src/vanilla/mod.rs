@@ -6,6 +6,8 @@
 //! or fewer where a chain ends early, [`VanillaDrafter::with_stop_below`]); `observe` truncates back to
 //! the rows that the accepted tokens confirmed (the root, and d1..d(min(a, n-1))).
 
+pub mod train;
+
 use sharpdraft_model::time_split::{self, Step};
 use crate::causal_drafting::{feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};

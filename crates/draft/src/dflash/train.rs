@@ -9,9 +9,9 @@
 
 use crate::dflash::{default_target_layers, DFlashDrafter};
 use crate::draft_vocabulary::DraftVocabulary;
-use crate::eagle3_train::frequent_tokens;
 use crate::drafter::Drafter;
 use crate::drafter::{DraftError, Result};
+use crate::eagle3::train::frequent_tokens;
 use crate::random_init::{write_config, write_f32_safetensors, TargetWeights};
 use crate::training::{step_rng, weighted_mean, Objective, TrainWindow};
 use rand::seq::index::sample;
@@ -88,7 +88,10 @@ pub fn init(
         return Err(DraftError::InvalidOption {
             option: "dflash.draft_vocab".into(),
             value: options.draft_vocab.to_string(),
-            reason: format!("must be 0 (the whole vocabulary) up to the target's {}", c.vocab_size),
+            reason: format!(
+                "must be 0 (the whole vocabulary) up to the target's {}",
+                c.vocab_size
+            ),
         });
     }
     // The draft vocabulary: the most frequent tokens of the windows (the target's answers).
@@ -207,8 +210,10 @@ impl<'t> DFlashObjective<'t> {
 impl<'t, D: Borrow<DFlashDrafter>> DFlashObjective<'t, D> {
     /// The objective over `drafter`'s own weights; `seed` draws the anchors.
     pub fn over(drafter: D, target: &'t Transformer, options: &DFlashOptions, seed: u64) -> Self {
-        let to_draft = (drafter.borrow().draft_vocabulary())
-            .map(|v| v.target_to_draft(target.config.vocab_size).to_device(target.device()));
+        let to_draft = (drafter.borrow().draft_vocabulary()).map(|v| {
+            v.target_to_draft(target.config.vocab_size)
+                .to_device(target.device())
+        });
         Self {
             target,
             drafter,
