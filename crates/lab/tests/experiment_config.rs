@@ -509,3 +509,9 @@ fn includes_that_fan_out_past_the_bound_are_refused_naming_the_file() {
     );
     assert!(err.contains(&MAX_INCLUDED_SOURCES.to_string()) && err.contains(".yaml"), "{err}");
 }
+
+#[test]
+fn a_temperature_past_the_bound_is_refused_naming_the_key() {
+    let err = error(&format!("{VALID}temperature: 1000\n"));
+    assert!(err.contains("temperature 1000 must lie in 0..=100"), "{err}");
+}

@@ -31,7 +31,7 @@ pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;
 pub use mask::{AttentionMask, KeySelection, Visibility};
 pub use query_scaling::{visible_counts, PassFactors, QueryScaling, ScalingMode};
-pub use sampling::{Sampler, Sampling};
+pub use sampling::{is_valid_temperature, Sampler, Sampling, MAX_TEMPERATURE};
 pub use scaled_queries::ScaledQueries;
 pub use tokenizer::{ChatMessage, TextTokenizer};
 pub use transformer::{

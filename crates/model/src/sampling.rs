@@ -7,6 +7,16 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tch::{Kind, Tensor};
 
+/// The highest sampling temperature the workbench takes: at 100 sampling is all but uniform over any
+/// vocabulary already, and a larger value would only measure the same thing more slowly.
+pub const MAX_TEMPERATURE: f64 = 100.0;
+
+/// Whether `temperature` is one the workbench samples at: finite and in `0..=`[`MAX_TEMPERATURE`]
+/// (0 is greedy). Every command and config checks its temperatures with this.
+pub fn is_valid_temperature(temperature: f64) -> bool {
+    (0.0..=MAX_TEMPERATURE).contains(&temperature)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sampling {
     /// 0 means greedy.

@@ -156,3 +156,14 @@ fn greedy_generation_with_the_cache_equals_recomputing_from_scratch() {
         "stops after the first stop token"
     );
 }
+
+#[test]
+fn temperatures_are_taken_from_greedy_to_the_bound_and_nothing_else() {
+    use sharpdraft_model::{is_valid_temperature, MAX_TEMPERATURE};
+    for t in [0.0, 0.7, 1.0, MAX_TEMPERATURE] {
+        assert!(is_valid_temperature(t), "{t}");
+    }
+    for t in [-0.1, MAX_TEMPERATURE + 0.5, f64::NAN, f64::INFINITY, 4294967296.0] {
+        assert!(!is_valid_temperature(t), "{t}");
+    }
+}

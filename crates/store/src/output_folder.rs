@@ -232,51 +232,44 @@ pub fn sha256_of(path: &Path) -> Result<String> {
 /// modification time, is taken at its recorded sha256 without being read again: the digest of a large
 /// imported model costs a directory listing.
 pub fn content_digest(dir: &Path) -> Result<String> {
-    digest_of_files(dir, true)
+    Ok(digest_of(&digests_of_files(
+        dir,
+        Marker::read(dir)?.as_ref(),
+    )?))
 }
 
-/// [`content_digest`] reading every file again, whatever its marker recorded: what a run seals its
-/// inputs with, so a file replaced under the same size and modification time still shows.
-pub fn content_digest_read(dir: &Path) -> Result<String> {
-    digest_of_files(dir, false)
-}
-
-/// Every file under `dir` that [`content_digest`] covers, with the sha256 of its content read now:
-/// (path relative to `dir`, sha256), sorted by path.
+/// Every file under `dir` that [`content_digest`] covers, with the sha256 of its content read now,
+/// whatever its marker recorded (what a run seals its inputs with, so a file replaced under the same
+/// size and modification time still shows): (path relative to `dir`, sha256), sorted by path.
 pub fn file_digests(dir: &Path) -> Result<Vec<(String, String)>> {
+    digests_of_files(dir, None)
+}
+
+/// The digest [`content_digest`] gives, of files already hashed ([`file_digests`]).
+pub fn digest_of(files: &[(String, String)]) -> String {
+    let mut hasher = Sha256::new();
+    for (relative, sha256) in files {
+        hasher.update(relative.as_bytes());
+        hasher.update([0]);
+        hasher.update(sha256.as_bytes());
+        hasher.update([0]);
+    }
+    format!("{:x}", hasher.finalize())
+}
+
+/// (relative path, sha256) of every file under `dir` but hidden ones; a file `marker` recorded, found
+/// with the recorded size and modification time, is taken at its recorded sha256.
+fn digests_of_files(dir: &Path, marker: Option<&Marker>) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for relative in files_under(dir)? {
-        if is_hidden(&relative) {
-            continue;
-        }
-        let sha256 = sha256_of(&dir.join(&relative))?;
-        out.push((relative, sha256));
-    }
-    Ok(out)
-}
-
-fn is_hidden(relative: &str) -> bool {
-    Path::new(relative)
-        .components()
-        .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
-}
-
-/// The digest of [`content_digest`]; `trust_marker`: a file the marker recorded with an unchanged size
-/// and modification time is taken at its recorded sha256.
-fn digest_of_files(dir: &Path, trust_marker: bool) -> Result<String> {
-    let marker = if trust_marker {
-        Marker::read(dir)?
-    } else {
-        None
-    };
-    let mut hasher = Sha256::new();
-    for relative in files_under(dir)? {
-        if is_hidden(&relative) {
+        let hidden = Path::new(&relative)
+            .components()
+            .any(|c| c.as_os_str().to_string_lossy().starts_with('.'));
+        if hidden {
             continue;
         }
         let path = dir.join(&relative);
-        let recorded = marker.as_ref().and_then(|m| m.files.get(&relative));
-        let sha256 = match recorded {
+        let sha256 = match marker.and_then(|m| m.files.get(&relative)) {
             Some(recorded) => {
                 let cheap = fingerprint(&path, false)?;
                 if cheap.bytes == recorded.bytes && cheap.modified_ns == recorded.modified_ns {
@@ -287,12 +280,9 @@ fn digest_of_files(dir: &Path, trust_marker: bool) -> Result<String> {
             }
             None => sha256_of(&path)?,
         };
-        hasher.update(relative.as_bytes());
-        hasher.update([0]);
-        hasher.update(sha256.as_bytes());
-        hasher.update([0]);
+        out.push((relative, sha256));
     }
-    Ok(format!("{:x}", hasher.finalize()))
+    Ok(out)
 }
 
 /// Relative paths of every file under `dir` (recursively), the marker excluded, sorted.

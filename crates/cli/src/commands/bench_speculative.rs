@@ -24,14 +24,8 @@ use sharpdraft_lab::experiment::machine_state::{measure_quietly, Waiting};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{CausalLm, Sampler, Sampling};
 use sharpdraft_store::registry;
-use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
-
-/// The highest sampling temperature a benchmark takes: at 100 sampling is all but uniform over the
-/// vocabulary already, and a larger value would only measure the same thing more slowly.
-pub const MAX_TEMPERATURE: f64 = 100.0;
 
 #[derive(Args, Debug)]
 pub struct SpeculativeBenchArgs {
@@ -141,9 +135,10 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     ensure!(
         args.temperatures
             .iter()
-            .all(|t| t.is_finite() && (0.0..=MAX_TEMPERATURE).contains(t)),
-        "--temperatures {:?}: every temperature must lie in 0..={MAX_TEMPERATURE}",
-        args.temperatures
+            .all(|t| sharpdraft_model::is_valid_temperature(*t)),
+        "--temperatures {:?}: every temperature must lie in 0..={}",
+        args.temperatures,
+        sharpdraft_model::MAX_TEMPERATURE
     );
     ensure!(
         args.hf_python.is_none() || args.draft.kind == DrafterKind::Vanilla,
@@ -158,10 +153,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     let decodings: Vec<Option<ScalingKind>> = std::iter::once(None)
         .chain(args.draft.scaling.kinds().into_iter().map(Some))
         .collect();
-    // A command waits for quiet at most 30 s a decode and a minute a decode in all.
-    let wait_budget = Cell::new(Duration::from_secs(
-        60 * (args.rounds * requests.len() * decodings.len()) as u64,
-    ));
+    let wait_budget = paired_rounds::wait_budget(args.rounds * requests.len() * decodings.len());
     let mut rows = Vec::new();
     for request in &requests {
         let mut ar_ids: Option<Vec<i64>> = None;
@@ -176,12 +168,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
                     request.prompt,
                     round + 1
                 );
-                let waiting = Waiting {
-                    retries: paired_rounds::RETRIES,
-                    max_wait: Duration::from_secs(30),
-                    budget_left: &wait_budget,
-                    what: &what,
-                };
+                let waiting = paired_rounds::waiting(paired_rounds::RETRIES, &wait_budget, &what);
                 let row = match decoding {
                     None => {
                         let (row, ids) = decode_ar(args, &target, request, &waiting)?;
@@ -450,12 +437,7 @@ fn report_row(row: &Row) {
 /// the same requests in that round, pooled over prompts): [median, lowest, highest].
 fn round_speedups(rows: &[Row], members: &[&Row]) -> [f64; 3] {
     let rounds: std::collections::BTreeSet<usize> = members.iter().map(|r| r.round).collect();
-    let rate = |of: &mut dyn Iterator<Item = &Row>| {
-        let (tokens, seconds) =
-            of.fold((0usize, 0.0f64), |(t, s), r| (t + r.tokens, s + r.seconds));
-        tokens as f64 / seconds.max(1e-9)
-    };
-    let mut ratios: Vec<f64> = rounds
+    let ratios: Vec<f64> = rounds
         .iter()
         .map(|&round| {
             let mine = || members.iter().copied().filter(move |r| r.round == round);
@@ -469,21 +451,16 @@ fn round_speedups(rows: &[Row], members: &[&Row]) -> [f64; 3] {
                             && m.temperature == r.temperature
                     })
             });
-            rate(&mut mine()) / rate(&mut ar.into_iter())
+            pooled_rate(mine()) / pooled_rate(ar)
         })
         .collect();
-    ratios.sort_by(f64::total_cmp);
-    let middle = ratios.len() / 2;
-    let median = match ratios.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => ratios[middle],
-        _ => (ratios[middle - 1] + ratios[middle]) / 2.0,
-    };
-    [
-        median,
-        ratios.first().copied().unwrap_or(f64::NAN),
-        ratios.last().copied().unwrap_or(f64::NAN),
-    ]
+    paired_rounds::median_and_range(&ratios)
+}
+
+/// Tokens per second of `rows` pooled: their tokens over their seconds.
+fn pooled_rate<'a>(rows: impl Iterator<Item = &'a Row>) -> f64 {
+    let (tokens, seconds) = rows.fold((0usize, 0.0f64), |(t, s), r| (t + r.tokens, s + r.seconds));
+    tokens as f64 / seconds.max(1e-9)
 }
 
 /// Pools rows per (engine, decoding, context, temperature), in the order they first appear, with each
@@ -511,9 +488,8 @@ fn summarise(rows: &[Row]) -> Vec<Summary> {
                     && r.temperature == temperature
             })
             .collect();
-        let tokens: usize = members.iter().map(|r| r.tokens).sum();
-        let seconds: f64 = members.iter().map(|r| r.seconds).sum();
-        (members, tokens as f64 / seconds.max(1e-9))
+        let rate = pooled_rate(members.iter().copied());
+        (members, rate)
     };
     groups
         .iter()

@@ -217,9 +217,10 @@ fn process_memory(load_peak_rss_bytes: u64) -> ProcessMemory {
 
 pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
-        args.temperature >= 0.0,
-        "--temperature {} must be >= 0",
-        args.temperature
+        sharpdraft_model::is_valid_temperature(args.temperature),
+        "--temperature {} must lie in 0..={}",
+        args.temperature,
+        sharpdraft_model::MAX_TEMPERATURE
     );
     anyhow::ensure!(
         args.top_p > 0.0 && args.top_p <= 1.0,

@@ -4,6 +4,7 @@
 //! cores, and the ratio reported as the median over rounds with its range and the load seen.
 
 use serde::Serialize;
+use sharpdraft_lab::experiment::intervals::median;
 use sharpdraft_lab::experiment::machine_state::{measure_quietly, Waiting};
 use std::cell::Cell;
 use std::time::Duration;
@@ -61,6 +62,32 @@ impl PairedRatio {
 /// Retries of a decode that ran under load, as `run`'s default `timing:`.
 pub const RETRIES: usize = 3;
 
+/// The longest a one-off command waits for quiet before measuring a decode again; a command's whole
+/// budget for waiting is as much again for every decode it makes ([`wait_budget`]).
+pub const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// What a command making `decodes` decodes may spend waiting for quiet in all.
+pub fn wait_budget(decodes: usize) -> Cell<Duration> {
+    Cell::new(MAX_WAIT.saturating_mul(u32::try_from(decodes).unwrap_or(u32::MAX)))
+}
+
+/// The load check of one decode (`what` names it in the lines that say the command waits).
+pub fn waiting<'a>(retries: usize, budget: &'a Cell<Duration>, what: &'a str) -> Waiting<'a> {
+    Waiting {
+        retries,
+        max_wait: MAX_WAIT,
+        budget_left: budget,
+        what,
+    }
+}
+
+/// [median, lowest, highest] of `values` (NaN where there are none).
+pub fn median_and_range(values: &[f64]) -> [f64; 3] {
+    let low = values.iter().copied().fold(f64::NAN, f64::min);
+    let high = values.iter().copied().fold(f64::NAN, f64::max);
+    [median(values), low, high]
+}
+
 /// Runs `baseline` and `treatment` (each returning its tokens/s and its output) `rounds` times,
 /// alternating which goes first, each measured with the load check (taken again up to `retries` times
 /// when it ran under load); returns the ratio and each side's first output.
@@ -71,21 +98,22 @@ pub fn alternate<A, B>(
     mut treatment: impl FnMut() -> anyhow::Result<(f64, B)>,
 ) -> anyhow::Result<(PairedRatio, A, B)> {
     anyhow::ensure!(rounds >= 1, "--rounds 0: give at least one round");
-    // A command waits for quiet at most 30 s a decode and a minute a round in all.
-    let budget = Cell::new(Duration::from_secs(60 * rounds as u64));
-    let waiting = |what: &'static str| Waiting {
-        retries,
-        max_wait: Duration::from_secs(30),
-        budget_left: &budget,
-        what,
-    };
+    let budget = wait_budget(2 * rounds);
     let mut measured = Vec::with_capacity(rounds);
     let (mut first_a, mut first_b) = (None, None);
     for round in 0..rounds {
-        let mut run_baseline =
-            || measure_quietly(&waiting("the target alone's decode"), &mut baseline);
-        let mut run_treatment =
-            || measure_quietly(&waiting("the speculative decode"), &mut treatment);
+        let mut run_baseline = || {
+            measure_quietly(
+                &waiting(retries, &budget, "the target alone's decode"),
+                &mut baseline,
+            )
+        };
+        let mut run_treatment = || {
+            measure_quietly(
+                &waiting(retries, &budget, "the speculative decode"),
+                &mut treatment,
+            )
+        };
         let (a, b) = if round % 2 == 0 {
             let a = run_baseline()?;
             (a, run_treatment()?)
@@ -103,14 +131,8 @@ pub fn alternate<A, B>(
         first_a.get_or_insert(a.value.1);
         first_b.get_or_insert(b.value.1);
     }
-    let mut ratios: Vec<f64> = measured.iter().map(|r| r.ratio).collect();
-    ratios.sort_by(f64::total_cmp);
-    let middle = ratios.len() / 2;
-    let median = if ratios.len() % 2 == 1 {
-        ratios[middle]
-    } else {
-        (ratios[middle - 1] + ratios[middle]) / 2.0
-    };
+    let ratios: Vec<f64> = measured.iter().map(|r| r.ratio).collect();
+    let [median, low, high] = median_and_range(&ratios);
     let other_cpu_share = measured
         .iter()
         .flat_map(|r| [r.baseline_other_cpu_share, r.treatment_other_cpu_share])
@@ -118,8 +140,8 @@ pub fn alternate<A, B>(
         .fold(0.0, f64::max);
     let ratio = PairedRatio {
         median,
-        low: ratios[0],
-        high: ratios[ratios.len() - 1],
+        low,
+        high,
         other_cpu_share,
         rounds: measured,
     };

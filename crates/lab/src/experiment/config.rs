@@ -572,9 +572,10 @@ impl Experiment {
         let file = &self.file;
         let f = file.display();
         ensure!(
-            self.temperature.is_finite() && self.temperature >= 0.0,
-            "{f}: temperature {} must be >= 0",
-            self.temperature
+            sharpdraft_model::is_valid_temperature(self.temperature),
+            "{f}: temperature {} must lie in 0..={}",
+            self.temperature,
+            sharpdraft_model::MAX_TEMPERATURE
         );
         ensure!(!self.seeds.is_empty(), "{f}: seeds: give at least one");
         no_duplicates(&self.seeds, "seeds", file)?;

@@ -13,7 +13,7 @@ use crate::error::{Context, Result};
 use crate::scaling::resolve_schedule;
 use sha2::{Digest, Sha256};
 use sharpdraft_model::CausalLm;
-use sharpdraft_store::output_folder::{content_digest_read, file_digests, sha256_of};
+use sharpdraft_store::output_folder::{digest_of, file_digests, sha256_of};
 use sharpdraft_store::registry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -115,50 +115,68 @@ fn build_requests(
 }
 
 /// The files a unit loads again for itself (every drafter's checkpoint files, when some method drafts,
-/// and every schedule), each with the sha256 of its content when the run started. A unit checks them
-/// before it loads anything ([`SealedInputs::verify`]), so a drafter or schedule replaced mid-run is
-/// refused, named, instead of pooled with what came before. The target is loaded once per run and
-/// needs no check.
+/// and every schedule), each with the sha256 of its content when the run started, read once: the run's
+/// digest ([`inputs_digest`]) is made of them, and a unit checks them again before its record is written
+/// ([`SealedInputs::verify`]), so a drafter or schedule replaced mid-run is refused, named, instead of
+/// pooled with what came before. The target is loaded once per run and needs no check.
 pub struct SealedInputs {
-    files: Vec<(PathBuf, String)>,
+    /// Each drafter folder's files: (path relative to the folder, sha256), sorted.
+    drafters: BTreeMap<PathBuf, Vec<(String, String)>>,
+    /// Each schedule file with its sha256.
+    schedules: BTreeMap<PathBuf, String>,
 }
 
 impl SealedInputs {
     /// Reads every such file of `experiment` now.
     pub fn seal(experiment: &Experiment) -> Result<Self> {
-        let mut files = Vec::new();
+        let mut drafters = BTreeMap::new();
         if experiment.methods.iter().any(|m| !m.target_only) {
-            let folders: BTreeSet<PathBuf> = experiment
-                .drafters
-                .iter()
-                .map(|d| registry::resolve(&d.spec.checkpoint))
-                .collect::<std::result::Result<_, _>>()?;
-            for dir in folders {
-                for (relative, sha256) in file_digests(&dir)
-                    .with_context(|| format!("reading {} for the run's inputs", dir.display()))?
-                {
-                    files.push((dir.join(relative), sha256));
+            for drafter in &experiment.drafters {
+                let dir = registry::resolve(&drafter.spec.checkpoint)?;
+                if !drafters.contains_key(&dir) {
+                    let files = file_digests(&dir).with_context(|| {
+                        format!("reading {} for the run's inputs", dir.display())
+                    })?;
+                    drafters.insert(dir, files);
                 }
             }
         }
+        let mut schedules = BTreeMap::new();
         for schedule in schedule_files(experiment)? {
             let sha256 = sha256_of(&schedule)
                 .with_context(|| format!("reading schedule {}", schedule.display()))?;
-            files.push((schedule, sha256));
+            schedules.insert(schedule, sha256);
         }
-        Ok(Self { files })
+        Ok(Self {
+            drafters,
+            schedules,
+        })
+    }
+
+    /// Every sealed file: (path, sha256 at the start).
+    fn files(&self) -> impl Iterator<Item = (PathBuf, &str)> {
+        let drafter_files = self.drafters.iter().flat_map(|(dir, files)| {
+            files
+                .iter()
+                .map(move |(relative, sha256)| (dir.join(relative), sha256.as_str()))
+        });
+        let schedules = self
+            .schedules
+            .iter()
+            .map(|(path, sha256)| (path.clone(), sha256.as_str()));
+        drafter_files.chain(schedules)
     }
 
     /// Refuses, naming the file, when any sealed file's content is not what it was at the start.
     pub fn verify(&self) -> Result<()> {
-        for (path, sealed) in &self.files {
-            let now = sha256_of(path).map_err(|e| {
+        for (path, sealed) in self.files() {
+            let now = sha256_of(&path).map_err(|e| {
                 crate::error::LabError::Invalid(format!(
                     "{} was read when the run started and is gone or unreadable now ({e}): a run reads each input as it was at its start; restore it, or start a new run",
                     path.display()
                 ))
             })?;
-            if now != *sealed {
+            if now != sealed {
                 return Err(crate::error::LabError::Invalid(format!(
                     "{} changed since the run started (sha256 {} then, {} now): a run reads each input as it was at its start, so its units are not pooled across two versions; restore it, or start a new run (a resume then refuses the folder of the old inputs)",
                     path.display(),
@@ -184,11 +202,12 @@ pub fn schedule_files(experiment: &Experiment) -> Result<BTreeSet<PathBuf>> {
 }
 
 /// The digest of every input the grid's units read besides the YAML: the requests' token ids, the
-/// target's folder, every drafter's checkpoint (when some method drafts) and every schedule.
+/// target's folder (read whole now), and every drafter's checkpoint and schedule as `sealed` read them.
 pub fn inputs_digest(
     experiment: &Experiment,
     target_dir: &Path,
     requests: &GridRequests,
+    sealed: &SealedInputs,
 ) -> Result<String> {
     let mut hasher = Sha256::new();
     let mut field = |name: &str, value: &[u8]| {
@@ -196,11 +215,9 @@ pub fn inputs_digest(
         hasher.update((value.len() as u64).to_le_bytes());
         hasher.update(value);
     };
-    let folder = |dir: &Path| {
-        content_digest_read(dir)
-            .with_context(|| format!("reading {} for the run's inputs", dir.display()))
-    };
-    field("target", folder(target_dir)?.as_bytes());
+    let target = file_digests(target_dir)
+        .with_context(|| format!("reading {} for the run's inputs", target_dir.display()))?;
+    field("target", digest_of(&target).as_bytes());
     for (workload, contexts) in requests {
         for (context, list) in contexts {
             for (prompt, ids) in list {
@@ -213,20 +230,21 @@ pub fn inputs_digest(
     if experiment.methods.iter().any(|m| !m.target_only) {
         for drafter in &experiment.drafters {
             let dir = registry::resolve(&drafter.spec.checkpoint)?;
+            let files = sealed.drafters.get(&dir).with_context(|| {
+                format!(
+                    "drafter {:?}: {} was not sealed",
+                    drafter.name,
+                    dir.display()
+                )
+            })?;
             field(
                 &format!("drafter {}", drafter.name),
-                folder(&dir)?.as_bytes(),
+                digest_of(files).as_bytes(),
             );
         }
     }
     // By content alone: the same schedules under another $SHARPDRAFT_HOME give the same digest.
-    let mut schedules = BTreeSet::new();
-    for schedule in schedule_files(experiment)? {
-        schedules.insert(
-            sha256_of(&schedule)
-                .with_context(|| format!("reading schedule {}", schedule.display()))?,
-        );
-    }
+    let schedules: BTreeSet<&String> = sealed.schedules.values().collect();
     for sha in schedules {
         field("schedule", sha.as_bytes());
     }

@@ -311,8 +311,13 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     ensure_drafters(&experiment, options.retrain)?;
     let prefill_taps = check_arms(&experiment, &target, &requests)?;
     crate::held_out::check_calibration_data(&experiment, &requests)?;
-    experiment.seal(&inputs_digest(&experiment, &target_dir, &requests)?);
     let sealed = SealedInputs::seal(&experiment)?;
+    experiment.seal(&inputs_digest(
+        &experiment,
+        &target_dir,
+        &requests,
+        &sealed,
+    )?);
 
     let fresh = match previous {
         Previous::Nothing => true,
@@ -387,7 +392,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         target: &target,
         requests: &requests,
         prefill_taps,
-        provenance: provenance(&experiment),
+        provenance: this_run,
         arms: arms(&experiment),
         wait_budget_left: std::cell::Cell::new(Duration::ZERO),
         sealed,
@@ -397,7 +402,9 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         let record = runner
             .run(unit, &units_dir)
             .with_context(|| format!("unit {}", unit.id()))?;
-        // An input replaced while the unit ran: its results are not written as the sealed inputs'.
+        // An input replaced before or while the unit ran (its drafters and schedules were loaded for
+        // it): its results are not written as the sealed inputs'. One check a unit: the next unit's
+        // load comes after this one's check.
         runner
             .sealed
             .verify()
@@ -498,7 +505,7 @@ struct UnitRunner<'a> {
     arms: Vec<Arm>,
     /// What the unit running now may still spend waiting for quiet (`timing.unit_wait_seconds`).
     wait_budget_left: std::cell::Cell<Duration>,
-    /// The drafters' and schedules' content at the start, checked before every unit loads them.
+    /// The drafters' and schedules' content at the start, checked after every unit.
     sealed: SealedInputs,
 }
 
@@ -516,7 +523,6 @@ impl UnitRunner<'_> {
     /// Runs `unit`'s requests, from the first its partial record under `units_dir` lacks, writing
     /// that record anew after each request but the last.
     fn run(&self, unit: &Unit, units_dir: &Path) -> Result<UnitRecord> {
-        self.sealed.verify()?;
         let started = Instant::now();
         self.wait_budget_left.set(Duration::from_secs_f64(
             self.experiment.timing.unit_wait_seconds,
