@@ -2,7 +2,7 @@
 //! variables set, the tasks in any order, one task killed and submitted again, then the merge job; the
 //! merged run holds the same requests, tokens and tau as one machine's run of the whole grid.
 
-use sharpdraft_lab::table::Table;
+use sharpdraft_report::table::Table;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

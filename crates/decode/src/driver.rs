@@ -181,20 +181,8 @@ impl<'a> Session<'a> {
         let verify_start = Instant::now();
         let base = self.cache.len();
         let root = *self.committed.last().expect("committed is never empty");
-        let mut ids = vec![root];
-        ids.extend(&proposal.tokens);
         let depths = proposal.depths();
-        let mut positions = vec![base];
-        positions.extend(depths.iter().map(|d| base + 1 + d));
-        // Row 0 is the root; node i is row i + 1 and hangs off its parent's row (the root for depth 0).
-        let parents: Vec<Option<usize>> = std::iter::once(None)
-            .chain(
-                proposal
-                    .parents
-                    .iter()
-                    .map(|p| Some(p.map_or(0, |p| p + 1))),
-            )
-            .collect();
+        let (ids, positions, parents) = verification_rows(root, base, &proposal, &depths);
         let mask = AttentionMask::tree(base, &parents, device)?;
         let ids_t = Tensor::from_slice(&ids).to_device(device);
         let positions_t = Tensor::from_slice(&positions).to_device(device);
@@ -224,21 +212,7 @@ impl<'a> Session<'a> {
             .collect();
         speculation.commit_path(&kept_rows)?;
 
-        let mut emitted: Vec<i64> = verdict
-            .accepted
-            .iter()
-            .map(|&n| proposal.tokens[n])
-            .collect();
-        emitted.push(verdict.bonus);
-        for token in emitted {
-            self.committed.push(token);
-            if config.stop_tokens.contains(&token)
-                || self.committed.len() - self.prompt_len >= config.max_new_tokens
-            {
-                self.finished = true;
-                break;
-            }
-        }
+        self.commit(&verdict, &proposal);
         let verify_seconds = verify_start.elapsed().as_secs_f64();
         let observe_start = Instant::now();
         if !self.finished {
@@ -276,6 +250,49 @@ impl<'a> Session<'a> {
         });
         Ok(())
     }
+
+    /// Appends the accepted drafts and the bonus token to the committed tokens, up to the first stop
+    /// token or the token limit, which finish the sequence.
+    fn commit(&mut self, verdict: &Verdict, proposal: &Proposal) {
+        let emitted = (verdict.accepted.iter().map(|&n| proposal.tokens[n]))
+            .chain(std::iter::once(verdict.bonus));
+        for token in emitted {
+            self.committed.push(token);
+            if self.config.stop_tokens.contains(&token)
+                || self.committed.len() - self.prompt_len >= self.config.max_new_tokens
+            {
+                self.finished = true;
+                break;
+            }
+        }
+    }
+}
+
+/// The rows of a verification pass from cache length `base`: the last committed token `root`, then
+/// the proposal's nodes (at `depths`): their token ids `[1 + n]`, positions `[1 + n]` (the root at
+/// `base`, a node at `base + 1 + depth`) and parent rows (node i is row i + 1 and hangs off its parent's row, the
+/// root for depth 0).
+fn verification_rows(
+    root: i64,
+    base: i64,
+    proposal: &Proposal,
+    depths: &[i64],
+) -> (Vec<i64>, Vec<i64>, Vec<Option<usize>>) {
+    let ids: Vec<i64> = std::iter::once(root)
+        .chain(proposal.tokens.iter().copied())
+        .collect();
+    let positions: Vec<i64> = std::iter::once(base)
+        .chain(depths.iter().map(|d| base + 1 + d))
+        .collect();
+    let parents: Vec<Option<usize>> = std::iter::once(None)
+        .chain(
+            proposal
+                .parents
+                .iter()
+                .map(|p| Some(p.map_or(0, |p| p + 1))),
+        )
+        .collect();
+    (ids, positions, parents)
 }
 
 /// The target's attention of the root row (row 0 of a verification pass) in one layer, over the

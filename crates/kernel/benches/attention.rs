@@ -137,6 +137,12 @@ fn main() {
             }
         }
     }
+    print_table(&forms, &mut times, keys, rounds);
+}
+
+/// The medians of `times[form][row count][product]` as a markdown table, per row and against the
+/// form's widest row count.
+fn print_table(forms: &[KernelForm], times: &mut [Vec<[Vec<f64>; 4]>], keys: usize, rounds: usize) {
     println!(
         "one key head, {keys} keys of width {WIDTH}, 1 thread, {rounds} interleaved rounds; median us \
          of a product, us per row, and per row against the form's 16 rows"

@@ -19,15 +19,15 @@
 //! re-evaluated under the schedule) and `beta_per_head.png`.
 
 use crate::error::{bail, ensure, Context, Result};
-use crate::plot::{line_chart, Chart, Series};
 use crate::probe_run::{read_probe, ProbeConfig, ProbeOutput};
-use crate::table::{Column, Table};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::{
     calibrate, Beta, Calibration, CalibrationOptions, Estimator, ExactScales, HeadStats,
     MassReference, ScaleSchedule, TargetDilution,
 };
 use sharpdraft_probe::head_stats;
+use sharpdraft_report::charts::{line_chart, Chart, Series};
+use sharpdraft_report::table::{Column, Table};
 use sharpdraft_store::output_folder;
 use sharpdraft_store::paths::under;
 use sharpdraft_store::registry;
@@ -484,6 +484,7 @@ fn write_betas(path: &Path, fits: &[Calibration]) -> Result<()> {
             Column::F64(rows.iter().map(|(f, _)| f.pooled).collect()),
         )
         .write_parquet(path)
+        .map_err(Into::into)
 }
 
 /// One length bin averaged over heads: what the dilution and its correction look like.
@@ -593,6 +594,7 @@ fn plot_mass(path: &Path, bins: &[BinSummary], has_exact: bool, n0: f64, k: i64)
         },
         &series,
     )
+    .map_err(Into::into)
 }
 
 fn plot_betas(path: &Path, fits: &[Calibration]) -> Result<()> {
@@ -626,6 +628,7 @@ fn plot_betas(path: &Path, fits: &[Calibration]) -> Result<()> {
         },
         &series,
     )
+    .map_err(Into::into)
 }
 
 #[cfg(test)]

@@ -29,12 +29,9 @@ pub enum LabError {
     #[error(transparent)]
     Archive(#[from] zip::result::ZipError),
 
+    /// A table or chart that could not be written or read.
     #[error(transparent)]
-    Parquet(#[from] parquet::errors::ParquetError),
-
-    /// A chart the plotting backend could not draw.
-    #[error("drawing {path}: {reason}")]
-    Plot { path: String, reason: String },
+    Report(#[from] sharpdraft_report::ReportError),
 
     /// An external program (pip, tar) that failed or is missing.
     #[error("{program}: {reason}")]

@@ -8,10 +8,8 @@ pub mod error;
 pub mod experiment;
 pub mod held_out;
 pub mod loss_curve;
-pub mod plot;
 pub mod probe_run;
 pub mod scaling;
-pub mod table;
 pub mod target_windows;
 pub mod train;
 

@@ -2,9 +2,9 @@
 //! moving average against the step), rewritten at every checkpoint.
 
 use crate::error::Result;
-use crate::plot::{line_chart, Chart, Series};
-use crate::table::{Column, Table};
 use sharpdraft_draft::training::TrainState;
+use sharpdraft_report::charts::{line_chart, Chart, Series};
+use sharpdraft_report::table::{Column, Table};
 use std::path::Path;
 
 /// Window of the moving average drawn over the noisy per-step loss.
@@ -52,5 +52,5 @@ pub fn write(state: &TrainState, dir: &Path, title: &str) -> Result<()> {
             colour: None,
         },
     ];
-    line_chart(&dir.join("loss.png"), &chart, &series)
+    line_chart(&dir.join("loss.png"), &chart, &series).map_err(Into::into)
 }

@@ -22,7 +22,6 @@ use crate::datasets::{token_stream, Source};
 use crate::drafter_spec::{self, DrafterSpec, LoadedDrafter};
 use crate::error::{bail, ensure, Context, Result};
 use crate::scaling::ScalingSpec;
-use crate::table::{Column, Table};
 use serde::{Deserialize, Serialize};
 use sharpdraft_draft::DrafterKind;
 use sharpdraft_draft::{DFlashDrafter, Eagle3Drafter};
@@ -31,6 +30,7 @@ use sharpdraft_probe::{
     probe_sequence, BinRecord, CurveRecord, LengthBins, ProbeRecorder, ProbeSettings, RowFilter,
     Subject,
 };
+use sharpdraft_report::table::{Column, Table};
 use sharpdraft_store::output_folder;
 use sharpdraft_store::paths::under;
 use sharpdraft_store::registry;
@@ -537,6 +537,7 @@ fn write_tables(dir: &Path, bins: &[BinRecord], curves: &[CurveRecord]) -> Resul
         .with("s", Column::F64(curves.iter().map(|c| c.s).collect()))
         .with("mass", Column::F64(curves.iter().map(|c| c.mass).collect()))
         .write_parquet(&dir.join("mass_curves.parquet"))
+        .map_err(Into::into)
 }
 
 /// Runs (or reuses) the probe of a config file.
@@ -571,6 +572,27 @@ fn model_fingerprint(model_dir: &Path) -> Result<String> {
     }
     files.sort();
     Ok(files.join(";"))
+}
+
+/// What the probe read, for the held-out check of the prompts a run tests on: the prompts of its
+/// text sources (relative to `base`) and the tokens of `stream` its sequences of `length` covered.
+fn text_read(
+    config: &ProbeConfig,
+    base: &Path,
+    stream: &[i64],
+    length: usize,
+) -> Result<sharpdraft_math::DataFingerprint> {
+    let mut read = crate::held_out::empty();
+    for source in &config.text {
+        crate::held_out::add_prompts(&mut read, &crate::held_out::source_prompts(source, base)?);
+    }
+    let probed_end = (config.skip_tokens + config.sequences * length).min(stream.len());
+    crate::held_out::add_tokens(
+        &mut read,
+        &stream[config.skip_tokens.min(probed_end)..probed_end],
+    );
+    crate::held_out::tidy(&mut read);
+    Ok(read)
 }
 
 /// Runs (or reuses) a probe; relative paths in `config` resolve against `base`.
@@ -638,16 +660,7 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         !bin_records.is_empty(),
         "probe recorded no rows: are the bins beyond the text length {length}?"
     );
-    let mut read = crate::held_out::empty();
-    for source in &config.text {
-        crate::held_out::add_prompts(&mut read, &crate::held_out::source_prompts(source, base)?);
-    }
-    let probed_end = (config.skip_tokens + config.sequences * length).min(stream.len());
-    crate::held_out::add_tokens(
-        &mut read,
-        &stream[config.skip_tokens.min(probed_end)..probed_end],
-    );
-    crate::held_out::tidy(&mut read);
+    let read = text_read(config, base, &stream, length)?;
     // The whole result goes into a staging folder, renamed into place at the end: tables and their
     // probe.json are always one probe's.
     let staging = output_folder::Staging::new(&dir)?;

@@ -9,7 +9,7 @@ use sharpdraft_lab::experiment::partial_unit::PartialUnit;
 use sharpdraft_lab::experiment::publish::republish;
 use sharpdraft_lab::experiment::records::{ArmRecord, Provenance, UnitRecord};
 use sharpdraft_lab::experiment::{run, RunOptions, Shard};
-use sharpdraft_lab::table::Table;
+use sharpdraft_report::table::Table;
 use sharpdraft_store::folder_lock::FolderLock;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -179,7 +179,7 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
             .iter()
             .map(|s| 1e3 * s)
             .collect();
-        sharpdraft_lab::experiment::intervals::median(&ms)
+        sharpdraft_report::intervals::median(&ms)
     };
     for (summary_column, cycle_column) in [
         ("draft_ms", "draft_seconds"),
@@ -326,7 +326,7 @@ fn each_method_is_compared_with_the_unmodified_drafter_request_by_request() {
         faster as i64
     );
     let logs: Vec<f64> = ratios.iter().map(|r| r.ln()).collect();
-    let p = sharpdraft_lab::experiment::intervals::wilcoxon_signed_rank(&logs);
+    let p = sharpdraft_report::intervals::wilcoxon_signed_rank(&logs);
     assert_eq!(
         summary.f64s("vs_reference_p").unwrap()[again].to_bits(),
         p.to_bits()

@@ -4,8 +4,8 @@
 
 use sharpdraft_lab::calibrate_run::{calibrate_probe, CalibrateConfig, ReferenceKind};
 use sharpdraft_lab::probe_run::{read_probe, run_config, ProbeConfig};
-use sharpdraft_lab::table::Table;
 use sharpdraft_math::{Beta, Estimator, ScaleSchedule};
+use sharpdraft_report::table::Table;
 use std::path::{Path, PathBuf};
 
 /// The llama fixture with a word-level tokenizer of its 64 ids (words "w0" .. "w63").

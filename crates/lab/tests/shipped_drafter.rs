@@ -4,7 +4,7 @@
 //! it was converted from.
 
 use sharpdraft_lab::experiment::{run, RunOptions};
-use sharpdraft_lab::table::Table;
+use sharpdraft_report::table::Table;
 use sharpdraft_store::registry::{repository_root, SHIPPED_MODELS};
 
 #[test]

@@ -2,9 +2,9 @@
 //! short PARD run writes a loadable drafter, its loss curve as parquet and PNG, resumes, and refuses to
 //! mix two configs in one folder.
 use sharpdraft_draft::PardDrafter;
-use sharpdraft_lab::table::Table;
 use sharpdraft_lab::train;
 use sharpdraft_model::{CausalLm, ScaledQueries};
+use sharpdraft_report::table::Table;
 use sharpdraft_store::registry;
 use tch::{Device, Kind};
 

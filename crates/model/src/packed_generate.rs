@@ -13,6 +13,7 @@ use crate::generate::{Generation, PREFILL_CHUNK};
 use crate::mask::AttentionMask;
 use crate::sampling::Sampler;
 use crate::transformer::{ForwardInput, LogitRows, Transformer};
+use crate::KvCache;
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
@@ -69,25 +70,7 @@ pub fn generate_packed(
     // Prefill each prompt in chunks; its last row's logits give its first token.
     let mut next = Vec::with_capacity(prompts.len());
     for (s, prompt) in prompts.iter().enumerate() {
-        let mut last = None;
-        for (c, chunk) in prompt.chunks(PREFILL_CHUNK as usize).enumerate() {
-            let past = cache.len();
-            let start = (c * PREFILL_CHUNK as usize) as i64;
-            owner.extend(std::iter::repeat_n(s as i64, chunk.len()));
-            let mask = packed_mask(&owner, &vec![s as i64; chunk.len()], past, device);
-            let ids = Tensor::from_slice(chunk).to_device(device);
-            let positions =
-                Tensor::arange_start(start, start + chunk.len() as i64, (Kind::Int64, device));
-            let input = ForwardInput {
-                mask: &mask,
-                logits: LogitRows::Last,
-                ..ForwardInput::causal(&ids, &positions)
-            };
-            last = net.forward(input, &mut cache)?.logits;
-        }
-        let logits = last
-            .expect("a prompt has at least one token")
-            .squeeze_dim(0);
+        let logits = prefill_one(net, s, prompt, &mut cache, &mut owner)?;
         next.push(samplers[s].sample(&logits)?);
     }
     let prefill_seconds = started.elapsed().as_secs_f64();
@@ -145,4 +128,35 @@ pub fn generate_packed(
             decode_seconds,
         })
         .collect())
+}
+
+/// Prefills sequence `s`'s `prompt` into the packed `cache` in chunks, each key's owner recorded in
+/// `owner`; returns the logits of its last row `[vocab]`, which give its first token.
+fn prefill_one(
+    net: &Transformer,
+    s: usize,
+    prompt: &[i64],
+    cache: &mut KvCache,
+    owner: &mut Vec<i64>,
+) -> Result<Tensor> {
+    let device = net.device();
+    let mut last = None;
+    for (c, chunk) in prompt.chunks(PREFILL_CHUNK as usize).enumerate() {
+        let past = cache.len();
+        let start = (c * PREFILL_CHUNK as usize) as i64;
+        owner.extend(std::iter::repeat_n(s as i64, chunk.len()));
+        let mask = packed_mask(owner, &vec![s as i64; chunk.len()], past, device);
+        let ids = Tensor::from_slice(chunk).to_device(device);
+        let positions =
+            Tensor::arange_start(start, start + chunk.len() as i64, (Kind::Int64, device));
+        let input = ForwardInput {
+            mask: &mask,
+            logits: LogitRows::Last,
+            ..ForwardInput::causal(&ids, &positions)
+        };
+        last = net.forward(input, cache)?.logits;
+    }
+    Ok(last
+        .expect("a prompt has at least one token")
+        .squeeze_dim(0))
 }

@@ -350,24 +350,7 @@ impl Transformer {
         mut input: ForwardInput<'_>,
         cache: &mut KvCache,
     ) -> Result<ForwardOutput> {
-        let rows = input.ids.size().first().copied().unwrap_or(0);
-        if input.ids.dim() != 1 || rows == 0 || input.positions.size() != [rows] {
-            return Err(ModelError::tensor(
-                "ids",
-                format!(
-                    "expected [T] ids and [T] positions, got {:?} and {:?}",
-                    input.ids.size(),
-                    input.positions.size()
-                ),
-            ));
-        }
-        if cache.num_layers() != self.config.num_layers {
-            return Err(ModelError::Cache(format!(
-                "cache has {} layers, the model {}",
-                cache.num_layers(),
-                self.config.num_layers
-            )));
-        }
+        let rows = self.check_pass(&input, cache)?;
         cache.reserve(rows)?;
         let past = cache.len();
         let windowed;
@@ -439,15 +422,36 @@ impl Transformer {
                 h.ok_or_else(|| {
                     ModelError::tensor(
                         "tap",
-                        format!(
-                            "{tap:?} is outside the model's {} layers",
-                            self.layers.len()
-                        ),
+                        format!("{tap:?} is outside the model's {} layers", self.layers.len()),
                     )
                 })
             })
             .collect::<Result<_>>()?;
         Ok(ForwardOutput { logits, hidden })
+    }
+
+    /// The pass's rows T, once its ids and positions are `[T]` each (T > 0) and `cache` has a layer
+    /// for each of the model's.
+    fn check_pass(&self, input: &ForwardInput<'_>, cache: &KvCache) -> Result<i64> {
+        let rows = input.ids.size().first().copied().unwrap_or(0);
+        if input.ids.dim() != 1 || rows == 0 || input.positions.size() != [rows] {
+            return Err(ModelError::tensor(
+                "ids",
+                format!(
+                    "expected [T] ids and [T] positions, got {:?} and {:?}",
+                    input.ids.size(),
+                    input.positions.size()
+                ),
+            ));
+        }
+        if cache.num_layers() != self.config.num_layers {
+            return Err(ModelError::Cache(format!(
+                "cache has {} layers, the model {}",
+                cache.num_layers(),
+                self.config.num_layers
+            )));
+        }
+        Ok(rows)
     }
 
     fn attention<'o>(

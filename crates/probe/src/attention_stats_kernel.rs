@@ -10,8 +10,8 @@
 //!
 //! Nothing here needs the CUDA toolkit to build: cudarc opens `libnvrtc` and `libcuda` on first use.
 
-use crate::row_statistics::{RowStatistics, TopKStatistics};
 use crate::error::{ProbeError, Result};
+use crate::row_statistics::{RowStatistics, TopKStatistics};
 use cudarc::driver::{CudaContext, CudaFunction, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 use sharpdraft_model::AttentionView;
@@ -295,6 +295,32 @@ impl AttentionStatsKernel {
         })
     }
 
+    /// The kernel's index arguments on its device: `rows` and `ks` as int32 `[R]` and `[K]`, `scales`
+    /// as f64 `[S]` (`[1.0]` when there are none, so the pointer is valid).
+    fn arguments_on_device(
+        &self,
+        rows: &[i64],
+        ks: &[i64],
+        scales: &[f64],
+    ) -> (Tensor, Tensor, Tensor) {
+        let on_device = |t: Tensor| t.to_device(self.device);
+        let int32 = |v: &[i64]| {
+            on_device(Tensor::from_slice(
+                &v.iter().map(|&x| x as i32).collect::<Vec<_>>(),
+            ))
+        };
+        let scales = if scales.is_empty() {
+            &[1.0][..]
+        } else {
+            scales
+        };
+        (
+            int32(rows),
+            int32(ks),
+            on_device(Tensor::from_slice(scales)),
+        )
+    }
+
     /// The statistics of query rows `rows` (indices into the view's T) for each k of `ks` and each scale
     /// of `scales`, from the view's queries `[H, T, D]`, keys `[Hkv, L, D]` and visibility `[T, L]`, all
     /// on this kernel's device: the same numbers as [`crate::row_statistics`] over the rows' logits.
@@ -322,19 +348,9 @@ impl AttentionStatsKernel {
             .unpack(&[], heads as usize, 0, ks));
         }
 
-        let (queries, keys, visible) = kernel_layout(queries, keys, visible, query_rows, key_count)?;
-        let on_device = |t: Tensor| t.to_device(self.device);
-        let row_index = on_device(Tensor::from_slice(
-            &rows.iter().map(|&r| r as i32).collect::<Vec<_>>(),
-        ));
-        let ks_tensor = on_device(Tensor::from_slice(
-            &ks.iter().map(|&k| k as i32).collect::<Vec<_>>(),
-        ));
-        let scale_tensor = on_device(Tensor::from_slice(if scales.is_empty() {
-            &[1.0]
-        } else {
-            scales
-        }));
+        let (queries, keys, visible) =
+            kernel_layout(queries, keys, visible, query_rows, key_count)?;
+        let (row_index, ks_tensor, scale_tensor) = self.arguments_on_device(rows, ks, scales);
         let layout = OutputLayout {
             ks: ks.len(),
             scales: scales.len(),

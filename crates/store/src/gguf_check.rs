@@ -47,6 +47,43 @@ struct Walker<'a, R> {
 }
 
 impl<R: Read> Walker<'_, R> {
+    /// Tensor entry `index` of the tensor table: its name, data offset and size in bytes, once its
+    /// dimensions, ggml type and block count are ones a tensor can have.
+    fn tensor_entry(&mut self, index: u64) -> Result<(String, u64, u64)> {
+        let name = self.string(&format!("the name of tensor {index}"))?;
+        let name = String::from_utf8_lossy(&name).into_owned();
+        let dims = self.u32(&format!("the dimension count of tensor {name}"))?;
+        if dims > MAX_DIMS {
+            return Err(self.error(format!(
+                "tensor {name} has {dims} dimensions (ggml allows at most {MAX_DIMS})"
+            )));
+        }
+        let mut elements: u64 = 1;
+        for _ in 0..dims {
+            let dim = self.length(&format!("a dimension of tensor {name}"))?;
+            elements = elements.checked_mul(dim).ok_or_else(|| {
+                self.error(format!("tensor {name}: its dimensions overflow 64 bits"))
+            })?;
+        }
+        // An empty tensor has no data to read (and candle's reader would make a misaligned slice of it).
+        if elements == 0 {
+            return Err(self.error(format!("tensor {name} has a dimension of 0")));
+        }
+        let type_id = self.u32(&format!("the type of tensor {name}"))?;
+        let (block, block_bytes) = ggml_type_layout(type_id)
+            .ok_or_else(|| self.error(format!("tensor {name}: unknown ggml type {type_id}")))?;
+        if elements % block != 0 {
+            return Err(self.error(format!(
+                "tensor {name}: {elements} elements are not a whole number of blocks of {block}"
+            )));
+        }
+        let offset = self.u64(&format!("the data offset of tensor {name}"))?;
+        let bytes = (elements / block)
+            .checked_mul(block_bytes)
+            .ok_or_else(|| self.error(format!("tensor {name}: its size overflows 64 bits")))?;
+        Ok((name, offset, bytes))
+    }
+
     fn error(&self, what: impl std::fmt::Display) -> StoreError {
         StoreError::io(
             self.path,
@@ -257,38 +294,7 @@ pub fn check_gguf(path: &Path) -> Result<()> {
     }
     let mut tensors = Vec::with_capacity(tensor_count.min(1 << 16) as usize);
     for index in 0..tensor_count {
-        let name = walker.string(&format!("the name of tensor {index}"))?;
-        let name = String::from_utf8_lossy(&name).into_owned();
-        let dims = walker.u32(&format!("the dimension count of tensor {name}"))?;
-        if dims > MAX_DIMS {
-            return Err(walker.error(format!(
-                "tensor {name} has {dims} dimensions (ggml allows at most {MAX_DIMS})"
-            )));
-        }
-        let mut elements: u64 = 1;
-        for _ in 0..dims {
-            let dim = walker.length(&format!("a dimension of tensor {name}"))?;
-            elements = elements.checked_mul(dim).ok_or_else(|| {
-                walker.error(format!("tensor {name}: its dimensions overflow 64 bits"))
-            })?;
-        }
-        // An empty tensor has no data to read (and candle's reader would make a misaligned slice of it).
-        if elements == 0 {
-            return Err(walker.error(format!("tensor {name} has a dimension of 0")));
-        }
-        let type_id = walker.u32(&format!("the type of tensor {name}"))?;
-        let (block, block_bytes) = ggml_type_layout(type_id)
-            .ok_or_else(|| walker.error(format!("tensor {name}: unknown ggml type {type_id}")))?;
-        if elements % block != 0 {
-            return Err(walker.error(format!(
-                "tensor {name}: {elements} elements are not a whole number of blocks of {block}"
-            )));
-        }
-        let offset = walker.u64(&format!("the data offset of tensor {name}"))?;
-        let bytes = (elements / block)
-            .checked_mul(block_bytes)
-            .ok_or_else(|| walker.error(format!("tensor {name}: its size overflows 64 bits")))?;
-        tensors.push((name, offset, bytes));
+        tensors.push(walker.tensor_entry(index)?);
     }
     let data_start = walker.position.div_ceil(alignment) * alignment;
     for (name, offset, bytes) in tensors {

@@ -20,9 +20,9 @@ use serde::Serialize;
 use sharpdraft_decode::speculative_generate;
 use sharpdraft_draft::{DraftContext, Drafter, DrafterStats, Feedback, Proposal};
 use sharpdraft_lab::drafter_spec;
-use sharpdraft_lab::experiment::intervals::median;
 use sharpdraft_model::time_split::{self, TimeSplit};
-use sharpdraft_model::{KeySelection, Sampler, Sampling, Tap};
+use sharpdraft_model::{CausalLm, KeySelection, Sampler, Sampling, Tap};
+use sharpdraft_report::intervals::median;
 use std::time::Instant;
 use tch::{Device, Tensor};
 
@@ -298,7 +298,6 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
         ensure_context(&config, "contexts", context as i128, args.new_tokens)?;
     }
     let target = args.model.load(&args.target)?;
-    let device = target.net.device();
     let bandwidth = read_bandwidth();
     let vocab = target.net.config.vocab_size;
     let base_spec = args.draft.spec(name, kinds[0]);
@@ -324,30 +323,7 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
         let prompt: Vec<i64> = (0..context as i64)
             .map(|i| (i * 7919 + 13) % (vocab - 1) + 1)
             .collect();
-        let mut runs: Vec<Timed> = specs.iter().map(|_| Timed::default()).collect();
-        for repeat in 0..args.repeats {
-            for (spec, timed) in specs.iter().zip(&mut runs) {
-                let (mut built, mut config) = drafter_spec::prepare(
-                    spec,
-                    &target,
-                    Sampling::greedy(),
-                    prompt.len(),
-                    args.new_tokens,
-                )?;
-                // Every decode generates exactly `new_tokens`: no stop token ends one early.
-                config.stop_tokens.clear();
-                let mut recorded = Recorded {
-                    inner: built.drafter.as_mut(),
-                    device,
-                    prefill: Recording::default(),
-                    cycles: Recording::default(),
-                };
-                let report = speculative_generate(&target.net, &mut recorded, &prompt, &config)?;
-                if repeat > 0 {
-                    timed.add(&recorded, &report);
-                }
-            }
-        }
+        let runs = time_drafters(&specs, &target, &prompt, args.new_tokens, args.repeats)?;
         for (dtype, timed) in dtypes.iter().zip(&runs) {
             let row = timed.row(context, dtype.clone(), bandwidth);
             if !args.json {
@@ -369,21 +345,7 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
                 ratios,
             };
             if !args.json {
-                let (low, high) = (row.ratios.iter())
-                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &r| {
-                        (l.min(r), h.max(r))
-                    });
-                println!(
-                    "context {}: drafter cycle in {} over in {}, repeat by repeat: median {:.2} [{:.2}, {:.2}] over {} repeats ({})",
-                    row.context,
-                    row.baseline,
-                    row.dtype,
-                    row.median,
-                    low,
-                    high,
-                    row.ratios.len(),
-                    (row.ratios.iter()).map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ")
-                );
+                print_paired(&row);
             }
             paired.push(row);
         }
@@ -404,4 +366,54 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Each of `specs` decoding `prompt` for `new_tokens`, the specifications in turn within every one
+/// of `repeats` rounds, the first round a warm-up left out.
+fn time_drafters(
+    specs: &[drafter_spec::DrafterSpec],
+    target: &CausalLm,
+    prompt: &[i64],
+    new_tokens: usize,
+    repeats: usize,
+) -> Result<Vec<Timed>> {
+    let device = target.net.device();
+    let mut runs: Vec<Timed> = specs.iter().map(|_| Timed::default()).collect();
+    for repeat in 0..repeats {
+        for (spec, timed) in specs.iter().zip(&mut runs) {
+            let (mut built, mut config) =
+                drafter_spec::prepare(spec, target, Sampling::greedy(), prompt.len(), new_tokens)?;
+            // Every decode generates exactly `new_tokens`: no stop token ends one early.
+            config.stop_tokens.clear();
+            let mut recorded = Recorded {
+                inner: built.drafter.as_mut(),
+                device,
+                prefill: Recording::default(),
+                cycles: Recording::default(),
+            };
+            let report = speculative_generate(&target.net, &mut recorded, prompt, &config)?;
+            if repeat > 0 {
+                timed.add(&recorded, &report);
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// A dtype's cycle against the first dtype's, repeat by repeat.
+fn print_paired(row: &PairedRow) {
+    let (low, high) = (row.ratios.iter()).fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &r| {
+        (l.min(r), h.max(r))
+    });
+    println!(
+        "context {}: drafter cycle in {} over in {}, repeat by repeat: median {:.2} [{:.2}, {:.2}] over {} repeats ({})",
+        row.context,
+        row.baseline,
+        row.dtype,
+        row.median,
+        low,
+        high,
+        row.ratios.len(),
+        (row.ratios.iter()).map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ")
+    );
 }

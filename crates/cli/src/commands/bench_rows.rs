@@ -148,6 +148,18 @@ fn check(args: &RowsBenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// What a pass reads: every linear map, and the embedding only where it is the LM head too (a pass
+/// gathers a few of its rows otherwise); norms are too small to count.
+fn bytes_a_pass_reads(net: &sharpdraft_model::Transformer) -> usize {
+    let embedding_bytes = if net.config.tie_word_embeddings {
+        let (vocab, hidden) = (net.config.vocab_size, net.config.hidden_size);
+        (vocab * hidden) as usize * net.kind().elt_size_in_bytes()
+    } else {
+        0
+    };
+    net.linear_weight_bytes() + embedding_bytes
+}
+
 pub fn run(args: &RowsBenchArgs) -> Result<()> {
     check(args)?;
     let dir = registry::resolve(&args.target)?;
@@ -163,18 +175,7 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
     let weight_bytes: usize = (model.vars.variables().values())
         .map(|t| t.numel() * t.kind().elt_size_in_bytes())
         .sum();
-    // What a pass reads: every linear map, and the embedding only where it is the LM head too (a pass
-    // gathers a few of its rows otherwise); norms are too small to count.
-    let embedding_bytes = |net: &sharpdraft_model::Transformer| {
-        let (vocab, hidden) = (net.config.vocab_size, net.config.hidden_size);
-        (vocab * hidden) as usize * net.kind().elt_size_in_bytes()
-    };
-    let read_bytes = model.net.linear_weight_bytes()
-        + if model.net.config.tie_word_embeddings {
-            embedding_bytes(&model.net)
-        } else {
-            0
-        };
+    let read_bytes = bytes_a_pass_reads(net);
     // The weights a row is multiplied by: those a pass reads (not an untied embedding, which a pass
     // gathers from).
     let multiplied_weights = read_bytes / net.kind().elt_size_in_bytes();
@@ -208,22 +209,9 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
         let pass_ms = median_ms(&mut pass, args.repeats);
         let kernel_ms =
             (few_rows::kernel_seconds() - kernel_before) * 1e3 / (args.repeats.max(1) + 1) as f64;
-        let split_ms = args.split.then(|| {
-            let passes = args.repeats.max(1);
-            let started = Instant::now();
-            let ((), split) = time_split::record(Device::Cpu, || (0..passes).for_each(|_| pass()));
-            let unmarked = started.elapsed().as_secs_f64() - split.marked_seconds();
-            let mut by_step =
-                BTreeMap::from([("other".to_string(), unmarked * 1e3 / passes as f64)]);
-            for (step, cost) in &split.steps {
-                let name = match step {
-                    Step::Layer(_) => "layers' rest".to_string(),
-                    other => other.to_string(),
-                };
-                *by_step.entry(name).or_insert(0.0) += cost.seconds * 1e3 / passes as f64;
-            }
-            by_step
-        });
+        let split_ms = args
+            .split
+            .then(|| milliseconds_by_step(&mut pass, args.repeats.max(1)));
         let libtorch_pass_ms = median_ms(|| few_rows::without_kernel(&mut pass), args.repeats);
         let x = Tensor::randn([r, hidden], (net.kind(), Device::Cpu));
         let one = *one_row_ms.get_or_insert(pass_ms);
@@ -242,25 +230,7 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
             split_ms,
         };
         if !args.json {
-            println!(
-                "{:>3} rows: pass {:>7.1} ms ({:>4.2}x one row; kernel's products {:>6.1} ms; libtorch alone {:>7.1} ms) | bounds: memory {:>6.1} ms, compute {:>6.1} ms | head {hidden}->{vocab}: linear {:>6.2} ms, transposed {:>6.2} ms, kernel {}",
-                row.rows,
-                row.pass_ms,
-                row.relative_to_one_row,
-                row.kernel_ms,
-                row.libtorch_pass_ms,
-                row.memory_bound_ms,
-                row.compute_bound_ms,
-                row.head_linear_ms,
-                row.head_transposed_ms,
-                row.head_kernel_ms.map_or("-".to_string(), |ms| format!("{ms:.2} ms")),
-            );
-            if let Some(split) = &row.split_ms {
-                let steps: Vec<String> = (split.iter())
-                    .map(|(step, ms)| format!("{step} {ms:.1}"))
-                    .collect();
-                println!("          split, ms a pass: {}", steps.join(", "));
-            }
+            print_row(&row, hidden, vocab);
         }
         rows.push(row);
     }
@@ -277,16 +247,61 @@ pub fn run(args: &RowsBenchArgs) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!(
-            "kernel {}, threads {}, {}, weights {:.2} GB ({:.2} GB read per pass), read bandwidth {:.1} GB/s, matmul {:.1} GFLOP/s",
-            report.kernel,
-            report.threads,
-            report.allocator,
-            weight_bytes as f64 / 1e9,
-            read_bytes as f64 / 1e9,
-            report.bandwidth_gb_s,
-            report.matmul_gflops
-        );
+        print_summary(&report);
     }
     Ok(())
+}
+
+/// `passes` runs of `pass` split by step ([`time_split`]), milliseconds a pass per step; every layer's
+/// unnamed work is "layers' rest" and the time no step marked is "other".
+fn milliseconds_by_step(pass: &mut impl FnMut(), passes: usize) -> BTreeMap<String, f64> {
+    let started = Instant::now();
+    let ((), split) = time_split::record(Device::Cpu, || (0..passes).for_each(|_| pass()));
+    let unmarked = started.elapsed().as_secs_f64() - split.marked_seconds();
+    let mut by_step = BTreeMap::from([("other".to_string(), unmarked * 1e3 / passes as f64)]);
+    for (step, cost) in &split.steps {
+        let name = match step {
+            Step::Layer(_) => "layers' rest".to_string(),
+            other => other.to_string(),
+        };
+        *by_step.entry(name).or_insert(0.0) += cost.seconds * 1e3 / passes as f64;
+    }
+    by_step
+}
+
+/// One row count's line (and its split, with `--split`), for a model of `hidden` width and `vocab`.
+fn print_row(row: &Row, hidden: i64, vocab: i64) {
+    println!(
+        "{:>3} rows: pass {:>7.1} ms ({:>4.2}x one row; kernel's products {:>6.1} ms; libtorch alone {:>7.1} ms) | bounds: memory {:>6.1} ms, compute {:>6.1} ms | head {hidden}->{vocab}: linear {:>6.2} ms, transposed {:>6.2} ms, kernel {}",
+        row.rows,
+        row.pass_ms,
+        row.relative_to_one_row,
+        row.kernel_ms,
+        row.libtorch_pass_ms,
+        row.memory_bound_ms,
+        row.compute_bound_ms,
+        row.head_linear_ms,
+        row.head_transposed_ms,
+        row.head_kernel_ms.map_or("-".to_string(), |ms| format!("{ms:.2} ms")),
+    );
+    if let Some(split) = &row.split_ms {
+        let steps: Vec<String> = (split.iter())
+            .map(|(step, ms)| format!("{step} {ms:.1}"))
+            .collect();
+        println!("          split, ms a pass: {}", steps.join(", "));
+    }
+}
+
+/// The machine and model line that ends the text output.
+fn print_summary(report: &Report) {
+    println!(
+        "kernel {}, threads {}, {}, weights {:.2} GB ({:.2} GB read per pass), read bandwidth {:.1} GB/s, matmul {:.1} GFLOP/s",
+        report.kernel,
+        report.threads,
+        report.allocator,
+        report.weight_bytes as f64 / 1e9,
+        report.read_bytes as f64 / 1e9,
+        report.bandwidth_gb_s,
+        report.matmul_gflops
+    );
 }

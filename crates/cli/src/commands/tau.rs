@@ -4,14 +4,14 @@
 //! compared on the same prompts.
 
 use super::generate::{DrafterArgs, ModelArgs};
-use super::prompt_set::PromptSetArgs;
+use super::prompt_set::{PromptSet, PromptSetArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::MemoryReport;
 use sharpdraft_draft::AdaptationReport;
 use sharpdraft_lab::drafter_spec;
-use sharpdraft_model::Sampling;
+use sharpdraft_model::{CausalLm, Sampling};
 
 #[derive(Args, Debug)]
 pub struct TauArgs {
@@ -72,10 +72,7 @@ pub fn run(args: &TauArgs) -> Result<()> {
         .context("--drafter is required")?;
     let target = args.model.load(&args.target)?;
     let tokenizer = target.tokenizer()?;
-    let set = args
-        .set
-        .load(tokenizer, target.net.config.positions())?;
-    let sampling = Sampling::greedy();
+    let set = args.set.load(tokenizer, target.net.config.positions())?;
     let scalings = args.draft.scaling.kinds();
     let (mut rows, mut summaries) = (Vec::new(), Vec::new());
     for (&requested, &scaling) in args
@@ -84,71 +81,10 @@ pub fn run(args: &TauArgs) -> Result<()> {
         .iter()
         .flat_map(|c| scalings.iter().map(move |s| (c, s)))
     {
-        let mode = scaling.name().to_string();
-        let (mut generated, mut passes, mut contexts) = (0usize, 0usize, 0usize);
-        let (mut updates, mut update_seconds, mut adaptation_bytes) = (0usize, 0.0, 0usize);
-        let (mut drafter_weight_bytes, mut peak_rss_bytes) = (0usize, 0u64);
-        let prompts: Vec<Vec<i64>> = set
-            .questions
-            .iter()
-            .enumerate()
-            .map(|(i, question)| set.ids(tokenizer, i, question, requested))
-            .collect::<Result<_>>()?;
         let spec = args.draft.spec(drafter_name, scaling);
-        let ids: Vec<&[i64]> = prompts.iter().map(Vec::as_slice).collect();
-        let decoded =
-            drafter_spec::decode_requests(&spec, &target, &ids, args.max_new_tokens, None, |_| {
-                sampling
-            })
-            .with_context(|| format!("--contexts {requested}"))?;
-        for (i, (ids, decoded)) in prompts.iter().zip(decoded).enumerate() {
-            let report = decoded.report;
-            let adaptation = report.adaptation.clone();
-            let request_update_seconds = decoded.update_seconds;
-            updates += decoded.updates;
-            update_seconds += request_update_seconds;
-            let memory = report.memory();
-            adaptation_bytes = adaptation_bytes.max(memory.adaptation_bytes);
-            drafter_weight_bytes = memory.drafter_weight_bytes;
-            peak_rss_bytes = peak_rss_bytes.max(memory.peak_rss_bytes);
-            let row = Row {
-                scaling: mode.clone(),
-                requested_context: requested,
-                prompt: args.set.skip + i,
-                context: ids.len(),
-                tau: report.tau(),
-                cycles: report.cycles.len(),
-                generated: report.ids.len(),
-                tokens_per_s: report.tokens_per_second(),
-                update_seconds: request_update_seconds,
-                memory,
-                adaptation,
-            };
-            if !args.json {
-                eprintln!("{mode:>5} context {:>6}  prompt {:>3}: tau {:.2} over {} cycles, {:.1} tokens/s", row.context, row.prompt, row.tau, row.cycles, row.tokens_per_s);
-            }
-            // Every cycle is one target pass (the first token comes from prefill and is not counted).
-            generated += report
-                .cycles
-                .iter()
-                .map(|c| c.accepted + c.bonus)
-                .sum::<usize>();
-            passes += report.cycles.len();
-            contexts += ids.len();
-            rows.push(row);
-        }
-        summaries.push(Summary {
-            scaling: mode,
-            requested_context: requested,
-            mean_context: contexts as f64 / args.set.count as f64,
-            prompts: args.set.count,
-            tau: generated as f64 / passes.max(1) as f64,
-            updates,
-            update_seconds,
-            adaptation_bytes,
-            drafter_weight_bytes,
-            peak_rss_bytes,
-        });
+        let (cell_rows, summary) = measure(args, &spec, &target, &set, requested)?;
+        rows.extend(cell_rows);
+        summaries.push(summary);
     }
     if args.json {
         println!(
@@ -156,30 +92,109 @@ pub fn run(args: &TauArgs) -> Result<()> {
             serde_json::json!({"rows": rows, "summary": summaries})
         );
     } else {
-        println!(
-            "{:>8} {:>10} {:>12} {:>8} {:>6} {:>8} {:>9} {:>10}",
-            "scaling",
-            "context",
-            "mean tokens",
-            "prompts",
-            "tau",
-            "updates",
-            "update s",
-            "adapt MiB"
-        );
-        for s in &summaries {
-            println!(
-                "{:>8} {:>10} {:>12.0} {:>8} {:>6.2} {:>8} {:>9.2} {:>10.2}",
-                s.scaling,
-                s.requested_context,
-                s.mean_context,
-                s.prompts,
-                s.tau,
-                s.updates,
-                s.update_seconds,
-                s.adaptation_bytes as f64 / (1u64 << 20) as f64
-            );
-        }
+        print_summaries(&summaries);
     }
     Ok(())
+}
+
+/// Every prompt of `set` at context `requested`, decoded greedily by the drafter `spec` names: a row
+/// per prompt (printed as it comes unless `--json`) and their summary.
+fn measure(
+    args: &TauArgs,
+    spec: &drafter_spec::DrafterSpec,
+    target: &CausalLm,
+    set: &PromptSet,
+    requested: usize,
+) -> Result<(Vec<Row>, Summary)> {
+    let tokenizer = target.tokenizer()?;
+    let mode = spec.scaling.mode.name().to_string();
+    let (mut generated, mut passes, mut contexts) = (0usize, 0usize, 0usize);
+    let (mut updates, mut update_seconds, mut adaptation_bytes) = (0usize, 0.0, 0usize);
+    let (mut drafter_weight_bytes, mut peak_rss_bytes) = (0usize, 0u64);
+    let prompts: Vec<Vec<i64>> = set
+        .questions
+        .iter()
+        .enumerate()
+        .map(|(i, question)| set.ids(tokenizer, i, question, requested))
+        .collect::<Result<_>>()?;
+    let ids: Vec<&[i64]> = prompts.iter().map(Vec::as_slice).collect();
+    let decoded =
+        drafter_spec::decode_requests(spec, target, &ids, args.max_new_tokens, None, |_| {
+            Sampling::greedy()
+        })
+        .with_context(|| format!("--contexts {requested}"))?;
+    let mut rows = Vec::with_capacity(prompts.len());
+    for (i, (ids, decoded)) in prompts.iter().zip(decoded).enumerate() {
+        let report = decoded.report;
+        let adaptation = report.adaptation.clone();
+        let request_update_seconds = decoded.update_seconds;
+        updates += decoded.updates;
+        update_seconds += request_update_seconds;
+        let memory = report.memory();
+        adaptation_bytes = adaptation_bytes.max(memory.adaptation_bytes);
+        drafter_weight_bytes = memory.drafter_weight_bytes;
+        peak_rss_bytes = peak_rss_bytes.max(memory.peak_rss_bytes);
+        let row = Row {
+            scaling: mode.clone(),
+            requested_context: requested,
+            prompt: args.set.skip + i,
+            context: ids.len(),
+            tau: report.tau(),
+            cycles: report.cycles.len(),
+            generated: report.ids.len(),
+            tokens_per_s: report.tokens_per_second(),
+            update_seconds: request_update_seconds,
+            memory,
+            adaptation,
+        };
+        if !args.json {
+            eprintln!(
+                "{mode:>5} context {:>6}  prompt {:>3}: tau {:.2} over {} cycles, {:.1} tokens/s",
+                row.context, row.prompt, row.tau, row.cycles, row.tokens_per_s
+            );
+        }
+        // Every cycle is one target pass (the first token comes from prefill and is not counted).
+        generated += report
+            .cycles
+            .iter()
+            .map(|c| c.accepted + c.bonus)
+            .sum::<usize>();
+        passes += report.cycles.len();
+        contexts += ids.len();
+        rows.push(row);
+    }
+    let summary = Summary {
+        scaling: mode,
+        requested_context: requested,
+        mean_context: contexts as f64 / args.set.count as f64,
+        prompts: args.set.count,
+        tau: generated as f64 / passes.max(1) as f64,
+        updates,
+        update_seconds,
+        adaptation_bytes,
+        drafter_weight_bytes,
+        peak_rss_bytes,
+    };
+    Ok((rows, summary))
+}
+
+/// The summary table, a line per context and scaling.
+fn print_summaries(summaries: &[Summary]) {
+    println!(
+        "{:>8} {:>10} {:>12} {:>8} {:>6} {:>8} {:>9} {:>10}",
+        "scaling", "context", "mean tokens", "prompts", "tau", "updates", "update s", "adapt MiB"
+    );
+    for s in summaries {
+        println!(
+            "{:>8} {:>10} {:>12.0} {:>8} {:>6.2} {:>8} {:>9.2} {:>10.2}",
+            s.scaling,
+            s.requested_context,
+            s.mean_context,
+            s.prompts,
+            s.tau,
+            s.updates,
+            s.update_seconds,
+            s.adaptation_bytes as f64 / (1u64 << 20) as f64
+        );
+    }
 }

@@ -130,42 +130,7 @@ pub fn init(
     let first = c.num_layers.saturating_sub(options.layers);
     for i in 0..options.layers {
         let source = format!("model.layers.{}", (first + i).min(c.num_layers - 1));
-        for part in [
-            "input_layernorm",
-            "post_attention_layernorm",
-            "self_attn.q_proj",
-            "self_attn.k_proj",
-            "self_attn.v_proj",
-            "self_attn.o_proj",
-            "mlp.gate_proj",
-            "mlp.up_proj",
-            "mlp.down_proj",
-        ] {
-            tensors.push((
-                format!("layers.{i}.{part}.weight"),
-                get(&format!("{source}.{part}.weight"))?,
-            ));
-        }
-        if c.qkv_bias {
-            for part in ["q_proj", "k_proj", "v_proj"] {
-                tensors.push((
-                    format!("layers.{i}.self_attn.{part}.bias"),
-                    get(&format!("{source}.self_attn.{part}.bias"))?,
-                ));
-            }
-            tensors.push((
-                format!("layers.{i}.self_attn.o_proj.bias"),
-                Tensor::zeros([h], (Kind::Float, Device::Cpu)),
-            ));
-        }
-        tensors.push((
-            format!("layers.{i}.self_attn.q_norm.weight"),
-            ones(c.head_dim),
-        ));
-        tensors.push((
-            format!("layers.{i}.self_attn.k_norm.weight"),
-            ones(c.head_dim),
-        ));
+        tensors.extend(warm_started_layer(i, &source, c, &weights)?);
     }
     let extra = match &vocabulary {
         Some(vocabulary) => vocabulary.tensors(c.vocab_size),
@@ -177,6 +142,56 @@ pub fn init(
             reason: e,
         }
     })
+}
+
+/// Drafter layer `i`'s tensors from target layer `source` (of config `c`): every weight copied, a
+/// Qwen2 target's q/k/v biases with a zero o_proj bias, and q/k norms of one.
+fn warm_started_layer(
+    i: usize,
+    source: &str,
+    c: &sharpdraft_model::ModelConfig,
+    weights: &TargetWeights,
+) -> Result<Vec<(String, Tensor)>> {
+    let get = |name: &str| weights.get(name);
+    let ones = |n: i64| Tensor::ones([n], (Kind::Float, Device::Cpu));
+    let mut tensors = Vec::new();
+    for part in [
+        "input_layernorm",
+        "post_attention_layernorm",
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    ] {
+        tensors.push((
+            format!("layers.{i}.{part}.weight"),
+            get(&format!("{source}.{part}.weight"))?,
+        ));
+    }
+    if c.qkv_bias {
+        for part in ["q_proj", "k_proj", "v_proj"] {
+            tensors.push((
+                format!("layers.{i}.self_attn.{part}.bias"),
+                get(&format!("{source}.self_attn.{part}.bias"))?,
+            ));
+        }
+        tensors.push((
+            format!("layers.{i}.self_attn.o_proj.bias"),
+            Tensor::zeros([c.hidden_size], (Kind::Float, Device::Cpu)),
+        ));
+    }
+    tensors.push((
+        format!("layers.{i}.self_attn.q_norm.weight"),
+        ones(c.head_dim),
+    ));
+    tensors.push((
+        format!("layers.{i}.self_attn.k_norm.weight"),
+        ones(c.head_dim),
+    ));
+    Ok(tensors)
 }
 
 /// The objective over a DFlash drafter `D`: owned when training offline, borrowed from the drafter that
@@ -208,6 +223,28 @@ impl<'t> DFlashObjective<'t> {
 }
 
 impl<'t, D: Borrow<DFlashDrafter>> DFlashObjective<'t, D> {
+    /// The anchors of training step `step` over a window of `t` tokens with blocks of `b`, sorted:
+    /// `options.anchors` of 1..=T - B + 1 (a non-empty context, and the last block row's target row
+    /// a + B - 2 in the window), drawn from the objective's seed and the step.
+    fn anchors(&self, t: i64, b: i64, step: usize) -> Result<Vec<i64>> {
+        let last_anchor = t - b + 1;
+        if last_anchor < 1 {
+            return Err(DraftError::InvalidOption {
+                option: "n0".into(),
+                value: t.to_string(),
+                reason: format!("too short for blocks of {b}"),
+            });
+        }
+        let count = self.options.anchors.min(last_anchor as usize);
+        let mut anchors: Vec<i64> =
+            sample(&mut step_rng(self.seed, step), last_anchor as usize, count)
+                .into_iter()
+                .map(|a| a as i64 + 1)
+                .collect();
+        anchors.sort_unstable();
+        Ok(anchors)
+    }
+
     /// The objective over `drafter`'s own weights; `seed` draws the anchors.
     pub fn over(drafter: D, target: &'t Transformer, options: &DFlashOptions, seed: u64) -> Self {
         let to_draft = (drafter.borrow().draft_vocabulary()).map(|v| {
@@ -273,22 +310,7 @@ impl<D: Borrow<DFlashDrafter>> Objective for DFlashObjective<'_, D> {
         let device = self.target.device();
         let t = window.tokens.len() as i64;
         let b = d.block_size;
-        // Anchors 1..=T - B + 1: a non-empty context, and the last block row's target row a + B - 2 in the window.
-        let last_anchor = t - b + 1;
-        if last_anchor < 1 {
-            return Err(DraftError::InvalidOption {
-                option: "n0".into(),
-                value: t.to_string(),
-                reason: format!("too short for blocks of {b}"),
-            });
-        }
-        let count = self.options.anchors.min(last_anchor as usize);
-        let mut anchors: Vec<i64> =
-            sample(&mut step_rng(self.seed, step), last_anchor as usize, count)
-                .into_iter()
-                .map(|a| a as i64 + 1)
-                .collect();
-        anchors.sort_unstable();
+        let anchors = self.anchors(t, b, step)?;
         let features = window
             .features
             .as_ref()
@@ -314,12 +336,10 @@ impl<D: Borrow<DFlashDrafter>> Objective for DFlashObjective<'_, D> {
         .to_kind(Kind::Float);
         // One mask per distinct sliding window (usually one for the whole stack).
         let mut masks: Vec<(Option<i64>, Tensor)> = Vec::new();
-        for layer in &d.layers {
-            if !masks.iter().any(|(w, _)| *w == layer.window) {
-                masks.push((
-                    layer.window,
-                    block_visibility(&anchors, t, b, d.causal, layer.window).to_device(device),
-                ));
+        for window in d.layers.iter().map(|layer| layer.window) {
+            if !masks.iter().any(|(w, _)| *w == window) {
+                let mask = block_visibility(&anchors, t, b, d.causal, window).to_device(device);
+                masks.push((window, mask));
             }
         }
         for (layer_index, layer) in d.layers.iter().enumerate() {

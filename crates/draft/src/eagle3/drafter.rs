@@ -193,6 +193,44 @@ impl Eagle3Drafter {
     }
 }
 
+/// How an expansion picks a node's children: a sampled chain draws one token from q (over the whole
+/// vocabulary, its distribution kept in `probs` for verification); everything else takes the top k.
+struct Picker {
+    sampled_chain: bool,
+    vocab: i64,
+    sampling: Sampling,
+}
+
+impl Picker {
+    /// The children of a node whose next-token log-probabilities are `log_probs` (over the head's
+    /// vocabulary): target token ids with their log-probabilities.
+    fn pick(
+        &self,
+        head: &Eagle3Head,
+        log_probs: &Tensor,
+        k: i64,
+        sampler: &mut Sampler,
+        probs: &mut Vec<Tensor>,
+    ) -> Result<Vec<(i64, f64)>> {
+        if self.sampled_chain {
+            let q = head.full_vocab_probs(log_probs, self.vocab, &self.sampling);
+            let token = sampler.sample_from(&q)?;
+            let p = q.f_double_value(&[token])?;
+            probs.push(q);
+            Ok(vec![(token, p.ln())])
+        } else {
+            let (values, indices) = log_probs.f_topk(k, -1, true, true)?;
+            let values = Vec::<f32>::try_from(values.to_device(Device::Cpu))?;
+            let indices = Vec::<i64>::try_from(indices.to_device(Device::Cpu))?;
+            Ok(indices
+                .into_iter()
+                .zip(values)
+                .map(|(d, v)| (head.to_target(d), v as f64))
+                .collect())
+        }
+    }
+}
+
 impl Eagle3Drafter {
     /// Catches up on committed tokens, then expands the chain or tree from the last one.
     fn expand(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
@@ -207,32 +245,13 @@ impl Eagle3Drafter {
         let mut nodes: Vec<Node> = Vec::new();
         let mut probs = Vec::new();
         let mut frontier: Vec<usize> = Vec::new();
-        let sampling = self.sampling;
-        let pick = |this: &Eagle3Head,
-                    log_probs: &Tensor,
-                    k: i64,
-                    sampler: &mut Sampler,
-                    probs: &mut Vec<Tensor>|
-         -> Result<Vec<(i64, f64)>> {
-            if sampled_chain {
-                let q = this.full_vocab_probs(log_probs, vocab, &sampling);
-                let token = sampler.sample_from(&q)?;
-                let p = q.f_double_value(&[token])?;
-                probs.push(q);
-                Ok(vec![(token, p.ln())])
-            } else {
-                let (values, indices) = log_probs.f_topk(k, -1, true, true)?;
-                let values = Vec::<f32>::try_from(values.to_device(Device::Cpu))?;
-                let indices = Vec::<i64>::try_from(indices.to_device(Device::Cpu))?;
-                Ok(indices
-                    .into_iter()
-                    .zip(values)
-                    .map(|(d, v)| (this.to_target(d), v as f64))
-                    .collect())
-            }
+        let picker = Picker {
+            sampled_chain,
+            vocab,
+            sampling: self.sampling,
         };
         let k = self.shape.top_k as i64;
-        for (token, score) in pick(head, &last_log_probs, k, sampler, &mut probs)? {
+        for (token, score) in picker.pick(head, &last_log_probs, k, sampler, &mut probs)? {
             frontier.push(nodes.len());
             nodes.push(Node {
                 token,
@@ -272,7 +291,7 @@ impl Eagle3Drafter {
             if sampled_chain {
                 for (r, &node) in frontier.iter().enumerate() {
                     for (token, logp) in
-                        pick(head, &log_probs.get(r as i64), k, sampler, &mut probs)?
+                        picker.pick(head, &log_probs.get(r as i64), k, sampler, &mut probs)?
                     {
                         children.push(Child {
                             parent: node,

@@ -11,7 +11,7 @@
 use super::config::Experiment;
 use super::samples::RequestSample;
 use super::tables::context_bin;
-use crate::table::{Rows, Table};
+use sharpdraft_report::table::{Rows, Table};
 use std::collections::BTreeMap;
 
 /// One cell of the table: position `position` (1-based) in context bin `bin` of one arm.

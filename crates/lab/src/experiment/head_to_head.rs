@@ -8,10 +8,10 @@
 //! calibrated arm, and the Wilcoxon signed-rank p of the log ratios.
 
 use super::config::Experiment;
-use super::intervals::{median, paired_ratio, PairedRatio};
 use super::records::RequestRow;
 use super::report::{slope_role, SlopeRole};
 use super::samples::RequestSample;
+use sharpdraft_report::intervals::{median, paired_ratio, PairedRatio};
 use std::collections::BTreeMap;
 
 /// The calibrated arm against one other method in one cell.

@@ -12,15 +12,15 @@ use super::grid::Unit;
 use super::head_to_head;
 use super::partial_unit::PartialUnit;
 use super::records::UnitRecord;
-use super::report::{self, ReportInputs, SummaryRow};
+use super::report::{self, ReportInputs};
 use super::run_folder::{
     experiment_record, recorded_experiment, EXPERIMENT_RECORD, RUN_KIND, UNITS,
 };
 use super::samples::{self, RequestSample};
-use super::tables::{self, CYCLES, RESULTS};
+use super::tables::{self, SummaryRow, CYCLES, RESULTS};
 use super::timing_noise::{self, VerifySpread};
 use crate::error::{bail, ensure, Context, Result};
-use crate::table::Table;
+use sharpdraft_report::table::Table;
 use sharpdraft_store::folder_lock::FolderLock;
 use sharpdraft_store::output_folder::{self, Marker, Staging};
 use std::collections::BTreeSet;
@@ -60,7 +60,7 @@ fn write_all(
     unfinished: &[PartialUnit],
 ) -> Result<Published> {
     let tables = tables::write_tables(dir, experiment, samples)?;
-    let summary = report::summary_rows(&tables.summary, experiment)?;
+    let summary = report::in_experiment_order(&tables.summary, experiment);
     let noise = timing_noise::verify_spread(experiment, samples);
     let acceptance = acceptance::rates(experiment, samples);
     let head_to_head = head_to_head::compare(experiment, samples);

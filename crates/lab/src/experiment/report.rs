@@ -9,198 +9,26 @@ use super::acceptance::PositionRate;
 use super::config::Experiment;
 use super::grid::{units, Unit, TARGET_ONLY};
 use super::head_to_head::HeadToHead;
-use super::intervals::{Interval, PairedRatio};
 use super::partial_unit::PartialUnit;
 use super::records::RequestRow;
 use super::samples;
+use super::tables::SummaryRow;
 use super::timing_noise::VerifySpread;
 use crate::error::Result;
-use crate::plot::{bar_chart, heat_map, panel_chart, Chart, HeatPanel, Panel, Series};
-use crate::table::Table;
 use sharpdraft_decode::CycleRecord;
+use sharpdraft_report::charts::{
+    bar_chart, heat_map, panel_chart, Chart, HeatPanel, Panel, Series,
+};
+use sharpdraft_report::intervals::{Interval, PairedRatio};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// One summary row, as the report reads it.
-#[derive(Debug, Clone)]
-pub struct SummaryRow {
-    pub drafter: String,
-    pub method: String,
-    pub workload: String,
-    pub setting: String,
-    pub context: i64,
-    pub bin: String,
-    pub bin_lo_n0: f64,
-    pub bin_hi_n0: f64,
-    pub n0: i64,
-    pub requests: i64,
-    /// Distinct prompts among the requests (their seeds and repeats combined): the unit of evidence.
-    pub prompts: i64,
-    pub mean_prompt_tokens: f64,
-    pub cycles: i64,
-    pub tau: Interval,
-    /// Mean share of distinct 4-grams in the outputs (low: the outputs loop).
-    pub distinct_4grams: f64,
-    /// Median over prompts of tokens/s against the target alone on the same request.
-    pub speedup: Interval,
-    /// The same for the decode alone (prefill left out).
-    pub decode_speedup: Interval,
-    /// Median over prompts of tokens/s against the same drafter under the reference method (the
-    /// experiment's first drafting method) on the same request, end to end and decode alone.
-    pub vs_reference: Interval,
-    pub decode_vs_reference: Interval,
-    /// Prompts on which the method was faster than the reference, end to end and decode alone.
-    pub vs_reference_faster: i64,
-    pub decode_vs_reference_faster: i64,
-    /// Wilcoxon signed-rank p (two-sided) of the paired log ratios over prompts; NaN unknown.
-    pub vs_reference_p: f64,
-    pub decode_vs_reference_p: f64,
-    /// The query-scaling slope the arm drafted with (a schedule's mean beta); NaN unknown or none.
-    pub scaling_slope: f64,
-    pub tokens_per_s: Interval,
-    /// Requests decoded again because they first ran under other processes' load, and those whose
-    /// kept attempt still did.
-    pub retried_requests: i64,
-    pub loaded_requests: i64,
-    pub update_seconds: f64,
-    pub updates: i64,
-    pub adaptation_bytes: i64,
-    pub drafter_weight_bytes: i64,
-    pub peak_rss_bytes: i64,
-    /// 1: every request reproduced the target's greedy output; 0: one did not; -1: not comparable.
-    pub matches_target: i64,
-    /// Medians over the cell's cycles: drafting (proposing, and taking in the verified tokens) and
-    /// the target's verification (its pass, the verdict, committing); NaN without cycles.
-    pub draft_ms: f64,
-    pub verify_ms: f64,
-    /// Median over requests of the first cycle's drafting (a prompt's catch-up).
-    pub first_draft_ms: f64,
-    /// The target alone's decode milliseconds per token on the same requests (median over them).
-    pub target_ms_per_token: f64,
-}
-
-impl SummaryRow {
-    /// The row's context as a table cell: its prompt length, or where a long generation started.
-    fn context_label(&self) -> String {
-        if self.setting == "long_generation" {
-            format!("generation from {:.0}", self.mean_prompt_tokens)
-        } else {
-            self.context.to_string()
-        }
-    }
-}
-
-/// The rows of a summary table ([`super::tables::build`]), in the order `experiment` lists its
-/// workloads, drafters and methods.
-pub fn summary_rows(t: &Table, experiment: &Experiment) -> Result<Vec<SummaryRow>> {
-    if t.columns.is_empty() {
-        return Ok(Vec::new());
-    }
-    let s = |n: &str| t.strs(n).map(|v| v.to_vec());
-    let i = |n: &str| t.i64s(n).map(|v| v.to_vec());
-    let f = |n: &str| t.f64s(n).map(|v| v.to_vec());
-    let interval = |n: &str| -> Result<Vec<Interval>> {
-        let (estimate, lo, hi) = (f(n)?, f(&format!("{n}_lo"))?, f(&format!("{n}_hi"))?);
-        Ok((0..estimate.len())
-            .map(|r| Interval {
-                estimate: estimate[r],
-                lo: lo[r],
-                hi: hi[r],
-            })
-            .collect())
-    };
-    let (drafter, method, workload, setting, bin) = (
-        s("drafter")?,
-        s("method")?,
-        s("workload")?,
-        s("setting")?,
-        s("bin")?,
-    );
-    let (context, n0, requests, cycles, updates) = (
-        i("context")?,
-        i("n0")?,
-        i("requests")?,
-        i("cycles")?,
-        i("updates")?,
-    );
-    let prompts = i("prompts")?;
-    let (vs_reference_p, decode_vs_reference_p, scaling_slope) = (
-        f("vs_reference_p")?,
-        f("decode_vs_reference_p")?,
-        f("scaling_slope")?,
-    );
-    let (adaptation, weights, peak, matches, retried, loaded) = (
-        i("adaptation_bytes")?,
-        i("drafter_weight_bytes")?,
-        i("peak_rss_bytes")?,
-        i("matches_target")?,
-        i("retried_requests")?,
-        i("loaded_requests")?,
-    );
-    let (tau, speedup, decode_speedup, tps) = (
-        interval("tau")?,
-        interval("speedup")?,
-        interval("decode_speedup")?,
-        interval("tokens_per_s")?,
-    );
-    let (vs_reference, decode_vs_reference) =
-        (interval("vs_reference")?, interval("decode_vs_reference")?);
-    let (vs_reference_faster, decode_vs_reference_faster) =
-        (i("vs_reference_faster")?, i("decode_vs_reference_faster")?);
-    let (lo, hi, prompt_tokens, distinct, update_s) = (
-        f("bin_lo_n0")?,
-        f("bin_hi_n0")?,
-        f("mean_prompt_tokens")?,
-        f("distinct_4grams")?,
-        f("update_seconds")?,
-    );
-    let (draft_ms, verify_ms, target_ms) =
-        (f("draft_ms")?, f("verify_ms")?, f("target_ms_per_token")?);
-    let first_draft_ms = f("first_draft_ms")?;
-    let mut rows: Vec<SummaryRow> = (0..t.rows())
-        .map(|r| SummaryRow {
-            drafter: drafter[r].clone(),
-            method: method[r].clone(),
-            workload: workload[r].clone(),
-            setting: setting[r].clone(),
-            context: context[r],
-            bin: bin[r].clone(),
-            bin_lo_n0: lo[r],
-            bin_hi_n0: hi[r],
-            n0: n0[r],
-            requests: requests[r],
-            prompts: prompts[r],
-            mean_prompt_tokens: prompt_tokens[r],
-            cycles: cycles[r],
-            tau: tau[r],
-            distinct_4grams: distinct[r],
-            speedup: speedup[r],
-            decode_speedup: decode_speedup[r],
-            vs_reference: vs_reference[r],
-            decode_vs_reference: decode_vs_reference[r],
-            vs_reference_faster: vs_reference_faster[r],
-            decode_vs_reference_faster: decode_vs_reference_faster[r],
-            vs_reference_p: vs_reference_p[r],
-            decode_vs_reference_p: decode_vs_reference_p[r],
-            scaling_slope: scaling_slope[r],
-            tokens_per_s: tps[r],
-            retried_requests: retried[r],
-            loaded_requests: loaded[r],
-            update_seconds: update_s[r],
-            updates: updates[r],
-            adaptation_bytes: adaptation[r],
-            drafter_weight_bytes: weights[r],
-            peak_rss_bytes: peak[r],
-            matches_target: matches[r],
-            draft_ms: draft_ms[r],
-            verify_ms: verify_ms[r],
-            first_draft_ms: first_draft_ms[r],
-            target_ms_per_token: target_ms[r],
-        })
-        .collect();
+/// The summary's `rows` in the order `experiment` lists its workloads, drafters and methods.
+pub fn in_experiment_order(rows: &[SummaryRow], experiment: &Experiment) -> Vec<SummaryRow> {
+    let mut rows = rows.to_vec();
     sort_as_experiment(&mut rows, experiment);
-    Ok(rows)
+    rows
 }
 
 /// Orders rows as the run's experiment lists workloads, drafters (the target alone first) and methods,
@@ -963,96 +791,16 @@ fn charts(
     rows: &[SummaryRow],
     acceptance: &[PositionRate],
 ) -> Result<Vec<String>> {
-    let mut written = Vec::new();
     let colours = method_colours(experiment);
     let colour = |method: &str| colours.get(method).copied().unwrap_or(0);
-    let drafting: Vec<&SummaryRow> = rows.iter().filter(|r| r.n0 > 0).collect();
-    // tau against context: long prompts at their start length, long generations per bin (at the
-    // bin's geometric middle), both in multiples of n0.
-    let mut tau: BTreeMap<(String, String), Series> = BTreeMap::new();
-    for r in &drafting {
-        let x = if r.setting == "long_prompt" && r.bin == "all" {
-            r.mean_prompt_tokens / r.n0 as f64
-        } else if r.setting == "long_generation" && r.bin != "all" && r.bin_hi_n0.is_finite() {
-            (r.bin_lo_n0.max(r.bin_hi_n0 / 2.0) * r.bin_hi_n0).sqrt()
-        } else {
-            continue;
-        };
-        tau.entry(panel_key(r))
-            .or_insert_with(|| Series::new(&r.method, colour(&r.method)))
-            .push(x, r.tau.estimate, (r.tau.lo, r.tau.hi));
-    }
-    if !tau.is_empty() {
-        panel_chart(
-            &dir.join("tau_vs_context.png"),
-            &Chart {
-                title: "tau against context (95% intervals)",
-                x_label: "context (multiples of the drafter's n0)",
-                y_label: "tau (tokens per target pass)",
-                log_x: true,
-                reference_y: None,
-            },
-            &panels(tau),
-        )?;
-        written.push("tau_vs_context.png".to_string());
-    }
-    // Speed-up against the context at the start (long prompt: the excerpt and question; long
-    // generation: the prompt it grows from), in tokens: one panel per workload x drafter, one line per
-    // method.
-    let mut speedup: BTreeMap<(String, String), Series> = BTreeMap::new();
-    for r in rows
-        .iter()
-        .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY && r.speedup.estimate.is_finite())
-    {
-        speedup
-            .entry(panel_key(r))
-            .or_insert_with(|| Series::new(&r.method, colour(&r.method)))
-            .push(
-                r.mean_prompt_tokens.max(1.0),
-                r.speedup.estimate,
-                (r.speedup.lo, r.speedup.hi),
-            );
-    }
-    if !speedup.is_empty() {
-        panel_chart(
-            &dir.join("speedup.png"),
-            &Chart {
-                title: "speed-up over the target alone (median, 95% intervals)",
-                x_label: "tokens of context when decoding starts",
-                y_label: "tokens/s ratio, paired per request",
-                log_x: true,
-                reference_y: Some(1.0),
-            },
-            &panels(speedup),
-        )?;
-        written.push("speedup.png".to_string());
-    }
-    let memory = memory_bars(
-        rows.iter()
-            .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY)
-            .map(|r| {
-                (
-                    r.drafter.as_str(),
-                    r.method.as_str(),
-                    r.adaptation_bytes + r.drafter_weight_bytes,
-                )
-            }),
-    );
-    if !memory.is_empty() {
-        bar_chart(
-            &dir.join("memory.png"),
-            &Chart {
-                title:
-                    "drafter memory: weights + adaptation state (the most over the grid's cells)",
-                x_label: "MiB",
-                y_label: "",
-                log_x: false,
-                reference_y: None,
-            },
-            &memory,
-        )?;
-        written.push("memory.png".to_string());
-    }
+    let mut written: Vec<String> = [
+        tau_chart(dir, rows, &colour)?,
+        speedup_chart(dir, rows, &colour)?,
+        memory_chart(dir, rows)?,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let slope_charts: [(&str, &str, &str, fn(&SummaryRow) -> Interval); 2] = [
         (
             "slope_sensitivity.png",
@@ -1093,6 +841,114 @@ fn charts(
         written.push("acceptance_by_position.png".to_string());
     }
     Ok(written)
+}
+
+/// tau against context, one panel per workload x drafter, one line per method (in its `colour`):
+/// long prompts at their start length, long generations per bin (at the bin's geometric middle),
+/// both in multiples of n0. Returns the file's name, `None` where no drafting row has a point.
+fn tau_chart(
+    dir: &Path,
+    rows: &[SummaryRow],
+    colour: &dyn Fn(&str) -> usize,
+) -> Result<Option<String>> {
+    let mut tau: BTreeMap<(String, String), Series> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.n0 > 0) {
+        let x = if r.setting == "long_prompt" && r.bin == "all" {
+            r.mean_prompt_tokens / r.n0 as f64
+        } else if r.setting == "long_generation" && r.bin != "all" && r.bin_hi_n0.is_finite() {
+            (r.bin_lo_n0.max(r.bin_hi_n0 / 2.0) * r.bin_hi_n0).sqrt()
+        } else {
+            continue;
+        };
+        tau.entry(panel_key(r))
+            .or_insert_with(|| Series::new(&r.method, colour(&r.method)))
+            .push(x, r.tau.estimate, (r.tau.lo, r.tau.hi));
+    }
+    if tau.is_empty() {
+        return Ok(None);
+    }
+    panel_chart(
+        &dir.join("tau_vs_context.png"),
+        &Chart {
+            title: "tau against context (95% intervals)",
+            x_label: "context (multiples of the drafter's n0)",
+            y_label: "tau (tokens per target pass)",
+            log_x: true,
+            reference_y: None,
+        },
+        &panels(tau),
+    )?;
+    Ok(Some("tau_vs_context.png".to_string()))
+}
+
+/// Speed-up against the context at the start (long prompt: the excerpt and question; long
+/// generation: the prompt it grows from), in tokens: one panel per workload x drafter, one line per
+/// method (in its `colour`). Returns the file's name, `None` where no row has a speed-up.
+fn speedup_chart(
+    dir: &Path,
+    rows: &[SummaryRow],
+    colour: &dyn Fn(&str) -> usize,
+) -> Result<Option<String>> {
+    let mut speedup: BTreeMap<(String, String), Series> = BTreeMap::new();
+    for r in rows
+        .iter()
+        .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY && r.speedup.estimate.is_finite())
+    {
+        speedup
+            .entry(panel_key(r))
+            .or_insert_with(|| Series::new(&r.method, colour(&r.method)))
+            .push(
+                r.mean_prompt_tokens.max(1.0),
+                r.speedup.estimate,
+                (r.speedup.lo, r.speedup.hi),
+            );
+    }
+    if speedup.is_empty() {
+        return Ok(None);
+    }
+    panel_chart(
+        &dir.join("speedup.png"),
+        &Chart {
+            title: "speed-up over the target alone (median, 95% intervals)",
+            x_label: "tokens of context when decoding starts",
+            y_label: "tokens/s ratio, paired per request",
+            log_x: true,
+            reference_y: Some(1.0),
+        },
+        &panels(speedup),
+    )?;
+    Ok(Some("speedup.png".to_string()))
+}
+
+/// The drafter's memory (weights and adaptation state) per drafter and method, as bars. Returns the
+/// file's name, `None` where no row drafted.
+fn memory_chart(dir: &Path, rows: &[SummaryRow]) -> Result<Option<String>> {
+    let memory = memory_bars(
+        rows.iter()
+            .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY)
+            .map(|r| {
+                (
+                    r.drafter.as_str(),
+                    r.method.as_str(),
+                    r.adaptation_bytes + r.drafter_weight_bytes,
+                )
+            }),
+    );
+    if memory.is_empty() {
+        return Ok(None);
+    }
+    bar_chart(
+        &dir.join("memory.png"),
+        &Chart {
+            title: "drafter memory: weights + adaptation state (the most over the grid's cells)",
+            x_label: "MiB",
+            y_label: "",
+            log_x: false,
+            reference_y: None,
+        },
+        &memory,
+    )?;
+    Ok(Some("memory.png".to_string()))
 }
 
 /// How a method's scaling places it on the slope chart: at a constant beta (the unmodified drafter at

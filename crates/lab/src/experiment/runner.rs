@@ -10,7 +10,7 @@
 //! (`units/<id>.json`); a unit killed in its middle resumes at its next request
 //! ([`super::partial_unit`]); the tables and the report are rebuilt from the finished units.
 
-use super::config::{Experiment, MethodEntry};
+use super::config::{Experiment, MethodEntry, Workload};
 use super::grid::{arms, rotation, unit_count, units, Arm, Shard, Unit};
 use super::machine_state::{self, MachineState, Quiet, Sample, Waiting};
 use super::partial_unit::{joined, PartialUnit};
@@ -291,60 +291,10 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         .unwrap_or_else(|| default_out(&experiment, shard));
     let _lock = FolderLock::acquire(&dir, "run")?;
     let previous = look_at_folder(&dir, &experiment, options.resume)?;
-
     // Everything that can fail before decoding, fails here, before the folder is claimed.
-    let target_dir = match registry::known(&experiment.target) {
-        Some(model) => registry::fetch(model.name)?,
-        None => registry::resolve(&experiment.target)?,
-    };
-    let device = parse_device(&experiment.device)
-        .with_context(|| format!("{}: device", shown(&experiment.file)))?;
-    let kind = parse_kind(&experiment.dtype)
-        .with_context(|| format!("{}: dtype", shown(&experiment.file)))?;
-    let target = CausalLm::load(&target_dir, device, kind)
-        .with_context(|| format!("loading target {}", experiment.target))?;
-    let requests = build_all(&experiment, &target)?;
-    // Test prompts held out from what the drafters learned and the schedules were fitted on: the
-    // training data before any training, the calibration data once every schedule exists and every
-    // arm has been built with it.
-    crate::held_out::check_training_data(&experiment, &target, &requests)?;
-    ensure_drafters(&experiment, options.retrain)?;
-    let prefill_taps = check_arms(&experiment, &target, &requests)?;
-    crate::held_out::check_calibration_data(&experiment, &requests)?;
-    let sealed = SealedInputs::seal(&experiment)?;
-    experiment.seal(&inputs_digest(
-        &experiment,
-        &target_dir,
-        &requests,
-        &sealed,
-    )?);
-
-    let fresh = match previous {
-        Previous::Nothing => true,
-        Previous::Run => {
-            let recorded = recorded_experiment(&dir)?;
-            ensure!(
-                recorded.hash() == experiment.hash(),
-                "{} holds a run of this YAML over other inputs (a prompt file, filler text, checkpoint or schedule changed since; config hash {} now, {} then): give --out a new folder, or restore the inputs",
-                dir.display(),
-                experiment.hash(),
-                recorded.hash()
-            );
-            false
-        }
-    };
-    let about = format!("{} ({})", experiment.name, experiment.hash());
+    let loaded = load_and_check(&mut experiment, options)?;
+    let about = claim(&dir, &experiment, previous)?;
     let units_dir = dir.join(UNITS);
-    if fresh {
-        std::fs::create_dir_all(&units_dir)
-            .with_context(|| format!("creating {}", dir.display()))?;
-    }
-    // The marker before the record: a run killed during set-up leaves a folder this command can
-    // claim again.
-    Marker::new(RUN_KIND, false, about.clone()).write(&dir)?;
-    if fresh {
-        write_record(&dir, &experiment)?;
-    }
 
     let grid = units(&experiment);
     let mine: Vec<&Unit> = grid
@@ -380,49 +330,17 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         eprintln!("{}", plan(&experiment, pending.len(), skipped));
         warn_if_busy(machine_state::observe(Duration::from_secs(1)));
     }
-    let bar = ProgressBar::new(pending.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} units  {per_sec}  elapsed {elapsed}  ETA {eta}  {msg}",
-        )
-        .expect("a valid progress template"),
-    );
     let runner = UnitRunner {
         experiment: &experiment,
-        target: &target,
-        requests: &requests,
-        prefill_taps,
+        target: &loaded.target,
+        requests: &loaded.requests,
+        prefill_taps: loaded.prefill_taps,
         provenance: this_run,
         arms: arms(&experiment),
         wait_budget_left: std::cell::Cell::new(Duration::ZERO),
-        sealed,
+        sealed: loaded.sealed,
     };
-    for unit in &pending {
-        bar.set_message(unit.id());
-        let record = runner
-            .run(unit, &units_dir)
-            .with_context(|| format!("unit {}", unit.id()))?;
-        // An input replaced before or while the unit ran (its drafters and schedules were loaded for
-        // it): its results are not written as the sealed inputs'. One check a unit: the next unit's
-        // load comes after this one's check.
-        runner
-            .sealed
-            .verify()
-            .with_context(|| format!("unit {} (finished, not recorded)", unit.id()))?;
-        record.write(&units_dir)?;
-        PartialUnit::remove_own(&units_dir, unit, experiment.hash())?;
-        let lines = summary_lines(&record);
-        bar.suspend(|| eprintln!("{lines}"));
-        bar.inc(1);
-        records.push(record);
-        // Tables current after every unit, for a look at a long run; the report comes at the end.
-        tables::write_tables(
-            &dir,
-            &experiment,
-            &samples::from_units(&experiment, &records),
-        )?;
-    }
-    bar.finish_and_clear();
+    runner.run_all(&pending, &dir, &mut records)?;
     let published = publish(&dir, &experiment, &records)?;
     let finished = grid_finished(&grid, &records);
     Marker::new(RUN_KIND, finished, about).write(&dir)?;
@@ -433,6 +351,76 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         finished,
         published,
     })
+}
+
+/// What a run decodes with, loaded and checked before its folder is claimed.
+struct Loaded {
+    target: CausalLm,
+    requests: GridRequests,
+    prefill_taps: Vec<Tap>,
+    sealed: SealedInputs,
+}
+
+/// Loads the target and builds every request, checks that the test prompts are held out from what
+/// the drafters learned and the schedules were fitted on (the training data before any training,
+/// the calibration data once every schedule exists and every arm has been built with it), trains
+/// the drafters that need it, and seals `experiment` with the digest of everything it reads.
+fn load_and_check(experiment: &mut Experiment, options: &RunOptions) -> Result<Loaded> {
+    let target_dir = match registry::known(&experiment.target) {
+        Some(model) => registry::fetch(model.name)?,
+        None => registry::resolve(&experiment.target)?,
+    };
+    let device = parse_device(&experiment.device)
+        .with_context(|| format!("{}: device", shown(&experiment.file)))?;
+    let kind = parse_kind(&experiment.dtype)
+        .with_context(|| format!("{}: dtype", shown(&experiment.file)))?;
+    let target = CausalLm::load(&target_dir, device, kind)
+        .with_context(|| format!("loading target {}", experiment.target))?;
+    let requests = build_all(experiment, &target)?;
+    crate::held_out::check_training_data(experiment, &target, &requests)?;
+    ensure_drafters(experiment, options.retrain)?;
+    let prefill_taps = check_arms(experiment, &target, &requests)?;
+    crate::held_out::check_calibration_data(experiment, &requests)?;
+    let sealed = SealedInputs::seal(experiment)?;
+    let digest = inputs_digest(experiment, &target_dir, &requests, &sealed)?;
+    experiment.seal(&digest);
+    Ok(Loaded {
+        target,
+        requests,
+        prefill_taps,
+        sealed,
+    })
+}
+
+/// Claims `dir` for `experiment`: a run already there must be of the same inputs; a fresh folder gets
+/// its units folder, its marker and the experiment's record. Returns what the marker says the run is.
+fn claim(dir: &Path, experiment: &Experiment, previous: Previous) -> Result<String> {
+    let fresh = match previous {
+        Previous::Nothing => true,
+        Previous::Run => {
+            let recorded = recorded_experiment(dir)?;
+            ensure!(
+                recorded.hash() == experiment.hash(),
+                "{} holds a run of this YAML over other inputs (a prompt file, filler text, checkpoint or schedule changed since; config hash {} now, {} then): give --out a new folder, or restore the inputs",
+                dir.display(),
+                experiment.hash(),
+                recorded.hash()
+            );
+            false
+        }
+    };
+    let about = format!("{} ({})", experiment.name, experiment.hash());
+    if fresh {
+        std::fs::create_dir_all(dir.join(UNITS))
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    // The marker before the record: a run killed during set-up leaves a folder this command can
+    // claim again.
+    Marker::new(RUN_KIND, false, about.clone()).write(dir)?;
+    if fresh {
+        write_record(dir, experiment)?;
+    }
+    Ok(about)
 }
 
 /// The line `run` starts with: what it will run, and what waiting for a quiet machine may cost.
@@ -509,6 +497,47 @@ struct UnitRunner<'a> {
     sealed: SealedInputs,
 }
 
+impl UnitRunner<'_> {
+    /// Runs the `pending` units one by one into `dir`, adding each record to `records` once its
+    /// inputs were checked against the seal, and keeps the tables current after every unit.
+    fn run_all(&self, pending: &[&Unit], dir: &Path, records: &mut Vec<UnitRecord>) -> Result<()> {
+        let units_dir = dir.join(UNITS);
+        let bar = ProgressBar::new(pending.len() as u64);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} units  {per_sec}  elapsed {elapsed}  ETA {eta}  {msg}",
+            )
+            .expect("a valid progress template"),
+        );
+        for unit in pending {
+            bar.set_message(unit.id());
+            let record = self
+                .run(unit, &units_dir)
+                .with_context(|| format!("unit {}", unit.id()))?;
+            // An input replaced before or while the unit ran (its drafters and schedules were loaded
+            // for it): its results are not written as the sealed inputs'. One check a unit: the next
+            // unit's load comes after this one's check.
+            self.sealed
+                .verify()
+                .with_context(|| format!("unit {} (finished, not recorded)", unit.id()))?;
+            record.write(&units_dir)?;
+            PartialUnit::remove_own(&units_dir, unit, self.experiment.hash())?;
+            let lines = summary_lines(&record);
+            bar.suspend(|| eprintln!("{lines}"));
+            bar.inc(1);
+            records.push(record);
+            // Tables current after every unit, for a look at a long run; the report comes at the end.
+            tables::write_tables(
+                dir,
+                self.experiment,
+                &samples::from_units(self.experiment, records),
+            )?;
+        }
+        bar.finish_and_clear();
+        Ok(())
+    }
+}
+
 /// One arm while its unit runs: how it decodes, and its rows so far.
 struct ArmRun<'t> {
     arm: Arm,
@@ -538,40 +567,8 @@ impl UnitRunner<'_> {
             .find(|w| w.name == unit.workload)
             .with_context(|| format!("no workload {:?}", unit.workload))?;
         let requests = &self.requests[&unit.workload][&unit.context];
-        let stop = if workload.ignore_eos {
-            Vec::new()
-        } else {
-            self.target.stop_tokens()
-        };
-        let sampling = |prompt: usize| Sampling {
-            temperature: self.experiment.temperature,
-            top_p: 1.0,
-            top_k: 0,
-            seed: unit.seed.wrapping_add(prompt as u64),
-        };
         let longest = requests.iter().map(|(_, ids)| ids.len()).max().unwrap_or(0);
-        let mut runs = self
-            .arms
-            .iter()
-            .map(|arm| {
-                let decoder = match &arm.drafter {
-                    None => None,
-                    Some(name) => Some(RequestDecoder::new(
-                        &self.spec(name, &arm.method)?,
-                        self.target,
-                        longest,
-                        workload.max_new_tokens,
-                    )),
-                };
-                Ok(ArmRun {
-                    arm: arm.clone(),
-                    decoder,
-                    n0: None,
-                    scaling_slope: None,
-                    rows: Vec::with_capacity(requests.len()),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut runs = self.arm_runs(workload, longest, requests.len())?;
         // An arm that learns across requests cannot take up a unit in the middle.
         let resumable = !runs.iter().any(|r| {
             r.decoder
@@ -591,24 +588,7 @@ impl UnitRunner<'_> {
             None => piece_provenance,
         };
         if let Some(earlier) = &earlier {
-            ensure_one_timing_setting([
-                (
-                    format!("unit {}'s first requests", unit.id()),
-                    &earlier.provenance,
-                ),
-                ("this run".to_string(), &self.provenance),
-            ])?;
-            for (run, recorded) in runs.iter_mut().zip(&earlier.arms) {
-                run.rows.clone_from(&recorded.requests);
-                run.n0 = recorded.n0;
-                run.scaling_slope = recorded.scaling_slope;
-            }
-            eprintln!(
-                "resuming unit {} at request {} of {}",
-                unit.id(),
-                earlier.requests_done() + 1,
-                requests.len()
-            );
+            self.take_up(unit, earlier, &mut runs, requests.len())?;
         }
         // The pieces before this one, and this one so far.
         let so_far = |runs: &[ArmRun]| {
@@ -631,64 +611,7 @@ impl UnitRunner<'_> {
         };
         let first = earlier.as_ref().map_or(0, PartialUnit::requests_done);
         for (position, (prompt, ids)) in requests.iter().enumerate().skip(first) {
-            // The target's prefill of the request, once for every arm (each decodes from its own copy
-            // of the cache and counts the prefill's seconds as its own): the same computation in every
-            // arm, so measuring it once changes no ratio and saves every arm but one the prompt's
-            // pass. Taken like a decode: again once the machine is quiet if it ran under load.
-            let shared = match self.experiment.timing.shared_prefill {
-                true => Some(
-                    self.shared_prefill(ids, &format!("the target's prefill of prompt {prompt}"))
-                        .with_context(|| format!("the target's prefill of prompt {prompt}"))?,
-                ),
-                false => None,
-            };
-            for (slot, a) in rotation(runs.len(), position, unit.repeat)
-                .into_iter()
-                .enumerate()
-            {
-                let run = &mut runs[a];
-                let label = run.arm.label();
-                let retries = match &run.decoder {
-                    Some(d) if d.keeps_state_across_requests() => 0,
-                    _ => self.experiment.timing.retries,
-                };
-                let (mut n0, mut slope) = (run.n0, run.scaling_slope);
-                let prefilled = shared.as_ref().map(|q| &q.value);
-                let what = format!("{label}'s decode of prompt {prompt}");
-                let mut row = self.measured(retries, &what, || {
-                    reset_peak_rss();
-                    Ok(match &mut run.decoder {
-                        None => self.target_alone(
-                            *prompt,
-                            ids,
-                            prefilled,
-                            workload.max_new_tokens,
-                            &stop,
-                            sampling(*prompt),
-                        )?,
-                        Some(decoder) => {
-                            let decoded = match prefilled {
-                                Some(p) => {
-                                    decoder.decode_prefilled(p, Some(&stop), sampling(*prompt))
-                                }
-                                None => decoder.decode(ids, Some(&stop), sampling(*prompt)),
-                            }
-                            .with_context(|| format!("{label}, prompt {prompt}"))?;
-                            n0 = n0.or(decoded.training_length);
-                            slope = slope.or(decoded.scaling_slope);
-                            speculative_row(*prompt, ids, decoded)
-                        }
-                    })
-                })?;
-                run.n0 = n0;
-                run.scaling_slope = slope;
-                row.slot = slot;
-                // The shared prefill's load is this arm's too: it is inside the arm's time.
-                if let Some(q) = &shared {
-                    row.other_cpu_share = row.other_cpu_share.max(q.other_share);
-                }
-                run.rows.push(row);
-            }
+            self.decode_in_every_arm(unit, workload, position, *prompt, ids, &mut runs)?;
             if resumable && position + 1 < requests.len() {
                 let (arms, machine, seconds) = so_far(&runs);
                 PartialUnit {
@@ -712,6 +635,148 @@ impl UnitRunner<'_> {
             arms,
             seconds,
         })
+    }
+
+    /// Every arm of the experiment ready to decode `requests` of `workload`, the longest prompt
+    /// `longest` tokens: a drafter built for each drafting arm.
+    fn arm_runs(
+        &self,
+        workload: &Workload,
+        longest: usize,
+        requests: usize,
+    ) -> Result<Vec<ArmRun<'_>>> {
+        self.arms
+            .iter()
+            .map(|arm| {
+                let decoder = match &arm.drafter {
+                    None => None,
+                    Some(name) => Some(RequestDecoder::new(
+                        &self.spec(name, &arm.method)?,
+                        self.target,
+                        longest,
+                        workload.max_new_tokens,
+                    )),
+                };
+                Ok(ArmRun {
+                    arm: arm.clone(),
+                    decoder,
+                    n0: None,
+                    scaling_slope: None,
+                    rows: Vec::with_capacity(requests),
+                })
+            })
+            .collect()
+    }
+
+    /// Takes up `unit` where a killed run left it (`earlier`): its rows back into `runs`, after
+    /// checking that it measured under this run's kernel form and threads.
+    fn take_up(
+        &self,
+        unit: &Unit,
+        earlier: &PartialUnit,
+        runs: &mut [ArmRun],
+        requests: usize,
+    ) -> Result<()> {
+        ensure_one_timing_setting([
+            (
+                format!("unit {}'s first requests", unit.id()),
+                &earlier.provenance,
+            ),
+            ("this run".to_string(), &self.provenance),
+        ])?;
+        for (run, recorded) in runs.iter_mut().zip(&earlier.arms) {
+            run.rows.clone_from(&recorded.requests);
+            run.n0 = recorded.n0;
+            run.scaling_slope = recorded.scaling_slope;
+        }
+        eprintln!(
+            "resuming unit {} at request {} of {}",
+            unit.id(),
+            earlier.requests_done() + 1,
+            requests
+        );
+        Ok(())
+    }
+
+    /// Decodes request `position` of `unit` (prompt `prompt`, token `ids`) in every arm, in the
+    /// unit's rotation, each arm's row added to its run.
+    fn decode_in_every_arm(
+        &self,
+        unit: &Unit,
+        workload: &Workload,
+        position: usize,
+        prompt: usize,
+        ids: &[i64],
+        runs: &mut [ArmRun],
+    ) -> Result<()> {
+        let stop = if workload.ignore_eos {
+            Vec::new()
+        } else {
+            self.target.stop_tokens()
+        };
+        let sampling = Sampling {
+            temperature: self.experiment.temperature,
+            top_p: 1.0,
+            top_k: 0,
+            seed: unit.seed.wrapping_add(prompt as u64),
+        };
+        // The target's prefill of the request, once for every arm (each decodes from its own copy
+        // of the cache and counts the prefill's seconds as its own): the same computation in every
+        // arm, so measuring it once changes no ratio and saves every arm but one the prompt's
+        // pass. Taken like a decode: again once the machine is quiet if it ran under load.
+        let shared = match self.experiment.timing.shared_prefill {
+            true => Some(
+                self.shared_prefill(ids, &format!("the target's prefill of prompt {prompt}"))
+                    .with_context(|| format!("the target's prefill of prompt {prompt}"))?,
+            ),
+            false => None,
+        };
+        for (slot, a) in rotation(runs.len(), position, unit.repeat)
+            .into_iter()
+            .enumerate()
+        {
+            let run = &mut runs[a];
+            let label = run.arm.label();
+            let retries = match &run.decoder {
+                Some(d) if d.keeps_state_across_requests() => 0,
+                _ => self.experiment.timing.retries,
+            };
+            let (mut n0, mut slope) = (run.n0, run.scaling_slope);
+            let prefilled = shared.as_ref().map(|q| &q.value);
+            let what = format!("{label}'s decode of prompt {prompt}");
+            let mut row = self.measured(retries, &what, || {
+                reset_peak_rss();
+                Ok(match &mut run.decoder {
+                    None => self.target_alone(
+                        prompt,
+                        ids,
+                        prefilled,
+                        workload.max_new_tokens,
+                        &stop,
+                        sampling,
+                    )?,
+                    Some(decoder) => {
+                        let decoded = match prefilled {
+                            Some(p) => decoder.decode_prefilled(p, Some(&stop), sampling),
+                            None => decoder.decode(ids, Some(&stop), sampling),
+                        }
+                        .with_context(|| format!("{label}, prompt {prompt}"))?;
+                        n0 = n0.or(decoded.training_length);
+                        slope = slope.or(decoded.scaling_slope);
+                        speculative_row(prompt, ids, decoded)
+                    }
+                })
+            })?;
+            run.n0 = n0;
+            run.scaling_slope = slope;
+            row.slot = slot;
+            // The shared prefill's load is this arm's too: it is inside the arm's time.
+            if let Some(q) = &shared {
+                row.other_cpu_share = row.other_cpu_share.max(q.other_share);
+            }
+            run.rows.push(row);
+        }
+        Ok(())
     }
 
     /// `decode`, decoded again while it ran under other processes' load

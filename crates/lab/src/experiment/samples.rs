@@ -9,8 +9,8 @@ use super::config::{Experiment, Setting};
 use super::grid::{Arm, Unit, TARGET_ONLY};
 use super::records::{ArmRecord, Provenance, RequestRow, UnitRecord};
 use crate::error::{bail, Context, Result};
-use crate::table::{Rows, Table};
 use sharpdraft_decode::CycleRecord;
+use sharpdraft_report::table::{Rows, Table};
 use std::collections::BTreeMap;
 
 /// What a request's unit was doing to the machine, as the summary flags it.
@@ -201,13 +201,13 @@ struct Columns<'t> {
     what: &'t str,
 }
 
-impl Columns<'_> {
-    fn s(&self, name: &str) -> Result<&[String]> {
+impl<'t> Columns<'t> {
+    fn s(&self, name: &str) -> Result<&'t [String]> {
         self.table
             .strs(name)
             .with_context(|| format!("{}: column {name}", self.what))
     }
-    fn i(&self, name: &str) -> Result<&[i64]> {
+    fn i(&self, name: &str) -> Result<&'t [i64]> {
         self.table
             .i64s(name)
             .with_context(|| format!("{}: column {name}", self.what))
@@ -222,7 +222,7 @@ impl Columns<'_> {
             })
             .collect()
     }
-    fn f(&self, name: &str) -> Result<&[f64]> {
+    fn f(&self, name: &str) -> Result<&'t [f64]> {
         self.table
             .f64s(name)
             .with_context(|| format!("{}: column {name}", self.what))
@@ -259,46 +259,13 @@ pub fn read(
         c.u("repeat")?,
         c.u("prompt")?,
     );
-    let (slot, attempts, prompt_tokens, generated, updates) = (
-        c.u("slot")?,
-        c.u("attempts")?,
-        c.u("prompt_tokens")?,
-        c.u("generated")?,
-        c.u("updates")?,
-    );
-    let (weights, drafter_cache, target_cache, adaptation, peak) = (
-        c.u("drafter_weight_bytes")?,
-        c.u("drafter_cache_bytes")?,
-        c.u("target_cache_bytes")?,
-        c.u("adaptation_bytes")?,
-        c.u("peak_rss_bytes")?,
-    );
-    let (other_share, distinct, prefill, total, update_seconds) = (
-        c.f("other_cpu_share")?,
-        c.f("distinct_4grams")?,
-        c.f("prefill_seconds")?,
-        c.f("total_seconds")?,
-        c.f("update_seconds")?,
-    );
-    let (matches, n0, unit_loaded) = (c.i("matches_target")?, c.i("n0")?, c.i("unit_loaded")?);
+    let (matches, n0, distinct) = (c.i("matches_target")?, c.i("n0")?, c.f("distinct_4grams")?);
     let slope = results.f64s_or("scaling_slope", f64::NAN)?;
-    let (load_average, unit_other, unit_lost) = (
-        c.f("unit_load_average")?,
-        c.f("unit_other_cpu_share")?,
-        c.f("unit_lost_cpu_share")?,
+    let (rows, unit_loads, provenances) = (
+        RequestColumns::read(&c)?,
+        UnitLoadColumns::read(&c)?,
+        ProvenanceColumns::read(&c)?,
     );
-    let (config_hash, git_revision, machine, device, dtype, started) = (
-        c.s("config_hash")?,
-        c.s("git_revision")?,
-        c.s("machine")?,
-        c.s("device")?,
-        c.s("dtype")?,
-        c.u("started_unix")?,
-    );
-    let version = match results.column("sharpdraft_version") {
-        Ok(_) => c.s("sharpdraft_version")?.to_vec(),
-        Err(_) => vec!["unknown".to_string(); results.rows()],
-    };
     let mut out = Vec::with_capacity(results.rows());
     for r in 0..results.rows() {
         let setting = match setting[r].as_str() {
@@ -331,44 +298,11 @@ pub fn read(
             target: target[r].clone(),
             n0: (n0[r] > 0).then_some(n0[r]),
             scaling_slope: slope[r],
-            row: RequestRow {
-                prompt: prompt[r] as usize,
-                prompt_tokens: prompt_tokens[r] as usize,
-                generated: generated[r] as usize,
-                prefill_seconds: prefill[r],
-                total_seconds: total[r],
-                slot: slot[r] as usize,
-                other_cpu_share: other_share[r],
-                attempts: attempts[r] as usize,
-                update_seconds: update_seconds[r],
-                updates: updates[r] as usize,
-                drafter_weight_bytes: weights[r] as usize,
-                drafter_cache_bytes: drafter_cache[r] as usize,
-                target_cache_bytes: target_cache[r] as usize,
-                adaptation_bytes: adaptation[r] as usize,
-                peak_rss_bytes: peak[r],
-                cycles: request_cycles,
-                output_ids: Vec::new(),
-            },
+            row: rows.row(r, prompt[r], request_cycles),
             distinct_4grams: distinct[r],
             matches_target: matches[r],
-            unit_load: UnitLoad {
-                load_average: load_average[r],
-                other_share: unit_other[r],
-                lost_share: unit_lost[r],
-                loaded: unit_loaded[r] != 0,
-            },
-            provenance: Provenance {
-                config_hash: config_hash[r].clone(),
-                git_revision: git_revision[r].clone(),
-                machine: machine[r].clone(),
-                device: device[r].clone(),
-                dtype: dtype[r].clone(),
-                sharpdraft_version: version[r].clone(),
-                started_unix: started[r],
-                kernel: String::new(),
-                threads: 0,
-            },
+            unit_load: unit_loads.row(r),
+            provenance: provenances.row(r),
         });
     }
     if let Some(((drafter, method, workload, context, seed, repeat, prompt), _)) =
@@ -379,6 +313,141 @@ pub fn read(
         );
     }
     Ok(out)
+}
+
+/// The columns of `results.parquet` a [`RequestRow`] is read from.
+struct RequestColumns<'t> {
+    slot: Vec<u64>,
+    attempts: Vec<u64>,
+    prompt_tokens: Vec<u64>,
+    generated: Vec<u64>,
+    updates: Vec<u64>,
+    weights: Vec<u64>,
+    drafter_cache: Vec<u64>,
+    target_cache: Vec<u64>,
+    adaptation: Vec<u64>,
+    peak: Vec<u64>,
+    other_share: &'t [f64],
+    prefill: &'t [f64],
+    total: &'t [f64],
+    update_seconds: &'t [f64],
+}
+
+impl<'t> RequestColumns<'t> {
+    fn read(c: &Columns<'t>) -> Result<Self> {
+        Ok(Self {
+            slot: c.u("slot")?,
+            attempts: c.u("attempts")?,
+            prompt_tokens: c.u("prompt_tokens")?,
+            generated: c.u("generated")?,
+            updates: c.u("updates")?,
+            weights: c.u("drafter_weight_bytes")?,
+            drafter_cache: c.u("drafter_cache_bytes")?,
+            target_cache: c.u("target_cache_bytes")?,
+            adaptation: c.u("adaptation_bytes")?,
+            peak: c.u("peak_rss_bytes")?,
+            other_share: c.f("other_cpu_share")?,
+            prefill: c.f("prefill_seconds")?,
+            total: c.f("total_seconds")?,
+            update_seconds: c.f("update_seconds")?,
+        })
+    }
+
+    /// Row `r`, of prompt `prompt`, with its `cycles` (the outputs are not in the table).
+    fn row(&self, r: usize, prompt: u64, cycles: Vec<CycleRecord>) -> RequestRow {
+        RequestRow {
+            prompt: prompt as usize,
+            prompt_tokens: self.prompt_tokens[r] as usize,
+            generated: self.generated[r] as usize,
+            prefill_seconds: self.prefill[r],
+            total_seconds: self.total[r],
+            slot: self.slot[r] as usize,
+            other_cpu_share: self.other_share[r],
+            attempts: self.attempts[r] as usize,
+            update_seconds: self.update_seconds[r],
+            updates: self.updates[r] as usize,
+            drafter_weight_bytes: self.weights[r] as usize,
+            drafter_cache_bytes: self.drafter_cache[r] as usize,
+            target_cache_bytes: self.target_cache[r] as usize,
+            adaptation_bytes: self.adaptation[r] as usize,
+            peak_rss_bytes: self.peak[r],
+            cycles,
+            output_ids: Vec::new(),
+        }
+    }
+}
+
+/// The columns of `results.parquet` a request's unit's [`UnitLoad`] is read from.
+struct UnitLoadColumns<'t> {
+    load_average: &'t [f64],
+    other_share: &'t [f64],
+    lost_share: &'t [f64],
+    loaded: &'t [i64],
+}
+
+impl<'t> UnitLoadColumns<'t> {
+    fn read(c: &Columns<'t>) -> Result<Self> {
+        Ok(Self {
+            load_average: c.f("unit_load_average")?,
+            other_share: c.f("unit_other_cpu_share")?,
+            lost_share: c.f("unit_lost_cpu_share")?,
+            loaded: c.i("unit_loaded")?,
+        })
+    }
+
+    fn row(&self, r: usize) -> UnitLoad {
+        UnitLoad {
+            load_average: self.load_average[r],
+            other_share: self.other_share[r],
+            lost_share: self.lost_share[r],
+            loaded: self.loaded[r] != 0,
+        }
+    }
+}
+
+/// The columns of `results.parquet` a request's [`Provenance`] is read from (the kernel form and
+/// threads are in the unit records, not the table).
+struct ProvenanceColumns<'t> {
+    config_hash: &'t [String],
+    git_revision: &'t [String],
+    machine: &'t [String],
+    device: &'t [String],
+    dtype: &'t [String],
+    started: Vec<u64>,
+    /// "unknown" in every row of a table written before the column existed.
+    version: Vec<String>,
+}
+
+impl<'t> ProvenanceColumns<'t> {
+    fn read(c: &Columns<'t>) -> Result<Self> {
+        let version = match c.table.column("sharpdraft_version") {
+            Ok(_) => c.s("sharpdraft_version")?.to_vec(),
+            Err(_) => vec!["unknown".to_string(); c.table.rows()],
+        };
+        Ok(Self {
+            config_hash: c.s("config_hash")?,
+            git_revision: c.s("git_revision")?,
+            machine: c.s("machine")?,
+            device: c.s("device")?,
+            dtype: c.s("dtype")?,
+            started: c.u("started_unix")?,
+            version,
+        })
+    }
+
+    fn row(&self, r: usize) -> Provenance {
+        Provenance {
+            config_hash: self.config_hash[r].clone(),
+            git_revision: self.git_revision[r].clone(),
+            machine: self.machine[r].clone(),
+            device: self.device[r].clone(),
+            dtype: self.dtype[r].clone(),
+            sharpdraft_version: self.version[r].clone(),
+            started_unix: self.started[r],
+            kernel: String::new(),
+            threads: 0,
+        }
+    }
 }
 
 /// The cycles of `cycles.parquet`, per request, in cycle order.

@@ -5,7 +5,7 @@
 //!   its proposal;
 //! - `summary.parquet`: per drafter x method x workload x context, and for long generation per context
 //!   bin along the generation: tau, the speed-up end to end and of the decode alone, tokens/s, each
-//!   with its 95% interval over prompts ([`super::intervals`]), the same two speed-ups against the
+//!   with its 95% interval over prompts ([`sharpdraft_report::intervals`]), the same two speed-ups against the
 //!   first drafting method of the same drafter on the same request (paired, so a load or a prompt that
 //!   slows both arms cancels out of the comparison) with a Wilcoxon signed-rank p over prompts, where
 //!   a cycle's time goes (drafting and verifying, beside the target alone's time per token on the same
@@ -22,21 +22,95 @@
 use super::acceptance;
 use super::config::{Experiment, Setting};
 use super::grid::{Arm, Unit, TARGET_ONLY};
-use super::intervals::{median, median_interval, paired_ratio, ratio_interval, Interval};
 use super::machine_state::LOADED_OTHER_SHARE;
 use super::records::{RequestRow, UnitRecord};
 use super::samples::{self, RequestSample};
 use crate::error::Result;
-use crate::table::{Rows, Table};
+use serde::Serialize;
 use sharpdraft_decode::CycleRecord;
+use sharpdraft_report::columns::table_of;
+use sharpdraft_report::intervals::{
+    median, median_interval, paired_ratio, ratio_interval, Interval, PairedRatio,
+};
+use sharpdraft_report::table::{Rows, Table};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// `name`, `name_lo` and `name_hi` of an interval.
-fn push_interval(rows: &mut Rows, name: &str, v: Interval) {
-    rows.f(name, v.estimate);
-    rows.f(&format!("{name}_lo"), v.lo);
-    rows.f(&format!("{name}_hi"), v.hi);
+/// One row of `summary.parquet`: a cell (drafter x method x workload x context), whole or over one
+/// context bin. Its columns are its fields, in this order ([`table_of`]; an [`Interval`] is the
+/// columns `name`, `name_lo`, `name_hi`), and the report reads these rows, not the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct SummaryRow {
+    pub target: String,
+    pub drafter: String,
+    pub method: String,
+    pub workload: String,
+    pub setting: String,
+    pub context: i64,
+    /// `all` for the whole requests, else the context bin's label.
+    pub bin: String,
+    pub bin_lo_n0: f64,
+    pub bin_hi_n0: f64,
+    pub n0: i64,
+    pub requests: i64,
+    /// Distinct prompts among the requests (their seeds and repeats combined): the unit of evidence.
+    pub prompts: i64,
+    pub mean_prompt_tokens: f64,
+    pub cycles: i64,
+    pub tau: Interval,
+    /// The query-scaling slope the arm drafted with (a schedule's mean beta); NaN unknown or none.
+    pub scaling_slope: f64,
+    /// Mean share of distinct 4-grams in the outputs (low: the outputs loop).
+    pub distinct_4grams: f64,
+    /// Median over prompts of tokens/s against the target alone on the same request.
+    pub speedup: Interval,
+    /// The same for the decode alone (prefill left out).
+    pub decode_speedup: Interval,
+    /// Median over prompts of tokens/s against the same drafter under the reference method (the
+    /// experiment's first drafting method) on the same request, end to end and decode alone; the
+    /// prompts on which the method was faster; the Wilcoxon signed-rank p (two-sided) of the paired
+    /// log ratios over prompts (NaN unknown).
+    pub vs_reference: Interval,
+    pub vs_reference_faster: i64,
+    pub vs_reference_p: f64,
+    pub decode_vs_reference: Interval,
+    pub decode_vs_reference_faster: i64,
+    pub decode_vs_reference_p: f64,
+    pub tokens_per_s: Interval,
+    pub ar_tokens_per_s: Interval,
+    /// Medians over the cell's cycles: drafting (proposing, and taking in the verified tokens) and
+    /// the target's verification (its pass, the verdict, committing); NaN without cycles.
+    pub draft_ms: f64,
+    pub verify_ms: f64,
+    /// Median over requests of the first cycle's drafting (a prompt's catch-up).
+    pub first_draft_ms: f64,
+    /// The target alone's decode milliseconds per token on the same requests (median over them).
+    pub target_ms_per_token: f64,
+    /// 1: every request reproduced the target's greedy output; 0: one did not; -1: not comparable.
+    pub matches_target: i64,
+    pub update_seconds: f64,
+    pub updates: i64,
+    pub adaptation_bytes: i64,
+    pub drafter_weight_bytes: i64,
+    pub drafter_cache_bytes: i64,
+    pub peak_rss_bytes: i64,
+    /// Requests whose kept attempt ran under other processes' load, and those decoded again.
+    pub loaded_requests: i64,
+    pub retried_requests: i64,
+    pub units: i64,
+    pub loaded_units: i64,
+    pub max_other_cpu_share: f64,
+}
+
+impl SummaryRow {
+    /// The row's context as a table cell: its prompt length, or where a long generation started.
+    pub fn context_label(&self) -> String {
+        if self.setting == "long_generation" {
+            format!("generation from {:.0}", self.mean_prompt_tokens)
+        } else {
+            self.context.to_string()
+        }
+    }
 }
 
 /// A context bin: its label and its edges in multiples of n0.
@@ -105,7 +179,8 @@ pub const ACCEPTANCE: &str = "acceptance.parquet";
 pub struct RunTables {
     pub results: Table,
     pub cycles: Table,
-    pub summary: Table,
+    /// `summary.parquet`'s rows, in cell order (the report orders them as the experiment does).
+    pub summary: Vec<SummaryRow>,
     pub acceptance: Table,
 }
 
@@ -177,11 +252,10 @@ pub fn build_from_samples(experiment: &Experiment, samples: &[RequestSample]) ->
         cell.1 = cell.1.max(s.n0.unwrap_or(0));
         cell.0.push(*p);
     }
-    let summary = summary_rows(experiment, &cells);
     RunTables {
         results: results.table(),
         cycles: cycles.table(),
-        summary: summary.table(),
+        summary: summary_rows(experiment, &cells),
         acceptance: acceptance::table(experiment, samples),
     }
 }
@@ -215,8 +289,8 @@ fn per_prompt(prompts: &[Vec<PairedRow>], f: impl Fn(&PairedRow) -> f64) -> Vec<
 
 /// The `summary` rows: per cell its whole requests, and for long generation with a drafter one row
 /// per context bin its cycles reach.
-fn summary_rows(experiment: &Experiment, cells: &Cells) -> Rows {
-    let mut summary = Rows::default();
+fn summary_rows(experiment: &Experiment, cells: &Cells) -> Vec<SummaryRow> {
+    let mut summary = Vec::new();
     for ((drafter, method, workload, context), (samples, n0, setting, target)) in cells {
         let key = CellKey {
             target,
@@ -227,13 +301,12 @@ fn summary_rows(experiment: &Experiment, cells: &Cells) -> Rows {
             context: *context,
             n0: *n0,
         };
-        summary_row(
-            &mut summary,
+        summary.push(summary_row(
             &key,
             samples,
             ("all".into(), 0.0, f64::INFINITY),
             |_: &CycleRecord| true,
-        );
+        ));
         if *setting == Setting::LongGeneration && drafter != TARGET_ONLY && *n0 > 0 {
             push_context_bin_rows(&mut summary, &key, samples, &experiment.bins_n0);
         }
@@ -244,7 +317,7 @@ fn summary_rows(experiment: &Experiment, cells: &Cells) -> Rows {
 /// One summary row per context bin (edges `bins_n0`, in multiples of the cell's n0) that some cycle
 /// of the cell's samples drafted in, tau over the cycles in that bin.
 fn push_context_bin_rows(
-    summary: &mut Rows,
+    summary: &mut Vec<SummaryRow>,
     key: &CellKey,
     samples: &[PairedRow],
     bins_n0: &[f64],
@@ -264,7 +337,7 @@ fn push_context_bin_rows(
             let at = c.context as f64 / n0 as f64;
             at >= lo && at < hi
         };
-        summary_row(summary, key, samples, bin, in_bin);
+        summary.push(summary_row(key, samples, bin, in_bin));
     }
 }
 
@@ -279,25 +352,20 @@ struct CellKey<'a> {
     n0: i64,
 }
 
-/// A paired ratio over prompts ([`paired_ratio`]) as the columns `name`, `name_lo`, `name_hi`,
-/// `name_faster` and `name_p`.
-fn paired_columns(summary: &mut Rows, name: &str, ratios: &[f64]) {
-    let paired = paired_ratio(ratios);
-    push_interval(summary, name, paired.ratio);
-    summary.u(&format!("{name}_faster"), paired.ahead as u64);
-    summary.f(&format!("{name}_p"), paired.p);
+/// A count as an INT64 column holds it (counts of this size never occur; none wraps).
+fn count(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
 }
 
 /// One summary row: the cell's `samples` over `bin`, tau over the cycles `in_bin` keeps (all of them,
 /// or those in a context bin). Speed-ups, tokens/s and the time columns describe whole requests, so a
 /// bin row leaves them NaN. Intervals and tests go over prompts (each prompt's requests combined).
 fn summary_row(
-    summary: &mut Rows,
     key: &CellKey,
     samples: &[PairedRow],
     bin: Bin,
     in_bin: impl Fn(&CycleRecord) -> bool,
-) {
+) -> SummaryRow {
     let whole = bin.0 == "all";
     let prompts = by_prompt(samples);
     // tau pooled over each prompt's requests: (tokens emitted, cycles) per prompt.
@@ -312,32 +380,6 @@ fn summary_row(
                 })
         })
         .collect();
-    let cycle_count: f64 = counts.iter().map(|c| c.1).sum();
-    summary.s("target", key.target);
-    summary.s("drafter", key.drafter);
-    summary.s("method", key.method);
-    summary.s("workload", key.workload);
-    summary.s("setting", key.setting.name());
-    summary.u("context", key.context as u64);
-    summary.s("bin", bin.0);
-    summary.f("bin_lo_n0", bin.1);
-    summary.f("bin_hi_n0", bin.2);
-    summary.i("n0", key.n0);
-    summary.u("requests", samples.len() as u64);
-    // Prompts that reach the bin (every prompt of the cell for a whole row).
-    summary.u(
-        "prompts",
-        counts.iter().filter(|c| whole || c.1 > 0.0).count() as u64,
-    );
-    summary.f(
-        "mean_prompt_tokens",
-        samples
-            .iter()
-            .map(|s| s.row().prompt_tokens as f64)
-            .sum::<f64>()
-            / samples.len().max(1) as f64,
-    );
-    summary.u("cycles", cycle_count as u64);
     let tau = if key.drafter == TARGET_ONLY {
         Interval {
             estimate: 1.0,
@@ -353,149 +395,214 @@ fn summary_row(
                 .collect::<Vec<_>>(),
         )
     };
-    push_interval(summary, "tau", tau);
-    // The query-scaling slope the cell's arm drafted with (the same in every request).
-    summary.f(
-        "scaling_slope",
-        samples
+    let speeds = Speeds::over(&prompts, whole);
+    let times = CycleTimes::of(samples, whole);
+    let load = MachineLoad::of(samples);
+    let max = |f: fn(&RequestRow) -> u64| samples.iter().map(|s| f(s.row())).max().unwrap_or(0);
+    let update_seconds: f64 = samples.iter().map(|s| s.row().update_seconds).sum();
+    SummaryRow {
+        target: key.target.to_string(),
+        drafter: key.drafter.to_string(),
+        method: key.method.to_string(),
+        workload: key.workload.to_string(),
+        setting: key.setting.name().to_string(),
+        context: count(key.context),
+        bin_lo_n0: bin.1,
+        bin_hi_n0: bin.2,
+        bin: bin.0,
+        n0: key.n0,
+        requests: count(samples.len()),
+        // Prompts that reach the bin (every prompt of the cell for a whole row).
+        prompts: count(counts.iter().filter(|c| whole || c.1 > 0.0).count()),
+        mean_prompt_tokens: samples
+            .iter()
+            .map(|s| s.row().prompt_tokens as f64)
+            .sum::<f64>()
+            / samples.len().max(1) as f64,
+        cycles: count(counts.iter().map(|c| c.1).sum::<f64>() as u64),
+        tau,
+        // The query-scaling slope the cell's arm drafted with (the same in every request).
+        scaling_slope: samples
             .iter()
             .map(|s| s.sample.scaling_slope)
             .find(|b| b.is_finite())
             .unwrap_or(f64::NAN),
-    );
+        distinct_4grams: mean_distinct_4grams(samples),
+        speedup: speeds.speedup,
+        decode_speedup: speeds.decode_speedup,
+        vs_reference: speeds.vs_reference.ratio,
+        vs_reference_faster: count(speeds.vs_reference.ahead),
+        vs_reference_p: speeds.vs_reference.p,
+        decode_vs_reference: speeds.decode_vs_reference.ratio,
+        decode_vs_reference_faster: count(speeds.decode_vs_reference.ahead),
+        decode_vs_reference_p: speeds.decode_vs_reference.p,
+        tokens_per_s: speeds.tokens_per_s,
+        ar_tokens_per_s: speeds.ar_tokens_per_s,
+        draft_ms: times.draft_ms,
+        verify_ms: times.verify_ms,
+        first_draft_ms: times.first_draft_ms,
+        target_ms_per_token: times.target_ms_per_token,
+        matches_target: matches_target(samples),
+        update_seconds: if whole { update_seconds } else { f64::NAN },
+        updates: count(samples.iter().map(|s| s.row().updates as u64).sum::<u64>()),
+        adaptation_bytes: count(max(|r| r.adaptation_bytes as u64)),
+        drafter_weight_bytes: count(max(|r| r.drafter_weight_bytes as u64)),
+        drafter_cache_bytes: count(max(|r| r.drafter_cache_bytes as u64)),
+        peak_rss_bytes: count(max(|r| r.peak_rss_bytes)),
+        loaded_requests: load.loaded_requests,
+        retried_requests: load.retried_requests,
+        units: load.units,
+        loaded_units: load.loaded_units,
+        max_other_cpu_share: load.max_other_cpu_share,
+    }
+}
+
+/// The mean share of distinct 4-grams over the cell's outputs that have one; NaN when none does.
+fn mean_distinct_4grams(samples: &[PairedRow]) -> f64 {
     let distinct: Vec<f64> = samples
         .iter()
         .map(|s| s.sample.distinct_4grams)
         .filter(|d| d.is_finite())
         .collect();
-    summary.f(
-        "distinct_4grams",
-        if distinct.is_empty() {
-            f64::NAN
-        } else {
-            distinct.iter().sum::<f64>() / distinct.len() as f64
-        },
-    );
-    let over_prompts = |f: fn(&PairedRow) -> f64| -> Vec<f64> {
-        if whole {
-            per_prompt(&prompts, f)
-        } else {
-            Vec::new()
-        }
-    };
-    let of = |f: fn(&PairedRow) -> f64| -> Interval {
-        if whole {
-            median_interval(&over_prompts(f))
-        } else {
-            Interval::UNKNOWN
-        }
-    };
-    push_interval(summary, "speedup", of(|s| s.speedup()));
-    push_interval(summary, "decode_speedup", of(|s| s.decode_speedup()));
-    // The paired comparison with the reference method: per prompt the ratio of the two arms' tokens/s
-    // on the same request (the median over its repeats), then the median over prompts. Two methods
-    // whose speed-up intervals overlap (the prompts differ more than the methods do) can still differ
-    // on every prompt, which this resolves; how many prompts were faster and the signed-rank p say how
-    // firmly.
-    paired_columns(summary, "vs_reference", &over_prompts(|s| s.vs_reference()));
-    paired_columns(
-        summary,
-        "decode_vs_reference",
-        &over_prompts(|s| s.decode_vs_reference()),
-    );
-    push_interval(summary, "tokens_per_s", of(|s| s.row().tokens_per_second()));
-    push_interval(
-        summary,
-        "ar_tokens_per_s",
-        of(|s| s.base.map_or(f64::NAN, |b| b.row.tokens_per_second())),
-    );
-    let nan_unless = |v: f64| if whole { v } else { f64::NAN };
-    // Where a cycle goes: medians over the cell's cycles, against the target alone's milliseconds per
-    // decoded token on the same requests (the denominator of `decode_speedup`); whole rows only.
-    let cycle_ms = |f: fn(&CycleRecord) -> f64| {
-        let ms: Vec<f64> = samples
-            .iter()
-            .flat_map(|s| s.row().cycles.iter().map(move |c| 1e3 * f(c)))
-            .collect();
-        nan_unless(median(&ms))
-    };
-    summary.f("draft_ms", cycle_ms(|c| c.draft_seconds));
-    summary.f("verify_ms", cycle_ms(|c| c.verify_seconds));
-    // The first cycle's drafting, median over requests: a drafter that takes in the prompt on its first
-    // proposal, not in its prefill, pays for it there, a cost the medians over cycles leave out and the
-    // decode speed-up counts.
-    let first_draft_ms: Vec<f64> = samples
-        .iter()
-        .filter_map(|s| s.row().cycles.first())
-        .map(|c| 1e3 * c.draft_seconds)
-        .collect();
-    summary.f("first_draft_ms", nan_unless(median(&first_draft_ms)));
-    let target_ms: Vec<f64> = samples
-        .iter()
-        .filter_map(|s| s.base)
-        .map(|b| 1e3 / b.row.decode_tokens_per_second())
-        .filter(|ms| ms.is_finite())
-        .collect();
-    summary.f("target_ms_per_token", nan_unless(median(&target_ms)));
-    // 1 when every request reproduced the target's greedy output, 0 when any did not, -1 when not
-    // comparable.
+    if distinct.is_empty() {
+        f64::NAN
+    } else {
+        distinct.iter().sum::<f64>() / distinct.len() as f64
+    }
+}
+
+/// 1 when every request reproduced the target's greedy output, 0 when any did not, -1 when not
+/// comparable.
+fn matches_target(samples: &[PairedRow]) -> i64 {
     let matches: Vec<i64> = samples.iter().map(|s| s.sample.matches_target).collect();
-    summary.i(
-        "matches_target",
-        if matches.contains(&0) {
-            0
-        } else if !matches.is_empty() && matches.iter().all(|&m| m == 1) {
-            1
-        } else {
-            -1
-        },
-    );
-    summary.f(
-        "update_seconds",
-        nan_unless(samples.iter().map(|s| s.row().update_seconds).sum()),
-    );
-    summary.u(
-        "updates",
-        samples.iter().map(|s| s.row().updates as u64).sum::<u64>(),
-    );
-    let max = |f: fn(&RequestRow) -> u64| samples.iter().map(|s| f(s.row())).max().unwrap_or(0);
-    summary.u("adaptation_bytes", max(|r| r.adaptation_bytes as u64));
-    summary.u(
-        "drafter_weight_bytes",
-        max(|r| r.drafter_weight_bytes as u64),
-    );
-    summary.u("drafter_cache_bytes", max(|r| r.drafter_cache_bytes as u64));
-    summary.u("peak_rss_bytes", max(|r| r.peak_rss_bytes));
-    // Requests whose kept attempt still ran while other processes took more than a tenth of the
-    // cores (waiting for quiet timed out, or the arm could not be decoded again).
-    summary.u(
-        "loaded_requests",
-        samples
+    if matches.contains(&0) {
+        0
+    } else if !matches.is_empty() && matches.iter().all(|&m| m == 1) {
+        1
+    } else {
+        -1
+    }
+}
+
+/// A cell's speed-ups, paired comparisons with the reference method and tokens/s, over prompts;
+/// unknown unless the row is whole (they describe whole requests).
+struct Speeds {
+    speedup: Interval,
+    decode_speedup: Interval,
+    vs_reference: PairedRatio,
+    decode_vs_reference: PairedRatio,
+    tokens_per_s: Interval,
+    ar_tokens_per_s: Interval,
+}
+
+impl Speeds {
+    fn over(prompts: &[Vec<PairedRow>], whole: bool) -> Self {
+        let over_prompts = |f: fn(&PairedRow) -> f64| -> Vec<f64> {
+            if whole {
+                per_prompt(prompts, f)
+            } else {
+                Vec::new()
+            }
+        };
+        let of = |f: fn(&PairedRow) -> f64| -> Interval {
+            if whole {
+                median_interval(&over_prompts(f))
+            } else {
+                Interval::UNKNOWN
+            }
+        };
+        Self {
+            speedup: of(|s| s.speedup()),
+            decode_speedup: of(|s| s.decode_speedup()),
+            // The paired comparison with the reference method: per prompt the ratio of the two arms'
+            // tokens/s on the same request (the median over its repeats), then the median over
+            // prompts. Two methods whose speed-up intervals overlap (the prompts differ more than the
+            // methods do) can still differ on every prompt, which this resolves; how many prompts
+            // were faster and the signed-rank p say how firmly.
+            vs_reference: paired_ratio(&over_prompts(|s| s.vs_reference())),
+            decode_vs_reference: paired_ratio(&over_prompts(|s| s.decode_vs_reference())),
+            tokens_per_s: of(|s| s.row().tokens_per_second()),
+            ar_tokens_per_s: of(|s| s.base.map_or(f64::NAN, |b| b.row.tokens_per_second())),
+        }
+    }
+}
+
+/// Where a cycle goes: medians over the cell's cycles, against the target alone's milliseconds per
+/// decoded token on the same requests (the denominator of `decode_speedup`); whole rows only.
+struct CycleTimes {
+    draft_ms: f64,
+    verify_ms: f64,
+    first_draft_ms: f64,
+    target_ms_per_token: f64,
+}
+
+impl CycleTimes {
+    fn of(samples: &[PairedRow], whole: bool) -> Self {
+        let nan_unless = |v: f64| if whole { v } else { f64::NAN };
+        let cycle_ms = |f: fn(&CycleRecord) -> f64| {
+            let ms: Vec<f64> = samples
+                .iter()
+                .flat_map(|s| s.row().cycles.iter().map(move |c| 1e3 * f(c)))
+                .collect();
+            nan_unless(median(&ms))
+        };
+        // The first cycle's drafting, median over requests: a drafter that takes in the prompt on
+        // its first proposal, not in its prefill, pays for it there, a cost the medians over cycles
+        // leave out and the decode speed-up counts.
+        let first_draft_ms: Vec<f64> = samples
             .iter()
-            .filter(|s| s.row().other_cpu_share > LOADED_OTHER_SHARE)
-            .count() as u64,
-    );
-    summary.u(
-        "retried_requests",
-        samples.iter().filter(|s| s.row().attempts > 1).count() as u64,
-    );
-    // Units, not requests: each unit's machine state covers all of its requests.
-    let mut units: Vec<(&Unit, &RequestSample)> =
-        samples.iter().map(|s| (&s.sample.unit, s.sample)).collect();
-    units.sort_by_key(|u| u.0);
-    units.dedup_by_key(|u| u.0);
-    summary.u("units", units.len() as u64);
-    summary.u(
-        "loaded_units",
-        units.iter().filter(|u| u.1.unit_load.loaded).count() as u64,
-    );
-    summary.f(
-        "max_other_cpu_share",
-        units
+            .filter_map(|s| s.row().cycles.first())
+            .map(|c| 1e3 * c.draft_seconds)
+            .collect();
+        let target_ms: Vec<f64> = samples
             .iter()
-            .map(|u| u.1.unit_load.other_share)
-            .fold(f64::NAN, f64::max),
-    );
+            .filter_map(|s| s.base)
+            .map(|b| 1e3 / b.row.decode_tokens_per_second())
+            .filter(|ms| ms.is_finite())
+            .collect();
+        Self {
+            draft_ms: cycle_ms(|c| c.draft_seconds),
+            verify_ms: cycle_ms(|c| c.verify_seconds),
+            first_draft_ms: nan_unless(median(&first_draft_ms)),
+            target_ms_per_token: nan_unless(median(&target_ms)),
+        }
+    }
+}
+
+/// How loaded the machine was while a cell ran.
+struct MachineLoad {
+    /// Requests whose kept attempt still ran while other processes took more than a tenth of the
+    /// cores (waiting for quiet timed out, or the arm could not be decoded again).
+    loaded_requests: i64,
+    retried_requests: i64,
+    /// Units, not requests: each unit's machine state covers all of its requests.
+    units: i64,
+    loaded_units: i64,
+    max_other_cpu_share: f64,
+}
+
+impl MachineLoad {
+    fn of(samples: &[PairedRow]) -> Self {
+        let mut units: Vec<(&Unit, &RequestSample)> =
+            samples.iter().map(|s| (&s.sample.unit, s.sample)).collect();
+        units.sort_by_key(|u| u.0);
+        units.dedup_by_key(|u| u.0);
+        Self {
+            loaded_requests: count(
+                samples
+                    .iter()
+                    .filter(|s| s.row().other_cpu_share > LOADED_OTHER_SHARE)
+                    .count(),
+            ),
+            retried_requests: count(samples.iter().filter(|s| s.row().attempts > 1).count()),
+            units: count(units.len()),
+            loaded_units: count(units.iter().filter(|u| u.1.unit_load.loaded).count()),
+            max_other_cpu_share: units
+                .iter()
+                .map(|u| u.1.unit_load.other_share)
+                .fold(f64::NAN, f64::max),
+        }
+    }
 }
 
 /// Writes `results.parquet`, `cycles.parquet`, `summary.parquet` and `acceptance.parquet` of
@@ -506,12 +613,13 @@ pub fn write_tables(
     samples: &[RequestSample],
 ) -> Result<RunTables> {
     let tables = build_from_samples(experiment, samples);
+    let summary = table_of(&tables.summary)?;
     // A table without rows has no columns yet (a run of target-only methods has no cycles): it is
     // not written rather than written without a schema.
     for (name, table) in [
         (RESULTS, &tables.results),
         (CYCLES, &tables.cycles),
-        (SUMMARY, &tables.summary),
+        (SUMMARY, &summary),
         (ACCEPTANCE, &tables.acceptance),
     ] {
         if !table.columns.is_empty() {
@@ -526,7 +634,7 @@ mod tests {
     use super::*;
     use crate::experiment::grid::Arm;
     use crate::experiment::records::Provenance;
-    use crate::experiment::report::{headline, paired, summary_rows};
+    use crate::experiment::report::{headline, in_experiment_order, paired};
     use crate::experiment::samples::UnitLoad;
 
     /// The target alone, an unmodified drafter and a fixed-slope one, 2 prompts, 3 repeats.
@@ -657,7 +765,7 @@ mod tests {
         let experiment = experiment(dir.path());
         let samples = two_prompts_three_repeats();
         let tables = build_from_samples(&experiment, &samples);
-        let rows = summary_rows(&tables.summary, &experiment).unwrap();
+        let rows = in_experiment_order(&tables.summary, &experiment);
         let unmodified = rows.iter().find(|r| r.method == "unmodified").unwrap();
         assert_eq!((unmodified.prompts, unmodified.requests), (2, 6));
         // Two prompts: tau 4 (all 3 drafts + the bonus) and 1; pooled over the prompts' 12 cycles each.
@@ -675,7 +783,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let experiment = experiment(dir.path());
         let tables = build_from_samples(&experiment, &two_prompts_three_repeats());
-        let rows = summary_rows(&tables.summary, &experiment).unwrap();
+        let rows = in_experiment_order(&tables.summary, &experiment);
         let fixed = rows.iter().find(|r| r.method == "fixed").unwrap();
         assert!(fixed.vs_reference.lo > 1.0, "{:?}", fixed.vs_reference);
         assert_eq!(fixed.vs_reference_faster, 2);
@@ -721,7 +829,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let experiment = experiment(dir.path());
         let tables = build_from_samples(&experiment, &two_prompts_three_repeats());
-        let rows = summary_rows(&tables.summary, &experiment).unwrap();
+        let rows = in_experiment_order(&tables.summary, &experiment);
         let table = headline(&rows, &experiment, None);
         for line in table.lines().filter(|l| l.starts_with('|')) {
             assert_eq!(line.matches('|').count(), 9, "8 columns: {line}");

@@ -9,10 +9,10 @@
 //! slow side twice, and the paired verdict cannot tell.
 
 use super::config::Experiment;
-use super::intervals::percentile;
 use super::grid::Unit;
 use super::samples::RequestSample;
 use sharpdraft_decode::CycleRecord;
+use sharpdraft_report::intervals::percentile;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The spread of the ratio of two arms' mean verifying seconds per full block, over every two arms of

@@ -1,5 +1,5 @@
 //! Parquet tables round-trip their typed columns and refuse ragged ones.
-use sharpdraft_lab::table::{Column, Table};
+use sharpdraft_report::table::{Column, Table};
 
 #[test]
 fn a_table_round_trips_through_parquet() {

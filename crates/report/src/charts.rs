@@ -2,7 +2,7 @@
 //! `$SHARPDRAFT_FONT` or a common system path; without one the chart is drawn without text and a
 //! warning says so.
 
-use crate::error::{Context, LabError, Result};
+use crate::error::{ReportError, Result};
 use plotters::coord::{ranged1d::ValueFormatter, types::RangedCoordf64};
 use plotters::element::{Drawable, PointCollection};
 use plotters::prelude::*;
@@ -129,13 +129,13 @@ fn png(
     size: (u32, u32),
     draw: impl FnOnce(
         &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
-        &dyn Fn(&dyn std::fmt::Debug) -> LabError,
+        &dyn Fn(&dyn std::fmt::Debug) -> ReportError,
     ) -> Result<()>,
 ) -> Result<()> {
     let tmp = path.with_extension("png.tmp.png");
     {
         let root = BitMapBackend::new(&tmp, size).into_drawing_area();
-        let plot = |e: &dyn std::fmt::Debug| LabError::Plot {
+        let plot = |e: &dyn std::fmt::Debug| ReportError::Plot {
             path: path.display().to_string(),
             reason: format!("{e:?}"),
         };
@@ -143,7 +143,8 @@ fn png(
         draw(&root, &plot)?;
         root.present().map_err(|e| plot(&e))?;
     }
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| ReportError::failed(format_args!("writing {}", path.display()), e))?;
     Ok(())
 }
 
@@ -208,7 +209,7 @@ pub fn panel_chart(path: &Path, chart: &Chart<'_>, panels: &[Panel]) -> Result<(
     // A series' position differs from panel to panel, so only a colour of its own ties it to the
     // legend.
     if let Some(s) = every.iter().find(|s| s.colour.is_none()) {
-        return Err(LabError::Plot {
+        return Err(ReportError::Plot {
             path: path.display().to_string(),
             reason: format!(
                 "series {:?} has no colour: every series of a chart of panels needs one (Series::new)",
@@ -276,7 +277,7 @@ pub fn legend_entries(series: &[&Series]) -> Vec<(usize, String)> {
 fn draw_legend(
     area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
     entries: &[(usize, String)],
-    plot: &dyn Fn(&dyn std::fmt::Debug) -> LabError,
+    plot: &dyn Fn(&dyn std::fmt::Debug) -> ReportError,
 ) -> Result<()> {
     let style = ("sans-serif", 16).into_text_style(area);
     for (row, (colour, name)) in entries.iter().enumerate() {
@@ -422,7 +423,7 @@ fn draw_panel(
     series: &[Series],
     ((x0, x1, y0, y1), x_ticks): ((f64, f64, f64, f64), &[f64]),
     look: Look,
-    plot: &dyn Fn(&dyn std::fmt::Debug) -> LabError,
+    plot: &dyn Fn(&dyn std::fmt::Debug) -> ReportError,
 ) -> Result<()> {
     if chart.log_x && !x_ticks.is_empty() {
         let ctx = builder
@@ -494,7 +495,7 @@ fn draw_lines<'a, 'b: 'a, X>(
     series: &[Series],
     (x0, x1): (f64, f64),
     look: Look,
-    plot: &dyn Fn(&dyn std::fmt::Debug) -> LabError,
+    plot: &dyn Fn(&dyn std::fmt::Debug) -> ReportError,
 ) -> Result<()>
 where
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,
@@ -537,7 +538,7 @@ fn draw_one_series<X>(
     i: usize,
     s: &Series,
     look: Look,
-    plot: &dyn Fn(&dyn std::fmt::Debug) -> LabError,
+    plot: &dyn Fn(&dyn std::fmt::Debug) -> ReportError,
 ) -> Result<()>
 where
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,

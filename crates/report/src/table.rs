@@ -1,7 +1,7 @@
 //! Columnar results written as parquet (loss curves, probe statistics, ablations): named typed columns of
 //! equal length, written atomically and read back.
 
-use crate::error::{bail, ensure, Context, Result};
+use crate::error::{ReportError, Result};
 use parquet::basic::{ConvertedType, Repetition, Type as PhysicalType};
 use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int64Type};
 use parquet::file::properties::WriterProperties;
@@ -99,27 +99,29 @@ impl Table {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, c)| c)
-            .with_context(|| format!("no column {name:?}"))
+            .ok_or_else(|| ReportError::Invalid(format!("no column {name:?}")))
     }
 
     pub fn f64s(&self, name: &str) -> Result<&[f64]> {
         match self.column(name)? {
             Column::F64(v) => Ok(v),
-            _ => bail!("column {name:?} is not f64"),
+            _ => Err(ReportError::Invalid(format!("column {name:?} is not f64"))),
         }
     }
 
     pub fn i64s(&self, name: &str) -> Result<&[i64]> {
         match self.column(name)? {
             Column::I64(v) => Ok(v),
-            _ => bail!("column {name:?} is not i64"),
+            _ => Err(ReportError::Invalid(format!("column {name:?} is not i64"))),
         }
     }
 
     pub fn strs(&self, name: &str) -> Result<&[String]> {
         match self.column(name)? {
             Column::Str(v) => Ok(v),
-            _ => bail!("column {name:?} is not a string column"),
+            _ => Err(ReportError::Invalid(format!(
+                "column {name:?} is not a string column"
+            ))),
         }
     }
 
@@ -135,13 +137,23 @@ impl Table {
     /// Writes one row group to `path` through a temporary file and a rename.
     pub fn write_parquet(&self, path: &Path) -> Result<()> {
         let rows = self.rows();
-        for (name, column) in &self.columns {
-            ensure!(
-                column.len() == rows,
+        if let Some((name, column)) = self.columns.iter().find(|(_, c)| c.len() != rows) {
+            return Err(ReportError::Invalid(format!(
                 "column {name:?} has {} rows, the first column {rows}",
                 column.len()
-            );
+            )));
         }
+        let tmp = path.with_extension("parquet.tmp");
+        let file = std::fs::File::create(&tmp)
+            .map_err(|e| ReportError::failed(format_args!("creating {}", tmp.display()), e))?;
+        self.write_row_group(file)
+            .map_err(|e| ReportError::failed(format_args!("writing {}", tmp.display()), e))?;
+        std::fs::rename(&tmp, path)
+            .map_err(|e| ReportError::failed(format_args!("writing {}", path.display()), e))
+    }
+
+    /// The schema (every column REQUIRED; strings UTF-8) and one row group of every column, to `file`.
+    fn write_row_group(&self, file: std::fs::File) -> parquet::errors::Result<()> {
         let fields = self
             .columns
             .iter()
@@ -156,22 +168,19 @@ impl Table {
                     builder.with_repetition(Repetition::REQUIRED).build()?,
                 ))
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<parquet::errors::Result<Vec<_>>>()?;
         let schema = Arc::new(
             Type::group_type_builder("schema")
                 .with_fields(fields)
                 .build()?,
         );
-        let tmp = path.with_extension("parquet.tmp");
-        let file =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         let mut writer =
             SerializedFileWriter::new(file, schema, Arc::new(WriterProperties::builder().build()))?;
         let mut group = writer.next_row_group()?;
         for (_, column) in &self.columns {
-            let mut out = group
-                .next_column()?
-                .context("schema and columns disagree")?;
+            let mut out = group.next_column()?.ok_or_else(|| {
+                parquet::errors::ParquetError::General("schema and columns disagree".into())
+            })?;
             match column {
                 Column::I64(v) => {
                     out.typed::<Int64Type>().write_batch(v, None, None)?;
@@ -190,16 +199,19 @@ impl Table {
         }
         group.close()?;
         writer.close()?;
-        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
         Ok(())
     }
 
     /// Reads a file written by [`Self::write_parquet`] (INT64, DOUBLE and UTF-8 columns).
     pub fn read_parquet(path: &Path) -> Result<Self> {
-        let file =
-            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        let reader = SerializedFileReader::new(file)
-            .with_context(|| format!("{}: not a parquet file", path.display()))?;
+        let file = std::fs::File::open(path)
+            .map_err(|e| ReportError::failed(format_args!("opening {}", path.display()), e))?;
+        let reader = SerializedFileReader::new(file).map_err(|e| {
+            ReportError::failed(format_args!("{}: not a parquet file", path.display()), e)
+        })?;
+        let unreadable = |e: parquet::errors::ParquetError| {
+            ReportError::failed(format_args!("reading {}", path.display()), e)
+        };
         let schema = reader.metadata().file_metadata().schema_descr_ptr();
         let mut columns: Vec<(String, Column)> = schema
             .columns()
@@ -209,23 +221,30 @@ impl Table {
                     PhysicalType::INT64 => Column::I64(Vec::new()),
                     PhysicalType::DOUBLE => Column::F64(Vec::new()),
                     PhysicalType::BYTE_ARRAY => Column::Str(Vec::new()),
-                    other => bail!(
-                        "{}: column {} has unsupported type {other}",
-                        path.display(),
-                        c.name()
-                    ),
+                    other => {
+                        return Err(ReportError::Invalid(format!(
+                            "{}: column {} has unsupported type {other}",
+                            path.display(),
+                            c.name()
+                        )))
+                    }
                 };
                 Ok((c.name().to_string(), column))
             })
             .collect::<Result<_>>()?;
-        for row in reader.get_row_iter(None)? {
-            let row = row?;
+        for row in reader.get_row_iter(None).map_err(unreadable)? {
+            let row = row.map_err(unreadable)?;
             for ((name, field), (_, column)) in row.get_column_iter().zip(&mut columns) {
                 match (field, column) {
                     (Field::Long(v), Column::I64(out)) => out.push(*v),
                     (Field::Double(v), Column::F64(out)) => out.push(*v),
                     (Field::Str(v), Column::Str(out)) => out.push(v.clone()),
-                    (other, _) => bail!("{}: column {name} holds {other:?}", path.display()),
+                    (other, _) => {
+                        return Err(ReportError::Invalid(format!(
+                            "{}: column {name} holds {other:?}",
+                            path.display()
+                        )))
+                    }
                 }
             }
         }
