@@ -83,18 +83,18 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             sharpdraft_lab::probe_run::print_summary(&out);
             println!(
                 "probe statistics: {}",
-                out.dir.join("stats.parquet").display()
+                sharpdraft_store::paths::shown(&out.dir.join("stats.parquet"))
             );
             Ok(())
         }
         Command::Calibrate { config } => {
             let out = sharpdraft_lab::calibrate_run::run(&config)?;
-            println!("calibration: {}", out.dir.display());
+            println!("calibration: {}", sharpdraft_store::paths::shown(&out.dir));
             Ok(())
         }
         Command::Train { config } => {
             let out = sharpdraft_lab::train::run(&config)?;
-            println!("trained drafter: {}", out.display());
+            println!("trained drafter: {}", sharpdraft_store::paths::shown(&out));
             Ok(())
         }
     }

@@ -418,10 +418,38 @@ fn the_drafter_kind_is_given_by_kind_and_still_by_its_old_spelling_method() {
             "sharpdraft", "generate", "--target", "t", "--prompt", "p", "--drafter", "d", flag, "dflash",
         ];
         match sharpdraft::Cli::try_parse_from(args).unwrap().command {
-            sharpdraft::Command::Generate(generate) => generate.draft.kind,
+            sharpdraft::Command::Generate(generate) => generate.draft.options.kind,
             _ => unreachable!("generate parses as generate"),
         }
     };
     assert_eq!(kind_of("--kind"), sharpdraft_draft::DrafterKind::Dflash);
     assert_eq!(kind_of("--method"), kind_of("--kind"));
+}
+
+#[test]
+fn the_drafting_flags_and_a_drafter_block_are_one_declaration_and_make_one_specification() {
+    use clap::Parser;
+    use sharpdraft_lab::drafter_spec::DrafterSpec;
+    use sharpdraft_lab::scaling::ScalingKind;
+    let args = [
+        "sharpdraft", "generate", "--target", "t", "--prompt", "p", "--drafter", "head", "--kind",
+        "eagle3", "--draft-len", "3", "--tree-depth", "3", "--scaling", "fixed", "--beta", "0.25",
+        "--n0", "512", "--drafter-window", "64", "--drafter-dtype", "bf16", "--adapt", "lora",
+        "--lora-rank", "4",
+    ];
+    let from_flags = match sharpdraft::Cli::try_parse_from(args).unwrap().command {
+        sharpdraft::Command::Generate(generate) => {
+            generate.draft.spec("head", generate.draft.single_scaling().unwrap())
+        }
+        _ => unreachable!("generate parses as generate"),
+    };
+    let block = "kind: eagle3\ncheckpoint: head\ndraft_len: 3\ntree: {depth: 3}\n\
+                 scaling: {mode: fixed, beta: 0.25, n0: 512}\nwindow: 64\ndtype: bf16\n\
+                 adapt: {mode: lora, rank: 4}\n";
+    let from_yaml: DrafterSpec =
+        sharpdraft_lab::experiment::config::parse_yaml(block, Path::new("drafter.yaml")).unwrap();
+    assert_eq!(from_flags, from_yaml);
+    // No tree flag is no tree, as no `tree:` key is; a given one fills the others with EAGLE's.
+    assert_eq!(from_flags.tree.map(|t| t.top_k), Some(sharpdraft_draft::TreeShape::EAGLE.top_k));
+    assert_eq!(from_flags.scaling.mode, ScalingKind::Fixed);
 }

@@ -37,40 +37,65 @@ fn default_draft_len() -> usize {
     DrafterSpec::DEFAULT_DRAFT_LEN
 }
 
-/// A drafter and how it drafts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A drafter and how it drafts: a drafter block of a config and the drafting flags of a command, one
+/// declaration for both (a field's flag is named beside it). The command line names the checkpoint
+/// (`--drafter`), the scaling mode, and whether retrieval and adaptation are on apart, in the command's
+/// own arguments; their options are [`ScalingSpec`], [`RetrievalOptions`] and [`AdaptOptions`], which
+/// serve both too.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct DrafterSpec {
-    /// The drafter's architecture (`method:`, its old spelling, is read too).
+    /// The drafter's architecture: vanilla (a small LM, K passes per chain), eagle3 (an EAGLE-3 / 3.1
+    /// head, chain or tree), pard (K tokens in one pass) or dflash (block_size - 1 tokens in one pass).
+    /// (`method`, `--method`: its old spelling.)
     #[serde(alias = "method")]
+    #[arg(
+        long,
+        alias = "method",
+        default_value = "vanilla",
+        requires = "drafter"
+    )]
     pub kind: DrafterKind,
     /// A known model name, a model made here (`$SHARPDRAFT_HOME/models/<name>`), or a folder.
+    #[arg(skip)]
     pub checkpoint: String,
     /// Chain length K: vanilla, PARD, and EAGLE-3 without a tree. DFlash drafts its block size - 1.
     #[serde(default = "default_draft_len")]
+    #[arg(long, default_value_t = DrafterSpec::DEFAULT_DRAFT_LEN)]
     pub draft_len: usize,
     /// Vanilla and DFlash: a chain ends early at the first draft the drafter gives a probability below
     /// this (its top probability when greedy, the sampled token's when sampling; DFlash drafts greedily,
     /// over its draft vocabulary where it has one), that draft included, so easy stretches get whole
-    /// chains and hard ones stop paying for drafts the target rejects. Every chain is whole without it.
+    /// chains and hard ones stop paying for drafts the target rejects. Every chain is whole without it
+    /// (--draft-len, DFlash's block, is then the longest).
     #[serde(default)]
+    #[arg(
+        id = "draft_stop_below",
+        long = "draft-stop-below",
+        requires = "drafter"
+    )]
     pub stop_below: Option<f64>,
     /// EAGLE-3's dynamic tree; a chain of `draft_len` without it.
     #[serde(default)]
+    #[command(flatten)]
     pub tree: Option<TreeShape>,
     /// SharpDraft query scaling of the drafter's attention.
     #[serde(default)]
+    #[command(flatten)]
     pub scaling: ScalingSpec,
     /// A sliding window on the drafter's attention: every drafting row sees at most its last `window`
     /// keys (training-free, as EAGLE 3.1's and DFlash's sliding layers); every key by default.
     #[serde(default)]
+    #[arg(id = "drafter_window", long = "drafter-window", requires = "drafter")]
     pub window: Option<i64>,
     /// Cross-model retrieval (SpecExtend): the drafter attends to the chunks of context the target's
     /// last layer attended to most in the latest verification, plus a recent window.
     #[serde(default)]
+    #[arg(skip)]
     pub retrieval: Option<RetrievalOptions>,
     /// Online adaptation from verification (full or LoRA); none by default.
     #[serde(default)]
+    #[arg(skip)]
     pub adapt: Option<AdaptOptions>,
     /// The dtype of the drafter's own weights: `f32`, `bf16` or `f16`; the target's by default. Vanilla
     /// and PARD drafters are whole models; an EAGLE-3 head and a DFlash drafter keep their layers (and
@@ -79,6 +104,7 @@ pub struct DrafterSpec {
     /// On a CPU a bf16 drafter reads half the bytes per draft while the target verifies in f32, so the
     /// output stays the f32 target's own.
     #[serde(default)]
+    #[arg(id = "drafter_dtype", long = "drafter-dtype", requires = "drafter")]
     pub dtype: Option<String>,
 }
 

@@ -32,7 +32,7 @@ use sharpdraft_probe::{
 };
 use sharpdraft_report::table::{Column, Table};
 use sharpdraft_store::output_folder;
-use sharpdraft_store::paths::under;
+use sharpdraft_store::paths::{shown, under};
 use sharpdraft_store::registry;
 use std::path::{Path, PathBuf};
 use tch::Kind;
@@ -698,12 +698,12 @@ fn finished_probe_matches(config: &ProbeConfig, dir: &Path, fingerprint: &str) -
         .and_then(|text| serde_json::from_str::<ProbeSummary>(&text).ok())
         .and_then(|mut s| s.config.fold_old_spelling().ok().map(|()| s));
     if summary.is_some_and(|s| s.config == *config && s.model_fingerprint == fingerprint) {
-        eprintln!("probe: reusing the finished probe in {}", dir.display());
+        eprintln!("probe: reusing the finished probe in {}", shown(dir));
         return true;
     }
     eprintln!(
         "probe: {} holds a probe of another config or of other weights; probing again (it is replaced when the new probe is complete)",
-        dir.display()
+        shown(dir)
     );
     false
 }

@@ -42,22 +42,29 @@ impl ScalingKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// A drafter's query scaling: the `scaling:` block of a drafter specification and the `--schedule`,
+/// `--beta` and `--n0` flags, one declaration for both. The command line names the mode apart
+/// (`--scaling`, a list where a command compares several).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct ScalingSpec {
     /// `off` when absent (a beta sweep's `scaling:` gives only n0).
     #[serde(default)]
+    #[arg(skip)]
     pub mode: ScalingKind,
     /// Schedule YAML (as `sharpdraft calibrate` writes it) for `fixed` and `exact`: a path, or the name
     /// of a calibration (`smollm2-dflash` = `$SHARPDRAFT_HOME/calibrations/smollm2-dflash/schedule.yaml`).
     #[serde(default)]
+    #[arg(long)]
     pub schedule: Option<PathBuf>,
     /// A global beta for `fixed` instead of a schedule.
     #[serde(default)]
+    #[arg(long)]
     pub beta: Option<f64>,
-    /// n0 for `beta`, `logn` and `yarn`, defaulting to the drafter's recorded training length;
+    /// n0 for `--beta`, `logn` and `yarn`, defaulting to the drafter's recorded training length;
     /// `llama4`'s floor scale, defaulting to Llama 4's own 8192.
     #[serde(default)]
+    #[arg(long)]
     pub n0: Option<f64>,
 }
 

@@ -28,6 +28,7 @@ use sharpdraft_draft::training::{
 };
 use sharpdraft_draft::DrafterKind;
 use sharpdraft_model::{CausalLm, ModelConfig, Tap};
+use sharpdraft_store::paths::shown;
 use sharpdraft_store::{output_folder, registry};
 use std::path::{Path, PathBuf};
 use tch::Kind;
@@ -415,7 +416,7 @@ pub fn run(config_path: &Path) -> Result<PathBuf> {
     // Unfinished until the last step is saved: a run killed before then is refused by every loader.
     output_folder::Marker::new("train", false, about.clone()).write(&out_dir)?;
     if resuming {
-        eprintln!("resuming the run in {}", out_dir.display());
+        eprintln!("resuming the run in {}", shown(&out_dir));
     }
     eprintln!("building the training text ({} sources)", config.data.len());
     let stream = token_stream(
@@ -528,7 +529,7 @@ fn extract_target_windows(
         eprintln!(
             "read the target's {} windows this run kept in {}",
             windows.len(),
-            out_dir.join(target_windows::FILE).display()
+            shown(&out_dir.join(target_windows::FILE))
         );
         return Ok(windows);
     }

@@ -54,17 +54,19 @@ pub fn beside(file: &Path, path: &Path) -> PathBuf {
     under(file.parent().unwrap_or(Path::new(".")), path)
 }
 
-/// `path` as a command prints it: normalised, and relative to the working folder when it lies under
-/// it.
+/// `path` as a command prints it: the file or folder the OS means by it, read as every check, lock
+/// and write reads it ([`crate::output_folder::absolute`]: links first, then `..`), and relative to
+/// the working folder when it lies under it.
 pub fn shown(path: &Path) -> String {
-    let path = normalized(path);
-    match std::env::current_dir() {
-        Ok(cwd) if path.is_absolute() => match path.strip_prefix(&cwd) {
+    let physical = crate::output_folder::absolute(path);
+    let cwd = crate::output_folder::absolute(Path::new("."));
+    match (physical, cwd) {
+        (Ok(path), Ok(cwd)) => match path.strip_prefix(&cwd) {
             Ok(inside) if inside.as_os_str().is_empty() => ".".into(),
             Ok(inside) => inside.display().to_string(),
             Err(_) => path.display().to_string(),
         },
-        _ => path.display().to_string(),
+        _ => normalized(path).display().to_string(),
     }
 }
 

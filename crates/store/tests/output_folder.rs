@@ -95,6 +95,17 @@ fn a_dotdot_after_a_link_names_the_folder_the_os_goes_to() {
 }
 
 #[test]
+fn a_path_through_a_link_and_dotdot_is_printed_as_the_folder_the_os_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join("models/model/weights")).unwrap();
+    std::os::unix::fs::symlink(root.join("models/model/weights"), root.join("link")).unwrap();
+    // Read lexically, link/../run would print as <root>/run: a folder nothing was written to.
+    let printed = sharpdraft_store::paths::shown(&root.join("link/../run"));
+    assert_eq!(printed, root.join("models/model/run").display().to_string());
+}
+
+#[test]
 fn an_output_reached_through_a_link_and_dotdot_inside_a_model_folder_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();

@@ -281,7 +281,7 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
         .drafter
         .as_deref()
         .context("--drafter is required")?;
-    let kinds = &args.draft.scaling.scaling;
+    let kinds = &args.draft.scaling;
     anyhow::ensure!(
         kinds.len() == 1,
         "bench draft-time splits one drafter's cycle: give at most one --scaling kind, not {kinds:?}"

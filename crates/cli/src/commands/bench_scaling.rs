@@ -7,12 +7,12 @@
 
 use super::bounds::{ensure_context, ensure_repeats, ensure_within, target_config};
 use super::generate::{DrafterArgs, ModelArgs};
-use super::scaling::{ScalingArgs, ScalingKind};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::speculative_generate;
 use sharpdraft_lab::drafter_spec;
+use sharpdraft_lab::scaling::{ScalingKind, ScalingSpec};
 use sharpdraft_model::Sampling;
 
 #[derive(Args, Debug)]
@@ -61,12 +61,8 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
         .drafter
         .as_deref()
         .context("--drafter is required")?;
-    let given = &args.draft.scaling;
     anyhow::ensure!(
-        given.scaling == [ScalingKind::Off]
-            && given.schedule.is_none()
-            && given.beta.is_none()
-            && given.n0.is_none(),
+        args.draft.scaling == [ScalingKind::Off] && args.draft.options.scaling == ScalingSpec::default(),
         "bench scaling times the drafter unscaled against fixed scaling with beta 0 and n0 1 itself: it takes no --scaling, --schedule, --beta or --n0"
     );
     ensure_repeats(args.repeats)?;
@@ -77,8 +73,9 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
     }
     // Every row past n0 = 1: the factors are computed and multiplied for every query, all equal to 1.
     let mut draft = args.draft.clone();
-    draft.scaling = ScalingArgs {
-        scaling: vec![ScalingKind::Fixed],
+    draft.scaling = vec![ScalingKind::Fixed];
+    draft.options.scaling = ScalingSpec {
+        mode: ScalingKind::Fixed,
         schedule: None,
         beta: Some(0.0),
         n0: Some(1.0),
@@ -111,7 +108,8 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
                 )?;
                 // Both runs generate exactly `new_tokens`: no stop token ends one early.
                 config.stop_tokens.clear();
-                let report = speculative_generate(&target.net, built.drafter.as_mut(), &prompt, &config)?;
+                let report =
+                    speculative_generate(&target.net, built.drafter.as_mut(), &prompt, &config)?;
                 per_cycle[slot] =
                     report.drafter_forward_seconds * 1e3 / report.cycles.len().max(1) as f64;
                 outputs.push((report.ids.clone(), report.cycles.len()));

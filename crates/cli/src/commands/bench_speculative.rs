@@ -14,13 +14,13 @@
 use super::generate::{DrafterArgs, ModelArgs};
 use super::paired_rounds;
 use super::prompt_set::{PromptSet, PromptSetArgs};
-use super::scaling::ScalingKind;
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_draft::DrafterKind;
 use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
 use sharpdraft_lab::experiment::machine_state::{measure_quietly, Waiting};
+use sharpdraft_lab::scaling::ScalingKind;
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{CausalLm, Sampler, Sampling};
 use sharpdraft_store::registry;
@@ -141,7 +141,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
         sharpdraft_model::MAX_TEMPERATURE
     );
     ensure!(
-        args.hf_python.is_none() || args.draft.kind == DrafterKind::Vanilla,
+        args.hf_python.is_none() || args.draft.options.kind == DrafterKind::Vanilla,
         "--hf-python compares with HF's assisted generation, which drafts with a small LM: it needs --kind vanilla"
     );
     super::bounds::ensure_within("rounds", args.rounds, 1, super::bounds::MAX_REPEATS)?;
@@ -151,7 +151,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     let requests = build_requests(args, &target, &set)?;
 
     let decodings: Vec<Option<ScalingKind>> = std::iter::once(None)
-        .chain(args.draft.scaling.kinds().into_iter().map(Some))
+        .chain(args.draft.scaling.iter().copied().map(Some))
         .collect();
     let wait_budget = paired_rounds::wait_budget(args.rounds * requests.len() * decodings.len());
     let mut rows = Vec::new();
@@ -585,9 +585,9 @@ fn run_hf(
             "--max-new-tokens",
             &args.max_new_tokens.to_string(),
             "--draft-len",
-            &args.draft.draft_len.to_string(),
+            &args.draft.options.draft_len.to_string(),
             "--stop-below",
-            &args.draft.draft_stop_below.unwrap_or(0.0).to_string(),
+            &args.draft.options.stop_below.unwrap_or(0.0).to_string(),
             "--threads",
             &tch::get_num_threads().to_string(),
         ])

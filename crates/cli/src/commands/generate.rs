@@ -2,7 +2,6 @@
 
 use super::adapt::AdaptArgs;
 use super::paired_rounds::{self, PairedRatio};
-use super::scaling::{ScalingArgs, ScalingKind};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
@@ -10,9 +9,8 @@ use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
 use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
 use sharpdraft_draft::retrieval::RetrievalOptions;
 use sharpdraft_draft::AdaptationReport;
-use sharpdraft_draft::DrafterKind;
-use sharpdraft_draft::TreeShape;
 use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
+use sharpdraft_lab::scaling::{ScalingKind, ScalingSpec};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{
     parse_device, parse_kind, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler, Sampling,
@@ -78,44 +76,22 @@ pub struct GenerateArgs {
     pub model: ModelArgs,
 }
 
-/// Which drafter, and how it drafts.
+/// Which drafter, and how it drafts: the drafter specification's own flags ([`DrafterSpec`] declares
+/// them beside its YAML keys) and what only the command line says apart from them: the checkpoint (no
+/// drafter, plain autoregressive decoding), the scaling mode (a list where a command compares
+/// several), and the switches that turn retrieval and adaptation on.
 #[derive(Args, Debug, Clone)]
 pub struct DrafterArgs {
     /// Drafter for speculative decoding: a known model name or a folder (a small LM for `vanilla`, an
     /// EAGLE-3 checkpoint for `eagle3`). Without it, plain autoregressive decoding.
     #[arg(long)]
     pub drafter: Option<String>,
-    /// vanilla (a small LM, K passes per chain), eagle3 (an EAGLE-3 / 3.1 head, chain or tree), pard
-    /// (K tokens in one pass) or dflash (block_size - 1 tokens in one pass).
-    /// (`--method` is its old spelling.)
-    #[arg(
-        long,
-        alias = "method",
-        default_value = "vanilla",
-        requires = "drafter"
-    )]
-    pub kind: DrafterKind,
-    /// Chain length K (vanilla, pard; eagle3 without tree options). DFlash drafts block_size - 1.
-    #[arg(long, default_value_t = DrafterSpec::DEFAULT_DRAFT_LEN)]
-    pub draft_len: usize,
-    /// Vanilla and DFlash: end a chain at the first draft whose drafter probability falls below this
-    /// (that draft kept); --draft-len (DFlash: its block) is then the longest chain.
-    #[arg(long, requires = "drafter")]
-    pub draft_stop_below: Option<f64>,
-    /// EAGLE-3 dynamic tree: expansion depth.
-    #[arg(long)]
-    pub tree_depth: Option<usize>,
-    /// EAGLE-3 dynamic tree: children per node and frontier width.
-    #[arg(long)]
-    pub tree_topk: Option<usize>,
-    /// EAGLE-3 dynamic tree: draft tokens kept per cycle.
-    #[arg(long)]
-    pub tree_tokens: Option<usize>,
+    /// SharpDraft query scaling of the drafter; `tau` and `bench speculative` take a comma-separated
+    /// list and compare them.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
+    pub scaling: Vec<ScalingKind>,
     #[command(flatten)]
-    pub scaling: ScalingArgs,
-    /// Sliding window on the drafter's attention: each drafting row sees at most its last N keys.
-    #[arg(long, requires = "drafter")]
-    pub drafter_window: Option<i64>,
+    pub options: DrafterSpec,
     /// Cross-model retrieval (SpecExtend): the drafter sees the context chunks the target's last layer
     /// attended to most at the latest verification, plus a recent window.
     #[arg(long, requires = "drafter", conflicts_with = "drafter_window")]
@@ -124,33 +100,29 @@ pub struct DrafterArgs {
     pub retrieval_options: RetrievalOptions,
     #[command(flatten)]
     pub adapt: AdaptArgs,
-    /// The drafter's own weights' dtype (every method): f32, bf16 or f16; the target's (--dtype) by default.
-    #[arg(long, requires = "drafter")]
-    pub drafter_dtype: Option<String>,
 }
 
 impl DrafterArgs {
-    /// The drafter specification these flags name for `checkpoint`, with query scaling `scaling` (one of
+    /// The drafter specification these flags name for `checkpoint`, with query scaling `mode` (one of
     /// `--scaling`).
-    pub fn spec(&self, checkpoint: &str, scaling: ScalingKind) -> DrafterSpec {
-        let tree =
-            (self.tree_depth.is_some() || self.tree_topk.is_some() || self.tree_tokens.is_some())
-                .then(|| TreeShape {
-                    depth: self.tree_depth.unwrap_or(TreeShape::EAGLE.depth),
-                    top_k: self.tree_topk.unwrap_or(TreeShape::EAGLE.top_k),
-                    total_tokens: self.tree_tokens.unwrap_or(TreeShape::EAGLE.total_tokens),
-                });
+    pub fn spec(&self, checkpoint: &str, mode: ScalingKind) -> DrafterSpec {
         DrafterSpec {
-            kind: self.kind,
             checkpoint: checkpoint.to_string(),
-            draft_len: self.draft_len,
-            stop_below: self.draft_stop_below,
-            tree,
-            scaling: self.scaling.spec(scaling),
-            window: self.drafter_window,
+            scaling: ScalingSpec {
+                mode,
+                ..self.options.scaling.clone()
+            },
             retrieval: self.retrieval.then(|| self.retrieval_options.clone()),
             adapt: self.adapt.config(),
-            dtype: self.drafter_dtype.clone(),
+            ..self.options.clone()
+        }
+    }
+
+    /// The one scaling mode of a command that runs one drafter.
+    pub fn single_scaling(&self) -> anyhow::Result<ScalingKind> {
+        match self.scaling.as_slice() {
+            [mode] => Ok(*mode),
+            modes => anyhow::bail!("--scaling takes one mode here, got {modes:?}"),
         }
     }
 }
@@ -329,7 +301,7 @@ fn speculative_report(
     sampling: Sampling,
 ) -> anyhow::Result<GenerateReport> {
     let tokenizer = model.tokenizer()?;
-    let spec = args.draft.spec(drafter_name, args.draft.scaling.single()?);
+    let spec = args.draft.spec(drafter_name, args.draft.single_scaling()?);
     let (mut built, config) = drafter_spec::prepare(
         &spec,
         &model,
@@ -377,7 +349,7 @@ fn speculative_report(
         tokens_per_s: spec.tokens_per_second(),
         prefill_tokens_per_s: prompt_ids.len() as f64 / spec.prefill_seconds.max(1e-9),
         kind: Some(built.drafter.kind().name()),
-        scaling: Some(args.draft.scaling.single()?.name()),
+        scaling: Some(args.draft.single_scaling()?.name()),
         tau: Some(spec.tau()),
         engine_overhead: Some(spec.engine_overhead()),
         ar_tokens_per_s: ar.as_ref().map(|a| a.tokens_per_second()),

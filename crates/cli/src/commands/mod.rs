@@ -14,5 +14,4 @@ pub mod generate;
 pub mod models;
 pub mod paired_rounds;
 pub mod prompt_set;
-pub mod scaling;
 pub mod tau;

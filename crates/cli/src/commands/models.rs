@@ -1,6 +1,7 @@
 //! `sharpdraft fetch` and `sharpdraft import gguf`: getting models into the cache.
 
 use clap::{Args, Subcommand};
+use sharpdraft_store::paths::shown;
 use sharpdraft_store::{output_folder, registry};
 use std::path::{Path, PathBuf};
 
@@ -78,7 +79,7 @@ fn write_initialised(
     write(staging.path(), &model.net)?;
     let mut marker = output_folder::Marker::new("init", true, format!("{what} for {target}"));
     staging.commit(&mut marker, true)?;
-    println!("wrote {what} for {target} to {}", out.display());
+    println!("wrote {what} for {target} to {}", shown(out));
     Ok(())
 }
 
@@ -148,7 +149,7 @@ pub fn fetch(args: &FetchArgs) -> anyhow::Result<()> {
     }
     for name in &args.names {
         let dir = registry::fetch_checked(name, args.verify)?;
-        println!("{name}: {}", dir.display());
+        println!("{name}: {}", shown(&dir));
     }
     Ok(())
 }
@@ -157,7 +158,7 @@ pub fn import(command: &ImportCommand) -> anyhow::Result<()> {
     match command {
         ImportCommand::Gguf { file, out_dir } => {
             sharpdraft_store::gguf::import(file, out_dir)?;
-            println!("imported {} into {}", file.display(), out_dir.display());
+            println!("imported {} into {}", shown(file), shown(out_dir));
         }
     }
     Ok(())

@@ -73,7 +73,7 @@ pub fn run(args: &TauArgs) -> Result<()> {
     let target = args.model.load(&args.target)?;
     let tokenizer = target.tokenizer()?;
     let set = args.set.load(tokenizer, target.net.config.positions())?;
-    let scalings = args.draft.scaling.kinds();
+    let scalings = &args.draft.scaling;
     let (mut rows, mut summaries) = (Vec::new(), Vec::new());
     for (&requested, &scaling) in args
         .set

@@ -4,19 +4,24 @@
 use crate::drafter::{DraftError, Result};
 use serde::Deserialize;
 
-/// Tree (or chain) shape of one proposal. A `tree:` block (or the `--tree-*` flags) names any of its
-/// fields; the others take EAGLE's defaults ([`TreeShape::EAGLE`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+/// Tree (or chain) shape of one proposal. A `tree:` block (or the `--tree-*` flags: one declaration
+/// for both) names any of its fields; the others take EAGLE's defaults ([`TreeShape::EAGLE`]). On the
+/// command line no `--tree-*` flag means no tree (a chain).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct TreeShape {
-    /// Expansion steps after the first layer (a chain of K tokens has depth K - 1).
+    /// EAGLE-3 dynamic tree: expansion steps after the first layer (a chain of K tokens has depth
+    /// K - 1).
     #[serde(default = "eagle_depth")]
+    #[arg(id = "tree_depth", long = "tree-depth", value_name = "TREE_DEPTH", default_value_t = eagle_depth())]
     pub depth: usize,
-    /// Children kept per node and frontier width; 1 means a chain.
+    /// EAGLE-3 dynamic tree: children kept per node and frontier width; 1 means a chain.
     #[serde(default = "eagle_top_k")]
+    #[arg(id = "tree_topk", long = "tree-topk", value_name = "TREE_TOPK", default_value_t = eagle_top_k())]
     pub top_k: usize,
-    /// Draft nodes kept after re-ranking (EAGLE's total_token - 1).
+    /// EAGLE-3 dynamic tree: draft tokens kept per cycle after re-ranking (EAGLE's total_token - 1).
     #[serde(default = "eagle_total_tokens")]
+    #[arg(id = "tree_tokens", long = "tree-tokens", value_name = "TREE_TOKENS", default_value_t = eagle_total_tokens())]
     pub total_tokens: usize,
 }
 

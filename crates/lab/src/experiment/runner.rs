@@ -314,7 +314,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     if skipped > 0 {
         eprintln!(
             "resuming {}: {skipped} of {} units finished",
-            dir.display(),
+            shown(&dir),
             mine.len()
         );
     }
