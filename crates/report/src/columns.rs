@@ -4,11 +4,16 @@
 //! of its own, the first named after the field holding it and the others `<holder>_<field>`, so
 //! `tau: Interval { estimate, lo, hi }` is the columns `tau`, `tau_lo`, `tau_hi`. Integers are INT64
 //! columns (unsigned ones saturate, as [`Rows::u`]), floats DOUBLE, strings and unit enum variants
-//! UTF-8; anything else (a sequence, a map, `None`) is refused, naming the column.
+//! UTF-8; anything else (a sequence, `None`) is refused, naming the column. A row may
+//! `#[serde(flatten)]` a struct of shared columns (a request's key): its fields are the row's columns
+//! in their place. [`rows_of`] reads a table back into its rows.
 
 use crate::error::{ReportError, Result};
+use crate::table::Column;
 use crate::table::{Rows, Table};
-use serde::ser::{Impossible, Serialize, SerializeStruct, Serializer};
+use serde::de::value::{F64Deserializer, I64Deserializer, StrDeserializer};
+use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde::ser::{Impossible, Serialize, SerializeMap, SerializeStruct, Serializer};
 
 impl serde::ser::Error for ReportError {
     fn custom<T: std::fmt::Display>(message: T) -> Self {
@@ -50,11 +55,50 @@ impl Value<'_> {
     }
 }
 
-/// The fields of a struct: its columns, named under `holder` (empty at the top).
+/// The fields of a struct: its columns, named under `holder` (empty at the top); `key`, a map's key
+/// waiting for its value.
 struct Fields<'r> {
     columns: &'r mut Rows,
     holder: String,
     first: bool,
+    key: Option<String>,
+}
+
+impl SerializeMap for Fields<'_> {
+    type Ok = ();
+    type Error = ReportError;
+
+    /// A key names a column: it is read as a one-row string column of its own.
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<()> {
+        let mut scratch = Rows::default();
+        key.serialize(Value {
+            columns: &mut scratch,
+            name: "key".into(),
+        })?;
+        match scratch.table().columns.pop() {
+            Some((_, Column::Str(mut names))) => self.key = names.pop(),
+            _ => {
+                return Err(ReportError::Invalid(
+                    "a table row's map key must be a column name (a string)".into(),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
+        let name = self.key.take().ok_or_else(|| {
+            ReportError::Invalid("a table row's map gave a value before its key".into())
+        })?;
+        value.serialize(Value {
+            columns: self.columns,
+            name,
+        })
+    }
+
+    fn end(self) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl SerializeStruct for Fields<'_> {
@@ -92,7 +136,7 @@ impl<'r> Serializer for Value<'r> {
     type SerializeTuple = Impossible<(), ReportError>;
     type SerializeTupleStruct = Impossible<(), ReportError>;
     type SerializeTupleVariant = Impossible<(), ReportError>;
-    type SerializeMap = Impossible<(), ReportError>;
+    type SerializeMap = Fields<'r>;
     type SerializeStruct = Fields<'r>;
     type SerializeStructVariant = Impossible<(), ReportError>;
 
@@ -191,14 +235,24 @@ impl<'r> Serializer for Value<'r> {
     ) -> Result<Self::SerializeTupleVariant> {
         Err(self.refused("an enum variant with values"))
     }
+    /// A row with a flattened struct comes as a map of its column names to its values.
     fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap> {
-        Err(self.refused("a map"))
+        if !self.name.is_empty() {
+            return Err(self.refused("a map"));
+        }
+        Ok(Fields {
+            columns: self.columns,
+            holder: String::new(),
+            first: true,
+            key: None,
+        })
     }
     fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct> {
         Ok(Fields {
             columns: self.columns,
             holder: self.name,
             first: true,
+            key: None,
         })
     }
     fn serialize_struct_variant(
@@ -212,12 +266,77 @@ impl<'r> Serializer for Value<'r> {
     }
 }
 
+/// The rows of `table` as `T`s, the inverse of [`table_of`] for flat rows: each row is read as a map
+/// of its column names to its values, so a field is the column of its name (a flattened struct's
+/// fields too), a column the struct does not name is left alone, and a field with no column takes its
+/// `#[serde(default)]` (a table written before the column existed). Errors name the row and the cause.
+pub fn rows_of<T: DeserializeOwned>(table: &Table) -> Result<Vec<T>> {
+    (0..table.rows())
+        .map(|row| {
+            T::deserialize(RowDeserializer {
+                table,
+                row,
+                next: 0,
+            })
+            .map_err(|e| ReportError::Invalid(format!("row {row}: {e}")))
+        })
+        .collect()
+}
+
+impl serde::de::Error for ReportError {
+    fn custom<T: std::fmt::Display>(message: T) -> Self {
+        ReportError::Invalid(message.to_string())
+    }
+}
+
+/// Row `row` of `table` as a map from column names to values; `next` is the column read next.
+struct RowDeserializer<'t> {
+    table: &'t Table,
+    row: usize,
+    next: usize,
+}
+
+impl<'de> Deserializer<'de> for RowDeserializer<'_> {
+    type Error = ReportError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        visitor.visit_map(self)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option
+        unit unit_struct newtype_struct seq tuple tuple_struct map struct enum identifier
+        ignored_any
+    }
+}
+
+impl<'de> MapAccess<'de> for RowDeserializer<'_> {
+    type Error = ReportError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
+        match self.table.columns.get(self.next) {
+            Some((name, _)) => seed.deserialize(StrDeserializer::new(name)).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
+        let (name, column) = &self.table.columns[self.next];
+        self.next += 1;
+        let value = match column {
+            Column::I64(v) => seed.deserialize(I64Deserializer::new(v[self.row])),
+            Column::F64(v) => seed.deserialize(F64Deserializer::new(v[self.row])),
+            Column::Str(v) => seed.deserialize(StrDeserializer::new(&v[self.row])),
+        };
+        value.map_err(|e: ReportError| ReportError::Invalid(format!("column {name:?}: {e}")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::intervals::Interval;
-    use crate::table::Column;
-    use serde::Serialize;
+    use serde::{Deserialize, Serialize};
 
     #[derive(Serialize)]
     struct Cell {
@@ -276,5 +395,84 @@ mod tests {
         let error = table_of(&[Maybe { slope: None }]).unwrap_err();
         assert!(error.to_string().contains("\"slope\""), "{error}");
         assert!(table_of(&[1.0_f64]).is_err(), "a bare number is no row");
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Key {
+        method: String,
+        prompt: u64,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Setting {
+        LongPrompt,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Request {
+        target: String,
+        #[serde(flatten)]
+        key: Key,
+        setting: Setting,
+        tokens: usize,
+        seconds: f64,
+        #[serde(default = "unknown")]
+        version: String,
+    }
+
+    fn unknown() -> String {
+        "unknown".into()
+    }
+
+    #[test]
+    fn a_flattened_key_is_columns_in_its_place_and_rows_read_back_as_they_were_written() {
+        let rows = vec![Request {
+            target: "t".into(),
+            key: Key {
+                method: "fixed".into(),
+                prompt: 7,
+            },
+            setting: Setting::LongPrompt,
+            tokens: 3,
+            seconds: 0.5,
+            version: "1".into(),
+        }];
+        let table = table_of(&rows).unwrap();
+        let names: Vec<&str> = table.columns.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["target", "method", "prompt", "setting", "tokens", "seconds", "version"]
+        );
+        assert_eq!(table.strs("setting").unwrap(), ["long_prompt"]);
+        assert_eq!(rows_of::<Request>(&table).unwrap(), rows);
+    }
+
+    #[test]
+    fn a_column_a_table_lacks_takes_its_default_and_a_wrong_one_is_named() {
+        let mut table = table_of(&[Request {
+            target: "t".into(),
+            key: Key {
+                method: "off".into(),
+                prompt: 0,
+            },
+            setting: Setting::LongPrompt,
+            tokens: 1,
+            seconds: 1.0,
+            version: "2".into(),
+        }])
+        .unwrap();
+        table.columns.retain(|(name, _)| name != "version");
+        assert_eq!(rows_of::<Request>(&table).unwrap()[0].version, "unknown");
+        for (name, column) in &mut table.columns {
+            if name == "setting" {
+                *column = Column::Str(vec!["sideways".into()]);
+            }
+        }
+        let error = rows_of::<Request>(&table).unwrap_err().to_string();
+        assert!(
+            error.contains("row 0") && error.contains("sideways"),
+            "{error}"
+        );
     }
 }

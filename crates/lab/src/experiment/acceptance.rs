@@ -11,11 +11,15 @@
 use super::config::Experiment;
 use super::samples::RequestSample;
 use super::tables::context_bin;
-use sharpdraft_report::table::{Rows, Table};
+use crate::error::Result;
+use serde::Serialize;
+use sharpdraft_report::columns::table_of;
+use sharpdraft_report::table::Table;
 use std::collections::BTreeMap;
 
-/// One cell of the table: position `position` (1-based) in context bin `bin` of one arm.
-#[derive(Debug, Clone, PartialEq)]
+/// One cell of the table: position `position` (1-based) in context bin `bin` of one arm. Its fields
+/// are `acceptance.parquet`'s columns, the rate after them ([`AcceptanceRow`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PositionRate {
     pub workload: String,
     pub drafter: String,
@@ -125,20 +129,22 @@ pub fn rates(experiment: &Experiment, samples: &[RequestSample]) -> Vec<Position
     out
 }
 
-/// `acceptance.parquet`: one row per [`PositionRate`], with its rate.
-pub fn table(experiment: &Experiment, samples: &[RequestSample]) -> Table {
-    let mut rows = Rows::default();
-    for r in rates(experiment, samples) {
-        rows.s("workload", r.workload.as_str());
-        rows.s("drafter", r.drafter.as_str());
-        rows.s("method", r.method.as_str());
-        rows.s("bin", r.bin.as_str());
-        rows.f("bin_lo_n0", r.bin_lo_n0);
-        rows.f("bin_hi_n0", r.bin_hi_n0);
-        rows.u("position", r.position as u64);
-        rows.u("reached", r.reached);
-        rows.u("accepted", r.accepted);
-        rows.f("rate", r.rate());
-    }
-    rows.table()
+/// A row of `acceptance.parquet`: a [`PositionRate`] and its rate.
+#[derive(Serialize)]
+struct AcceptanceRow {
+    #[serde(flatten)]
+    cell: PositionRate,
+    rate: f64,
+}
+
+/// `acceptance.parquet` of `rates` ([`rates`]): one row each, with its rate.
+pub fn table(rates: &[PositionRate]) -> Result<Table> {
+    let rows: Vec<AcceptanceRow> = rates
+        .iter()
+        .map(|cell| AcceptanceRow {
+            rate: cell.rate(),
+            cell: cell.clone(),
+        })
+        .collect();
+    Ok(table_of(&rows)?)
 }

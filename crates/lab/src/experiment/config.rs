@@ -224,7 +224,7 @@ impl MethodEntry {
 }
 
 /// What the target generates from, and how the context grows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Setting {
     /// A document excerpt of the requested length before the question; short answers.

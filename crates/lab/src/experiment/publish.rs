@@ -6,7 +6,6 @@
 //!   `cycles.parquet` (as `experiments/results/*` do): the summary and report are computed again with
 //!   this version's statistics, so a committed result never waits for its run folder.
 
-use super::acceptance;
 use super::config::Experiment;
 use super::grid::Unit;
 use super::head_to_head;
@@ -62,7 +61,6 @@ fn write_all(
     let tables = tables::write_tables(dir, experiment, samples)?;
     let summary = report::in_experiment_order(&tables.summary, experiment);
     let noise = timing_noise::verify_spread(experiment, samples);
-    let acceptance = acceptance::rates(experiment, samples);
     let head_to_head = head_to_head::compare(experiment, samples);
     report::write(
         dir,
@@ -70,7 +68,7 @@ fn write_all(
         &ReportInputs {
             rows: &summary,
             noise: noise.as_ref(),
-            acceptance: &acceptance,
+            acceptance: &tables.acceptance,
             head_to_head: &head_to_head,
             finished,
             unfinished,

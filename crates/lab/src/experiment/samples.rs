@@ -9,8 +9,10 @@ use super::config::{Experiment, Setting};
 use super::grid::{Arm, Unit, TARGET_ONLY};
 use super::records::{ArmRecord, Provenance, RequestRow, UnitRecord};
 use crate::error::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
 use sharpdraft_decode::CycleRecord;
-use sharpdraft_report::table::{Rows, Table};
+use sharpdraft_report::columns::rows_of;
+use sharpdraft_report::table::Table;
 use std::collections::BTreeMap;
 
 /// What a request's unit was doing to the machine, as the summary flags it.
@@ -108,125 +110,184 @@ pub fn from_units(experiment: &Experiment, units: &[UnitRecord]) -> Vec<RequestS
     out
 }
 
-/// The columns that name a request: drafter, method, workload, setting, context, seed, repeat, prompt.
-fn request_key(rows: &mut Rows, s: &RequestSample) {
-    rows.s("drafter", s.drafter());
-    rows.s("method", s.arm.method.as_str());
-    rows.s("workload", s.unit.workload.as_str());
-    rows.s("setting", s.setting.name());
-    rows.u("context", s.unit.context as u64);
-    rows.u("seed", s.unit.seed);
-    rows.u("repeat", s.unit.repeat as u64);
-    rows.u("prompt", s.row.prompt as u64);
+/// The columns that name a request in `results.parquet` and `cycles.parquet`, in this order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RequestKey {
+    pub drafter: String,
+    pub method: String,
+    pub workload: String,
+    pub setting: Setting,
+    pub context: u64,
+    pub seed: u64,
+    pub repeat: u64,
+    pub prompt: u64,
 }
 
-/// `results.parquet`'s row of `s`: the request's counters, its paired speed-ups (`paired`: over the
-/// target alone end to end and decoding, and over the reference method the same two ways), the unit's
-/// machine state and provenance.
-pub fn push_result_row(rows: &mut Rows, s: &RequestSample, paired: [f64; 4]) {
-    let r = &s.row;
-    let p = &s.provenance;
-    rows.s("target", s.target.as_str());
-    request_key(rows, s);
-    rows.u("slot", r.slot as u64);
-    rows.u("attempts", r.attempts as u64);
-    rows.f("other_cpu_share", r.other_cpu_share);
-    rows.u("prompt_tokens", r.prompt_tokens as u64);
-    rows.u("generated", r.generated as u64);
-    rows.u("cycles", r.cycles.len() as u64);
-    let sum = |f: fn(&CycleRecord) -> usize| r.cycles.iter().map(f).sum::<usize>() as u64;
-    rows.u("drafted", sum(|c| c.drafted));
-    rows.u("accepted", sum(|c| c.accepted));
-    rows.u("emitted", sum(|c| c.accepted + c.bonus));
-    rows.f("tau", r.tau());
-    rows.f("distinct_4grams", s.distinct_4grams);
-    rows.f("prefill_seconds", r.prefill_seconds);
-    rows.f("decode_seconds", r.decode_seconds());
-    rows.f("total_seconds", r.total_seconds);
-    rows.f("tokens_per_s", r.tokens_per_second());
-    rows.f("speedup", paired[0]);
-    rows.f("decode_speedup", paired[1]);
-    rows.f("vs_reference", paired[2]);
-    rows.f("decode_vs_reference", paired[3]);
-    rows.i("matches_target", s.matches_target);
-    rows.f("update_seconds", r.update_seconds);
-    rows.u("updates", r.updates as u64);
-    rows.u("drafter_weight_bytes", r.drafter_weight_bytes as u64);
-    rows.u("drafter_cache_bytes", r.drafter_cache_bytes as u64);
-    rows.u("target_cache_bytes", r.target_cache_bytes as u64);
-    rows.u("adaptation_bytes", r.adaptation_bytes as u64);
-    rows.u("peak_rss_bytes", r.peak_rss_bytes);
-    rows.i("n0", s.n0.unwrap_or(0));
-    rows.f("scaling_slope", s.scaling_slope);
-    rows.f("unit_load_average", s.unit_load.load_average);
-    rows.f("unit_other_cpu_share", s.unit_load.other_share);
-    rows.f("unit_lost_cpu_share", s.unit_load.lost_share);
-    rows.i("unit_loaded", i64::from(s.unit_load.loaded));
-    rows.s("config_hash", p.config_hash.as_str());
-    rows.s("git_revision", p.git_revision.as_str());
-    rows.s("machine", p.machine.as_str());
-    rows.s("device", p.device.as_str());
-    rows.s("dtype", p.dtype.as_str());
-    rows.s("sharpdraft_version", p.sharpdraft_version.as_str());
-    rows.u("started_unix", p.started_unix);
+impl RequestKey {
+    fn of(s: &RequestSample) -> Self {
+        Self {
+            drafter: s.drafter().to_string(),
+            method: s.arm.method.clone(),
+            workload: s.unit.workload.clone(),
+            setting: s.setting,
+            context: s.unit.context as u64,
+            seed: s.unit.seed,
+            repeat: s.unit.repeat as u64,
+            prompt: s.row.prompt as u64,
+        }
+    }
 }
 
-/// `cycles.parquet`'s rows of `s`: one per verification cycle, with the context it drafted at and
+/// One row of `results.parquet`: a request's counters, its paired speed-ups (over the target alone
+/// end to end and decoding, and over the reference method the same two ways), the unit's machine
+/// state and provenance. Its columns are its fields, in this order
+/// ([`sharpdraft_report::columns`]); a results folder is read back into these rows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResultRow {
+    pub target: String,
+    #[serde(flatten)]
+    pub key: RequestKey,
+    pub slot: u64,
+    pub attempts: u64,
+    pub other_cpu_share: f64,
+    pub prompt_tokens: u64,
+    pub generated: u64,
+    pub cycles: u64,
+    pub drafted: u64,
+    pub accepted: u64,
+    pub emitted: u64,
+    pub tau: f64,
+    pub distinct_4grams: f64,
+    pub prefill_seconds: f64,
+    pub decode_seconds: f64,
+    pub total_seconds: f64,
+    pub tokens_per_s: f64,
+    pub speedup: f64,
+    pub decode_speedup: f64,
+    pub vs_reference: f64,
+    pub decode_vs_reference: f64,
+    pub matches_target: i64,
+    pub update_seconds: f64,
+    pub updates: u64,
+    pub drafter_weight_bytes: u64,
+    pub drafter_cache_bytes: u64,
+    pub target_cache_bytes: u64,
+    pub adaptation_bytes: u64,
+    pub peak_rss_bytes: u64,
+    /// 0 for none.
+    pub n0: i64,
+    /// NaN in a table written before the column existed.
+    #[serde(default = "unknown_slope")]
+    pub scaling_slope: f64,
+    pub unit_load_average: f64,
+    pub unit_other_cpu_share: f64,
+    pub unit_lost_cpu_share: f64,
+    /// 1 when the unit was flagged as loaded.
+    pub unit_loaded: i64,
+    pub config_hash: String,
+    pub git_revision: String,
+    pub machine: String,
+    pub device: String,
+    pub dtype: String,
+    /// "unknown" in a table written before the column existed.
+    #[serde(default = "unknown_version")]
+    pub sharpdraft_version: String,
+    pub started_unix: u64,
+}
+
+fn unknown_slope() -> f64 {
+    f64::NAN
+}
+
+fn unknown_version() -> String {
+    "unknown".into()
+}
+
+/// One row of `cycles.parquet`: a verification cycle of a request, with the context it drafted at and
 /// the proposal's depth (the accepted path is a prefix of it, so depth and accepted give every
 /// position's outcome).
-pub fn push_cycle_rows(rows: &mut Rows, s: &RequestSample) {
-    for (i, c) in s.row.cycles.iter().enumerate() {
-        request_key(rows, s);
-        rows.u("cycle", i as u64);
-        rows.i("cycle_context", c.context);
-        rows.f(
-            "cycle_context_n0",
-            s.n0.map_or(f64::NAN, |n0| c.context as f64 / n0 as f64),
-        );
-        rows.u("drafted", c.drafted as u64);
-        rows.u("depth", c.accepted_per_position.len() as u64);
-        rows.u("accepted", c.accepted as u64);
-        rows.u("bonus", c.bonus as u64);
-        rows.f("draft_seconds", c.draft_seconds);
-        rows.f("verify_seconds", c.verify_seconds);
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CycleRow {
+    #[serde(flatten)]
+    pub key: RequestKey,
+    pub cycle: u64,
+    pub cycle_context: i64,
+    pub cycle_context_n0: f64,
+    pub drafted: u64,
+    pub depth: u64,
+    pub accepted: u64,
+    pub bonus: u64,
+    pub draft_seconds: f64,
+    pub verify_seconds: f64,
+}
+
+/// `results.parquet`'s row of `s`, with its paired speed-ups `paired`: over the target alone end to
+/// end and decoding, and over the reference method the same two ways.
+pub fn result_row(s: &RequestSample, paired: [f64; 4]) -> ResultRow {
+    let r = &s.row;
+    let p = &s.provenance;
+    let sum = |f: fn(&CycleRecord) -> usize| r.cycles.iter().map(f).sum::<usize>() as u64;
+    ResultRow {
+        target: s.target.clone(),
+        key: RequestKey::of(s),
+        slot: r.slot as u64,
+        attempts: r.attempts as u64,
+        other_cpu_share: r.other_cpu_share,
+        prompt_tokens: r.prompt_tokens as u64,
+        generated: r.generated as u64,
+        cycles: r.cycles.len() as u64,
+        drafted: sum(|c| c.drafted),
+        accepted: sum(|c| c.accepted),
+        emitted: sum(|c| c.accepted + c.bonus),
+        tau: r.tau(),
+        distinct_4grams: s.distinct_4grams,
+        prefill_seconds: r.prefill_seconds,
+        decode_seconds: r.decode_seconds(),
+        total_seconds: r.total_seconds,
+        tokens_per_s: r.tokens_per_second(),
+        speedup: paired[0],
+        decode_speedup: paired[1],
+        vs_reference: paired[2],
+        decode_vs_reference: paired[3],
+        matches_target: s.matches_target,
+        update_seconds: r.update_seconds,
+        updates: r.updates as u64,
+        drafter_weight_bytes: r.drafter_weight_bytes as u64,
+        drafter_cache_bytes: r.drafter_cache_bytes as u64,
+        target_cache_bytes: r.target_cache_bytes as u64,
+        adaptation_bytes: r.adaptation_bytes as u64,
+        peak_rss_bytes: r.peak_rss_bytes,
+        n0: s.n0.unwrap_or(0),
+        scaling_slope: s.scaling_slope,
+        unit_load_average: s.unit_load.load_average,
+        unit_other_cpu_share: s.unit_load.other_share,
+        unit_lost_cpu_share: s.unit_load.lost_share,
+        unit_loaded: i64::from(s.unit_load.loaded),
+        config_hash: p.config_hash.clone(),
+        git_revision: p.git_revision.clone(),
+        machine: p.machine.clone(),
+        device: p.device.clone(),
+        dtype: p.dtype.clone(),
+        sharpdraft_version: p.sharpdraft_version.clone(),
+        started_unix: p.started_unix,
     }
 }
 
-/// The key of one request of one arm in the tables.
-type RequestKey = (String, String, String, u64, u64, u64, u64);
-
-/// A column's values by name, as the type the reader asks for; errors name the table and column.
-struct Columns<'t> {
-    table: &'t Table,
-    what: &'t str,
-}
-
-impl<'t> Columns<'t> {
-    fn s(&self, name: &str) -> Result<&'t [String]> {
-        self.table
-            .strs(name)
-            .with_context(|| format!("{}: column {name}", self.what))
-    }
-    fn i(&self, name: &str) -> Result<&'t [i64]> {
-        self.table
-            .i64s(name)
-            .with_context(|| format!("{}: column {name}", self.what))
-    }
-    fn u(&self, name: &str) -> Result<Vec<u64>> {
-        self.i(name)?
-            .iter()
-            .map(|&v| {
-                u64::try_from(v)
-                    .ok()
-                    .with_context(|| format!("{}: column {name} holds {v}, not a count", self.what))
-            })
-            .collect()
-    }
-    fn f(&self, name: &str) -> Result<&'t [f64]> {
-        self.table
-            .f64s(name)
-            .with_context(|| format!("{}: column {name}", self.what))
-    }
+/// `cycles.parquet`'s rows of `s`, one per verification cycle.
+pub fn cycle_rows(s: &RequestSample) -> impl Iterator<Item = CycleRow> + '_ {
+    let key = RequestKey::of(s);
+    s.row.cycles.iter().enumerate().map(move |(i, c)| CycleRow {
+        key: key.clone(),
+        cycle: i as u64,
+        cycle_context: c.context,
+        cycle_context_n0: s.n0.map_or(f64::NAN, |n0| c.context as f64 / n0 as f64),
+        drafted: c.drafted as u64,
+        depth: c.accepted_per_position.len() as u64,
+        accepted: c.accepted as u64,
+        bonus: c.bonus as u64,
+        draft_seconds: c.draft_seconds,
+        verify_seconds: c.verify_seconds,
+    })
 }
 
 /// The samples of a results folder: `results` (`results.parquet`) with the cycles of each request
@@ -242,263 +303,104 @@ pub fn read(
         Some(t) => read_cycles(t, cycles_name)?,
         None => BTreeMap::new(),
     };
-    let c = Columns {
-        table: results,
-        what: results_name,
-    };
-    let (target, drafter, method, workload, setting) = (
-        c.s("target")?,
-        c.s("drafter")?,
-        c.s("method")?,
-        c.s("workload")?,
-        c.s("setting")?,
-    );
-    let (context, seed, repeat, prompt) = (
-        c.u("context")?,
-        c.u("seed")?,
-        c.u("repeat")?,
-        c.u("prompt")?,
-    );
-    let (matches, n0, distinct) = (c.i("matches_target")?, c.i("n0")?, c.f("distinct_4grams")?);
-    let slope = results.f64s_or("scaling_slope", f64::NAN)?;
-    let (rows, unit_loads, provenances) = (
-        RequestColumns::read(&c)?,
-        UnitLoadColumns::read(&c)?,
-        ProvenanceColumns::read(&c)?,
-    );
-    let mut out = Vec::with_capacity(results.rows());
-    for r in 0..results.rows() {
-        let setting = match setting[r].as_str() {
-            "long_prompt" => Setting::LongPrompt,
-            "long_generation" => Setting::LongGeneration,
-            other => bail!("{results_name}: row {r}: setting {other:?} is neither long_prompt nor long_generation"),
-        };
-        let key: RequestKey = (
-            drafter[r].clone(),
-            method[r].clone(),
-            workload[r].clone(),
-            context[r],
-            seed[r],
-            repeat[r],
-            prompt[r],
-        );
-        let request_cycles = by_request.remove(&key).unwrap_or_default();
-        out.push(RequestSample {
-            unit: Unit {
-                workload: workload[r].clone(),
-                context: context[r] as usize,
-                seed: seed[r],
-                repeat: repeat[r] as usize,
-            },
-            arm: Arm {
-                drafter: (drafter[r] != TARGET_ONLY).then(|| drafter[r].clone()),
-                method: method[r].clone(),
-            },
-            setting,
-            target: target[r].clone(),
-            n0: (n0[r] > 0).then_some(n0[r]),
-            scaling_slope: slope[r],
-            row: rows.row(r, prompt[r], request_cycles),
-            distinct_4grams: distinct[r],
-            matches_target: matches[r],
-            unit_load: unit_loads.row(r),
-            provenance: provenances.row(r),
-        });
+    let rows: Vec<ResultRow> = rows_of(results).with_context(|| results_name.to_string())?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let cycles = by_request.remove(&row.key).unwrap_or_default();
+        out.push(sample_of(row, cycles));
     }
-    if let Some(((drafter, method, workload, context, seed, repeat, prompt), _)) =
-        by_request.into_iter().next()
-    {
+    if let Some((key, _)) = by_request.into_iter().next() {
         bail!(
-            "{cycles_name}: cycles of {drafter} / {method} on {workload} context {context} seed {seed} repeat {repeat} prompt {prompt}, a request {results_name} does not hold: the two tables are not of one run"
+            "{cycles_name}: cycles of {} / {} on {} context {} seed {} repeat {} prompt {}, a request {results_name} does not hold: the two tables are not of one run",
+            key.drafter, key.method, key.workload, key.context, key.seed, key.repeat, key.prompt
         );
     }
     Ok(out)
 }
 
-/// The columns of `results.parquet` a [`RequestRow`] is read from.
-struct RequestColumns<'t> {
-    slot: Vec<u64>,
-    attempts: Vec<u64>,
-    prompt_tokens: Vec<u64>,
-    generated: Vec<u64>,
-    updates: Vec<u64>,
-    weights: Vec<u64>,
-    drafter_cache: Vec<u64>,
-    target_cache: Vec<u64>,
-    adaptation: Vec<u64>,
-    peak: Vec<u64>,
-    other_share: &'t [f64],
-    prefill: &'t [f64],
-    total: &'t [f64],
-    update_seconds: &'t [f64],
-}
-
-impl<'t> RequestColumns<'t> {
-    fn read(c: &Columns<'t>) -> Result<Self> {
-        Ok(Self {
-            slot: c.u("slot")?,
-            attempts: c.u("attempts")?,
-            prompt_tokens: c.u("prompt_tokens")?,
-            generated: c.u("generated")?,
-            updates: c.u("updates")?,
-            weights: c.u("drafter_weight_bytes")?,
-            drafter_cache: c.u("drafter_cache_bytes")?,
-            target_cache: c.u("target_cache_bytes")?,
-            adaptation: c.u("adaptation_bytes")?,
-            peak: c.u("peak_rss_bytes")?,
-            other_share: c.f("other_cpu_share")?,
-            prefill: c.f("prefill_seconds")?,
-            total: c.f("total_seconds")?,
-            update_seconds: c.f("update_seconds")?,
-        })
-    }
-
-    /// Row `r`, of prompt `prompt`, with its `cycles` (the outputs are not in the table).
-    fn row(&self, r: usize, prompt: u64, cycles: Vec<CycleRecord>) -> RequestRow {
-        RequestRow {
-            prompt: prompt as usize,
-            prompt_tokens: self.prompt_tokens[r] as usize,
-            generated: self.generated[r] as usize,
-            prefill_seconds: self.prefill[r],
-            total_seconds: self.total[r],
-            slot: self.slot[r] as usize,
-            other_cpu_share: self.other_share[r],
-            attempts: self.attempts[r] as usize,
-            update_seconds: self.update_seconds[r],
-            updates: self.updates[r] as usize,
-            drafter_weight_bytes: self.weights[r] as usize,
-            drafter_cache_bytes: self.drafter_cache[r] as usize,
-            target_cache_bytes: self.target_cache[r] as usize,
-            adaptation_bytes: self.adaptation[r] as usize,
-            peak_rss_bytes: self.peak[r],
+/// The sample a row of `results.parquet` and its `cycles` describe (the outputs, the kernel form and
+/// the threads are not in the tables).
+fn sample_of(row: ResultRow, cycles: Vec<CycleRecord>) -> RequestSample {
+    let key = row.key;
+    RequestSample {
+        unit: Unit {
+            workload: key.workload,
+            context: key.context as usize,
+            seed: key.seed,
+            repeat: key.repeat as usize,
+        },
+        arm: Arm {
+            drafter: (key.drafter != TARGET_ONLY).then_some(key.drafter),
+            method: key.method,
+        },
+        setting: key.setting,
+        target: row.target,
+        n0: (row.n0 > 0).then_some(row.n0),
+        scaling_slope: row.scaling_slope,
+        row: RequestRow {
+            prompt: key.prompt as usize,
+            prompt_tokens: row.prompt_tokens as usize,
+            generated: row.generated as usize,
+            prefill_seconds: row.prefill_seconds,
+            total_seconds: row.total_seconds,
+            slot: row.slot as usize,
+            other_cpu_share: row.other_cpu_share,
+            attempts: row.attempts as usize,
+            update_seconds: row.update_seconds,
+            updates: row.updates as usize,
+            drafter_weight_bytes: row.drafter_weight_bytes as usize,
+            drafter_cache_bytes: row.drafter_cache_bytes as usize,
+            target_cache_bytes: row.target_cache_bytes as usize,
+            adaptation_bytes: row.adaptation_bytes as usize,
+            peak_rss_bytes: row.peak_rss_bytes,
             cycles,
             output_ids: Vec::new(),
-        }
-    }
-}
-
-/// The columns of `results.parquet` a request's unit's [`UnitLoad`] is read from.
-struct UnitLoadColumns<'t> {
-    load_average: &'t [f64],
-    other_share: &'t [f64],
-    lost_share: &'t [f64],
-    loaded: &'t [i64],
-}
-
-impl<'t> UnitLoadColumns<'t> {
-    fn read(c: &Columns<'t>) -> Result<Self> {
-        Ok(Self {
-            load_average: c.f("unit_load_average")?,
-            other_share: c.f("unit_other_cpu_share")?,
-            lost_share: c.f("unit_lost_cpu_share")?,
-            loaded: c.i("unit_loaded")?,
-        })
-    }
-
-    fn row(&self, r: usize) -> UnitLoad {
-        UnitLoad {
-            load_average: self.load_average[r],
-            other_share: self.other_share[r],
-            lost_share: self.lost_share[r],
-            loaded: self.loaded[r] != 0,
-        }
-    }
-}
-
-/// The columns of `results.parquet` a request's [`Provenance`] is read from (the kernel form and
-/// threads are in the unit records, not the table).
-struct ProvenanceColumns<'t> {
-    config_hash: &'t [String],
-    git_revision: &'t [String],
-    machine: &'t [String],
-    device: &'t [String],
-    dtype: &'t [String],
-    started: Vec<u64>,
-    /// "unknown" in every row of a table written before the column existed.
-    version: Vec<String>,
-}
-
-impl<'t> ProvenanceColumns<'t> {
-    fn read(c: &Columns<'t>) -> Result<Self> {
-        let version = match c.table.column("sharpdraft_version") {
-            Ok(_) => c.s("sharpdraft_version")?.to_vec(),
-            Err(_) => vec!["unknown".to_string(); c.table.rows()],
-        };
-        Ok(Self {
-            config_hash: c.s("config_hash")?,
-            git_revision: c.s("git_revision")?,
-            machine: c.s("machine")?,
-            device: c.s("device")?,
-            dtype: c.s("dtype")?,
-            started: c.u("started_unix")?,
-            version,
-        })
-    }
-
-    fn row(&self, r: usize) -> Provenance {
-        Provenance {
-            config_hash: self.config_hash[r].clone(),
-            git_revision: self.git_revision[r].clone(),
-            machine: self.machine[r].clone(),
-            device: self.device[r].clone(),
-            dtype: self.dtype[r].clone(),
-            sharpdraft_version: self.version[r].clone(),
-            started_unix: self.started[r],
+        },
+        distinct_4grams: row.distinct_4grams,
+        matches_target: row.matches_target,
+        unit_load: UnitLoad {
+            load_average: row.unit_load_average,
+            other_share: row.unit_other_cpu_share,
+            lost_share: row.unit_lost_cpu_share,
+            loaded: row.unit_loaded != 0,
+        },
+        provenance: Provenance {
+            config_hash: row.config_hash,
+            git_revision: row.git_revision,
+            machine: row.machine,
+            device: row.device,
+            dtype: row.dtype,
+            sharpdraft_version: row.sharpdraft_version,
+            started_unix: row.started_unix,
             kernel: String::new(),
             threads: 0,
-        }
+        },
     }
 }
 
 /// The cycles of `cycles.parquet`, per request, in cycle order.
 fn read_cycles(t: &Table, what: &str) -> Result<BTreeMap<RequestKey, Vec<CycleRecord>>> {
-    let c = Columns { table: t, what };
-    let (drafter, method, workload) = (c.s("drafter")?, c.s("method")?, c.s("workload")?);
-    let (context, seed, repeat, prompt, cycle) = (
-        c.u("context")?,
-        c.u("seed")?,
-        c.u("repeat")?,
-        c.u("prompt")?,
-        c.u("cycle")?,
-    );
-    let (cycle_context, drafted, depth, accepted, bonus) = (
-        c.i("cycle_context")?,
-        c.u("drafted")?,
-        c.u("depth")?,
-        c.u("accepted")?,
-        c.u("bonus")?,
-    );
-    let (draft_seconds, verify_seconds) = (c.f("draft_seconds")?, c.f("verify_seconds")?);
+    let rows: Vec<CycleRow> = rows_of(t).with_context(|| what.to_string())?;
     let mut out: BTreeMap<RequestKey, Vec<(u64, CycleRecord)>> = BTreeMap::new();
-    for r in 0..t.rows() {
-        if accepted[r] > depth[r] {
+    for (r, row) in rows.into_iter().enumerate() {
+        if row.accepted > row.depth {
             bail!(
                 "{what}: row {r}: {} tokens accepted of a proposal {} deep",
-                accepted[r],
-                depth[r]
+                row.accepted,
+                row.depth
             );
         }
-        let per_position = (0..depth[r]).map(|d| u8::from(d < accepted[r])).collect();
-        out.entry((
-            drafter[r].clone(),
-            method[r].clone(),
-            workload[r].clone(),
-            context[r],
-            seed[r],
-            repeat[r],
-            prompt[r],
-        ))
-        .or_default()
-        .push((
-            cycle[r],
+        let per_position = (0..row.depth).map(|d| u8::from(d < row.accepted)).collect();
+        out.entry(row.key).or_default().push((
+            row.cycle,
             CycleRecord {
-                context: cycle_context[r],
-                drafted: drafted[r] as usize,
-                accepted: accepted[r] as usize,
+                context: row.cycle_context,
+                drafted: row.drafted as usize,
+                accepted: row.accepted as usize,
                 accepted_per_position: per_position,
-                bonus: bonus[r] as usize,
-                draft_seconds: draft_seconds[r],
-                verify_seconds: verify_seconds[r],
+                bonus: row.bonus as usize,
+                draft_seconds: row.draft_seconds,
+                verify_seconds: row.verify_seconds,
             },
         ));
     }

@@ -24,7 +24,7 @@ use super::config::{Experiment, Setting};
 use super::grid::{Arm, Unit, TARGET_ONLY};
 use super::machine_state::LOADED_OTHER_SHARE;
 use super::records::{RequestRow, UnitRecord};
-use super::samples::{self, RequestSample};
+use super::samples::{self, CycleRow, RequestSample, ResultRow};
 use crate::error::Result;
 use serde::Serialize;
 use sharpdraft_decode::CycleRecord;
@@ -32,7 +32,6 @@ use sharpdraft_report::columns::table_of;
 use sharpdraft_report::intervals::{
     median, median_interval, paired_ratio, ratio_interval, Interval, PairedRatio,
 };
-use sharpdraft_report::table::{Rows, Table};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -177,11 +176,14 @@ pub const SUMMARY: &str = "summary.parquet";
 pub const ACCEPTANCE: &str = "acceptance.parquet";
 
 pub struct RunTables {
-    pub results: Table,
-    pub cycles: Table,
+    /// `results.parquet`'s rows, a request of an arm each.
+    pub results: Vec<ResultRow>,
+    /// `cycles.parquet`'s rows, a verification cycle each.
+    pub cycles: Vec<CycleRow>,
     /// `summary.parquet`'s rows, in cell order (the report orders them as the experiment does).
     pub summary: Vec<SummaryRow>,
-    pub acceptance: Table,
+    /// `acceptance.parquet`'s cells.
+    pub acceptance: Vec<acceptance::PositionRate>,
 }
 
 /// Pairs every sample with the target alone's and its reference method's on the same request of the
@@ -225,13 +227,12 @@ pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
 /// Builds the tables of `experiment` from its requests.
 pub fn build_from_samples(experiment: &Experiment, samples: &[RequestSample]) -> RunTables {
     let pairs = paired(experiment, samples);
-    let mut results = Rows::default();
-    let mut cycles = Rows::default();
+    let mut results = Vec::with_capacity(pairs.len());
+    let mut cycles = Vec::new();
     let mut cells: Cells = BTreeMap::new();
     for p in &pairs {
         let s = p.sample;
-        samples::push_result_row(
-            &mut results,
+        results.push(samples::result_row(
             s,
             [
                 p.speedup(),
@@ -239,8 +240,8 @@ pub fn build_from_samples(experiment: &Experiment, samples: &[RequestSample]) ->
                 p.vs_reference(),
                 p.decode_vs_reference(),
             ],
-        );
-        samples::push_cycle_rows(&mut cycles, s);
+        ));
+        cycles.extend(samples::cycle_rows(s));
         let cell = cells
             .entry((
                 s.drafter().to_string(),
@@ -253,10 +254,10 @@ pub fn build_from_samples(experiment: &Experiment, samples: &[RequestSample]) ->
         cell.0.push(*p);
     }
     RunTables {
-        results: results.table(),
-        cycles: cycles.table(),
+        results,
+        cycles,
         summary: summary_rows(experiment, &cells),
-        acceptance: acceptance::table(experiment, samples),
+        acceptance: acceptance::rates(experiment, samples),
     }
 }
 
@@ -613,14 +614,16 @@ pub fn write_tables(
     samples: &[RequestSample],
 ) -> Result<RunTables> {
     let tables = build_from_samples(experiment, samples);
+    let (results, cycles) = (table_of(&tables.results)?, table_of(&tables.cycles)?);
     let summary = table_of(&tables.summary)?;
+    let acceptance = acceptance::table(&tables.acceptance)?;
     // A table without rows has no columns yet (a run of target-only methods has no cycles): it is
     // not written rather than written without a schema.
     for (name, table) in [
-        (RESULTS, &tables.results),
-        (CYCLES, &tables.cycles),
+        (RESULTS, &results),
+        (CYCLES, &cycles),
         (SUMMARY, &summary),
-        (ACCEPTANCE, &tables.acceptance),
+        (ACCEPTANCE, &acceptance),
     ] {
         if !table.columns.is_empty() {
             table.write_parquet(&dir.join(name))?;
