@@ -1,9 +1,11 @@
 //! What the drafters that are plain causal LMs (vanilla, PARD) share: feeding tokens through their own
-//! cache, timed, and prefilling everything committed before the root.
+//! cache, timed, prefilling everything committed before the root, and the parts of the `Drafter` trait
+//! that are the model's and its cache's alone (stats, key selection, weights).
 
 use crate::drafter::Result;
+use crate::drafter_stats::DrafterStats;
 use sharpdraft_model::generate::prefill;
-use sharpdraft_model::{CausalLm, ForwardInput, KvCache, LogitRows};
+use sharpdraft_model::{CausalLm, ForwardInput, KeySelection, KvCache, LogitRows};
 use tch::{Kind, Tensor};
 
 /// Feeds `ids` at the cache's next positions; returns the requested logits and the seconds the forward
@@ -45,4 +47,26 @@ pub(crate) fn prefill_before_root(
         let _ = prefill(&model.net, before_root, cache)?;
     }
     Ok(())
+}
+
+/// The drafter's stats: its cache's bytes, its forward seconds and its weights.
+pub(crate) fn stats(model: &CausalLm, cache: &KvCache, forward_seconds: f64) -> DrafterStats {
+    DrafterStats::of(cache.bytes_allocated(), forward_seconds, &variables(model))
+}
+
+/// Every drafting row sees the keys `selection` keeps (all of them for `None`): the model's attention
+/// selects them and the cache holds no more than the window needs.
+pub(crate) fn set_key_selection(
+    model: &mut CausalLm,
+    cache: &mut KvCache,
+    selection: Option<KeySelection>,
+) -> Result<()> {
+    cache.bound_to_window(KeySelection::cache_bound(selection.as_ref()))?;
+    model.net.set_key_selection(selection);
+    Ok(())
+}
+
+/// The model's weights by name (what online adaptation trains and the stats count).
+pub(crate) fn variables(model: &CausalLm) -> Vec<(String, Tensor)> {
+    model.vars.variables().into_iter().collect()
 }

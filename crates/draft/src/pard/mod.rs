@@ -10,7 +10,7 @@
 pub mod train;
 
 use sharpdraft_model::time_split::{self, Step};
-use crate::causal_drafting::{feed, prefill_before_root};
+use crate::causal_drafting::{self, feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
@@ -121,22 +121,15 @@ impl Drafter for PardDrafter {
     }
 
     fn stats(&self) -> DrafterStats {
-        DrafterStats::of(
-            self.cache.bytes_allocated(),
-            self.forward_seconds,
-            &self.variables(),
-        )
+        causal_drafting::stats(&self.model, &self.cache, self.forward_seconds)
     }
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
-        self.cache
-            .bound_to_window(KeySelection::cache_bound(selection.as_ref()))?;
-        self.model.net.set_key_selection(selection);
-        Ok(())
+        causal_drafting::set_key_selection(&mut self.model, &mut self.cache, selection)
     }
 
     fn variables(&self) -> Vec<(String, Tensor)> {
-        self.model.vars.variables().into_iter().collect()
+        causal_drafting::variables(&self.model)
     }
 }
 
