@@ -429,8 +429,8 @@ fn the_drafter_kind_is_given_by_kind_and_still_by_its_old_spelling_method() {
 #[test]
 fn the_drafting_flags_and_a_drafter_block_are_one_declaration_and_make_one_specification() {
     use clap::Parser;
-    use sharpdraft_lab::drafter_spec::DrafterSpec;
-    use sharpdraft_lab::scaling::ScalingKind;
+    use sharpdraft_decode::drafter_spec::DrafterSpec;
+    use sharpdraft_decode::scaling::ScalingKind;
     let args = [
         "sharpdraft", "generate", "--target", "t", "--prompt", "p", "--drafter", "head", "--kind",
         "eagle3", "--draft-len", "3", "--tree-depth", "3", "--scaling", "fixed", "--beta", "0.25",

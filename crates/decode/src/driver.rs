@@ -36,6 +36,39 @@ pub enum DecodeError {
     },
     #[error("{0}")]
     Input(String),
+    /// A drafter specification or query scaling that cannot be built; the message names the key or
+    /// flag.
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] sharpdraft_store::StoreError),
+    #[error(transparent)]
+    Math(#[from] sharpdraft_math::MathError),
+    /// What was being built when `cause` happened, displayed as `context: cause` on one line.
+    #[error("{context}: {cause}")]
+    Context {
+        context: String,
+        cause: Box<DecodeError>,
+    },
+}
+
+impl DecodeError {
+    /// Wraps an error in what was being done: `.map_err(DecodeError::within("loading drafter d"))`.
+    pub fn within<E: Into<DecodeError>>(context: impl std::fmt::Display) -> impl FnOnce(E) -> Self {
+        let context = context.to_string();
+        move |cause| DecodeError::Context {
+            context,
+            cause: Box::new(cause.into()),
+        }
+    }
+}
+
+/// `DecodeError::Invalid` with `message` unless `holds`.
+pub(crate) fn ensure(holds: bool, message: impl FnOnce() -> String) -> Result<()> {
+    match holds {
+        true => Ok(()),
+        false => Err(DecodeError::Invalid(message())),
+    }
 }
 
 pub struct SpecOptions {

@@ -1,15 +1,13 @@
 //! The lab: what sits on top of the engine for research runs. Datasets from the package registries,
-//! drafter training, parquet tables and charts; experiment runs and reports with the next steps.
+//! drafter training, probe and calibration runs, and experiments: runs, their tables and reports.
 
 pub mod calibrate_run;
 pub mod datasets;
-pub mod drafter_spec;
 pub mod error;
 pub mod experiment;
 pub mod held_out;
 pub mod loss_curve;
 pub mod probe_run;
-pub mod scaling;
 pub mod target_windows;
 pub mod train;
 

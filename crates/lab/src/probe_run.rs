@@ -19,10 +19,10 @@
 //! probe with the same config is reused, not rerun.
 
 use crate::datasets::{token_stream, Source};
-use crate::drafter_spec::{self, DrafterSpec, LoadedDrafter};
 use crate::error::{bail, ensure, Context, Result};
-use crate::scaling::ScalingSpec;
 use serde::{Deserialize, Serialize};
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec, LoadedDrafter};
+use sharpdraft_decode::scaling::ScalingSpec;
 use sharpdraft_draft::DrafterKind;
 use sharpdraft_draft::{DFlashDrafter, Eagle3Drafter};
 use sharpdraft_model::{CausalLm, Sampling, ScaledQueries};

@@ -90,7 +90,7 @@ pub struct TrainConfig {
     /// SharpDraft query scaling in every training pass (`{mode, schedule | beta, n0}`), as when drafting.
     /// Within n0 every factor is 1; it matters for windows longer than the drafter's n0.
     #[serde(default)]
-    pub scaling: Option<crate::scaling::ScalingSpec>,
+    pub scaling: Option<sharpdraft_decode::scaling::ScalingSpec>,
     /// Start from this drafter (a name or a folder in the method's published layout) instead of the
     /// method's own initialisation.
     #[serde(default)]
@@ -664,7 +664,7 @@ fn write_config_record(config: &TrainConfig, record: &Path) -> Result<()> {
 /// relative to the config's folder.
 fn apply_query_scaling(
     config: &TrainConfig,
-    spec: &crate::scaling::ScalingSpec,
+    spec: &sharpdraft_decode::scaling::ScalingSpec,
     config_path: &Path,
     objective: &mut dyn OwnedObjective,
 ) -> Result<()> {

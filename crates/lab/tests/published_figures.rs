@@ -2,7 +2,7 @@
 //! (a heading to the next) that cites a committed report (`experiments/results/<experiment>/report.md`),
 //! and that report holds it. A figure typed by hand, or left behind when the report was rerun, fails here
 //! with its file, section and value. Settings and commands go in code spans; names (EAGLE 3.1), arXiv
-//! numbers and sizes of downloads (1.4 GB) are not figures.
+//! numbers, section numbers (§2.4) and sizes of downloads (1.4 GB) are not figures.
 
 use std::path::PathBuf;
 
@@ -81,12 +81,14 @@ fn figures(text: &str) -> Vec<String> {
                 let followed_by_letter = at < bytes.len() && bytes[at].is_ascii_alphabetic() && bytes[at] != b'x';
                 let before = &chunk[..start];
                 let a_name = before.ends_with("EAGLE-") || before.ends_with("EAGLE ");
+                let a_section_number = before.ends_with('§');
                 let an_arxiv_number = word.split('.').map(str::len).collect::<Vec<_>>() == [4, 5];
                 let after = chunk[at..].trim_start();
                 let a_size = ["GB", "MB", "GiB", "MiB"].iter().any(|unit| after.starts_with(unit));
                 if word.matches('.').count() == 1
                     && !followed_by_letter
                     && !a_name
+                    && !a_section_number
                     && !an_arxiv_number
                     && !a_size
                 {

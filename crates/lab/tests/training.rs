@@ -11,7 +11,7 @@ use sharpdraft_draft::training::{
     TrainWindow,
 };
 use sharpdraft_draft::{Drafter, DrafterKind};
-use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
 use sharpdraft_model::{CausalLm, Sampling, Tap};
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind};

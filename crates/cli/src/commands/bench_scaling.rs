@@ -10,9 +10,9 @@ use super::generate::{DrafterArgs, ModelArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
+use sharpdraft_decode::drafter_spec;
+use sharpdraft_decode::scaling::{ScalingKind, ScalingSpec};
 use sharpdraft_decode::speculative_generate;
-use sharpdraft_lab::drafter_spec;
-use sharpdraft_lab::scaling::{ScalingKind, ScalingSpec};
 use sharpdraft_model::Sampling;
 
 #[derive(Args, Debug)]

@@ -5,12 +5,12 @@ use super::paired_rounds::{self, PairedRatio};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
 use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
+use sharpdraft_decode::scaling::{ScalingKind, ScalingSpec};
 use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
 use sharpdraft_draft::retrieval::RetrievalOptions;
 use sharpdraft_draft::AdaptationReport;
-use sharpdraft_lab::drafter_spec::{self, DrafterSpec};
-use sharpdraft_lab::scaling::{ScalingKind, ScalingSpec};
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{
     parse_device, parse_kind, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler, Sampling,

@@ -4,8 +4,8 @@
 //! cores, and the ratio reported as the median over rounds with its range and the load seen.
 
 use serde::Serialize;
-use sharpdraft_lab::experiment::machine_state::{measure_quietly, Waiting};
 use sharpdraft_report::intervals::median;
+use sharpdraft_report::machine_state::{measure_quietly, Waiting};
 use std::cell::Cell;
 use std::time::Duration;
 

@@ -8,9 +8,9 @@ use super::prompt_set::{PromptSet, PromptSetArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
+use sharpdraft_decode::drafter_spec;
 use sharpdraft_decode::MemoryReport;
 use sharpdraft_draft::AdaptationReport;
-use sharpdraft_lab::drafter_spec;
 use sharpdraft_model::{CausalLm, Sampling};
 
 #[derive(Args, Debug)]

@@ -1,4 +1,4 @@
-//! EAGLE-3 (or 3.1) training objective (docs/drafters.md §2.4): the training-time test
+//! EAGLE-3 (or EAGLE 3.1) training objective (docs/drafters.md §2.4): the training-time test
 //! ([`Eagle3Head::ttt_loss`]) against the target's top-k distribution restricted to a draft vocabulary of
 //! the most frequent training tokens (d2t/t2d).
 

@@ -18,12 +18,12 @@
 //! ```
 
 use super::prompts::{FillerSource, PromptSource};
-use crate::drafter_spec::DrafterSpec;
 use crate::error::{bail, ensure, Context, LabError, Result};
-use crate::scaling::{is_calibration_name, ScalingKind, ScalingSpec};
 use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
+use sharpdraft_decode::drafter_spec::DrafterSpec;
+use sharpdraft_decode::scaling::{is_calibration_name, ScalingKind, ScalingSpec};
 use sharpdraft_draft::adaptation::AdaptOptions;
 use sharpdraft_draft::retrieval::RetrievalOptions;
 /// A path as written in a config file: [`sharpdraft_store::paths::beside`].

@@ -1,16 +1,16 @@
 //! Experiments: a YAML grid in (`config`), its requests and the digest of its inputs (`requests`),
 //! units run with their arms interleaved and written one by one into a locked run folder that resumes
-//! (at a killed unit's next request: `partial_unit`) and shards (`grid`, `runner`, `records`,
-//! `folder_lock`, `machine_state`), parquet tables with intervals over prompts (`sharpdraft_report`) and
-//! a report out (`tables`, `report`, with the run's own timing noise: `timing_noise`, and the
-//! calibrated schedule against each other method: `head_to_head`), shards joined (`merge`).
+//! (at a killed unit's next request: `partial_unit`) and shards (`grid`, `runner`, `records`; the
+//! folder lock and the load check are `sharpdraft_store`'s and `sharpdraft_report`'s), typed tables
+//! with intervals over prompts and a report out (`samples`, `tables`, `acceptance`, `report`, with the
+//! run's own timing noise: `timing_noise`, and the calibrated schedule against each other method:
+//! `head_to_head`), shards joined (`merge`).
 //! docs/experiments.md is the user's guide.
 
 pub mod acceptance;
 pub mod config;
 pub mod grid;
 pub mod head_to_head;
-pub mod machine_state;
 pub mod merge;
 pub mod partial_unit;
 pub mod prompts;

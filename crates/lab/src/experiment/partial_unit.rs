@@ -8,10 +8,10 @@
 
 use super::config::Experiment;
 use super::grid::{arms, Unit};
-use super::machine_state::MachineState;
 use super::records::{ArmRecord, Provenance};
 use crate::error::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
+use sharpdraft_report::machine_state::MachineState;
 use std::path::{Path, PathBuf};
 
 /// The folder, under a run's `units/`, of the partial records.

@@ -6,10 +6,10 @@
 
 use super::config::{Experiment, Setting};
 use super::grid::{arms, units, Arm, Unit};
-use super::machine_state::MachineState;
 use crate::error::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_decode::CycleRecord;
+use sharpdraft_report::machine_state::MachineState;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

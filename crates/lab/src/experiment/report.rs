@@ -963,7 +963,7 @@ pub(crate) enum SlopeRole {
 }
 
 pub(crate) fn slope_role(method: &super::config::MethodEntry) -> SlopeRole {
-    use crate::scaling::ScalingKind;
+    use sharpdraft_decode::scaling::ScalingKind;
     if method.target_only
         || method.adapt.is_some()
         || method.window.is_some()

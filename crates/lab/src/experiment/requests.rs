@@ -10,8 +10,8 @@
 use super::config::{Experiment, Setting, Workload};
 use super::prompts::{chat_ids, ensure_text_can_fit, excerpt_offset, long_prompt_ids};
 use crate::error::{Context, Result};
-use crate::scaling::resolve_schedule;
 use sha2::{Digest, Sha256};
+use sharpdraft_decode::scaling::resolve_schedule;
 use sharpdraft_model::CausalLm;
 use sharpdraft_store::output_folder::{digest_of, file_digests, sha256_of};
 use sharpdraft_store::registry;

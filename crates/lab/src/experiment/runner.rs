@@ -12,7 +12,6 @@
 
 use super::config::{Experiment, MethodEntry, Workload};
 use super::grid::{arms, rotation, unit_count, units, Arm, Shard, Unit};
-use super::machine_state::{self, MachineState, Quiet, Sample, Waiting};
 use super::partial_unit::{joined, PartialUnit};
 use super::publish::{publish, Published};
 use super::records::{
@@ -21,13 +20,14 @@ use super::records::{
 use super::requests::{build_all, inputs_digest, GridRequests, SealedInputs};
 use super::run_folder::{recorded_experiment, write_record, EXPERIMENT_RECORD, RUN_KIND, UNITS};
 use super::{samples, tables};
-use crate::drafter_spec::{self, DecodedRequest, DrafterSpec, RequestDecoder};
 use crate::error::{bail, ensure, Context, Result};
-use crate::scaling::resolve_schedule;
 use indicatif::{ProgressBar, ProgressStyle};
+use sharpdraft_decode::drafter_spec::{self, DecodedRequest, DrafterSpec, RequestDecoder};
 use sharpdraft_decode::reset_peak_rss;
+use sharpdraft_decode::scaling::resolve_schedule;
 use sharpdraft_model::generate::{generate, generate_from, PromptPrefill};
 use sharpdraft_model::{parse_device, parse_kind, CausalLm, Sampler, Sampling, Tap};
+use sharpdraft_report::machine_state::{self, MachineState, Quiet, Sample, Waiting};
 use sharpdraft_store::folder_lock::FolderLock;
 use sharpdraft_store::output_folder::{self, Claim, Marker};
 use sharpdraft_store::paths::shown;

@@ -22,7 +22,6 @@
 use super::acceptance;
 use super::config::{Experiment, Setting};
 use super::grid::{Arm, Unit, TARGET_ONLY};
-use super::machine_state::LOADED_OTHER_SHARE;
 use super::records::{RequestRow, UnitRecord};
 use super::samples::{self, CycleRow, RequestSample, ResultRow};
 use crate::error::Result;
@@ -32,6 +31,7 @@ use sharpdraft_report::columns::table_of;
 use sharpdraft_report::intervals::{
     median, median_interval, paired_ratio, ratio_interval, Interval, PairedRatio,
 };
+use sharpdraft_report::machine_state::LOADED_OTHER_SHARE;
 use std::collections::BTreeMap;
 use std::path::Path;
 

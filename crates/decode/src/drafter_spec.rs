@@ -16,10 +16,10 @@
 //! adapt: {mode: lora, every: 8, rank: 8}   # online adaptation (sharpdraft_draft::adaptation)
 //! ```
 
-use crate::error::{ensure, Context, LabError, Result};
+use crate::driver::{ensure, DecodeError, Result};
 use crate::scaling::ScalingSpec;
+use crate::{speculative_generate, speculative_generate_from, SpecOptions, SpecReport};
 use serde::{Deserialize, Serialize};
-use sharpdraft_decode::{speculative_generate, speculative_generate_from, SpecOptions, SpecReport};
 use sharpdraft_draft::adaptation::{
     AdaptOptions, Adaptable, AdaptingDrafter, OnlineObjective, UpdateUnit,
 };
@@ -131,52 +131,52 @@ impl DrafterSpec {
     /// Checks the options that do not need the models: chain length and whether a tree fits the method.
     pub fn validate(&self) -> Result<()> {
         self.scaling.validate()?;
-        ensure!(
-            (1..=MAX_TREE_TOKENS).contains(&self.draft_len),
-            "draft_len (--draft-len) {} must lie in 1..={MAX_TREE_TOKENS}",
-            self.draft_len
-        );
+        ensure((1..=MAX_TREE_TOKENS).contains(&self.draft_len), || {
+            format!(
+                "draft_len (--draft-len) {} must lie in 1..={MAX_TREE_TOKENS}",
+                self.draft_len
+            )
+        })?;
         if let Some(threshold) = self.stop_below {
-            ensure!(
+            ensure(
                 matches!(self.kind, DrafterKind::Vanilla | DrafterKind::Dflash),
-                "stop_below (--draft-stop-below): only vanilla and DFlash chains end early, not {}",
-                self.kind.name()
-            );
-            ensure!(
-                threshold > 0.0 && threshold < 1.0,
-                "stop_below (--draft-stop-below) {threshold} must lie strictly between 0 and 1"
-            );
+                || {
+                    format!("stop_below (--draft-stop-below): only vanilla and DFlash chains end early, not {}",
+                self.kind.name())
+                },
+            )?;
+            ensure(threshold > 0.0 && threshold < 1.0, || {
+                format!(
+                    "stop_below (--draft-stop-below) {threshold} must lie strictly between 0 and 1"
+                )
+            })?;
         }
         if let Some(tree) = &self.tree {
-            ensure!(
-                self.kind == DrafterKind::Eagle3,
-                "tree (--tree-depth, --tree-topk, --tree-tokens): only EAGLE-3 drafts trees, not {}",
-                self.kind.name()
-            );
-            ensure!(
-                tree.depth >= 1,
-                "tree depth (--tree-depth) 0: a tree needs at least one expansion step (use a chain of draft_len 1 for a single draft)"
-            );
+            ensure(self.kind == DrafterKind::Eagle3, || {
+                format!("tree (--tree-depth, --tree-topk, --tree-tokens): only EAGLE-3 drafts trees, not {}",
+                self.kind.name())
+            })?;
+            ensure(tree.depth >= 1, || {
+                format!("tree depth (--tree-depth) 0: a tree needs at least one expansion step (use a chain of draft_len 1 for a single draft)")
+            })?;
         }
         if let Some(window) = self.window {
-            ensure!(
-                window >= 1,
-                "window (--drafter-window) {window}: a window needs at least 1 key"
-            );
+            ensure(window >= 1, || {
+                format!("window (--drafter-window) {window}: a window needs at least 1 key")
+            })?;
         }
         if let Some(retrieval) = &self.retrieval {
-            ensure!(
-                self.window.is_none(),
-                "window (--drafter-window) and retrieval (--retrieval): give one; retrieval has its own recent window"
-            );
-            retrieval.validate().map_err(LabError::Invalid)?;
+            ensure(self.window.is_none(), || {
+                format!("window (--drafter-window) and retrieval (--retrieval): give one; retrieval has its own recent window")
+            })?;
+            retrieval.validate().map_err(DecodeError::Invalid)?;
         }
         if let Some(adapt) = &self.adapt {
-            adapt.validate().map_err(LabError::Invalid)?;
+            adapt.validate().map_err(DecodeError::Invalid)?;
         }
         if let Some(dtype) = &self.dtype {
             parse_kind(dtype)
-                .map_err(|e| LabError::Invalid(format!("dtype (--drafter-dtype): {e}")))?;
+                .map_err(|e| DecodeError::Invalid(format!("dtype (--drafter-dtype): {e}")))?;
         }
         Ok(())
     }
@@ -284,7 +284,7 @@ fn load_unscaled(
     spec.validate()?;
     let name = &spec.checkpoint;
     let dir = registry::resolve(name)?;
-    expect_kind(&dir, spec.kind).with_context(|| format!("drafter {name}"))?;
+    expect_kind(&dir, spec.kind).map_err(DecodeError::within(format!("drafter {name}")))?;
     let capacity = positions + spec.draft_len as i64 + 1;
     let kind = match &spec.dtype {
         Some(dtype) => parse_kind(dtype)?,
@@ -292,7 +292,7 @@ fn load_unscaled(
     };
     let small_lm = || -> Result<CausalLm> {
         CausalLm::load(&dir, target.net.device(), kind)
-            .with_context(|| format!("loading drafter {name}"))
+            .map_err(DecodeError::within(format!("loading drafter {name}")))
     };
     let mut loaded = match spec.kind {
         DrafterKind::Vanilla => LoadedDrafter::Vanilla(
@@ -365,7 +365,10 @@ pub fn build<'t>(
     let mut drafter: Box<dyn Drafter + 't> = match &spec.adapt {
         Some(adapt) => Box::new(
             AdaptingDrafter::new(loaded.boxed(), &target.net, online_objective, adapt.clone())
-                .with_context(|| format!("adapting drafter {}", spec.checkpoint))?,
+                .map_err(DecodeError::within(format!(
+                    "adapting drafter {}",
+                    spec.checkpoint
+                )))?,
         ),
         None => loaded.boxed(),
     };
@@ -394,7 +397,9 @@ pub fn prepare<'t>(
         .net
         .config
         .ensure_positions(prompt_len, max_new_tokens)
-        .with_context(|| format!("max_new_tokens {max_new_tokens}"))?;
+        .map_err(DecodeError::within(format!(
+            "max_new_tokens {max_new_tokens}"
+        )))?;
     let built = build(
         spec,
         target,
@@ -564,7 +569,7 @@ pub fn decode_requests(
         .map(|(i, ids)| {
             decoder
                 .decode(ids, stop, sampling(i))
-                .with_context(|| format!("request {i}"))
+                .map_err(DecodeError::within(format!("request {i}")))
         })
         .collect()
 }

@@ -1,10 +1,10 @@
 //! The drafter specification: one YAML (or command-line) description of a drafter and how it drafts,
 //! strict about keys and about options its method does not have.
 
+use sharpdraft_decode::drafter_spec::DrafterSpec;
+use sharpdraft_decode::scaling::ScalingKind;
 use sharpdraft_draft::DrafterKind;
 use sharpdraft_draft::TreeShape;
-use sharpdraft_lab::drafter_spec::DrafterSpec;
-use sharpdraft_lab::scaling::ScalingKind;
 
 #[test]
 fn a_drafter_specification_reads_from_yaml_with_defaults_for_what_it_leaves_out() {

@@ -1,7 +1,7 @@
 //! A SharpDraft query-scaling choice as configs and the command line spell it, resolved against the
 //! drafter it scales.
 
-use crate::error::{bail, Context, Result};
+use crate::driver::{DecodeError, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::ScaleSchedule;
 use sharpdraft_model::{QueryScaling, ScaledQueries, ScalingMode};
@@ -74,12 +74,14 @@ impl ScalingSpec {
     pub fn validate(&self) -> Result<()> {
         if let Some(beta) = self.beta {
             if !(beta.is_finite() && beta >= 0.0) {
-                bail!("scaling.beta = {beta}: a slope must be finite and >= 0 (0 leaves the drafter unmodified)");
+                return Err(DecodeError::Invalid(format!("scaling.beta = {beta}: a slope must be finite and >= 0 (0 leaves the drafter unmodified)")));
             }
         }
         if let Some(n0) = self.n0 {
             if !(n0.is_finite() && n0 >= 1.0) {
-                bail!("scaling.n0 = {n0}: must be a finite length of at least 1 token");
+                return Err(DecodeError::Invalid(format!(
+                    "scaling.n0 = {n0}: must be a finite length of at least 1 token"
+                )));
             }
         }
         Ok(())
@@ -89,26 +91,32 @@ impl ScalingSpec {
         let n0 = match (self.n0, training_length) {
             (Some(n0), _) => n0,
             (None, Some(n0)) => n0 as f64,
-            (None, None) => bail!("{what} records no training length: give n0"),
+            (None, None) => {
+                return Err(DecodeError::Invalid(format!(
+                    "{what} records no training length: give n0"
+                )))
+            }
         };
         if !(n0.is_finite() && n0 >= 1.0) {
-            bail!("n0 = {n0} must be a finite length of at least 1 token");
+            return Err(DecodeError::Invalid(format!(
+                "n0 = {n0} must be a finite length of at least 1 token"
+            )));
         }
         Ok(n0)
     }
 
     fn load_schedule(&self) -> Result<ScaleSchedule> {
-        let path = self.schedule.as_ref().with_context(|| {
-            format!(
+        let path = self.schedule.as_ref().ok_or_else(|| {
+            DecodeError::Invalid(format!(
                 "scaling {} needs a schedule (see `sharpdraft calibrate`)",
                 self.mode.name()
-            )
+            ))
         })?;
         if self.n0.is_some() {
-            bail!(
+            return Err(DecodeError::Invalid(format!(
                 "n0 conflicts with schedule {}: the schedule carries its own n0",
                 path.display()
-            );
+            )));
         }
         Ok(ScaleSchedule::load(&resolve_schedule(path))?)
     }
@@ -128,11 +136,14 @@ impl ScalingSpec {
             ScalingKind::Off => ScalingMode::Off,
             ScalingKind::Fixed => match (self.beta, &self.schedule) {
                 (Some(_), Some(path)) => {
-                    bail!("beta conflicts with schedule {}: give one", path.display())
+                    return Err(DecodeError::Invalid(format!(
+                        "beta conflicts with schedule {}: give one",
+                        path.display()
+                    )))
                 }
                 (Some(beta), None) => ScalingMode::Fixed(
                     ScaleSchedule::global(self.n0(training_length, what)?, beta)
-                        .with_context(|| format!("beta {beta}"))?,
+                        .map_err(DecodeError::within(format!("beta {beta}")))?,
                 ),
                 (None, _) => ScalingMode::Fixed(self.load_schedule()?),
             },
@@ -154,8 +165,10 @@ impl ScalingSpec {
             (None, None) => "no schedule".into(),
         };
 
-        QueryScaling::new(mode, layers, heads)
-            .with_context(|| format!("scaling {} ({source}) for {what}", self.mode.name()))
+        QueryScaling::new(mode, layers, heads).map_err(DecodeError::within(format!(
+            "scaling {} ({source}) for {what}",
+            self.mode.name()
+        )))
     }
 }
 
