@@ -34,10 +34,8 @@ pub enum DecodeError {
         method: &'static str,
         reason: String,
     },
-    #[error("{0}")]
-    Input(String),
-    /// A drafter specification or query scaling that cannot be built; the message names the key or
-    /// flag.
+    /// An input the decoder cannot use (an empty prompt, a drafter specification or query scaling that
+    /// cannot be built); the message names the value, key or flag.
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -114,7 +112,7 @@ impl<'a> Session<'a> {
         config: &'a SpecOptions,
     ) -> Result<Self> {
         if prompt.is_empty() {
-            return Err(DecodeError::Input("the prompt is empty".into()));
+            return Err(DecodeError::Invalid("the prompt is empty".into()));
         }
         target
             .config

@@ -146,6 +146,11 @@ fn figures_are_read_as_a_reader_reads_them() {
         figures("tau 1.24 against 0.73 [0.69, 0.77], 1.9x apart; torch 2.11.0, `run --beta 0.5`, 12 rows"),
         ["1.24", "0.73", "0.69", "0.77", "1.9"]
     );
+    assert_eq!(
+        figures("the objective of docs/drafters.md §2.4 (EAGLE 3.1) reached tau 2.5"),
+        ["2.5"],
+        "a section number is not a figure"
+    );
     assert_eq!(cited_reports("see [x](experiments/results/quickstart/report.md)"), ["quickstart"]);
     assert_eq!(
         cited_reports("in experiments/results/rows-qwen2.5-1.5b/ and experiments/results/quickstart."),

@@ -74,11 +74,11 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
     // Every row past n0 = 1: the factors are computed and multiplied for every query, all equal to 1.
     let mut draft = args.draft.clone();
     draft.scaling = vec![ScalingKind::Fixed];
+    // The mode comes from `draft.scaling`; the specification gives beta and n0.
     draft.options.scaling = ScalingSpec {
-        mode: ScalingKind::Fixed,
-        schedule: None,
         beta: Some(0.0),
         n0: Some(1.0),
+        ..ScalingSpec::default()
     };
     let target = args.model.load(&args.target)?;
     let vocab = target.net.config.vocab_size;

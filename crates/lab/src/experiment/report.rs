@@ -6,7 +6,7 @@
 //! the run's requests, so `sharpdraft report` rebuilds it at any time.
 
 use super::acceptance::PositionRate;
-use super::config::Experiment;
+use super::config::{Experiment, Setting};
 use super::grid::{units, Unit, TARGET_ONLY};
 use super::head_to_head::HeadToHead;
 use super::partial_unit::PartialUnit;
@@ -177,7 +177,7 @@ fn against_reference(row: &SummaryRow, noise: Option<&VerifySpread>) -> (String,
 /// A row's context as the headline prints it: the prompt length and its multiple of the drafter's
 /// n0, or where a long generation started.
 fn context_cell(r: &SummaryRow) -> String {
-    if r.setting != "long_generation" && r.n0 > 0 {
+    if r.setting != Setting::LongGeneration && r.n0 > 0 {
         format!(
             "{} ({:.1} n0)",
             r.context,
@@ -422,7 +422,7 @@ fn timing_noise(noise: &VerifySpread) -> String {
 fn generation_bins(rows: &[SummaryRow]) -> Option<String> {
     let binned: Vec<&SummaryRow> = rows
         .iter()
-        .filter(|r| r.setting == "long_generation" && r.bin != "all")
+        .filter(|r| r.setting == Setting::LongGeneration && r.bin != "all")
         .collect();
     if binned.is_empty() {
         return None;
@@ -853,9 +853,10 @@ fn tau_chart(
 ) -> Result<Option<String>> {
     let mut tau: BTreeMap<(String, String), Series> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.n0 > 0) {
-        let x = if r.setting == "long_prompt" && r.bin == "all" {
+        let x = if r.setting == Setting::LongPrompt && r.bin == "all" {
             r.mean_prompt_tokens / r.n0 as f64
-        } else if r.setting == "long_generation" && r.bin != "all" && r.bin_hi_n0.is_finite() {
+        } else if r.setting == Setting::LongGeneration && r.bin != "all" && r.bin_hi_n0.is_finite()
+        {
             (r.bin_lo_n0.max(r.bin_hi_n0 / 2.0) * r.bin_hi_n0).sqrt()
         } else {
             continue;

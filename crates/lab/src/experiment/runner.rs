@@ -538,6 +538,14 @@ impl UnitRunner<'_> {
     }
 }
 
+/// What every request of a unit shares: the unit, its workload and the tokens that end a decode (none
+/// when the workload ignores end-of-sequence).
+struct UnitScope<'u> {
+    unit: &'u Unit,
+    workload: &'u Workload,
+    stop: Vec<i64>,
+}
+
 /// One arm while its unit runs: how it decodes, and its rows so far.
 struct ArmRun<'t> {
     arm: Arm,
@@ -610,8 +618,17 @@ impl UnitRunner<'_> {
             (arms, machine, seconds)
         };
         let first = earlier.as_ref().map_or(0, PartialUnit::requests_done);
+        let scope = UnitScope {
+            unit,
+            workload,
+            stop: if workload.ignore_eos {
+                Vec::new()
+            } else {
+                self.target.stop_tokens()
+            },
+        };
         for (position, (prompt, ids)) in requests.iter().enumerate().skip(first) {
-            self.decode_in_every_arm(unit, workload, position, *prompt, ids, &mut runs)?;
+            self.decode_in_every_arm(&scope, position, *prompt, ids, &mut runs)?;
             if resumable && position + 1 < requests.len() {
                 let (arms, machine, seconds) = so_far(&runs);
                 PartialUnit {
@@ -698,22 +715,21 @@ impl UnitRunner<'_> {
         Ok(())
     }
 
-    /// Decodes request `position` of `unit` (prompt `prompt`, token `ids`) in every arm, in the
-    /// unit's rotation, each arm's row added to its run.
+    /// Decodes request `position` of the unit in `scope` (prompt `prompt`, token `ids`) in every arm,
+    /// in the unit's rotation, each arm's row added to its run.
     fn decode_in_every_arm(
         &self,
-        unit: &Unit,
-        workload: &Workload,
+        scope: &UnitScope,
         position: usize,
         prompt: usize,
         ids: &[i64],
         runs: &mut [ArmRun],
     ) -> Result<()> {
-        let stop = if workload.ignore_eos {
-            Vec::new()
-        } else {
-            self.target.stop_tokens()
-        };
+        let UnitScope {
+            unit,
+            workload,
+            stop,
+        } = scope;
         let sampling = Sampling {
             temperature: self.experiment.temperature,
             top_p: 1.0,
@@ -752,13 +768,13 @@ impl UnitRunner<'_> {
                         ids,
                         prefilled,
                         workload.max_new_tokens,
-                        &stop,
+                        stop,
                         sampling,
                     )?,
                     Some(decoder) => {
                         let decoded = match prefilled {
-                            Some(p) => decoder.decode_prefilled(p, Some(&stop), sampling),
-                            None => decoder.decode(ids, Some(&stop), sampling),
+                            Some(p) => decoder.decode_prefilled(p, Some(stop), sampling),
+                            None => decoder.decode(ids, Some(stop), sampling),
                         }
                         .with_context(|| format!("{label}, prompt {prompt}"))?;
                         n0 = n0.or(decoded.training_length);

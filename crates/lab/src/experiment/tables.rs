@@ -44,7 +44,7 @@ pub struct SummaryRow {
     pub drafter: String,
     pub method: String,
     pub workload: String,
-    pub setting: String,
+    pub setting: Setting,
     pub context: i64,
     /// `all` for the whole requests, else the context bin's label.
     pub bin: String,
@@ -104,7 +104,7 @@ pub struct SummaryRow {
 impl SummaryRow {
     /// The row's context as a table cell: its prompt length, or where a long generation started.
     pub fn context_label(&self) -> String {
-        if self.setting == "long_generation" {
+        if self.setting == Setting::LongGeneration {
             format!("generation from {:.0}", self.mean_prompt_tokens)
         } else {
             self.context.to_string()
@@ -406,7 +406,7 @@ fn summary_row(
         drafter: key.drafter.to_string(),
         method: key.method.to_string(),
         workload: key.workload.to_string(),
-        setting: key.setting.name().to_string(),
+        setting: key.setting,
         context: count(key.context),
         bin_lo_n0: bin.1,
         bin_hi_n0: bin.2,
