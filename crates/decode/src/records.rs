@@ -1,23 +1,7 @@
 //! Raw counters of a speculative run; rates are derived from them, never stored instead of them.
 
-use serde::{Deserialize, Serialize};
-
-/// One draft -> verify -> commit cycle.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CycleRecord {
-    /// Committed tokens when the cycle started (the context the drafter saw, root included).
-    pub context: i64,
-    /// Draft tokens proposed (tree nodes).
-    pub drafted: usize,
-    /// Draft tokens accepted (length of the accepted path).
-    pub accepted: usize,
-    /// Per depth d: 1 when the accepted path reached depth d, else 0 (length = the proposal's depth).
-    pub accepted_per_position: Vec<u8>,
-    /// Tokens the target added itself (1 every cycle).
-    pub bonus: usize,
-    pub draft_seconds: f64,
-    pub verify_seconds: f64,
-}
+use serde::Serialize;
+pub use sharpdraft_report::records::CycleRecord;
 
 /// One request.
 #[derive(Debug, Clone, Serialize)]

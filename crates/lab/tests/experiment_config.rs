@@ -1,8 +1,8 @@
 //! Experiment YAML: strict keys with file, key and line in every error, blocks from files, the grid and
 //! its shards. No model is needed.
 
-use sharpdraft_lab::experiment::grid::{arms, units};
 use sharpdraft_lab::experiment::{Experiment, Shard};
+use sharpdraft_report::grid::{arms, units};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -41,10 +41,13 @@ fn error(text: &str) -> String {
 fn a_valid_experiment_expands_to_units_of_every_arm_with_the_target_alone_first() {
     let dir = tempfile::tempdir().unwrap();
     let experiment = Experiment::load(&write(dir.path(), "exp.yaml", VALID)).unwrap();
-    let grid = units(&experiment);
+    let grid = units(&experiment.outline());
     let ids: Vec<String> = grid.iter().map(|u| u.id()).collect();
     assert_eq!(ids, ["w.c0.s0.r0", "w.c512.s0.r0"]);
-    let labels: Vec<String> = arms(&experiment).iter().map(|a| a.label()).collect();
+    let labels: Vec<String> = arms(&experiment.outline())
+        .iter()
+        .map(|a| a.label())
+        .collect();
     assert_eq!(labels, ["target / ar", "d / unmodified", "d / lora"]);
     // Relative paths resolve against the experiment's folder.
     let prompts = serde_json::to_string(&experiment.workloads[0].prompts).unwrap();
@@ -68,7 +71,10 @@ fn a_drafter_that_names_its_methods_runs_only_those_and_needs_no_schedule_for_th
             "  - {name: unmodified}\n  - {name: fixed, scaling: {mode: fixed}}",
         );
     let experiment = Experiment::load(&write(dir.path(), "exp.yaml", &text)).unwrap();
-    let labels: Vec<String> = arms(&experiment).iter().map(|a| a.label()).collect();
+    let labels: Vec<String> = arms(&experiment.outline())
+        .iter()
+        .map(|a| a.label())
+        .collect();
     assert_eq!(
         labels,
         [
@@ -113,7 +119,7 @@ fn a_drafter_may_name_only_drafting_methods_of_the_experiment() {
 fn shards_cover_the_grid_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let experiment = Experiment::load(&write(dir.path(), "exp.yaml", VALID)).unwrap();
-    let grid = units(&experiment);
+    let grid = units(&experiment.outline());
     for count in 1..=4 {
         let mut seen = Vec::new();
         for index in 0..count {
@@ -217,8 +223,14 @@ fn grid_errors_name_the_workload_method_or_drafter() {
             ("setting: long_prompt", "setting: long_generation"),
             "starts from the prompt alone",
         ),
-        (("contexts: [0, 512]", "contexts: [512, 512]"), "lists 512 twice"),
-        (("name: t\n", "name: t\nseeds: [3, 3]\n"), "seeds lists 3 twice"),
+        (
+            ("contexts: [0, 512]", "contexts: [512, 512]"),
+            "lists 512 twice",
+        ),
+        (
+            ("name: t\n", "name: t\nseeds: [3, 3]\n"),
+            "seeds lists 3 twice",
+        ),
         (
             ("name: t\n", "name: t\nseeds: [9223372036854775808]\n"),
             "seed 9223372036854775808 is above",
@@ -226,18 +238,30 @@ fn grid_errors_name_the_workload_method_or_drafter() {
         (("name: w\n", "name: \"w x\"\n"), "workload name \"w x\""),
         (("name: t\n", "name: ../t\n"), "experiment name \"../t\""),
         (
-            ("{name: unmodified}", "{name: unmodified, scaling: {mode: fixed, beta: .nan}}"),
+            (
+                "{name: unmodified}",
+                "{name: unmodified, scaling: {mode: fixed, beta: .nan}}",
+            ),
             "scaling.beta = NaN",
         ),
         (
-            ("{name: unmodified}", "{name: unmodified, scaling: {mode: fixed, beta: -1}}"),
+            (
+                "{name: unmodified}",
+                "{name: unmodified, scaling: {mode: fixed, beta: -1}}",
+            ),
             "scaling.beta = -1",
         ),
         (
-            ("{name: unmodified}", "{name: unmodified, scaling: {mode: logn, n0: 0}}"),
+            (
+                "{name: unmodified}",
+                "{name: unmodified, scaling: {mode: logn, n0: 0}}",
+            ),
             "scaling.n0 = 0",
         ),
-        (("count: 2", "count: 2\n    skip: 18446744073709551615"), "prompt indices must stay below"),
+        (
+            ("count: 2", "count: 2\n    skip: 18446744073709551615"),
+            "prompt indices must stay below",
+        ),
     ] {
         let err = error(&VALID.replace(edit.0, edit.1));
         assert!(err.contains(expected), "{edit:?}: {err}");
@@ -253,8 +277,8 @@ fn every_shipped_experiment_loads() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "yaml") {
             let experiment = Experiment::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
-            assert!(!units(&experiment).is_empty());
-            assert!(!arms(&experiment).is_empty());
+            assert!(!units(&experiment.outline()).is_empty());
+            assert!(!arms(&experiment.outline()).is_empty());
             names.insert(experiment.name);
         }
     }
@@ -378,22 +402,21 @@ fn every_numeric_key_at_every_bound_loads_or_is_refused_by_name_never_panics() {
     };
     let valid = write(dir.path(), "valid.yaml", &fill("", ""));
     let experiment = Experiment::load(&valid).unwrap_or_else(|e| panic!("{e:#}"));
-    assert_eq!(units(&experiment).len(), 2);
+    assert_eq!(units(&experiment.outline()).len(), 2);
     for (key, _) in VALID_VALUES {
         for value in HOSTILE {
             let path = write(dir.path(), "exp.yaml", &fill(key, value));
             let outcome = std::panic::catch_unwind(|| {
-                Experiment::load(&path).map(|e| {
-                    sharpdraft_lab::experiment::grid::unit_count(&e).map(|n| (n, units(&e).len()))
-                })
+                let experiment = Experiment::load(&path).map_err(|e| e.to_string())?;
+                let outline = experiment.outline();
+                sharpdraft_report::grid::unit_count(&outline)
+                    .map(|n| (n, units(&outline).len()))
+                    .map_err(|e| e.to_string())
             });
             match outcome {
                 Err(_) => panic!("{key}: {value} panicked"),
-                Ok(Ok(Ok((count, built)))) => assert_eq!(count, built, "{key}: {value}"),
-                Ok(Ok(Err(e))) | Ok(Err(e)) => {
-                    let text = format!("{e:#}");
-                    assert!(text.contains("exp.yaml"), "{key}: {value}: {text}");
-                }
+                Ok(Ok((count, built))) => assert_eq!(count, built, "{key}: {value}"),
+                Ok(Err(text)) => assert!(text.contains("exp.yaml"), "{key}: {value}: {text}"),
             }
         }
     }
@@ -408,8 +431,17 @@ fn a_drafter_or_schedule_changed_after_the_run_sealed_them_is_refused_naming_the
     write(&drafter, "config.json", "{}");
     let schedule = write(dir.path(), "schedule.yaml", "n0: 256\nbeta: 0.3\n");
     let yaml = VALID
-        .replace("checkpoint: some-dflash}", &format!("checkpoint: {}}}, schedule: schedule.yaml", drafter.display()))
-        .replace("  - {name: lora, adapt: {mode: lora, every: 4}}\n", "  - {name: scaled, scaling: {mode: fixed}}\n");
+        .replace(
+            "checkpoint: some-dflash}",
+            &format!(
+                "checkpoint: {}}}, schedule: schedule.yaml",
+                drafter.display()
+            ),
+        )
+        .replace(
+            "  - {name: lora, adapt: {mode: lora, every: 4}}\n",
+            "  - {name: scaled, scaling: {mode: fixed}}\n",
+        );
     let path = write(dir.path(), "exp.yaml", &yaml);
     let experiment = Experiment::load(&path).unwrap();
     let sealed = SealedInputs::seal(&experiment).unwrap();
@@ -419,9 +451,17 @@ fn a_drafter_or_schedule_changed_after_the_run_sealed_them_is_refused_naming_the
     let weights = drafter.join("model.safetensors");
     let modified = std::fs::metadata(&weights).unwrap().modified().unwrap();
     std::fs::write(&weights, "weights, version two").unwrap();
-    std::fs::File::options().write(true).open(&weights).unwrap().set_modified(modified).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&weights)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
     let err = format!("{:#}", sealed.verify().unwrap_err());
-    assert!(err.contains("model.safetensors") && err.contains("changed since the run started"), "{err}");
+    assert!(
+        err.contains("model.safetensors") && err.contains("changed since the run started"),
+        "{err}"
+    );
     std::fs::write(&weights, "weights, version one").unwrap();
     sealed.verify().unwrap();
 
@@ -430,12 +470,15 @@ fn a_drafter_or_schedule_changed_after_the_run_sealed_them_is_refused_naming_the
     assert!(err.contains("schedule.yaml"), "{err}");
     std::fs::remove_file(&schedule).unwrap();
     let err = format!("{:#}", sealed.verify().unwrap_err());
-    assert!(err.contains("schedule.yaml") && err.contains("gone or unreadable"), "{err}");
+    assert!(
+        err.contains("schedule.yaml") && err.contains("gone or unreadable"),
+        "{err}"
+    );
 }
 
 #[test]
 fn units_measured_under_two_kernel_forms_or_thread_counts_are_not_pooled() {
-    use sharpdraft_lab::experiment::records::{ensure_one_timing_setting, Provenance};
+    use sharpdraft_report::records::{ensure_one_timing_setting, Provenance};
     let unit = |kernel: &str, threads: usize| Provenance {
         config_hash: "h".into(),
         git_revision: "r".into(),
@@ -448,19 +491,33 @@ fn units_measured_under_two_kernel_forms_or_thread_counts_are_not_pooled() {
         threads,
     };
     let named = |units: &[Provenance]| -> Vec<(String, Provenance)> {
-        units.iter().enumerate().map(|(i, p)| (format!("unit {i}"), p.clone())).collect()
+        units
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("unit {i}"), p.clone()))
+            .collect()
     };
     let check = |units: &[Provenance]| {
         let units = named(units);
-        ensure_one_timing_setting(units.iter().map(|(n, p)| (n.clone(), p))).map_err(|e| e.to_string())
+        ensure_one_timing_setting(units.iter().map(|(n, p)| (n.clone(), p)))
+            .map_err(|e| e.to_string())
     };
     check(&[unit("avx2", 2), unit("avx2", 2)]).unwrap();
     // Units written before the setting was recorded pool with any.
     check(&[unit("", 0), unit("avx2", 2), unit("", 0)]).unwrap();
     let err = check(&[unit("avx2", 2), unit("libtorch", 2)]).unwrap_err();
-    assert!(err.contains("unit 0") && err.contains("avx2") && err.contains("unit 1") && err.contains("libtorch"), "{err}");
+    assert!(
+        err.contains("unit 0")
+            && err.contains("avx2")
+            && err.contains("unit 1")
+            && err.contains("libtorch"),
+        "{err}"
+    );
     let err = check(&[unit("avx2", 2), unit("avx2", 1)]).unwrap_err();
-    assert!(err.contains("2 threads") && err.contains("1 threads"), "{err}");
+    assert!(
+        err.contains("2 threads") && err.contains("1 threads"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -469,7 +526,13 @@ fn a_generated_workload_builds_only_the_prompts_it_runs_whatever_it_skips() {
     let source = PromptSource::Diary { seed: 1, weeks: 2 };
     let skip = 1usize << 50;
     let prompts = source.load(skip, 2).unwrap();
-    assert_eq!(prompts, [diary_prompt(1 + (1 << 50), 2), diary_prompt(2 + (1 << 50), 2)]);
+    assert_eq!(
+        prompts,
+        [
+            diary_prompt(1 + (1 << 50), 2),
+            diary_prompt(2 + (1 << 50), 2)
+        ]
+    );
 }
 
 #[test]
@@ -478,18 +541,30 @@ fn a_filler_too_large_to_tokenize_is_refused_before_it_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("books.txt");
     // Sparse: the size is there, the bytes are never written.
-    std::fs::File::create(&big).unwrap().set_len(MAX_FILLER_BYTES + 1).unwrap();
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(MAX_FILLER_BYTES + 1)
+        .unwrap();
     let err = format!("{:#}", filler_text(&big).unwrap_err());
-    assert!(err.contains("books.txt") && err.contains(&MAX_FILLER_BYTES.to_string()), "{err}");
+    assert!(
+        err.contains("books.txt") && err.contains(&MAX_FILLER_BYTES.to_string()),
+        "{err}"
+    );
     let folder = dir.path().join("library");
     std::fs::create_dir(&folder).unwrap();
     for name in ["a.txt", "b.txt"] {
-        std::fs::File::create(folder.join(name)).unwrap().set_len(MAX_FILLER_BYTES / 2 + 1).unwrap();
+        std::fs::File::create(folder.join(name))
+            .unwrap()
+            .set_len(MAX_FILLER_BYTES / 2 + 1)
+            .unwrap();
     }
     let err = format!("{:#}", filler_text(&folder).unwrap_err());
     assert!(err.contains("library"), "{err}");
     std::fs::write(dir.path().join("small.txt"), "A short text.").unwrap();
-    assert_eq!(filler_text(&dir.path().join("small.txt")).unwrap(), "A short text.");
+    assert_eq!(
+        filler_text(&dir.path().join("small.txt")).unwrap(),
+        "A short text."
+    );
 }
 
 #[test]
@@ -507,11 +582,17 @@ fn includes_that_fan_out_past_the_bound_are_refused_naming_the_file() {
         "{:#}",
         expand_includes(&[Source::Include("f0.yaml".into())], &config).unwrap_err()
     );
-    assert!(err.contains(&MAX_INCLUDED_SOURCES.to_string()) && err.contains(".yaml"), "{err}");
+    assert!(
+        err.contains(&MAX_INCLUDED_SOURCES.to_string()) && err.contains(".yaml"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_temperature_past_the_bound_is_refused_naming_the_key() {
     let err = error(&format!("{VALID}temperature: 1000\n"));
-    assert!(err.contains("temperature 1000 must lie in 0..=100"), "{err}");
+    assert!(
+        err.contains("temperature 1000 must lie in 0..=100"),
+        "{err}"
+    );
 }

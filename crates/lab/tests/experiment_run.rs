@@ -5,10 +5,10 @@
 //! inputs.
 
 use sharpdraft_lab::experiment::merge::merge;
-use sharpdraft_lab::experiment::partial_unit::PartialUnit;
 use sharpdraft_lab::experiment::publish::republish;
-use sharpdraft_lab::experiment::records::{ArmRecord, Provenance, UnitRecord};
 use sharpdraft_lab::experiment::{run, RunOptions, Shard};
+use sharpdraft_report::partial_unit::PartialUnit;
+use sharpdraft_report::records::{ArmRecord, Provenance, UnitRecord};
 use sharpdraft_report::table::Table;
 use sharpdraft_store::folder_lock::FolderLock;
 use std::collections::BTreeSet;

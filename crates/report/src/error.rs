@@ -1,9 +1,14 @@
-//! What can go wrong writing or reading a table or a chart: a value the caller gave (a ragged or
-//! missing column), a file step, or a drawing call, each naming the column or the file.
+//! What can go wrong writing or reading a run's records, tables and charts: a value the caller gave (a
+//! ragged or missing column, a unit of another run), a file step, or a drawing call, each naming the
+//! column or the file. `Context` records what was being done, outermost first, so `to_string()` reads
+//! as one line from the step down to the cause.
+
+use std::fmt::Display;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    /// A column or value the caller asked for that the table does not hold; the message names it.
+    /// A column, record or value the caller asked for that is not there or not this run's; the message
+    /// names it.
     #[error("{0}")]
     Invalid(String),
 
@@ -14,10 +19,29 @@ pub enum ReportError {
     /// A chart the plotting backend could not draw.
     #[error("drawing {path}: {reason}")]
     Plot { path: String, reason: String },
+
+    /// A file that could not be read or written (the path is in the enclosing `Context`).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+
+    /// A record that is not the JSON this version writes.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+
+    /// A write through the store's atomic rename.
+    #[error(transparent)]
+    Store(#[from] sharpdraft_store::StoreError),
+
+    /// What was being done when `cause` happened, displayed as `context: cause`.
+    #[error("{context}: {cause}")]
+    Context {
+        context: String,
+        cause: Box<ReportError>,
+    },
 }
 
 impl ReportError {
-    pub fn failed(doing: impl std::fmt::Display, reason: impl std::fmt::Display) -> Self {
+    pub fn failed(doing: impl Display, reason: impl Display) -> Self {
         ReportError::Failed {
             doing: doing.to_string(),
             reason: reason.to_string(),
@@ -26,3 +50,53 @@ impl ReportError {
 }
 
 pub type Result<T, E = ReportError> = std::result::Result<T, E>;
+
+/// `.context(..)` / `.with_context(|| ..)` on results and options, as anyhow's, into a `ReportError`.
+pub trait Context<T> {
+    fn context<C: Display>(self, context: C) -> Result<T>;
+    fn with_context<C: Display, F: FnOnce() -> C>(self, context: F) -> Result<T>;
+}
+
+impl<T, E: Into<ReportError>> Context<T> for std::result::Result<T, E> {
+    fn context<C: Display>(self, context: C) -> Result<T> {
+        self.with_context(|| context)
+    }
+
+    fn with_context<C: Display, F: FnOnce() -> C>(self, context: F) -> Result<T> {
+        self.map_err(|e| ReportError::Context {
+            context: context().to_string(),
+            cause: Box::new(e.into()),
+        })
+    }
+}
+
+/// A missing value is an invalid input; the context is the whole message.
+impl<T> Context<T> for Option<T> {
+    fn context<C: Display>(self, context: C) -> Result<T> {
+        self.with_context(|| context)
+    }
+
+    fn with_context<C: Display, F: FnOnce() -> C>(self, context: F) -> Result<T> {
+        self.ok_or_else(|| ReportError::Invalid(context().to_string()))
+    }
+}
+
+/// Returns `ReportError::Invalid` with a formatted message.
+macro_rules! bail {
+    ($($message:tt)+) => {
+        return Err($crate::error::ReportError::Invalid(format!($($message)+)))
+    };
+}
+
+/// Returns `ReportError::Invalid` with a formatted message unless the condition holds.
+macro_rules! ensure {
+    ($condition:expr, $($message:tt)+) => {{
+        // Bound first: `!(x >= y)` on floats reads as `x < y` and is not (NaN).
+        let holds: bool = $condition;
+        if !holds {
+            $crate::error::bail!($($message)+);
+        }
+    }};
+}
+
+pub(crate) use {bail, ensure};

@@ -5,9 +5,9 @@ use anyhow::Result;
 use clap::Args;
 use sharpdraft_lab::experiment::merge::merge;
 use sharpdraft_lab::experiment::publish::{self, Published};
-use sharpdraft_lab::experiment::report::headline;
 use sharpdraft_lab::experiment::run_folder::experiment_record;
 use sharpdraft_lab::experiment::{self, RunOptions, Shard};
+use sharpdraft_report::report::headline;
 use sharpdraft_store::paths::shown;
 use std::path::{Path, PathBuf};
 
@@ -56,7 +56,11 @@ fn print_headline(dir: &Path, published: &Published) -> Result<()> {
         experiment_record(&dir.join(sharpdraft_lab::experiment::run_folder::EXPERIMENT_RECORD))?;
     println!(
         "{}",
-        headline(&published.summary, &experiment, published.noise.as_ref())
+        headline(
+            &published.summary,
+            &experiment.outline(),
+            published.noise.as_ref()
+        )
     );
     println!("report: {}", shown(&dir.join("report.md")));
     Ok(())

@@ -26,6 +26,8 @@ use sharpdraft_decode::drafter_spec::DrafterSpec;
 use sharpdraft_decode::scaling::{is_calibration_name, ScalingKind, ScalingSpec};
 use sharpdraft_draft::adaptation::AdaptOptions;
 use sharpdraft_draft::retrieval::RetrievalOptions;
+pub use sharpdraft_report::outline::Setting;
+use sharpdraft_report::outline::{MethodOutline, Outline, SlopeRole, WorkloadOutline};
 /// A path as written in a config file: [`sharpdraft_store::paths::beside`].
 pub use sharpdraft_store::paths::beside;
 use std::fmt;
@@ -212,6 +214,38 @@ impl MethodEntry {
             .collect()
     }
 
+    /// This method as a report tells methods apart.
+    fn outline(&self) -> MethodOutline {
+        MethodOutline {
+            name: self.name.clone(),
+            target_only: self.target_only,
+            slope: self.slope_role(),
+            reads_target_attention: self.retrieval.is_some(),
+        }
+    }
+
+    /// Where its scaling places this method on the slope chart: a constant beta (none, off, or a fixed
+    /// beta), a calibrated schedule (fixed or exact from a schedule), or apart (the literature's
+    /// rules, adaptation, a window, retrieval, the target alone).
+    fn slope_role(&self) -> SlopeRole {
+        if self.target_only
+            || self.adapt.is_some()
+            || self.window.is_some()
+            || self.retrieval.is_some()
+        {
+            return SlopeRole::Apart;
+        }
+        match &self.scaling {
+            None => SlopeRole::Constant,
+            Some(s) => match s.mode {
+                ScalingKind::Off => SlopeRole::Constant,
+                ScalingKind::Fixed if s.beta.is_some() => SlopeRole::Constant,
+                ScalingKind::Fixed | ScalingKind::Exact => SlopeRole::Calibrated,
+                _ => SlopeRole::Apart,
+            },
+        }
+    }
+
     /// Whether this method scales with each drafter's own calibrated schedule: fixed or exact scaling
     /// that names neither a schedule nor a beta.
     pub fn scales_with_drafter_schedule(&self) -> bool {
@@ -220,25 +254,6 @@ impl MethodEntry {
                 && s.schedule.is_none()
                 && s.beta.is_none()
         })
-    }
-}
-
-/// What the target generates from, and how the context grows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Setting {
-    /// A document excerpt of the requested length before the question; short answers.
-    LongPrompt,
-    /// The prompt alone; the context grows while the drafter drafts (LongGenBench, reasoning).
-    LongGeneration,
-}
-
-impl Setting {
-    pub fn name(self) -> &'static str {
-        match self {
-            Setting::LongPrompt => "long_prompt",
-            Setting::LongGeneration => "long_generation",
-        }
     }
 }
 
@@ -454,15 +469,6 @@ fn names_unique<'a>(names: impl Iterator<Item = &'a str>, what: &str, file: &Pat
 }
 
 impl Experiment {
-    /// The method every other drafting method is compared with, request by request: the first
-    /// drafting method listed (the unmodified drafter, as the shipped experiments list it).
-    pub fn reference_method(&self) -> Option<&str> {
-        self.methods
-            .iter()
-            .find(|m| !m.target_only)
-            .map(|m| m.name.as_str())
-    }
-
     /// Reads `path` and its blocks and checks what can be checked without models.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
@@ -793,6 +799,39 @@ impl Experiment {
     /// What a run folder belongs to: [`Self::config_hash`].
     pub fn hash(&self) -> &str {
         &self.config_hash
+    }
+
+    /// The experiment as its run folder's records, tables and report see it: names in order, what
+    /// each method is to a reader, the grid's extent and the config hash (sealed or not, as it is now).
+    pub fn outline(&self) -> Outline {
+        Outline {
+            file: self.file.clone(),
+            name: self.name.clone(),
+            config_hash: self.config_hash.clone(),
+            target: self.target.clone(),
+            device: self.device.clone(),
+            dtype: self.dtype.clone(),
+            temperature: self.temperature,
+            seeds: self.seeds.clone(),
+            repeats: self.repeats,
+            drafters: self.drafters.iter().map(|d| d.name.clone()).collect(),
+            methods: self.methods.iter().map(MethodEntry::outline).collect(),
+            workloads: self
+                .workloads
+                .iter()
+                .map(|w| WorkloadOutline {
+                    name: w.name.clone(),
+                    setting: w.setting,
+                    contexts: w.contexts.clone(),
+                })
+                .collect(),
+            drafting: self
+                .drafting_pairs()
+                .map(|(d, m)| (d.name.clone(), m.name.clone()))
+                .collect(),
+            bins_n0: self.bins_n0.clone(),
+            shared_prefill: self.timing.shared_prefill,
+        }
     }
 
     /// Ties the experiment to the digest of the inputs its units read: the config hash becomes the

@@ -1,12 +1,12 @@
 //! `sharpdraft merge OUT SHARD_DIR...`: the shards of one experiment (`run --shard I/N`) joined into one
 //! run folder, with the tables and report of the whole grid.
 
-use super::grid::units;
 use super::publish::{publish, Published};
-use super::records::UnitRecord;
 use super::run_folder::{recorded_experiment, EXPERIMENT_RECORD, RUN_KIND, UNITS};
 use super::runner::grid_finished;
 use crate::error::{bail, ensure, Context, Result};
+use sharpdraft_report::grid::units;
+use sharpdraft_report::records::UnitRecord;
 use sharpdraft_store::folder_lock::FolderLock;
 use sharpdraft_store::output_folder::{self, Claim, Marker};
 use std::path::{Path, PathBuf};
@@ -41,7 +41,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
         .chain(shards.iter().map(PathBuf::as_path))
         .map(|dir| FolderLock::acquire(dir, "merge"))
         .collect::<Result<Vec<_>, _>>()?;
-    let experiment = recorded_experiment(&shards[0])?;
+    let experiment = recorded_experiment(&shards[0])?.outline();
     let hash = experiment.hash();
     for shard in &shards[1..] {
         let other = recorded_experiment(shard)?;

@@ -1,4 +1,4 @@
-//! A run's tables, report and charts, written from its requests ([`super::samples`]):
+//! A run's tables, report and charts, written from its requests ([`sharpdraft_report::samples`]):
 //! - into its run folder, after `run` and `merge` and by `sharpdraft report RUN` ([`publish`],
 //!   [`republish`]);
 //! - into a new folder by `sharpdraft report SOURCE --out OUT` ([`report_into`]), where SOURCE is a
@@ -6,20 +6,20 @@
 //!   `cycles.parquet` (as `experiments/results/*` do): the summary and report are computed again with
 //!   this version's statistics, so a committed result never waits for its run folder.
 
-use super::config::Experiment;
-use super::grid::Unit;
-use super::head_to_head;
-use super::partial_unit::PartialUnit;
-use super::records::UnitRecord;
-use super::report::{self, ReportInputs};
 use super::run_folder::{
     experiment_record, recorded_experiment, EXPERIMENT_RECORD, RUN_KIND, UNITS,
 };
-use super::samples::{self, RequestSample};
-use super::tables::{self, SummaryRow, CYCLES, RESULTS};
-use super::timing_noise::{self, VerifySpread};
 use crate::error::{bail, ensure, Context, Result};
+use sharpdraft_report::grid::Unit;
+use sharpdraft_report::head_to_head;
+use sharpdraft_report::outline::Outline;
+use sharpdraft_report::partial_unit::PartialUnit;
+use sharpdraft_report::records::UnitRecord;
+use sharpdraft_report::report::{self, ReportInputs};
+use sharpdraft_report::samples::{self, RequestSample};
 use sharpdraft_report::table::Table;
+use sharpdraft_report::tables::{self, SummaryRow, CYCLES, RESULTS};
+use sharpdraft_report::timing_noise::{self, VerifySpread};
 use sharpdraft_store::folder_lock::FolderLock;
 use sharpdraft_store::output_folder::{self, Marker, Staging};
 use std::collections::BTreeSet;
@@ -38,8 +38,8 @@ pub struct Published {
 
 /// Writes the tables and the report of `experiment` into run folder `dir` from its finished `units`,
 /// with the requests its unfinished units have.
-pub fn publish(dir: &Path, experiment: &Experiment, units: &[UnitRecord]) -> Result<Published> {
-    super::records::ensure_one_timing_setting(
+pub fn publish(dir: &Path, experiment: &Outline, units: &[UnitRecord]) -> Result<Published> {
+    sharpdraft_report::records::ensure_one_timing_setting(
         units
             .iter()
             .map(|u| (format!("unit {}", u.unit.id()), &u.provenance)),
@@ -53,7 +53,7 @@ pub fn publish(dir: &Path, experiment: &Experiment, units: &[UnitRecord]) -> Res
 /// The tables, the report and its charts of `samples` into `dir`.
 fn write_all(
     dir: &Path,
-    experiment: &Experiment,
+    experiment: &Outline,
     samples: &[RequestSample],
     finished: &[&Unit],
     unfinished: &[PartialUnit],
@@ -81,7 +81,7 @@ fn write_all(
 /// finished units.
 pub fn republish(dir: &Path) -> Result<Published> {
     let _lock = FolderLock::acquire(dir, "report")?;
-    let experiment = recorded_experiment(dir)?;
+    let experiment = recorded_experiment(dir)?.outline();
     ensure!(
         Marker::read(dir)?.is_some_and(|m| m.proven(dir)),
         "{}: its marker does not prove sharpdraft wrote this folder (copied, written by hand, or by an older version): refusing to rewrite its tables and report; `sharpdraft report {} --out NEW` rebuilds them in a new folder",
@@ -95,10 +95,10 @@ pub fn republish(dir: &Path) -> Result<Published> {
 /// The experiment and requests of `source`: a run folder's finished units, or a results folder's
 /// `results.parquet` and `cycles.parquet` (checked to be of the experiment its `experiment.json`
 /// records).
-fn read_source(source: &Path) -> Result<(Experiment, Vec<RequestSample>)> {
+fn read_source(source: &Path) -> Result<(Outline, Vec<RequestSample>)> {
     let is_run = Marker::read(source)?.is_some_and(|m| m.kind == RUN_KIND);
     if is_run {
-        let experiment = recorded_experiment(source)?;
+        let experiment = recorded_experiment(source)?.outline();
         let records = UnitRecord::read_belonging(&source.join(UNITS), &experiment)?;
         let samples = samples::from_units(&experiment, &records);
         return Ok((experiment, samples));
@@ -111,7 +111,7 @@ fn read_source(source: &Path) -> Result<(Experiment, Vec<RequestSample>)> {
             source.display()
         );
     }
-    let experiment = experiment_record(&record)?;
+    let experiment = experiment_record(&record)?.outline();
     let results = Table::read_parquet(&results_path)?;
     let cycles_path = source.join(CYCLES);
     let cycles = match cycles_path.is_file() {

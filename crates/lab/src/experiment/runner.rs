@@ -8,18 +8,14 @@
 //! hash), the folder claimed (a new folder, or this run's own with `--resume`), and each pending unit
 //! run with its arms interleaved request by request ([`super::grid`]) and written whole
 //! (`units/<id>.json`); a unit killed in its middle resumes at its next request
-//! ([`super::partial_unit`]); the tables and the report are rebuilt from the finished units.
+//! ([`sharpdraft_report::partial_unit`]); the tables and the report are rebuilt from the finished units.
 
 use super::config::{Experiment, MethodEntry, Workload};
-use super::grid::{arms, rotation, unit_count, units, Arm, Shard, Unit};
-use super::partial_unit::{joined, PartialUnit};
+use super::grid::{rotation, Shard};
+use super::provenance::provenance;
 use super::publish::{publish, Published};
-use super::records::{
-    ensure_one_timing_setting, provenance, ArmRecord, Provenance, RequestRow, UnitRecord,
-};
 use super::requests::{build_all, inputs_digest, GridRequests, SealedInputs};
 use super::run_folder::{recorded_experiment, write_record, EXPERIMENT_RECORD, RUN_KIND, UNITS};
-use super::{samples, tables};
 use crate::error::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sharpdraft_decode::drafter_spec::{self, DecodedRequest, DrafterSpec, RequestDecoder};
@@ -27,7 +23,14 @@ use sharpdraft_decode::reset_peak_rss;
 use sharpdraft_decode::scaling::resolve_schedule;
 use sharpdraft_model::generate::{generate, generate_from, PromptPrefill};
 use sharpdraft_model::{parse_device, parse_kind, CausalLm, Sampler, Sampling, Tap};
+use sharpdraft_report::grid::{arms, unit_count, units, Arm, Unit};
 use sharpdraft_report::machine_state::{self, MachineState, Quiet, Sample, Waiting};
+use sharpdraft_report::outline::Outline;
+use sharpdraft_report::partial_unit::{joined, PartialUnit};
+use sharpdraft_report::records::{
+    ensure_one_timing_setting, ArmRecord, Provenance, RequestRow, UnitRecord,
+};
+use sharpdraft_report::{samples, tables};
 use sharpdraft_store::folder_lock::FolderLock;
 use sharpdraft_store::output_folder::{self, Claim, Marker};
 use sharpdraft_store::paths::shown;
@@ -280,7 +283,7 @@ fn look_at_folder(dir: &Path, experiment: &Experiment, resume: bool) -> Result<P
 /// Runs `experiment_path` as `options` say.
 pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     let mut experiment = Experiment::load(experiment_path)?;
-    unit_count(&experiment)?;
+    unit_count(&experiment.outline())?;
     let shard = match options.shard {
         Some(shard) => Some(shard),
         None => Shard::from_slurm()?,
@@ -295,8 +298,9 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     let loaded = load_and_check(&mut experiment, options)?;
     let about = claim(&dir, &experiment, previous)?;
     let units_dir = dir.join(UNITS);
+    let outline = experiment.outline();
 
-    let grid = units(&experiment);
+    let grid = units(&outline);
     let mine: Vec<&Unit> = grid
         .iter()
         .enumerate()
@@ -304,7 +308,7 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
         .map(|(_, u)| u)
         .collect();
     // Every finished unit in the folder (other shards' too, where they share it), read once.
-    let mut records = UnitRecord::read_belonging(&units_dir, &experiment)?;
+    let mut records = UnitRecord::read_belonging(&units_dir, &outline)?;
     let done: BTreeSet<&Unit> = records.iter().map(|r| &r.unit).collect();
     let pending: Vec<&Unit> = mine.iter().copied().filter(|u| !done.contains(u)).collect();
     for finished in mine.iter().filter(|u| done.contains(*u)) {
@@ -332,16 +336,17 @@ pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
     }
     let runner = UnitRunner {
         experiment: &experiment,
+        outline: &outline,
         target: &loaded.target,
         requests: &loaded.requests,
         prefill_taps: loaded.prefill_taps,
         provenance: this_run,
-        arms: arms(&experiment),
+        arms: arms(&outline),
         wait_budget_left: std::cell::Cell::new(Duration::ZERO),
         sealed: loaded.sealed,
     };
     runner.run_all(&pending, &dir, &mut records)?;
-    let published = publish(&dir, &experiment, &records)?;
+    let published = publish(&dir, &outline, &records)?;
     let finished = grid_finished(&grid, &records);
     Marker::new(RUN_KIND, finished, about).write(&dir)?;
     Ok(RunOutcome {
@@ -485,6 +490,8 @@ fn summary_lines(record: &UnitRecord) -> String {
 /// What every unit of a run shares.
 struct UnitRunner<'a> {
     experiment: &'a Experiment,
+    /// The sealed experiment as its records and tables see it.
+    outline: &'a Outline,
     target: &'a CausalLm,
     requests: &'a GridRequests,
     /// The target's hidden states any drafting arm reads, recorded by each request's one prefill.
@@ -529,8 +536,8 @@ impl UnitRunner<'_> {
             // Tables current after every unit, for a look at a long run; the report comes at the end.
             tables::write_tables(
                 dir,
-                self.experiment,
-                &samples::from_units(self.experiment, records),
+                self.outline,
+                &samples::from_units(self.outline, records),
             )?;
         }
         bar.finish_and_clear();
@@ -585,7 +592,7 @@ impl UnitRunner<'_> {
         });
         let prompts: Vec<usize> = requests.iter().map(|(prompt, _)| *prompt).collect();
         let earlier = if resumable {
-            PartialUnit::read_belonging(units_dir, unit, self.experiment, &prompts)?
+            PartialUnit::read_belonging(units_dir, unit, self.outline, &prompts)?
         } else {
             None
         };

@@ -8,13 +8,13 @@
 //! earlier guesses strays from the target's hidden states) lowers the later positions at every
 //! context: each row falls from left to right, at short contexts as at long ones.
 
-use super::config::Experiment;
-use super::samples::RequestSample;
-use super::tables::context_bin;
+use crate::columns::table_of;
 use crate::error::Result;
+use crate::outline::Outline;
+use crate::samples::RequestSample;
+use crate::table::Table;
+use crate::tables::context_bin;
 use serde::Serialize;
-use sharpdraft_report::columns::table_of;
-use sharpdraft_report::table::Table;
 use std::collections::BTreeMap;
 
 /// One cell of the table: position `position` (1-based) in context bin `bin` of one arm. Its fields
@@ -48,17 +48,17 @@ impl PositionRate {
 /// Every arm's conditional acceptance per context bin and position, in workload, drafter, method,
 /// bin and position order. The target alone drafts nothing and is left out; an arm whose drafter
 /// records no n0 (a model drafting for another) has one bin, "all contexts".
-pub fn rates(experiment: &Experiment, samples: &[RequestSample]) -> Vec<PositionRate> {
+pub fn rates(outline: &Outline, samples: &[RequestSample]) -> Vec<PositionRate> {
     // (workload, drafter, method, bin's low edge bits, position) -> (bin, reached, accepted)
     type Key = (String, String, String, u64, usize);
-    let mut counts: BTreeMap<Key, (super::tables::Bin, u64, u64)> = BTreeMap::new();
+    let mut counts: BTreeMap<Key, (crate::tables::Bin, u64, u64)> = BTreeMap::new();
     for s in samples {
         let Some(drafter) = &s.arm.drafter else {
             continue;
         };
         for c in &s.row.cycles {
             let bin = match s.n0 {
-                Some(n0) => context_bin(c.context, n0, &experiment.bins_n0),
+                Some(n0) => context_bin(c.context, n0, &outline.bins_n0),
                 None => ("all contexts".to_string(), 0.0, f64::INFINITY),
             };
             let depth = c.accepted_per_position.len();
@@ -100,23 +100,15 @@ pub fn rates(experiment: &Experiment, samples: &[RequestSample]) -> Vec<Position
         let key = |r: &PositionRate| {
             (
                 order(
-                    experiment
-                        .workloads
-                        .iter()
-                        .map(|w| w.name.as_str())
-                        .collect(),
+                    outline.workloads.iter().map(|w| w.name.as_str()).collect(),
                     &r.workload,
                 ),
                 order(
-                    experiment
-                        .drafters
-                        .iter()
-                        .map(|d| d.name.as_str())
-                        .collect(),
+                    outline.drafters.iter().map(String::as_str).collect(),
                     &r.drafter,
                 ),
                 order(
-                    experiment.methods.iter().map(|m| m.name.as_str()).collect(),
+                    outline.methods.iter().map(|m| m.name.as_str()).collect(),
                     &r.method,
                 ),
             )

@@ -4,20 +4,36 @@
 //! and nothing half-written. A unit file is read back only into the run it belongs to: its name, its
 //! config hash, its unit and its arms must all be the run's ([`UnitRecord::read_belonging`]).
 
-use super::config::{Experiment, Setting};
-use super::grid::{arms, units, Arm, Unit};
 use crate::error::{bail, Context, Result};
+use crate::grid::{arms, units, Arm, Unit};
+use crate::machine_state::MachineState;
+use crate::outline::{Outline, Setting};
 use serde::{Deserialize, Serialize};
-use sharpdraft_decode::CycleRecord;
-use sharpdraft_report::machine_state::MachineState;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+
+/// One draft -> verify -> commit cycle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CycleRecord {
+    /// Committed tokens when the cycle started (the context the drafter saw, root included).
+    pub context: i64,
+    /// Draft tokens proposed (tree nodes).
+    pub drafted: usize,
+    /// Draft tokens accepted (length of the accepted path).
+    pub accepted: usize,
+    /// Per depth d: 1 when the accepted path reached depth d, else 0 (length = the proposal's depth).
+    pub accepted_per_position: Vec<u8>,
+    /// Tokens the target added itself (1 every cycle).
+    pub bonus: usize,
+    pub draft_seconds: f64,
+    pub verify_seconds: f64,
+}
 
 /// Where a row came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
     /// The run's config hash: the experiment's YAML and every input it reads
-    /// ([`super::config::Experiment::hash`]).
+    /// ([`Outline::hash`]).
     pub config_hash: String,
     /// `git rev-parse HEAD` of the experiment's checkout (`+dirty` with uncommitted changes), or
     /// "unknown" outside a git checkout.
@@ -59,7 +75,7 @@ pub fn ensure_one_timing_setting<'a>(
         match &first {
             None => first = Some((unit, setting)),
             Some((first_unit, first_setting)) if *first_setting != setting => {
-                return Err(crate::error::LabError::Invalid(format!(
+                return Err(crate::error::ReportError::Invalid(format!(
                     "{first_unit} was measured with the {} kernel on {} threads and {unit} with the {} kernel on {} threads: timings of two settings are not pooled; run them again under one (SHARPDRAFT_KERNEL and the thread count), or in separate folders",
                     first_setting.0, first_setting.1, setting.0, setting.1
                 )));
@@ -221,22 +237,22 @@ impl UnitRecord {
         Ok(paths)
     }
 
-    /// Every finished unit under `units_dir` that belongs to `experiment` (its config hash, one of its
+    /// Every finished unit under `units_dir` that belongs to `outline`'s run (its config hash, one of its
     /// units, under that unit's file name, with exactly its arms); any other unit file is an error
     /// naming the file, so nothing from another run or another set of inputs is pooled.
-    pub fn read_belonging(units_dir: &Path, experiment: &Experiment) -> Result<Vec<Self>> {
-        let grid: BTreeSet<Unit> = units(experiment).into_iter().collect();
-        let arms = arms(experiment);
+    pub fn read_belonging(units_dir: &Path, outline: &Outline) -> Result<Vec<Self>> {
+        let grid: BTreeSet<Unit> = units(outline).into_iter().collect();
+        let arms = arms(outline);
         let move_out = "move it out of the folder (a unit of another run, or of other inputs, would be pooled with this one's)";
         let mut out = Vec::new();
         for path in Self::files(units_dir)? {
             let record = Self::read(&path)?;
             let p = path.display();
-            if record.provenance.config_hash != experiment.hash() {
+            if record.provenance.config_hash != outline.hash() {
                 bail!(
                     "{p}: belongs to config hash {}, not this run's {} (another experiment, or the same YAML over other prompts, checkpoints or schedules): {move_out}",
                     record.provenance.config_hash,
-                    experiment.hash()
+                    outline.hash()
                 );
             }
             if !grid.contains(&record.unit) {
@@ -260,63 +276,4 @@ impl UnitRecord {
         }
         Ok(out)
     }
-}
-
-/// The provenance fields that do not change during a run of `experiment`.
-pub fn provenance(experiment: &Experiment) -> Provenance {
-    Provenance {
-        config_hash: experiment.hash().to_string(),
-        git_revision: git_revision(experiment.file.parent().unwrap_or(Path::new("."))),
-        machine: machine(),
-        device: experiment.device.clone(),
-        dtype: experiment.dtype.clone(),
-        sharpdraft_version: env!("CARGO_PKG_VERSION").to_string(),
-        started_unix: 0,
-        kernel: sharpdraft_kernel::form::current().name().to_string(),
-        threads: process_threads(),
-    }
-}
-
-/// libtorch's CPU threads as this process set out with, read once, before its first decode: libtorch
-/// keeps the count per thread (OpenMP's), and a decoding loop holds its own thread's at one.
-fn process_threads() -> usize {
-    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *THREADS.get_or_init(sharpdraft_model::cpu::few_rows::threads_outside_a_pass)
-}
-
-fn git_revision(folder: &Path) -> String {
-    let run = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(folder)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    match run(&["rev-parse", "HEAD"]) {
-        Some(head) => match run(&["status", "--porcelain", "--untracked-files=no"]) {
-            Some(changes) if !changes.is_empty() => format!("{head}+dirty"),
-            _ => head,
-        },
-        None => "unknown".into(),
-    }
-}
-
-fn machine() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".into()));
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, m)| m.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{host}; {cpu}; {cores} cores")
 }

@@ -1,17 +1,17 @@
-//! The run's parquet tables, rebuilt from its requests ([`super::samples`]):
+//! The run's parquet tables, rebuilt from its requests ([`crate::samples`]):
 //! - `results.parquet`: one row per request x arm, raw counters, the paired speed-ups over the target
 //!   alone on the same request of the same unit, the machine's state during the unit, provenance;
 //! - `cycles.parquet`: one row per verification cycle with the context it drafted at and the depth of
 //!   its proposal;
 //! - `summary.parquet`: per drafter x method x workload x context, and for long generation per context
 //!   bin along the generation: tau, the speed-up end to end and of the decode alone, tokens/s, each
-//!   with its 95% interval over prompts ([`sharpdraft_report::intervals`]), the same two speed-ups against the
+//!   with its 95% interval over prompts ([`crate::intervals`]), the same two speed-ups against the
 //!   first drafting method of the same drafter on the same request (paired, so a load or a prompt that
 //!   slows both arms cancels out of the comparison) with a Wilcoxon signed-rank p over prompts, where
 //!   a cycle's time goes (drafting and verifying, beside the target alone's time per token on the same
 //!   requests), update seconds, memory, and how many units ran under load;
 //! - `acceptance.parquet`: per drafter x method x workload x context bin and draft position k, how
-//!   often position k was accepted once positions 1..k-1 were ([`super::acceptance`]).
+//!   often position k was accepted once positions 1..k-1 were ([`crate::acceptance`]).
 //!
 //! The prompt is the unit of evidence: the requests of one prompt (its seeds and repeats) are combined
 //! first, tau pooled over them and times by their median, and intervals and tests go over prompts.
@@ -19,19 +19,19 @@
 //! Every table is written whole through a rename; plain INT64 / DOUBLE / UTF-8 columns, so polars,
 //! pandas and duckdb open them unchanged.
 
-use super::acceptance;
-use super::config::{Experiment, Setting};
-use super::grid::{Arm, Unit, TARGET_ONLY};
-use super::records::{RequestRow, UnitRecord};
-use super::samples::{self, CycleRow, RequestSample, ResultRow};
+use crate::acceptance;
+use crate::columns::table_of;
 use crate::error::Result;
-use serde::Serialize;
-use sharpdraft_decode::CycleRecord;
-use sharpdraft_report::columns::table_of;
-use sharpdraft_report::intervals::{
+use crate::grid::{Arm, Unit, TARGET_ONLY};
+use crate::intervals::{
     median, median_interval, paired_ratio, ratio_interval, Interval, PairedRatio,
 };
-use sharpdraft_report::machine_state::LOADED_OTHER_SHARE;
+use crate::machine_state::LOADED_OTHER_SHARE;
+use crate::outline::{Outline, Setting};
+use crate::records::CycleRecord;
+use crate::records::{RequestRow, UnitRecord};
+use crate::samples::{self, CycleRow, RequestSample, ResultRow};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -180,7 +180,7 @@ pub struct RunTables {
     pub results: Vec<ResultRow>,
     /// `cycles.parquet`'s rows, a verification cycle each.
     pub cycles: Vec<CycleRow>,
-    /// `summary.parquet`'s rows, in cell order (the report orders them as the experiment does).
+    /// `summary.parquet`'s rows, in cell order (the report orders them as the outline does).
     pub summary: Vec<SummaryRow>,
     /// `acceptance.parquet`'s cells.
     pub acceptance: Vec<acceptance::PositionRate>,
@@ -188,13 +188,9 @@ pub struct RunTables {
 
 /// Pairs every sample with the target alone's and its reference method's on the same request of the
 /// same unit.
-fn paired<'a>(experiment: &Experiment, samples: &'a [RequestSample]) -> Vec<PairedRow<'a>> {
-    let base_method = experiment
-        .methods
-        .iter()
-        .find(|m| m.target_only)
-        .map(|m| m.name.as_str());
-    let reference_method = experiment.reference_method();
+fn paired<'a>(outline: &Outline, samples: &'a [RequestSample]) -> Vec<PairedRow<'a>> {
+    let base_method = outline.baseline_method();
+    let reference_method = outline.reference_method();
     let index: BTreeMap<(&Unit, usize, &Arm), &RequestSample> = samples
         .iter()
         .map(|s| ((&s.unit, s.row.prompt, &s.arm), s))
@@ -219,14 +215,14 @@ fn paired<'a>(experiment: &Experiment, samples: &'a [RequestSample]) -> Vec<Pair
         .collect()
 }
 
-/// Builds the tables of `experiment` from its finished `units`.
-pub fn build(experiment: &Experiment, units: &[UnitRecord]) -> RunTables {
-    build_from_samples(experiment, &samples::from_units(experiment, units))
+/// Builds the tables of `outline` from its finished `units`.
+pub fn build(outline: &Outline, units: &[UnitRecord]) -> RunTables {
+    build_from_samples(outline, &samples::from_units(outline, units))
 }
 
-/// Builds the tables of `experiment` from its requests.
-pub fn build_from_samples(experiment: &Experiment, samples: &[RequestSample]) -> RunTables {
-    let pairs = paired(experiment, samples);
+/// Builds the tables of `outline` from its requests.
+pub fn build_from_samples(outline: &Outline, samples: &[RequestSample]) -> RunTables {
+    let pairs = paired(outline, samples);
     let mut results = Vec::with_capacity(pairs.len());
     let mut cycles = Vec::new();
     let mut cells: Cells = BTreeMap::new();
@@ -256,8 +252,8 @@ pub fn build_from_samples(experiment: &Experiment, samples: &[RequestSample]) ->
     RunTables {
         results,
         cycles,
-        summary: summary_rows(experiment, &cells),
-        acceptance: acceptance::rates(experiment, samples),
+        summary: summary_rows(outline, &cells),
+        acceptance: acceptance::rates(outline, samples),
     }
 }
 
@@ -290,7 +286,7 @@ fn per_prompt(prompts: &[Vec<PairedRow>], f: impl Fn(&PairedRow) -> f64) -> Vec<
 
 /// The `summary` rows: per cell its whole requests, and for long generation with a drafter one row
 /// per context bin its cycles reach.
-fn summary_rows(experiment: &Experiment, cells: &Cells) -> Vec<SummaryRow> {
+fn summary_rows(outline: &Outline, cells: &Cells) -> Vec<SummaryRow> {
     let mut summary = Vec::new();
     for ((drafter, method, workload, context), (samples, n0, setting, target)) in cells {
         let key = CellKey {
@@ -309,7 +305,7 @@ fn summary_rows(experiment: &Experiment, cells: &Cells) -> Vec<SummaryRow> {
             |_: &CycleRecord| true,
         ));
         if *setting == Setting::LongGeneration && drafter != TARGET_ONLY && *n0 > 0 {
-            push_context_bin_rows(&mut summary, &key, samples, &experiment.bins_n0);
+            push_context_bin_rows(&mut summary, &key, samples, &outline.bins_n0);
         }
     }
     summary
@@ -607,13 +603,9 @@ impl MachineLoad {
 }
 
 /// Writes `results.parquet`, `cycles.parquet`, `summary.parquet` and `acceptance.parquet` of
-/// `experiment` into folder `dir` from its `samples`.
-pub fn write_tables(
-    dir: &Path,
-    experiment: &Experiment,
-    samples: &[RequestSample],
-) -> Result<RunTables> {
-    let tables = build_from_samples(experiment, samples);
+/// `outline` into folder `dir` from its `samples`.
+pub fn write_tables(dir: &Path, outline: &Outline, samples: &[RequestSample]) -> Result<RunTables> {
+    let tables = build_from_samples(outline, samples);
     let (results, cycles) = (table_of(&tables.results)?, table_of(&tables.cycles)?);
     let summary = table_of(&tables.summary)?;
     let acceptance = acceptance::table(&tables.acceptance)?;
@@ -635,35 +627,54 @@ pub fn write_tables(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::grid::Arm;
-    use crate::experiment::records::Provenance;
-    use crate::experiment::report::{headline, in_experiment_order, paired};
-    use crate::experiment::samples::UnitLoad;
+    use crate::grid::Arm;
+    use crate::outline::{MethodOutline, SlopeRole, WorkloadOutline};
+    use crate::records::Provenance;
+    use crate::report::{headline, in_experiment_order, paired};
+    use crate::samples::UnitLoad;
 
     /// The target alone, an unmodified drafter and a fixed-slope one, 2 prompts, 3 repeats.
-    fn experiment(dir: &Path) -> Experiment {
-        experiment_with(
-            dir,
-            "",
-            "  - {name: fixed, scaling: {mode: fixed, beta: 0.2, n0: 4}}\n",
-        )
+    fn outline() -> Outline {
+        outline_with("fixed", SlopeRole::Constant)
     }
 
-    /// The target alone, an unmodified drafter and `third` (a YAML method item) on 2 prompts, 3
-    /// repeats; `drafter_keys` adds keys to the drafter (`schedule: s.yaml, `).
-    fn experiment_with(dir: &Path, drafter_keys: &str, third: &str) -> Experiment {
-        let path = dir.join("e.yaml");
-        std::fs::write(
-            &path,
-            format!(
-                "name: t\ntarget: smollm2-135m-instruct\nrepeats: 3\n\
-                 drafters:\n  - {{name: self, {drafter_keys}spec: {{method: vanilla, checkpoint: smollm2-135m-instruct}}}}\n\
-                 methods:\n  - {{name: ar, target_only: true}}\n  - {{name: unmodified}}\n{third}\
-                 workloads:\n  - {{name: w, setting: long_prompt, prompts: {{jsonl: {{path: p.jsonl, field: q}}}}, count: 2, max_new_tokens: 8, contexts: [0]}}\n"
-            ),
-        )
-        .unwrap();
-        Experiment::load(&path).unwrap()
+    /// The target alone (`ar`), an unmodified drafter and `third`, a method placed on the slope chart
+    /// as `slope`, on one workload of 2 prompts, 3 repeats.
+    fn outline_with(third: &str, slope: SlopeRole) -> Outline {
+        let method = |name: &str, target_only: bool, slope: SlopeRole| MethodOutline {
+            name: name.into(),
+            target_only,
+            slope,
+            reads_target_attention: false,
+        };
+        Outline {
+            file: "e.yaml".into(),
+            name: "t".into(),
+            config_hash: "h".into(),
+            target: "smollm2-135m-instruct".into(),
+            device: "cpu".into(),
+            dtype: "f32".into(),
+            temperature: 0.0,
+            seeds: vec![0],
+            repeats: 3,
+            drafters: vec!["self".into()],
+            methods: vec![
+                method("ar", true, SlopeRole::Apart),
+                method("unmodified", false, SlopeRole::Constant),
+                method(third, false, slope),
+            ],
+            workloads: vec![WorkloadOutline {
+                name: "w".into(),
+                setting: Setting::LongPrompt,
+                contexts: vec![0],
+            }],
+            drafting: vec![
+                ("self".into(), "unmodified".into()),
+                ("self".into(), third.into()),
+            ],
+            bins_n0: vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0],
+            shared_prefill: false,
+        }
     }
 
     /// One request: `cycles` cycles each accepting `accepted` of 3 drafts, `seconds` in all.
@@ -764,11 +775,10 @@ mod tests {
 
     #[test]
     fn the_repeats_of_a_prompt_are_one_sample_and_the_interval_is_the_one_two_prompts_give() {
-        let dir = tempfile::tempdir().unwrap();
-        let experiment = experiment(dir.path());
+        let outline = outline();
         let samples = two_prompts_three_repeats();
-        let tables = build_from_samples(&experiment, &samples);
-        let rows = in_experiment_order(&tables.summary, &experiment);
+        let tables = build_from_samples(&outline, &samples);
+        let rows = in_experiment_order(&tables.summary, &outline);
         let unmodified = rows.iter().find(|r| r.method == "unmodified").unwrap();
         assert_eq!((unmodified.prompts, unmodified.requests), (2, 6));
         // Two prompts: tau 4 (all 3 drafts + the bonus) and 1; pooled over the prompts' 12 cycles each.
@@ -783,15 +793,14 @@ mod tests {
 
     #[test]
     fn two_prompts_faster_on_every_repeat_give_no_verdict() {
-        let dir = tempfile::tempdir().unwrap();
-        let experiment = experiment(dir.path());
-        let tables = build_from_samples(&experiment, &two_prompts_three_repeats());
-        let rows = in_experiment_order(&tables.summary, &experiment);
+        let outline = outline();
+        let tables = build_from_samples(&outline, &two_prompts_three_repeats());
+        let rows = in_experiment_order(&tables.summary, &outline);
         let fixed = rows.iter().find(|r| r.method == "fixed").unwrap();
         assert!(fixed.vs_reference.lo > 1.0, "{:?}", fixed.vs_reference);
         assert_eq!(fixed.vs_reference_faster, 2);
         assert!((fixed.vs_reference_p - 0.5).abs() < 1e-12);
-        let table = paired(&rows, &experiment, None).unwrap();
+        let table = paired(&rows, &outline, None).unwrap();
         let line = table.lines().find(|l| l.contains("| fixed |")).unwrap();
         assert!(line.contains("n < 10 (2/2 faster, p 0.500)"), "{line}");
         assert!(!line.contains("higher"), "{line}");
@@ -799,14 +808,9 @@ mod tests {
 
     #[test]
     fn the_calibrated_schedule_meets_each_method_on_the_same_prompts() {
-        let dir = tempfile::tempdir().unwrap();
-        let experiment = experiment_with(
-            dir.path(),
-            "schedule: s.yaml, ",
-            "  - {name: calibrated, scaling: {mode: fixed}}\n",
-        );
+        let outline = outline_with("calibrated", SlopeRole::Calibrated);
         assert_eq!(
-            crate::experiment::head_to_head::calibrated_method(&experiment),
+            crate::head_to_head::calibrated_method(&outline),
             Some("calibrated")
         );
         // Prompt 0: the calibrated arm accepts all 3 drafts (tau 4), the unmodified 1 (tau 2); prompt
@@ -817,7 +821,7 @@ mod tests {
             samples.push(sample("unmodified", 0, prompt, unmodified, 0.8));
             samples.push(sample("calibrated", 0, prompt, calibrated, 0.7));
         }
-        let cells = crate::experiment::head_to_head::compare(&experiment, &samples);
+        let cells = crate::head_to_head::compare(&outline, &samples);
         assert_eq!(cells.len(), 1, "one other drafting method: {cells:?}");
         let cell = &cells[0];
         assert_eq!((cell.method.as_str(), cell.prompts), ("unmodified", 2));
@@ -829,11 +833,10 @@ mod tests {
 
     #[test]
     fn the_headline_has_eight_columns_and_the_short_verdicts() {
-        let dir = tempfile::tempdir().unwrap();
-        let experiment = experiment(dir.path());
-        let tables = build_from_samples(&experiment, &two_prompts_three_repeats());
-        let rows = in_experiment_order(&tables.summary, &experiment);
-        let table = headline(&rows, &experiment, None);
+        let outline = outline();
+        let tables = build_from_samples(&outline, &two_prompts_three_repeats());
+        let rows = in_experiment_order(&tables.summary, &outline);
+        let table = headline(&rows, &outline, None);
         for line in table.lines().filter(|l| l.starts_with('|')) {
             assert_eq!(line.matches('|').count(), 9, "8 columns: {line}");
         }

@@ -5,46 +5,36 @@
 //! the summary table, the acceptance rates and the timing noise ([`super::publish`]), which come from
 //! the run's requests, so `sharpdraft report` rebuilds it at any time.
 
-use super::acceptance::PositionRate;
-use super::config::{Experiment, Setting};
-use super::grid::{units, Unit, TARGET_ONLY};
-use super::head_to_head::HeadToHead;
-use super::partial_unit::PartialUnit;
-use super::records::RequestRow;
-use super::samples;
-use super::tables::SummaryRow;
-use super::timing_noise::VerifySpread;
+use crate::acceptance::PositionRate;
+use crate::charts::{bar_chart, heat_map, panel_chart, Chart, HeatPanel, Panel, Series};
 use crate::error::Result;
-use sharpdraft_decode::CycleRecord;
-use sharpdraft_report::charts::{
-    bar_chart, heat_map, panel_chart, Chart, HeatPanel, Panel, Series,
-};
-use sharpdraft_report::intervals::{Interval, PairedRatio};
+use crate::grid::{units, Unit, TARGET_ONLY};
+use crate::head_to_head::HeadToHead;
+use crate::intervals::{Interval, PairedRatio};
+use crate::outline::{Outline, Setting, SlopeRole};
+use crate::partial_unit::PartialUnit;
+use crate::records::CycleRecord;
+use crate::records::RequestRow;
+use crate::samples;
+use crate::tables::SummaryRow;
+use crate::timing_noise::VerifySpread;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The summary's `rows` in the order `experiment` lists its workloads, drafters and methods.
-pub fn in_experiment_order(rows: &[SummaryRow], experiment: &Experiment) -> Vec<SummaryRow> {
+/// The summary's `rows` in the order `outline` lists its workloads, drafters and methods.
+pub fn in_experiment_order(rows: &[SummaryRow], outline: &Outline) -> Vec<SummaryRow> {
     let mut rows = rows.to_vec();
-    sort_as_experiment(&mut rows, experiment);
+    sort_as_experiment(&mut rows, outline);
     rows
 }
 
-/// Orders rows as the run's experiment lists workloads, drafters (the target alone first) and methods,
+/// Orders rows as the run's outline lists workloads, drafters (the target alone first) and methods,
 /// contexts ascending, bins along the generation.
-fn sort_as_experiment(rows: &mut [SummaryRow], experiment: &Experiment) {
-    let workloads: Vec<&str> = experiment
-        .workloads
-        .iter()
-        .map(|w| w.name.as_str())
-        .collect();
-    let drafters: Vec<&str> = experiment
-        .drafters
-        .iter()
-        .map(|d| d.name.as_str())
-        .collect();
-    let methods: Vec<&str> = experiment.methods.iter().map(|m| m.name.as_str()).collect();
+fn sort_as_experiment(rows: &mut [SummaryRow], outline: &Outline) {
+    let workloads: Vec<&str> = outline.workloads.iter().map(|w| w.name.as_str()).collect();
+    let drafters: Vec<&str> = outline.drafters.iter().map(String::as_str).collect();
+    let methods: Vec<&str> = outline.methods.iter().map(|m| m.name.as_str()).collect();
     let rank =
         |names: &[&str], name: &str| names.iter().position(|n| *n == name).unwrap_or(usize::MAX);
     rows.sort_by(|a, b| {
@@ -207,12 +197,8 @@ fn drafting_groups(rows: &[SummaryRow]) -> Vec<(&str, &str)> {
 /// line per context x method): tau, the speed-ups over the target alone with their intervals, the
 /// paired verdicts against the reference method, and whether the outputs are the target's. The
 /// paired intervals and tests are in [`paired`], the costs in [`costs`].
-pub fn headline(
-    rows: &[SummaryRow],
-    experiment: &Experiment,
-    noise: Option<&VerifySpread>,
-) -> String {
-    let reference = experiment.reference_method();
+pub fn headline(rows: &[SummaryRow], outline: &Outline, noise: Option<&VerifySpread>) -> String {
+    let reference = outline.reference_method();
     let groups = drafting_groups(rows);
     if groups.is_empty() {
         return "No arm drafted: the target alone's tokens/s are under Costs.\n".into();
@@ -267,10 +253,10 @@ pub fn headline(
 /// was the faster on, the signed-rank p); `None` without a second method.
 pub(crate) fn paired(
     rows: &[SummaryRow],
-    experiment: &Experiment,
+    outline: &Outline,
     noise: Option<&VerifySpread>,
 ) -> Option<String> {
-    let reference = experiment.reference_method()?;
+    let reference = outline.reference_method()?;
     let compared: Vec<&SummaryRow> = rows
         .iter()
         .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY && r.method != reference)
@@ -296,7 +282,7 @@ pub(crate) fn paired(
     Some(out)
 }
 
-/// The calibrated schedule against each other method ([`super::head_to_head`]), with its heading;
+/// The calibrated schedule against each other method ([`crate::head_to_head`]), with its heading;
 /// `None` without a calibrated schedule or another method.
 fn head_to_head_table(cells: &[HeadToHead], noise: Option<&VerifySpread>) -> Option<String> {
     let first = cells.first()?;
@@ -479,24 +465,24 @@ pub struct ReportInputs<'a> {
     pub unfinished: &'a [PartialUnit],
 }
 
-/// Writes `report.md` and its charts into folder `dir` from `inputs` of `experiment`; returns the
+/// Writes `report.md` and its charts into folder `dir` from `inputs` of `outline`; returns the
 /// report's path.
-pub fn write(dir: &Path, experiment: &Experiment, inputs: &ReportInputs) -> Result<PathBuf> {
+pub fn write(dir: &Path, outline: &Outline, inputs: &ReportInputs) -> Result<PathBuf> {
     let rows = inputs.rows;
     let mut md = String::new();
     let _ = writeln!(
         md,
         "# Run {}\n\nExperiment `{}` (config hash `{}`), target `{}`, device {}, dtype {}, temperature {}.\n",
-        experiment.name,
-        sharpdraft_store::paths::in_repository(&experiment.file),
-        experiment.hash(),
-        experiment.target,
-        experiment.device,
-        experiment.dtype,
-        experiment.temperature,
+        outline.name,
+        sharpdraft_store::paths::in_repository(&outline.file),
+        outline.hash(),
+        outline.target,
+        outline.device,
+        outline.dtype,
+        outline.temperature,
     );
-    md.push_str(&unfinished_units(experiment, inputs.finished));
-    md.push_str(if experiment.timing.shared_prefill {
+    md.push_str(&unfinished_units(outline, inputs.finished));
+    md.push_str(if outline.shared_prefill {
         "The target's prefill of each request is made once, taken again if it ran under load, and \
          handed to every arm, each decoding from its own copy of the cache: every arm's prefill and \
          end-to-end seconds count that prefill's measured seconds as its own (the drafter's own prefill \
@@ -534,8 +520,8 @@ pub fn write(dir: &Path, experiment: &Experiment, inputs: &ReportInputs) -> Resu
          `cycles.parquet` (from which `sharpdraft report` rebuilds everything here); this table: \
          `summary.parquet`; acceptance by draft position: `acceptance.parquet`.\n\n## Headline\n\n",
     );
-    md.push_str(&headline(rows, experiment, inputs.noise));
-    if let Some(paired) = paired(rows, experiment, inputs.noise) {
+    md.push_str(&headline(rows, outline, inputs.noise));
+    if let Some(paired) = paired(rows, outline, inputs.noise) {
         md.push_str("\n## Paired against the reference method\n\n");
         md.push_str(&paired);
     }
@@ -565,11 +551,11 @@ pub fn write(dir: &Path, experiment: &Experiment, inputs: &ReportInputs) -> Resu
         md.push_str("\n## tau and decode speed-up against the scaling slope\n\n");
         md.push_str(&table);
     }
-    if let Some(requests) = unfinished_requests(experiment, inputs.unfinished) {
+    if let Some(requests) = unfinished_requests(outline, inputs.unfinished) {
         md.push_str("\n## Requests of unfinished units\n\n");
         md.push_str(&requests);
     }
-    let charts = charts(dir, experiment, rows, inputs.acceptance)?;
+    let charts = charts(dir, outline, rows, inputs.acceptance)?;
     if !charts.is_empty() {
         md.push_str("\n## Charts\n\n");
         for chart in charts {
@@ -679,10 +665,10 @@ fn slope_table(rows: &[SummaryRow]) -> Option<String> {
 
 /// A paragraph naming the grid's units that are not among `finished` (a run still going, or killed, or
 /// one shard of several); empty when the grid is whole.
-fn unfinished_units(experiment: &Experiment, finished: &[&Unit]) -> String {
+fn unfinished_units(outline: &Outline, finished: &[&Unit]) -> String {
     const NAMED: usize = 8;
     let finished: BTreeSet<&Unit> = finished.iter().copied().collect();
-    let grid = units(experiment);
+    let grid = units(outline);
     let missing: Vec<&Unit> = grid.iter().filter(|u| !finished.contains(u)).collect();
     if missing.is_empty() {
         return String::new();
@@ -708,8 +694,8 @@ fn unfinished_units(experiment: &Experiment, finished: &[&Unit]) -> String {
 /// Every arm's figures on each request that `unfinished` units have finished: in no table, chart or
 /// median above, since a unit's medians wait for all its requests. Each speed-up is against the
 /// target alone ([`samples::baseline`]) on the same request. None when there are none.
-fn unfinished_requests(experiment: &Experiment, unfinished: &[PartialUnit]) -> Option<String> {
-    let greedy = experiment.temperature == 0.0;
+fn unfinished_requests(outline: &Outline, unfinished: &[PartialUnit]) -> Option<String> {
+    let greedy = outline.temperature == 0.0;
     let with_requests: Vec<&PartialUnit> = unfinished
         .iter()
         .filter(|p| p.requests_done() > 0)
@@ -728,7 +714,7 @@ fn unfinished_requests(experiment: &Experiment, unfinished: &[PartialUnit]) -> O
          |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for partial in with_requests {
-        let target = samples::baseline(experiment, &partial.arms);
+        let target = samples::baseline(outline, &partial.arms);
         for request in 0..partial.requests_done() {
             let reference = target.and_then(|a| a.requests.get(request));
             for arm in &partial.arms {
@@ -775,8 +761,8 @@ fn unfinished_requests(experiment: &Experiment, unfinished: &[PartialUnit]) -> O
 
 /// The colour index of each method, in the experiment's order: the same method has the same colour in
 /// every chart.
-fn method_colours(experiment: &Experiment) -> BTreeMap<String, usize> {
-    experiment
+fn method_colours(outline: &Outline) -> BTreeMap<String, usize> {
+    outline
         .methods
         .iter()
         .enumerate()
@@ -787,11 +773,11 @@ fn method_colours(experiment: &Experiment) -> BTreeMap<String, usize> {
 /// Draws the charts; returns their file names.
 fn charts(
     dir: &Path,
-    experiment: &Experiment,
+    outline: &Outline,
     rows: &[SummaryRow],
     acceptance: &[PositionRate],
 ) -> Result<Vec<String>> {
-    let colours = method_colours(experiment);
+    let colours = method_colours(outline);
     let colour = |method: &str| colours.get(method).copied().unwrap_or(0);
     let mut written: Vec<String> = [
         tau_chart(dir, rows, &colour)?,
@@ -816,7 +802,7 @@ fn charts(
         ),
     ];
     for (file, title, y_label, value) in slope_charts {
-        if let Some(panels) = slope_panels(experiment, rows, value) {
+        if let Some(panels) = slope_panels(outline, rows, value) {
             panel_chart(
                 &dir.join(file),
                 &Chart {
@@ -952,52 +938,15 @@ fn memory_chart(dir: &Path, rows: &[SummaryRow]) -> Result<Option<String>> {
     Ok(Some("memory.png".to_string()))
 }
 
-/// How a method's scaling places it on the slope chart: at a constant beta (the unmodified drafter at
-/// 0, a beta sweep's constants), at a calibrated schedule's mean slope (marked apart), or not on the
-/// line (the literature's rules, whose shape differs from a constant slope; adaptation, windows,
-/// retrieval).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SlopeRole {
-    Constant,
-    Calibrated,
-    Apart,
-}
-
-pub(crate) fn slope_role(method: &super::config::MethodEntry) -> SlopeRole {
-    use sharpdraft_decode::scaling::ScalingKind;
-    if method.target_only
-        || method.adapt.is_some()
-        || method.window.is_some()
-        || method.retrieval.is_some()
-    {
-        return SlopeRole::Apart;
-    }
-    match &method.scaling {
-        None => SlopeRole::Constant,
-        Some(s) => match s.mode {
-            ScalingKind::Off => SlopeRole::Constant,
-            ScalingKind::Fixed if s.beta.is_some() => SlopeRole::Constant,
-            ScalingKind::Fixed | ScalingKind::Exact => SlopeRole::Calibrated,
-            _ => SlopeRole::Apart,
-        },
-    }
-}
-
 /// The panels of a slope chart of `value` (tau, or the decode speed-up), one per workload and
 /// drafter: a line per context through the constant-beta arms, and the calibrated schedule's points as
 /// a series of their own; `None` where no panel has three constant slopes (no sweep was run).
 fn slope_panels(
-    experiment: &Experiment,
+    outline: &Outline,
     rows: &[SummaryRow],
     value: fn(&SummaryRow) -> Interval,
 ) -> Option<Vec<Panel>> {
-    let role = |name: &str| {
-        experiment
-            .methods
-            .iter()
-            .find(|m| m.name == name)
-            .map_or(SlopeRole::Apart, slope_role)
-    };
+    let role = |name: &str| outline.method(name).map_or(SlopeRole::Apart, |m| m.slope);
     let whole: Vec<&SummaryRow> = rows
         .iter()
         .filter(|r| r.bin == "all" && r.drafter != TARGET_ONLY && r.scaling_slope.is_finite())

@@ -6,12 +6,12 @@
 //! written. Units whose arms carry what they learned from request to request (OSD's protocol) do not
 //! keep one: their drafter's state cannot be written down and taken up again.
 
-use super::config::Experiment;
-use super::grid::{arms, Unit};
-use super::records::{ArmRecord, Provenance};
 use crate::error::{bail, ensure, Context, Result};
+use crate::grid::{arms, Unit};
+use crate::machine_state::MachineState;
+use crate::outline::Outline;
+use crate::records::{ArmRecord, Provenance};
 use serde::{Deserialize, Serialize};
-use sharpdraft_report::machine_state::MachineState;
 use std::path::{Path, PathBuf};
 
 /// The folder, under a run's `units/`, of the partial records.
@@ -64,10 +64,10 @@ impl PartialUnit {
     pub fn read_belonging(
         units_dir: &Path,
         unit: &Unit,
-        experiment: &Experiment,
+        outline: &Outline,
         prompts: &[usize],
     ) -> Result<Option<Self>> {
-        let Some(partial) = Self::read_own(units_dir, unit, experiment)? else {
+        let Some(partial) = Self::read_own(units_dir, unit, outline)? else {
             return Ok(None);
         };
         let path = Self::path(units_dir, unit);
@@ -85,21 +85,17 @@ impl PartialUnit {
         Ok(Some(partial))
     }
 
-    /// The partial records of `experiment`'s units that are not among `finished`, in the grid's
+    /// The partial records of `outline`'s units that are not among `finished`, in the grid's
     /// order, for the report. A file there that is not this run's partial record (another config
     /// hash or arms, unreadable) is passed over with a warning naming it: the report shows this run's
     /// requests alone, and a file a user left in the folder does not stop it. The requests' prompts
     /// are not checked against the workload's here (that needs its prompts built); `run --resume`
     /// checks them before taking a record up.
-    pub fn read_unfinished(
-        units_dir: &Path,
-        experiment: &Experiment,
-        finished: &[&Unit],
-    ) -> Vec<Self> {
-        super::grid::units(experiment)
+    pub fn read_unfinished(units_dir: &Path, outline: &Outline, finished: &[&Unit]) -> Vec<Self> {
+        crate::grid::units(outline)
             .iter()
             .filter(|unit| !finished.contains(unit))
-            .filter_map(|unit| match Self::read_own(units_dir, unit, experiment) {
+            .filter_map(|unit| match Self::read_own(units_dir, unit, outline) {
                 Ok(partial) => partial,
                 Err(e) => {
                     eprintln!("warning: left out of the report: {e:#}");
@@ -111,7 +107,7 @@ impl PartialUnit {
 
     /// The partial record of `unit` under `units_dir` where one is there, checked to be this run's:
     /// its config hash, unit and arms, and as many requests in every arm.
-    fn read_own(units_dir: &Path, unit: &Unit, experiment: &Experiment) -> Result<Option<Self>> {
+    fn read_own(units_dir: &Path, unit: &Unit, outline: &Outline) -> Result<Option<Self>> {
         let path = Self::path(units_dir, unit);
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
@@ -122,11 +118,11 @@ impl PartialUnit {
         let partial: Self = serde_json::from_str(&text).with_context(|| {
             format!("{p}: not a partial unit of this version of sharpdraft run: {MOVE_OUT}")
         })?;
-        if partial.provenance.config_hash != experiment.hash() {
+        if partial.provenance.config_hash != outline.hash() {
             bail!(
                 "{p}: belongs to config hash {}, not this run's {}: {MOVE_OUT}",
                 partial.provenance.config_hash,
-                experiment.hash()
+                outline.hash()
             );
         }
         ensure!(
@@ -137,7 +133,7 @@ impl PartialUnit {
         );
         let recorded: Vec<_> = partial.arms.iter().map(|a| &a.arm).collect();
         ensure!(
-            recorded == arms(experiment).iter().collect::<Vec<_>>(),
+            recorded == arms(outline).iter().collect::<Vec<_>>(),
             "{p}: its arms are not this experiment's: {MOVE_OUT}"
         );
         let done = partial.requests_done();

@@ -8,11 +8,11 @@
 //! within the spread of these ratios can be timing, not drafting: two requests can put one arm on the
 //! slow side twice, and the paired verdict cannot tell.
 
-use super::config::Experiment;
-use super::grid::Unit;
-use super::samples::RequestSample;
-use sharpdraft_decode::CycleRecord;
-use sharpdraft_report::intervals::percentile;
+use crate::grid::Unit;
+use crate::intervals::percentile;
+use crate::outline::Outline;
+use crate::records::CycleRecord;
+use crate::samples::RequestSample;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The spread of the ratio of two arms' mean verifying seconds per full block, over every two arms of
@@ -32,11 +32,11 @@ const MIN_RATIOS: usize = 10;
 /// The run's spread over every unit, request and drafter with two or more arms that verified full
 /// blocks; `None` when fewer than [`MIN_RATIOS`] ratios qualify. Retrieval arms are left out: their
 /// verification also reads the target's attention as it runs, work the other arms do not do.
-pub fn verify_spread(experiment: &Experiment, samples: &[RequestSample]) -> Option<VerifySpread> {
-    let reads_target_attention: BTreeSet<&str> = experiment
+pub fn verify_spread(outline: &Outline, samples: &[RequestSample]) -> Option<VerifySpread> {
+    let reads_target_attention: BTreeSet<&str> = outline
         .methods
         .iter()
-        .filter(|m| m.retrieval.is_some())
+        .filter(|m| m.reads_target_attention)
         .map(|m| m.name.as_str())
         .collect();
     let mut by_unit: BTreeMap<&Unit, Vec<ArmRequest>> = BTreeMap::new();
@@ -140,7 +140,7 @@ fn spread(mut ratios: Vec<f64>) -> Option<VerifySpread> {
 #[cfg(test)]
 mod tests {
     use super::{full_block_verify, pair_ratios, spread, ArmRequest, VerifySpread};
-    use sharpdraft_decode::CycleRecord;
+    use crate::records::CycleRecord;
     use std::collections::BTreeSet;
 
     fn request<'a>(

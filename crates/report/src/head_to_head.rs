@@ -7,11 +7,10 @@
 //! median), then the median over prompts with its bootstrap interval, how many prompts favour the
 //! calibrated arm, and the Wilcoxon signed-rank p of the log ratios.
 
-use super::config::Experiment;
-use super::records::RequestRow;
-use super::report::{slope_role, SlopeRole};
-use super::samples::RequestSample;
-use sharpdraft_report::intervals::{median, paired_ratio, PairedRatio};
+use crate::intervals::{median, paired_ratio, PairedRatio};
+use crate::outline::{Outline, SlopeRole};
+use crate::records::RequestRow;
+use crate::samples::RequestSample;
 use std::collections::BTreeMap;
 
 /// The calibrated arm against one other method in one cell.
@@ -31,18 +30,18 @@ pub struct HeadToHead {
 
 /// The experiment's calibrated-schedule method: the first drafting method whose slope comes from a
 /// schedule (no constant beta, no rule from the literature, no adaptation, window or retrieval).
-pub fn calibrated_method(experiment: &Experiment) -> Option<&str> {
-    experiment
+pub fn calibrated_method(outline: &Outline) -> Option<&str> {
+    outline
         .methods
         .iter()
-        .find(|m| slope_role(m) == SlopeRole::Calibrated)
+        .find(|m| m.slope == SlopeRole::Calibrated)
         .map(|m| m.name.as_str())
 }
 
 /// Every other drafting method against the calibrated one, per workload x context x drafter, in the
-/// experiment's method order; empty when the experiment has no calibrated schedule.
-pub fn compare(experiment: &Experiment, samples: &[RequestSample]) -> Vec<HeadToHead> {
-    let Some(calibrated) = calibrated_method(experiment) else {
+/// experiment's method order; empty when the outline has no calibrated schedule.
+pub fn compare(outline: &Outline, samples: &[RequestSample]) -> Vec<HeadToHead> {
+    let Some(calibrated) = calibrated_method(outline) else {
         return Vec::new();
     };
     // (workload, context, drafter, method) -> prompt -> the requests' (tau, decode tokens/s) keyed by
@@ -67,7 +66,7 @@ pub fn compare(experiment: &Experiment, samples: &[RequestSample]) -> Vec<HeadTo
                 (s.row.tau(), RequestRow::decode_tokens_per_second(&s.row)),
             );
     }
-    let method_rank = |name: &str| experiment.methods.iter().position(|m| m.name == name);
+    let method_rank = |name: &str| outline.method_rank(name);
     let mut out = Vec::new();
     for ((workload, context, drafter, method), prompts) in &cells {
         let key = (

@@ -5,14 +5,14 @@
 //! the two tables (`experiments/results/*`) reads them back ([`read`]), so `sharpdraft report` rebuilds
 //! the summary and the report anywhere, with whatever statistic this version computes.
 
-use super::config::{Experiment, Setting};
-use super::grid::{Arm, Unit, TARGET_ONLY};
-use super::records::{ArmRecord, Provenance, RequestRow, UnitRecord};
+use crate::columns::rows_of;
 use crate::error::{bail, Context, Result};
+use crate::grid::{Arm, Unit, TARGET_ONLY};
+use crate::outline::{Outline, Setting};
+use crate::records::CycleRecord;
+use crate::records::{ArmRecord, Provenance, RequestRow, UnitRecord};
+use crate::table::Table;
 use serde::{Deserialize, Serialize};
-use sharpdraft_decode::CycleRecord;
-use sharpdraft_report::columns::rows_of;
-use sharpdraft_report::table::Table;
 use std::collections::BTreeMap;
 
 /// What a request's unit was doing to the machine, as the summary flags it.
@@ -60,10 +60,10 @@ impl RequestSample {
 
 /// The baseline arm of a unit: the experiment's first target-only method, whose rows are the
 /// denominators of the unit's speed-ups and the outputs every greedy arm must reproduce.
-pub fn baseline<'a>(experiment: &Experiment, arms: &'a [ArmRecord]) -> Option<&'a ArmRecord> {
-    let method = experiment.methods.iter().find(|m| m.target_only)?;
+pub fn baseline<'a>(outline: &Outline, arms: &'a [ArmRecord]) -> Option<&'a ArmRecord> {
+    let method = outline.baseline_method()?;
     arms.iter()
-        .find(|a| a.arm.drafter.is_none() && a.arm.method == method.name)
+        .find(|a| a.arm.drafter.is_none() && a.arm.method == method)
 }
 
 /// 1 when `row`'s output equals the target alone's (`base`) on the same request, 0 when it differs,
@@ -76,11 +76,11 @@ pub fn matches_target(row: &RequestRow, base: Option<&RequestRow>, greedy: bool)
 }
 
 /// Every request of every arm of `units`, in unit, arm and request order.
-pub fn from_units(experiment: &Experiment, units: &[UnitRecord]) -> Vec<RequestSample> {
-    let greedy = experiment.temperature == 0.0;
+pub fn from_units(outline: &Outline, units: &[UnitRecord]) -> Vec<RequestSample> {
+    let greedy = outline.temperature == 0.0;
     let mut out = Vec::new();
     for record in units {
-        let base = baseline(experiment, &record.arms);
+        let base = baseline(outline, &record.arms);
         let m = &record.machine;
         let unit_load = UnitLoad {
             load_average: m.load_average_start.max(m.load_average_end),
@@ -141,7 +141,7 @@ impl RequestKey {
 /// One row of `results.parquet`: a request's counters, its paired speed-ups (over the target alone
 /// end to end and decoding, and over the reference method the same two ways), the unit's machine
 /// state and provenance. Its columns are its fields, in this order
-/// ([`sharpdraft_report::columns`]); a results folder is read back into these rows.
+/// ([`crate::columns`]); a results folder is read back into these rows.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ResultRow {
     pub target: String,
