@@ -79,8 +79,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Merge(args) => commands::experiment::merge_shards(&args),
         Command::Report(args) => commands::experiment::report(&args),
         Command::Probe { config } => {
-            let out = sharpdraft_lab::probe_run::run(&config)?;
-            sharpdraft_lab::probe_run::print_summary(&out);
+            let out = sharpdraft_probe::run::run(&config)?;
+            sharpdraft_probe::run::print_summary(&out);
             println!(
                 "probe statistics: {}",
                 sharpdraft_store::paths::shown(&out.dir.join("stats.parquet"))
@@ -88,7 +88,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Calibrate { config } => {
-            let out = sharpdraft_lab::calibrate_run::run(&config)?;
+            let out = sharpdraft_probe::calibrate::run(&config)?;
             println!("calibration: {}", sharpdraft_store::paths::shown(&out.dir));
             Ok(())
         }

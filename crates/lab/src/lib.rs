@@ -1,13 +1,11 @@
-//! The lab: what sits on top of the engine for research runs. Datasets from the package registries,
-//! drafter training, probe and calibration runs, and experiments: runs, their tables and reports.
+//! The lab: what sits on top of the engine for research runs: experiments (the runner, its run folders,
+//! publishing and merging; the tables and report are `sharpdraft_report`'s) and drafter training. Data
+//! comes from `sharpdraft_data`, probe and calibration runs are `sharpdraft_probe`'s.
 
-pub mod calibrate_run;
-pub mod datasets;
 pub mod error;
 pub mod experiment;
 pub mod held_out;
 pub mod loss_curve;
-pub mod probe_run;
 pub mod target_windows;
 pub mod train;
 

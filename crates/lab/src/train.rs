@@ -14,11 +14,11 @@
 //!   - target_continuations: {path: prompts.jsonl, field: prompt, prompts: 4, max_new_tokens: 512}
 //! ```
 
-use crate::datasets::{token_stream, Source};
 use crate::error::{bail, ensure, Context, Result};
 use crate::loss_curve;
 use crate::target_windows;
 use serde::{Deserialize, Serialize};
+use sharpdraft_data::datasets::{token_stream, Source};
 use sharpdraft_draft::dflash::train::{self as dflash_train, DFlashObjective, DFlashOptions};
 use sharpdraft_draft::eagle3::train::{self as eagle3_train, Eagle3Objective, Eagle3Options};
 use sharpdraft_draft::pard::train::{self as pard_train, PardObjective, PardOptions};
@@ -118,7 +118,7 @@ impl TrainConfig {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut config: Self = serde_norway::from_str(&text)
             .with_context(|| format!("{}: invalid training config", path.display()))?;
-        config.data = crate::datasets::expand_includes(&config.data, path)?;
+        config.data = sharpdraft_data::datasets::expand_includes(&config.data, path)?;
         Ok(config)
     }
 

@@ -3,11 +3,11 @@
 //! the seeds, so the mutations stay near what users actually write.
 
 use proptest::prelude::*;
-use sharpdraft_lab::calibrate_run::CalibrateConfig;
-use sharpdraft_lab::datasets::Source;
-use sharpdraft_lab::probe_run::ProbeConfig;
+use sharpdraft_data::datasets::Source;
 use sharpdraft_lab::train::TrainConfig;
 use sharpdraft_math::ScaleSchedule;
+use sharpdraft_probe::calibrate::CalibrateConfig;
+use sharpdraft_probe::run::ProbeConfig;
 use std::path::{Path, PathBuf};
 
 fn configs(folder: &str) -> Vec<PathBuf> {
@@ -127,10 +127,10 @@ fn mutated(seed: &str, edits: &[Edit]) -> String {
 }
 
 /// Loads `text` as a config file of `name` with `load`; an error must name the file.
-fn load_cleanly<T>(
+fn load_cleanly<T, E: std::fmt::Display>(
     name: &str,
     text: &str,
-    load: impl Fn(&Path) -> sharpdraft_lab::Result<T>,
+    load: impl Fn(&Path) -> Result<T, E>,
 ) -> Result<(), TestCaseError> {
     // Laid out as in configs/: the config one folder down, the shipped data files in ../data, so that
     // `include:` entries resolve and the mutations reach the rest of the config.
@@ -250,7 +250,7 @@ proptest! {
 
     #[test]
     fn a_mutated_schedule_loads_or_names_the_file(edits in prop::collection::vec(edit(), 1..4)) {
-        load_cleanly("schedule.yaml", &mutated(SCHEDULE, &edits), |p| Ok(ScaleSchedule::load(p)?))?;
+        load_cleanly("schedule.yaml", &mutated(SCHEDULE, &edits), ScaleSchedule::load)?;
     }
 }
 

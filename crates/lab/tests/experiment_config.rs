@@ -569,7 +569,7 @@ fn a_filler_too_large_to_tokenize_is_refused_before_it_is_read() {
 
 #[test]
 fn includes_that_fan_out_past_the_bound_are_refused_naming_the_file() {
-    use sharpdraft_lab::datasets::{expand_includes, Source, MAX_INCLUDED_SOURCES};
+    use sharpdraft_data::datasets::{expand_includes, Source, MAX_INCLUDED_SOURCES};
     let dir = tempfile::tempdir().unwrap();
     // Three levels of 30 includes each: 27,930 entries from four small files.
     write(dir.path(), "f3.yaml", "[]\n");

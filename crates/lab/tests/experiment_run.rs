@@ -825,7 +825,7 @@ fn a_test_prompt_in_a_schedules_calibration_data_is_refused_before_any_compute()
         &schedule,
         format!(
             "n0: 4\nbeta: 0.2\ncalibrated_on:\n  shingle: 32\n  stride: 16\n  prompts: ['{}']\n",
-            sharpdraft_lab::held_out::prompt_hash("What is 2 + 3?")
+            sharpdraft_data::fingerprint::prompt_hash("What is 2 + 3?")
         ),
     )
     .unwrap();

@@ -1,9 +1,10 @@
 //! The lab's error type: callers can tell a missing file from a bad key from a bad value, and the
 //! message is one line from what the run was doing down to the cause.
 
-use sharpdraft_lab::probe_run::ProbeConfig;
 use sharpdraft_lab::train::TrainConfig;
 use sharpdraft_lab::LabError;
+use sharpdraft_probe::run::ProbeConfig;
+use sharpdraft_probe::ProbeError;
 
 #[test]
 fn a_missing_config_is_an_io_error_whose_context_names_the_file() {
@@ -23,7 +24,7 @@ fn an_unknown_key_is_a_yaml_error_naming_the_file_and_the_key() {
     let path = dir.path().join("probe.yaml");
     std::fs::write(&path, "target: t\nrows_per_bn: 3\n").unwrap();
     let err = ProbeConfig::load(&path).unwrap_err();
-    assert!(matches!(err.root(), LabError::Yaml(_)), "{err:?}");
+    assert!(matches!(err.root(), ProbeError::Yaml(_)), "{err:?}");
     let message = err.to_string();
     assert!(message.contains(&path.display().to_string()), "{message}");
     assert!(message.contains("rows_per_bn"), "{message}");

@@ -31,7 +31,10 @@ fn sections(text: &str) -> Vec<(String, String)> {
             fenced = !fenced;
         }
         if !fenced && line.starts_with('#') {
-            out.push((line.trim_start_matches('#').trim().to_string(), String::new()));
+            out.push((
+                line.trim_start_matches('#').trim().to_string(),
+                String::new(),
+            ));
         } else {
             let text = &mut out.last_mut().unwrap().1;
             text.push_str(line);
@@ -72,19 +75,24 @@ fn figures(text: &str) -> Vec<String> {
         let bytes = chunk.as_bytes();
         let mut at = 0;
         while at < bytes.len() {
-            if bytes[at].is_ascii_digit() && (at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'.')) {
+            if bytes[at].is_ascii_digit()
+                && (at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'.'))
+            {
                 let start = at;
                 while at < bytes.len() && (bytes[at].is_ascii_digit() || bytes[at] == b'.') {
                     at += 1;
                 }
                 let word = chunk[start..at].trim_end_matches('.');
-                let followed_by_letter = at < bytes.len() && bytes[at].is_ascii_alphabetic() && bytes[at] != b'x';
+                let followed_by_letter =
+                    at < bytes.len() && bytes[at].is_ascii_alphabetic() && bytes[at] != b'x';
                 let before = &chunk[..start];
                 let a_name = before.ends_with("EAGLE-") || before.ends_with("EAGLE ");
                 let a_section_number = before.ends_with('§');
                 let an_arxiv_number = word.split('.').map(str::len).collect::<Vec<_>>() == [4, 5];
                 let after = chunk[at..].trim_start();
-                let a_size = ["GB", "MB", "GiB", "MiB"].iter().any(|unit| after.starts_with(unit));
+                let a_size = ["GB", "MB", "GiB", "MiB"]
+                    .iter()
+                    .any(|unit| after.starts_with(unit));
                 if word.matches('.').count() == 1
                     && !followed_by_letter
                     && !a_name
@@ -108,7 +116,11 @@ fn every_figure_in_the_readme_and_docs_is_in_a_committed_report_its_section_cite
     let mut missing = Vec::new();
     for page in documents() {
         let text = std::fs::read_to_string(&page).unwrap();
-        let shown = page.strip_prefix(project()).unwrap_or(&page).display().to_string();
+        let shown = page
+            .strip_prefix(project())
+            .unwrap_or(&page)
+            .display()
+            .to_string();
         for (heading, section) in sections(&text) {
             let reports = cited_reports(&section);
             if reports.is_empty() {
@@ -122,22 +134,35 @@ fn every_figure_in_the_readme_and_docs_is_in_a_committed_report_its_section_cite
             let sources: Vec<String> = reports
                 .iter()
                 .map(|name| {
-                    let path = project().join("experiments/results").join(name).join("report.md");
+                    let path = project()
+                        .join("experiments/results")
+                        .join(name)
+                        .join("report.md");
                     std::fs::read_to_string(&path).unwrap_or_else(|e| {
-                        panic!("{} ({heading}) cites {}, which is not committed: {e}", page.display(), path.display())
+                        panic!(
+                            "{} ({heading}) cites {}, which is not committed: {e}",
+                            page.display(),
+                            path.display()
+                        )
                     })
                 })
                 .collect();
             for figure in figures(&section) {
                 checked += 1;
                 if !sources.iter().any(|report| report.contains(&figure)) {
-                    missing.push(format!("{shown} ({heading}): {figure} is in none of {reports:?}"));
+                    missing.push(format!(
+                        "{shown} ({heading}): {figure} is in none of {reports:?}"
+                    ));
                 }
             }
         }
     }
     assert!(checked > 0, "no section cites a committed report");
-    assert!(missing.is_empty(), "figures without a committed source:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "figures without a committed source:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]
@@ -151,9 +176,14 @@ fn figures_are_read_as_a_reader_reads_them() {
         ["2.5"],
         "a section number is not a figure"
     );
-    assert_eq!(cited_reports("see [x](experiments/results/quickstart/report.md)"), ["quickstart"]);
     assert_eq!(
-        cited_reports("in experiments/results/rows-qwen2.5-1.5b/ and experiments/results/quickstart."),
+        cited_reports("see [x](experiments/results/quickstart/report.md)"),
+        ["quickstart"]
+    );
+    assert_eq!(
+        cited_reports(
+            "in experiments/results/rows-qwen2.5-1.5b/ and experiments/results/quickstart."
+        ),
         ["rows-qwen2.5-1.5b", "quickstart"]
     );
     assert!(
@@ -175,22 +205,45 @@ fn record(results: &std::path::Path, name: &str, command: &[&str]) -> std::proce
 }
 
 #[test]
-fn a_recorded_benchmark_keeps_its_command_revision_machine_and_output_and_replaces_only_its_own_report() {
+fn a_recorded_benchmark_keeps_its_command_revision_machine_and_output_and_replaces_only_its_own_report(
+) {
     let results = tempfile::tempdir().unwrap();
     let first = record(results.path(), "echo-check", &["echo", "tau 1.23, 2.5x"]);
-    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     let path = results.path().join("echo-check/report.md");
     let report = std::fs::read_to_string(&path).unwrap();
-    assert!(report.starts_with("<!-- written by scripts/record.sh -->"), "{report}");
-    for part in ["- command: `echo tau 1.23, 2.5x`", "- revision: ", "- machine: ", "\ntau 1.23, 2.5x\n"] {
+    assert!(
+        report.starts_with("<!-- written by scripts/record.sh -->"),
+        "{report}"
+    );
+    for part in [
+        "- command: `echo tau 1.23, 2.5x`",
+        "- revision: ",
+        "- machine: ",
+        "\ntau 1.23, 2.5x\n",
+    ] {
         assert!(report.contains(part), "{part:?} missing from:\n{report}");
     }
     let second = record(results.path(), "echo-check", &["echo", "second run"]);
     assert!(second.status.success());
     let report = std::fs::read_to_string(&path).unwrap();
-    assert!(report.contains("second run") && !report.contains("tau 1.23"), "{report}");
-    let names: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(names, ["report.md"], "no temporary file is left beside the report");
+    assert!(
+        report.contains("second run") && !report.contains("tau 1.23"),
+        "{report}"
+    );
+    let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        names,
+        ["report.md"],
+        "no temporary file is left beside the report"
+    );
 }
 
 #[test]
@@ -202,12 +255,22 @@ fn recording_never_replaces_a_report_it_did_not_write_and_a_failed_command_leave
     let refused = record(results.path(), "mine", &["echo", "x"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("was not written by this script"));
-    assert_eq!(std::fs::read_to_string(mine.join("report.md")).unwrap(), "# my notes\n");
+    assert_eq!(
+        std::fs::read_to_string(mine.join("report.md")).unwrap(),
+        "# my notes\n"
+    );
     let failed = record(results.path(), "failed", &["false"]);
     assert!(!failed.status.success());
-    assert!(!results.path().join("failed").exists(), "a failed command leaves no folder");
+    assert!(
+        !results.path().join("failed").exists(),
+        "a failed command leaves no folder"
+    );
     let escaping = record(results.path(), "../escape", &["echo", "x"]);
-    assert_eq!(escaping.status.code(), Some(2), "a name that leaves the results folder is refused");
+    assert_eq!(
+        escaping.status.code(),
+        Some(2),
+        "a name that leaves the results folder is refused"
+    );
     assert!(!results.path().parent().unwrap().join("escape").exists());
 }
 
@@ -218,12 +281,23 @@ fn recording_checks_its_name_and_folder_before_the_command_runs() {
     let touch = ["touch", ran.to_str().unwrap()];
     std::fs::write(results.path().join("taken"), "a user's file").unwrap();
     let is_a_file = record(results.path(), "taken", &touch);
-    assert_eq!(is_a_file.status.code(), Some(2), "{}", String::from_utf8_lossy(&is_a_file.stderr));
+    assert_eq!(
+        is_a_file.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&is_a_file.stderr)
+    );
     assert!(String::from_utf8_lossy(&is_a_file.stderr).contains("not a folder"));
     let too_long = record(results.path(), &"n".repeat(201), &touch);
     assert_eq!(too_long.status.code(), Some(2));
-    assert!(!ran.exists(), "the command never ran for a name that cannot be written");
-    assert_eq!(std::fs::read_to_string(results.path().join("taken")).unwrap(), "a user's file");
+    assert!(
+        !ran.exists(),
+        "the command never ran for a name that cannot be written"
+    );
+    assert_eq!(
+        std::fs::read_to_string(results.path().join("taken")).unwrap(),
+        "a user's file"
+    );
 }
 
 #[test]
@@ -233,9 +307,16 @@ fn recording_into_a_folder_with_a_space_deletes_nothing_of_the_users() {
     std::fs::write(scratch.path().join("my"), "a user's file").unwrap();
     let results = scratch.path().join("my results");
     let recorded = record(&results, "spaced", &["echo", "ok"]);
-    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    assert!(
+        recorded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recorded.stderr)
+    );
     assert!(results.join("spaced/report.md").is_file());
-    assert_eq!(std::fs::read_to_string(scratch.path().join("my")).unwrap(), "a user's file");
+    assert_eq!(
+        std::fs::read_to_string(scratch.path().join("my")).unwrap(),
+        "a user's file"
+    );
 }
 
 #[test]
@@ -251,6 +332,9 @@ fn a_finished_commands_output_is_kept_when_its_report_cannot_be_written() {
         .lines()
         .find_map(|l| l.split("the command's output is kept in ").nth(1))
         .unwrap_or_else(|| panic!("no kept output named in: {stderr}"));
-    assert_eq!(std::fs::read_to_string(kept.trim()).unwrap(), "hours of output\n");
+    assert_eq!(
+        std::fs::read_to_string(kept.trim()).unwrap(),
+        "hours of output\n"
+    );
     std::fs::remove_file(kept.trim()).unwrap();
 }

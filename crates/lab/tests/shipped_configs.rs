@@ -2,13 +2,13 @@
 //! reads it, unchanged: a renamed key or option keeps its old spelling as an alias, or this fails naming
 //! the file.
 
-use sharpdraft_lab::calibrate_run::CalibrateConfig;
-use sharpdraft_lab::datasets::{expand_includes, Source};
+use sharpdraft_data::datasets::{expand_includes, Source};
 use sharpdraft_lab::experiment::config::{parse_yaml, DrafterEntry, Workload};
 use sharpdraft_lab::experiment::Experiment;
-use sharpdraft_lab::probe_run::ProbeConfig;
 use sharpdraft_lab::train::TrainConfig;
 use sharpdraft_math::schedule::ScaleSchedule;
+use sharpdraft_probe::calibrate::CalibrateConfig;
+use sharpdraft_probe::run::ProbeConfig;
 use std::path::{Path, PathBuf};
 
 fn repository() -> PathBuf {

@@ -1,6 +1,6 @@
 //! Bad training configs are clear errors before any compute is spent.
+use sharpdraft_data::datasets::{jsonl_field, token_stream, Source, MAX_JSONL_LINE_BYTES};
 use sharpdraft_draft::eagle3::train::Eagle3Options;
-use sharpdraft_lab::datasets::{jsonl_field, token_stream, Source, MAX_JSONL_LINE_BYTES};
 use sharpdraft_lab::train::{DrafterKindOptions, TrainConfig};
 use sharpdraft_model::CausalLm;
 use std::path::{Path, PathBuf};

@@ -176,7 +176,7 @@ fn a_head_with_its_own_capture_layers_trains_on_exactly_those_layers() {
         .unwrap()[0];
 
     // The first step's loss, recomputed by hand on features from given layers of the same window.
-    let stream = sharpdraft_lab::datasets::token_stream(
+    let stream = sharpdraft_data::datasets::token_stream(
         &train::TrainConfig::load(&config).unwrap().data,
         dir.path(),
         &target,

@@ -2,16 +2,22 @@
 //! saved checkpoint reloads bit-identically and drafts the same tokens under real verification; an
 //! interrupted run resumes from its last checkpoint (weights and optimizer moments) and ends where an
 //! uninterrupted run ends; each trained drafter drafts in bf16 beside the f32 target.
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
 use sharpdraft_decode::{speculative_generate, SpecOptions};
-use sharpdraft_draft::dflash::train::{self as dflash_train, block_visibility, DFlashObjective, DFlashOptions};
-use sharpdraft_draft::eagle3::train::{self as eagle3_train, frequent_tokens, Eagle3Objective, Eagle3Options};
-use sharpdraft_draft::pard::train::{self as pard_train, copy_layout, kept_offsets, PardObjective, PardOptions};
+use sharpdraft_draft::dflash::train::{
+    self as dflash_train, block_visibility, DFlashObjective, DFlashOptions,
+};
+use sharpdraft_draft::eagle3::train::{
+    self as eagle3_train, frequent_tokens, Eagle3Objective, Eagle3Options,
+};
+use sharpdraft_draft::pard::train::{
+    self as pard_train, copy_layout, kept_offsets, PardObjective, PardOptions,
+};
 use sharpdraft_draft::training::{
-    extract_windows, train, LoopOptions, LrDecay, Objective, OwnedObjective, TrainObserver, TrainState,
-    TrainWindow,
+    extract_windows, train, LoopOptions, LrDecay, Objective, OwnedObjective, TrainObserver,
+    TrainState, TrainWindow,
 };
 use sharpdraft_draft::{Drafter, DrafterKind};
-use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
 use sharpdraft_model::{CausalLm, Sampling, Tap};
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind};
@@ -93,14 +99,20 @@ fn loop_config(steps: usize) -> LoopOptions {
 
 fn init(method: DrafterKind, dir: &Path, target: &CausalLm, windows: &[TrainWindow]) {
     match method {
-        DrafterKind::Eagle3 => eagle3_train::init(dir, target, windows, &eagle3_options(), 1).unwrap(),
+        DrafterKind::Eagle3 => {
+            eagle3_train::init(dir, target, windows, &eagle3_options(), 1).unwrap()
+        }
         DrafterKind::Pard => pard_train::init(dir, target, &pard_options()).unwrap(),
         DrafterKind::Dflash => dflash_train::init(dir, target, windows, &dflash_options()).unwrap(),
         DrafterKind::Vanilla => unreachable!("not trained here"),
     }
 }
 
-fn objective<'t>(method: DrafterKind, dir: &Path, target: &'t CausalLm) -> Box<dyn OwnedObjective + 't> {
+fn objective<'t>(
+    method: DrafterKind,
+    dir: &Path,
+    target: &'t CausalLm,
+) -> Box<dyn OwnedObjective + 't> {
     match method {
         DrafterKind::Eagle3 => {
             Box::new(Eagle3Objective::load(dir, &target.net, &eagle3_options()).unwrap())
@@ -507,7 +519,13 @@ fn greedy_config(new_tokens: usize) -> SpecOptions {
 }
 
 /// Greedy speculative decoding of `prompt` by `method`'s trained drafter in `dir`.
-fn speculate(method: DrafterKind, dir: &Path, target: &CausalLm, prompt: &[i64], new_tokens: usize) -> sharpdraft_decode::SpecReport {
+fn speculate(
+    method: DrafterKind,
+    dir: &Path,
+    target: &CausalLm,
+    prompt: &[i64],
+    new_tokens: usize,
+) -> sharpdraft_decode::SpecReport {
     speculative_generate(
         &target.net,
         drafter(method, dir, target).as_mut(),
@@ -633,7 +651,7 @@ fn a_warm_started_dflash_drafter_of_a_qwen2_target_keeps_its_attention_biases_an
 /// while drafting, its greedy output stays the target's, and the report carries its costs.
 #[test]
 fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
-    use sharpdraft_draft::adaptation::{AdaptOptions, AdaptMode};
+    use sharpdraft_draft::adaptation::{AdaptMode, AdaptOptions};
     let target = target();
     let prompt: Vec<i64> = stream()[..20].to_vec();
     let want = greedy_ids(&target, &prompt, 24);
@@ -678,7 +696,14 @@ fn a_dflash_drafter_over_a_draft_vocabulary_learns_round_trips_and_keeps_the_tar
     dflash_train::init(dir.path(), &target, &windows, &options).unwrap();
     assert_eq!(config_of(dir.path())["draft_vocab_size"], 16);
     let objective = DFlashObjective::load(dir.path(), &target.net, &options, 1).unwrap();
-    let state = train(&objective, &windows, dir.path(), &loop_config(60), &mut Quiet).unwrap();
+    let state = train(
+        &objective,
+        &windows,
+        dir.path(),
+        &loop_config(60),
+        &mut Quiet,
+    )
+    .unwrap();
     let (first, last) = (mean(&state.losses[..10]), mean(&state.losses[50..]));
     assert!(last < 0.9 * first, "loss {first:.3} -> {last:.3}");
 
@@ -686,20 +711,31 @@ fn a_dflash_drafter_over_a_draft_vocabulary_learns_round_trips_and_keeps_the_tar
     let frequent = frequent_tokens(&windows, vocab, 16);
     let loaded = sharpdraft_draft::DFlashDrafter::load(dir.path(), &target.net, 256).unwrap();
     let vocabulary = loaded.draft_vocabulary().expect("a draft vocabulary");
-    let drafted_over: Vec<i64> = (0..vocabulary.len() as i64).map(|d| vocabulary.to_target(d)).collect();
-    assert_eq!(drafted_over, frequent, "the 16 most frequent tokens of the windows");
+    let drafted_over: Vec<i64> = (0..vocabulary.len() as i64)
+        .map(|d| vocabulary.to_target(d))
+        .collect();
+    assert_eq!(
+        drafted_over, frequent,
+        "the 16 most frequent tokens of the windows"
+    );
 
     let copy = tempfile::tempdir().unwrap();
     objective.save(copy.path(), 64).unwrap();
     assert_eq!(config_of(copy.path())["draft_vocab_size"], 16);
     let saved = safetensors_of(copy.path());
-    assert!(saved["d2t"].equal(&safetensors_of(dir.path())["d2t"]), "d2t survives a save");
+    assert!(
+        saved["d2t"].equal(&safetensors_of(dir.path())["d2t"]),
+        "d2t survives a save"
+    );
 
     let prompt: Vec<i64> = stream()[..20].to_vec();
     let report = speculate(DrafterKind::Dflash, dir.path(), &target, &prompt, 24);
     assert_eq!(report.ids, greedy_ids(&target, &prompt, 24));
     let accepted: usize = report.cycles.iter().map(|c| c.accepted).sum();
-    assert!(accepted > 0, "a trained drafter over its vocabulary gets drafts accepted");
+    assert!(
+        accepted > 0,
+        "a trained drafter over its vocabulary gets drafts accepted"
+    );
 }
 
 #[test]

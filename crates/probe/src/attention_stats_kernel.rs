@@ -131,23 +131,23 @@ pub fn load_nvrtc() -> std::result::Result<(), String> {
 /// Compiles the kernel to PTX with NVRTC; needs no GPU. `arch` as NVRTC takes it (`compute_90`), or
 /// NVRTC's default.
 pub fn compile(arch: Option<&'static str>) -> Result<Ptx> {
-    load_nvrtc().map_err(ProbeError::Input)?;
+    load_nvrtc().map_err(|e| ProbeError::Invalid(format!("probe: {e}")))?;
     let options = CompileOptions {
         arch,
         name: Some("attention_stats.cu".into()),
         ..Default::default()
     };
     compile_ptx_with_opts(SOURCE, options)
-        .map_err(|e| ProbeError::Input(format!("kernels/attention_stats.cu does not compile: {e}")))
+        .map_err(|e| ProbeError::Invalid(format!("probe: kernels/attention_stats.cu does not compile: {e}")))
 }
 
 fn cuda_error(what: &str) -> impl Fn(cudarc::driver::DriverError) -> ProbeError + '_ {
-    move |e| ProbeError::Input(format!("CUDA {what}: {e}"))
+    move |e| ProbeError::Invalid(format!("probe: CUDA {what}: {e}"))
 }
 
 /// Input the kernel cannot take, named.
 fn input(what: String) -> ProbeError {
-    ProbeError::Input(format!("attention statistics kernel: {what}"))
+    ProbeError::Invalid(format!("probe: attention statistics kernel: {what}"))
 }
 
 /// The sizes of one attention view: queries `[heads, query_rows, dim]`, keys `[kv_heads, key_count, dim]`.
@@ -208,10 +208,10 @@ pub struct AttentionStatsKernel {
 impl AttentionStatsKernel {
     /// Compiles the kernel for CUDA device `ordinal` (its own compute capability) and loads it there.
     pub fn new(ordinal: usize) -> Result<Self> {
-        load_nvrtc().map_err(ProbeError::Input)?;
+        load_nvrtc().map_err(|e| ProbeError::Invalid(format!("probe: {e}")))?;
         // Safety: only dlopen; no symbol is called.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(ProbeError::Input(
+            return Err(ProbeError::Invalid(
                 "the CUDA driver library (libcuda.so.1) was not found".into(),
             ));
         }

@@ -5,11 +5,13 @@
 //! at a time, never an n x n matrix.
 
 pub mod attention_stats_kernel;
+pub mod calibrate;
 pub mod calibration_input;
 pub mod error;
 pub mod length_bins;
 pub mod recorder;
 pub mod row_statistics;
+pub mod run;
 pub mod subjects;
 
 pub use attention_stats_kernel::AttentionStatsKernel;

@@ -34,7 +34,7 @@ pub fn probe_sequence(
     let _guard = tch::no_grad_guard();
     let len = tokens.len() as i64;
     if len < 2 || counts.iter().any(|&n| n < 1 || n > len) {
-        return Err(ProbeError::Input(format!(
+        return Err(ProbeError::Invalid(format!(
             "{len} tokens cannot give rows that see {counts:?} keys"
         )));
     }
@@ -107,5 +107,5 @@ fn target_features(
 ) -> Result<Tensor> {
     let mut cache = target.new_cache(tokens.len() as i64);
     let (_, hidden) = prefill_with_taps(target, tokens, &mut cache, &taps)?;
-    hidden.ok_or_else(|| ProbeError::Input("the drafter asked for no target features".into()))
+    hidden.ok_or_else(|| ProbeError::Invalid("probe: the drafter asked for no target features".into()))
 }

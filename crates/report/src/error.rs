@@ -51,35 +51,7 @@ impl ReportError {
 
 pub type Result<T, E = ReportError> = std::result::Result<T, E>;
 
-/// `.context(..)` / `.with_context(|| ..)` on results and options, as anyhow's, into a `ReportError`.
-pub trait Context<T> {
-    fn context<C: Display>(self, context: C) -> Result<T>;
-    fn with_context<C: Display, F: FnOnce() -> C>(self, context: F) -> Result<T>;
-}
-
-impl<T, E: Into<ReportError>> Context<T> for std::result::Result<T, E> {
-    fn context<C: Display>(self, context: C) -> Result<T> {
-        self.with_context(|| context)
-    }
-
-    fn with_context<C: Display, F: FnOnce() -> C>(self, context: F) -> Result<T> {
-        self.map_err(|e| ReportError::Context {
-            context: context().to_string(),
-            cause: Box::new(e.into()),
-        })
-    }
-}
-
-/// A missing value is an invalid input; the context is the whole message.
-impl<T> Context<T> for Option<T> {
-    fn context<C: Display>(self, context: C) -> Result<T> {
-        self.with_context(|| context)
-    }
-
-    fn with_context<C: Display, F: FnOnce() -> C>(self, context: F) -> Result<T> {
-        self.ok_or_else(|| ReportError::Invalid(context().to_string()))
-    }
-}
+sharpdraft_store::context_chain!(ReportError);
 
 /// Returns `ReportError::Invalid` with a formatted message.
 macro_rules! bail {

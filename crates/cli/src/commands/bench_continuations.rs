@@ -4,7 +4,7 @@
 
 use super::bounds::ensure_within;
 use clap::Args;
-use sharpdraft_lab::datasets::{jsonl_field, pypi_package, PypiPackage};
+use sharpdraft_data::datasets::{jsonl_field, pypi_package, PypiPackage};
 use sharpdraft_lab::experiment::prompts::chat_ids;
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::packed_generate::generate_packed;

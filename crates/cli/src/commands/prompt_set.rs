@@ -3,7 +3,7 @@
 
 use anyhow::{ensure, Context, Result};
 use clap::Args;
-use sharpdraft_lab::datasets::jsonl_field;
+use sharpdraft_data::datasets::jsonl_field;
 use sharpdraft_lab::experiment::prompts::{
     ensure_text_can_fit, excerpt_offset, filler_text, long_prompt_ids,
 };

@@ -13,11 +13,11 @@
 //!   structure (a person and job, family birthdays, an event over given weeks, a periodic event, weekly
 //!   entries separated by `#*#`, ending with `*** finished ***`), for users without the benchmark's file.
 
-use crate::datasets::{jsonl_field, locate, PypiPackage, Source};
 use crate::error::{ensure, Context, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
+use sharpdraft_data::datasets::{jsonl_field, locate, PypiPackage, Source};
 use sharpdraft_model::{CausalLm, ChatMessage, TextTokenizer};
 use std::path::{Path, PathBuf};
 
@@ -155,12 +155,12 @@ impl FillerSource {
                     folder: folder.clone(),
                     max_tokens: None,
                 };
-                let documents = crate::datasets::load(&source, Path::new("."), target)?;
+                let documents = sharpdraft_data::datasets::load(&source, Path::new("."), target)?;
                 documents
                     .into_iter()
                     .filter_map(|d| match d {
-                        crate::datasets::Document::Text(t) => Some(t),
-                        crate::datasets::Document::Ids(_) => None,
+                        sharpdraft_data::datasets::Document::Text(t) => Some(t),
+                        sharpdraft_data::datasets::Document::Ids(_) => None,
                     })
                     .collect::<Vec<_>>()
                     .join("\n\n")

@@ -169,7 +169,7 @@ fn ensure_schedule(experiment: &Experiment, drafter: &super::config::DrafterEntr
         path.display(),
         calibrate.display()
     );
-    let out = crate::calibrate_run::run(calibrate)?;
+    let out = sharpdraft_probe::calibrate::run(calibrate)?;
     ensure!(
         out.schedule_path == path,
         "{f}: drafter {:?}: calibrate config {} wrote {}, not schedule {}",

@@ -2,9 +2,9 @@
 //! writes one row per (layer, head, bin, k) and is reused when finished; calibration writes a schedule
 //! that fits the model, a table of betas for every estimator, and both plots. Bad configs name the key.
 
-use sharpdraft_lab::calibrate_run::{calibrate_probe, CalibrateConfig, ReferenceKind};
-use sharpdraft_lab::probe_run::{read_probe, run_config, ProbeConfig};
 use sharpdraft_math::{Beta, Estimator, ScaleSchedule};
+use sharpdraft_probe::calibrate::{calibrate_probe, CalibrateConfig, ReferenceKind};
+use sharpdraft_probe::run::{read_probe, run_config, ProbeConfig};
 use sharpdraft_report::table::Table;
 use std::path::{Path, PathBuf};
 

