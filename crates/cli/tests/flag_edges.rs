@@ -39,7 +39,8 @@ fn tiny_target(dir: &Path) {
     }
     let mut config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(real.join("config.json")).unwrap()).unwrap();
-    let (hidden, intermediate, heads, kv_heads, head_dim, layers) = (64usize, 128usize, 2usize, 1usize, 32usize, 2usize);
+    let (hidden, intermediate, heads, kv_heads, head_dim, layers) =
+        (64usize, 128usize, 2usize, 1usize, 32usize, 2usize);
     for (key, value) in [
         ("hidden_size", hidden),
         ("intermediate_size", intermediate),
@@ -50,7 +51,10 @@ fn tiny_target(dir: &Path) {
     ] {
         config[key] = value.into();
     }
-    assert_eq!(config["tie_word_embeddings"], true, "the tiny model ties its embeddings as SmolLM2 does");
+    assert_eq!(
+        config["tie_word_embeddings"], true,
+        "the tiny model ties its embeddings as SmolLM2 does"
+    );
     let vocab = config["vocab_size"].as_u64().unwrap() as usize;
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let mut shapes: Vec<(String, Vec<usize>)> = vec![
@@ -62,13 +66,34 @@ fn tiny_target(dir: &Path) {
         shapes.extend([
             (format!("{p}.input_layernorm.weight"), vec![hidden]),
             (format!("{p}.post_attention_layernorm.weight"), vec![hidden]),
-            (format!("{p}.self_attn.q_proj.weight"), vec![heads * head_dim, hidden]),
-            (format!("{p}.self_attn.k_proj.weight"), vec![kv_heads * head_dim, hidden]),
-            (format!("{p}.self_attn.v_proj.weight"), vec![kv_heads * head_dim, hidden]),
-            (format!("{p}.self_attn.o_proj.weight"), vec![hidden, heads * head_dim]),
-            (format!("{p}.mlp.gate_proj.weight"), vec![intermediate, hidden]),
-            (format!("{p}.mlp.up_proj.weight"), vec![intermediate, hidden]),
-            (format!("{p}.mlp.down_proj.weight"), vec![hidden, intermediate]),
+            (
+                format!("{p}.self_attn.q_proj.weight"),
+                vec![heads * head_dim, hidden],
+            ),
+            (
+                format!("{p}.self_attn.k_proj.weight"),
+                vec![kv_heads * head_dim, hidden],
+            ),
+            (
+                format!("{p}.self_attn.v_proj.weight"),
+                vec![kv_heads * head_dim, hidden],
+            ),
+            (
+                format!("{p}.self_attn.o_proj.weight"),
+                vec![hidden, heads * head_dim],
+            ),
+            (
+                format!("{p}.mlp.gate_proj.weight"),
+                vec![intermediate, hidden],
+            ),
+            (
+                format!("{p}.mlp.up_proj.weight"),
+                vec![intermediate, hidden],
+            ),
+            (
+                format!("{p}.mlp.down_proj.weight"),
+                vec![hidden, intermediate],
+            ),
         ]);
     }
     // safetensors: an 8-byte header length, the JSON header, then the tensors' bytes in order.
@@ -82,7 +107,9 @@ fn tiny_target(dir: &Path) {
             let value = if name.ends_with("norm.weight") {
                 1.0f32
             } else {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1
             };
             body.extend_from_slice(&value.to_le_bytes());
@@ -146,12 +173,20 @@ fn is_numeric(arg: &clap::Arg) -> bool {
 /// that has it.
 fn numeric_flags() -> Vec<(Vec<String>, String)> {
     type Seen = std::collections::BTreeSet<(String, String, String)>;
-    fn walk(command: &clap::Command, path: &mut Vec<String>, seen: &mut Seen, out: &mut Vec<(Vec<String>, String)>) {
+    fn walk(
+        command: &clap::Command,
+        path: &mut Vec<String>,
+        seen: &mut Seen,
+        out: &mut Vec<(Vec<String>, String)>,
+    ) {
         for arg in command.get_arguments() {
             if let Some(long) = arg.get_long() {
                 let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
-                let default: Vec<String> =
-                    arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+                let default: Vec<String> = arg
+                    .get_default_values()
+                    .iter()
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .collect();
                 let shared = !seen.insert((long.to_string(), help, default.join(",")));
                 if is_numeric(arg) && !arg.is_hide_set() && !(shared && is_flattened(long)) {
                     out.push((path.clone(), format!("--{long}")));
@@ -165,7 +200,12 @@ fn numeric_flags() -> Vec<(Vec<String>, String)> {
         }
     }
     let mut out = Vec::new();
-    walk(&sharpdraft::Cli::command(), &mut Vec::new(), &mut Seen::new(), &mut out);
+    walk(
+        &sharpdraft::Cli::command(),
+        &mut Vec::new(),
+        &mut Seen::new(),
+        &mut out,
+    );
     out
 }
 
@@ -173,10 +213,31 @@ fn numeric_flags() -> Vec<(Vec<String>, String)> {
 /// one definition, one validation, whatever command flattens them.
 fn is_flattened(long: &str) -> bool {
     const SHARED: &[&str] = &[
-        "draft-len", "draft-stop-below", "tree-depth", "tree-topk", "tree-tokens", "beta", "n0", "drafter-window",
-        "retrieval-chunk", "retrieval-top-chunks", "retrieval-recent", "retrieval-every", "adapt-every",
-        "adapt-lr", "adapt-steps", "adapt-buffer", "adapt-top-k", "adapt-clip", "adapt-seed", "lora-rank", "lora-alpha", "skip", "count",
-        "contexts", "filler-offset",
+        "draft-len",
+        "draft-stop-below",
+        "tree-depth",
+        "tree-topk",
+        "tree-tokens",
+        "beta",
+        "n0",
+        "drafter-window",
+        "retrieval-chunk",
+        "retrieval-top-chunks",
+        "retrieval-recent",
+        "retrieval-every",
+        "adapt-every",
+        "adapt-lr",
+        "adapt-steps",
+        "adapt-buffer",
+        "adapt-top-k",
+        "adapt-clip",
+        "adapt-seed",
+        "lora-rank",
+        "lora-alpha",
+        "skip",
+        "count",
+        "contexts",
+        "filler-offset",
     ];
     SHARED.contains(&long)
 }
@@ -191,10 +252,22 @@ impl Workspace {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::write(root.join("thesis.tex"), "years of work").unwrap();
-        std::fs::write(root.join("prompts.jsonl"), "{\"prompt\": \"Hi\"}\n{\"prompt\": \"Why?\"}\n").unwrap();
-        std::fs::write(root.join("filler.txt"), "The quick brown fox jumps over the lazy dog. ".repeat(400)).unwrap();
+        std::fs::write(
+            root.join("prompts.jsonl"),
+            "{\"prompt\": \"Hi\"}\n{\"prompt\": \"Why?\"}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("filler.txt"),
+            "The quick brown fox jumps over the lazy dog. ".repeat(400),
+        )
+        .unwrap();
         tiny_target(&root.join(TARGET));
-        let eagle = run(root, &["init", "eagle3", "--target", TARGET, "--out", "eagle"], DEADLINE);
+        let eagle = run(
+            root,
+            &["init", "eagle3", "--target", TARGET, "--out", "eagle"],
+            DEADLINE,
+        );
         assert!(eagle.status == Some(0), "init eagle3: {}", eagle.stderr);
         Workspace { dir }
     }
@@ -229,26 +302,150 @@ fn base_command(path: &[String], flag: &str) -> Option<Vec<String>> {
     };
     // A command that drafts: its base, the drafter and the mode the flag applies to.
     let drafting = |base: &[&'static str]| [base, drafter, mode].concat();
-    let generate = ["generate", "--target", TARGET, "--prompt", "Hi", "--max-new-tokens", "2"];
+    let generate = [
+        "generate",
+        "--target",
+        TARGET,
+        "--prompt",
+        "Hi",
+        "--max-new-tokens",
+        "2",
+    ];
     let words: Vec<&str> = match path.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["derive"] => vec!["derive", "--json"],
         ["init", "eagle3"] => vec!["init", "eagle3", "--target", TARGET, "--out", "out"],
-        ["init", "dflash"] => vec!["init", "dflash", "--target", TARGET, "--out", "out", "--mask-token", "0"],
+        ["init", "dflash"] => vec![
+            "init",
+            "dflash",
+            "--target",
+            TARGET,
+            "--out",
+            "out",
+            "--mask-token",
+            "0",
+        ],
         // The drafting flags with the drafter they apply to; the rest without one (half the loading).
-        ["generate"] if flag == "--rounds" => drafting(&[&generate[..], &["--compare-ar"]].concat()),
+        ["generate"] if flag == "--rounds" => {
+            drafting(&[&generate[..], &["--compare-ar"]].concat())
+        }
         ["generate"] if !is_flattened(&flag[2..]) => generate.to_vec(),
         ["generate"] => drafting(&generate),
         ["logits"] => vec!["logits", "--model", TARGET, "--prompt", "Hi"],
-        ["tau"] => drafting(&["tau", "--target", TARGET, "--prompts", "prompts.jsonl", "--count", "1", "--max-new-tokens", "2"]),
-        ["bench", "decode"] => vec!["bench", "decode", "--target", TARGET, "--contexts", "8", "--dtypes", "f32", "--decode-tokens", "2", "--json"],
-        ["bench", "scaling"] => drafting(&["bench", "scaling", "--target", TARGET, "--contexts", "64", "--new-tokens", "2", "--repeats", "1", "--json"]),
-        ["bench", "continuations"] => vec!["bench", "continuations", "--target", TARGET, "--prompts", "2", "--max-new-tokens", "2", "--batch", "2"],
-        ["bench", "load"] => vec!["bench", "load", "--target", TARGET, "--repeats", "1", "--json"],
-        ["bench", "draft-time"] => drafting(&["bench", "draft-time", "--target", TARGET, "--contexts", "64", "--new-tokens", "2", "--repeats", "2", "--json"]),
-        ["bench", "rows"] => vec!["bench", "rows", "--target", TARGET, "--rows", "1,2", "--context", "16", "--repeats", "1", "--json"],
-        ["bench", "speculative"] => drafting(&["bench", "speculative", "--target", TARGET, "--prompts", "prompts.jsonl", "--count", "1", "--max-new-tokens", "2", "--json"]),
+        ["tau"] => drafting(&[
+            "tau",
+            "--target",
+            TARGET,
+            "--prompts",
+            "prompts.jsonl",
+            "--count",
+            "1",
+            "--max-new-tokens",
+            "2",
+        ]),
+        ["bench", "decode"] => vec![
+            "bench",
+            "decode",
+            "--target",
+            TARGET,
+            "--contexts",
+            "8",
+            "--dtypes",
+            "f32",
+            "--decode-tokens",
+            "2",
+            "--json",
+        ],
+        ["bench", "scaling"] => drafting(&[
+            "bench",
+            "scaling",
+            "--target",
+            TARGET,
+            "--contexts",
+            "64",
+            "--new-tokens",
+            "2",
+            "--repeats",
+            "1",
+            "--json",
+        ]),
+        ["bench", "continuations"] => vec![
+            "bench",
+            "continuations",
+            "--target",
+            TARGET,
+            "--prompts",
+            "2",
+            "--max-new-tokens",
+            "2",
+            "--batch",
+            "2",
+        ],
+        ["bench", "load"] => vec![
+            "bench",
+            "load",
+            "--target",
+            TARGET,
+            "--repeats",
+            "1",
+            "--json",
+        ],
+        ["bench", "draft-time"] => drafting(&[
+            "bench",
+            "draft-time",
+            "--target",
+            TARGET,
+            "--contexts",
+            "64",
+            "--new-tokens",
+            "2",
+            "--repeats",
+            "2",
+            "--json",
+        ]),
+        ["bench", "rows"] => vec![
+            "bench",
+            "rows",
+            "--target",
+            TARGET,
+            "--rows",
+            "1,2",
+            "--context",
+            "16",
+            "--repeats",
+            "1",
+            "--json",
+        ],
+        ["bench", "speculative"] => drafting(&[
+            "bench",
+            "speculative",
+            "--target",
+            TARGET,
+            "--prompts",
+            "prompts.jsonl",
+            "--count",
+            "1",
+            "--max-new-tokens",
+            "2",
+            "--json",
+        ]),
         ["bench", "attention-stats"] => vec![
-            "bench", "attention-stats", "--keys", "64", "--rows", "2", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--ks", "1", "--repeats", "1", "--json",
+            "bench",
+            "attention-stats",
+            "--keys",
+            "64",
+            "--rows",
+            "2",
+            "--heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "8",
+            "--ks",
+            "1",
+            "--repeats",
+            "1",
+            "--json",
         ],
         _ => return None,
     };
@@ -281,7 +478,13 @@ struct Ended {
 
 /// Runs the binary in `cwd` under a memory limit, stopped at `deadline`.
 fn run(cwd: &Path, args: &[&str], deadline: Duration) -> Ended {
-    let err_path = cwd.join(format!(".stderr-{}", std::thread::current().name().unwrap_or("main").replace("::", "-")));
+    let err_path = cwd.join(format!(
+        ".stderr-{}",
+        std::thread::current()
+            .name()
+            .unwrap_or("main")
+            .replace("::", "-")
+    ));
     let err_file = std::fs::File::create(&err_path).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
         .args(args)
@@ -305,7 +508,11 @@ fn run(cwd: &Path, args: &[&str], deadline: Duration) -> Ended {
     };
     let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
     let _ = std::fs::remove_file(&err_path);
-    Ended { status, timed_out, stderr }
+    Ended {
+        status,
+        timed_out,
+        stderr,
+    }
 }
 
 /// Every file under `dir` but `out/` and the runs' stderr captures: relative path -> contents.
@@ -343,8 +550,16 @@ fn judge(flag: &str, value: &str, must_refuse: bool, ended: &Ended) -> Option<St
         Some(0) => None,
         // Clap's own refusals name the flag; the workbench's must name the flag or the value.
         Some(2) => None,
-        Some(1) if text.contains(flag) || text.contains(value) || text.contains(&flag[2..].replace('-', "_")) => None,
-        Some(1) => Some(format!("an error naming neither {flag} nor {value}: {text}")),
+        Some(1)
+            if text.contains(flag)
+                || text.contains(value)
+                || text.contains(&flag[2..].replace('-', "_")) =>
+        {
+            None
+        }
+        Some(1) => Some(format!(
+            "an error naming neither {flag} nor {value}: {text}"
+        )),
         other => Some(format!("ended by {other:?} (a signal or an abort): {text}")),
     }
 }
@@ -352,7 +567,9 @@ fn judge(flag: &str, value: &str, must_refuse: bool, ended: &Ended) -> Option<St
 #[test]
 fn every_numeric_flag_at_every_edge_succeeds_or_names_itself_and_touches_no_users_file() {
     if sharpdraft_store::registry::resolve(REAL_TARGET).is_err() {
-        sharpdraft_testing::skip(format!("{REAL_TARGET} is not fetched (make test fetches it)"));
+        sharpdraft_testing::skip(format!(
+            "{REAL_TARGET} is not fetched (make test fetches it)"
+        ));
         return;
     }
     let flags = numeric_flags();
@@ -361,14 +578,26 @@ fn every_numeric_flag_at_every_edge_succeeds_or_names_itself_and_touches_no_user
         .filter(|(path, flag)| base_command(path, flag).is_none())
         .map(|(path, flag)| format!("{} {flag}", path.join(" ")))
         .collect();
-    assert!(unreachable.is_empty(), "numeric flags with no base command line here: {unreachable:?}");
+    assert!(
+        unreachable.is_empty(),
+        "numeric flags with no base command line here: {unreachable:?}"
+    );
     let workspace = Workspace::new();
     let before = user_files(workspace.path());
     let cases: Vec<(Vec<String>, String, &str, bool)> = flags
         .iter()
-        .flat_map(|(path, flag)| EDGES.iter().map(move |&(value, refuse)| (path.clone(), flag.clone(), value, refuse)))
+        .flat_map(|(path, flag)| {
+            EDGES
+                .iter()
+                .map(move |&(value, refuse)| (path.clone(), flag.clone(), value, refuse))
+        })
         .collect();
-    eprintln!("{} flags x {} edges = {} runs", flags.len(), EDGES.len(), cases.len());
+    eprintln!(
+        "{} flags x {} edges = {} runs",
+        flags.len(),
+        EDGES.len(),
+        cases.len()
+    );
     let failures = Mutex::new(Vec::new());
     let next = Mutex::new(0usize);
     // Two cases at a time: most end in clap's refusal or a model load.
@@ -383,17 +612,27 @@ fn every_numeric_flag_at_every_edge_succeeds_or_names_itself_and_touches_no_user
                         *next += 1;
                         *next - 1
                     };
-                    let Some((path, flag, value, refuse)) = cases.get(i) else { break };
+                    let Some((path, flag, value, refuse)) = cases.get(i) else {
+                        break;
+                    };
                     let base = base_command(path, flag).unwrap();
                     let args = with_flag(&base, flag, value);
                     // Each worker writes its own output folder name, so the two never share one.
                     let out = format!("out/{worker}");
-                    let args: Vec<String> = args.into_iter().map(|a| if a == "out" { out.clone() } else { a }).collect();
+                    let args: Vec<String> = args
+                        .into_iter()
+                        .map(|a| if a == "out" { out.clone() } else { a })
+                        .collect();
                     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
                     let started = Instant::now();
                     let ended = run(workspace.path(), &refs, DEADLINE);
                     if std::env::var_os("SHARPDRAFT_EDGE_LOG").is_some() {
-                        eprintln!("{:>5.1} s {:?} {}", started.elapsed().as_secs_f64(), ended.status, args.join(" "));
+                        eprintln!(
+                            "{:>5.1} s {:?} {}",
+                            started.elapsed().as_secs_f64(),
+                            ended.status,
+                            args.join(" ")
+                        );
                     }
                     if let Some(problem) = judge(flag, value, *refuse, &ended) {
                         let line = format!("sharpdraft {}: {problem}", args.join(" "));
@@ -406,8 +645,18 @@ fn every_numeric_flag_at_every_edge_succeeds_or_names_itself_and_touches_no_user
         }
     });
     let failures = failures.into_inner().unwrap();
-    assert!(failures.is_empty(), "{} of {} runs:\n{}", failures.len(), cases.len(), failures.join("\n"));
-    assert_eq!(user_files(workspace.path()), before, "a run changed a file outside its output folder");
+    assert!(
+        failures.is_empty(),
+        "{} of {} runs:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+    assert_eq!(
+        user_files(workspace.path()),
+        before,
+        "a run changed a file outside its output folder"
+    );
 }
 
 #[test]
@@ -415,7 +664,16 @@ fn the_drafter_kind_is_given_by_kind_and_still_by_its_old_spelling_method() {
     use clap::Parser;
     let kind_of = |flag: &str| {
         let args = [
-            "sharpdraft", "generate", "--target", "t", "--prompt", "p", "--drafter", "d", flag, "dflash",
+            "sharpdraft",
+            "generate",
+            "--target",
+            "t",
+            "--prompt",
+            "p",
+            "--drafter",
+            "d",
+            flag,
+            "dflash",
         ];
         match sharpdraft::Cli::try_parse_from(args).unwrap().command {
             sharpdraft::Command::Generate(generate) => generate.draft.options.kind,
@@ -430,17 +688,41 @@ fn the_drafter_kind_is_given_by_kind_and_still_by_its_old_spelling_method() {
 fn the_drafting_flags_and_a_drafter_block_are_one_declaration_and_make_one_specification() {
     use clap::Parser;
     use sharpdraft_decode::drafter_spec::DrafterSpec;
-    use sharpdraft_decode::scaling::ScalingKind;
+    use sharpdraft_decode::scaling::ScalingMode;
     let args = [
-        "sharpdraft", "generate", "--target", "t", "--prompt", "p", "--drafter", "head", "--kind",
-        "eagle3", "--draft-len", "3", "--tree-depth", "3", "--scaling", "fixed", "--beta", "0.25",
-        "--n0", "512", "--drafter-window", "64", "--drafter-dtype", "bf16", "--adapt", "lora",
-        "--lora-rank", "4",
+        "sharpdraft",
+        "generate",
+        "--target",
+        "t",
+        "--prompt",
+        "p",
+        "--drafter",
+        "head",
+        "--kind",
+        "eagle3",
+        "--draft-len",
+        "3",
+        "--tree-depth",
+        "3",
+        "--scaling",
+        "fixed",
+        "--beta",
+        "0.25",
+        "--n0",
+        "512",
+        "--drafter-window",
+        "64",
+        "--drafter-dtype",
+        "bf16",
+        "--adapt",
+        "lora",
+        "--lora-rank",
+        "4",
     ];
     let from_flags = match sharpdraft::Cli::try_parse_from(args).unwrap().command {
-        sharpdraft::Command::Generate(generate) => {
-            generate.draft.spec("head", generate.draft.single_scaling().unwrap())
-        }
+        sharpdraft::Command::Generate(generate) => generate
+            .draft
+            .spec("head", generate.draft.single_scaling().unwrap()),
         _ => unreachable!("generate parses as generate"),
     };
     let block = "kind: eagle3\ncheckpoint: head\ndraft_len: 3\ntree: {depth: 3}\n\
@@ -450,6 +732,9 @@ fn the_drafting_flags_and_a_drafter_block_are_one_declaration_and_make_one_speci
         sharpdraft_lab::experiment::config::parse_yaml(block, Path::new("drafter.yaml")).unwrap();
     assert_eq!(from_flags, from_yaml);
     // No tree flag is no tree, as no `tree:` key is; a given one fills the others with EAGLE's.
-    assert_eq!(from_flags.tree.map(|t| t.top_k), Some(sharpdraft_draft::TreeShape::EAGLE.top_k));
-    assert_eq!(from_flags.scaling.mode, ScalingKind::Fixed);
+    assert_eq!(
+        from_flags.tree.map(|t| t.top_k),
+        Some(sharpdraft_draft::TreeShape::EAGLE.top_k)
+    );
+    assert_eq!(from_flags.scaling.mode, ScalingMode::Fixed);
 }

@@ -16,7 +16,7 @@
 //! adapt: {mode: lora, every: 8, rank: 8}   # online adaptation (sharpdraft_draft::adaptation)
 //! ```
 
-use crate::driver::{ensure, DecodeError, Result};
+use crate::driver::{ensure, Context, DecodeError, Result};
 use crate::scaling::ScalingSpec;
 use crate::{speculative_generate, speculative_generate_from, SpecOptions, SpecReport};
 use serde::{Deserialize, Serialize};
@@ -284,7 +284,7 @@ fn load_unscaled(
     spec.validate()?;
     let name = &spec.checkpoint;
     let dir = registry::resolve(name)?;
-    expect_kind(&dir, spec.kind).map_err(DecodeError::within(format!("drafter {name}")))?;
+    expect_kind(&dir, spec.kind).with_context(|| format!("drafter {name}"))?;
     let capacity = positions + spec.draft_len as i64 + 1;
     let kind = match &spec.dtype {
         Some(dtype) => parse_kind(dtype)?,
@@ -292,7 +292,7 @@ fn load_unscaled(
     };
     let small_lm = || -> Result<CausalLm> {
         CausalLm::load(&dir, target.net.device(), kind)
-            .map_err(DecodeError::within(format!("loading drafter {name}")))
+            .with_context(|| format!("loading drafter {name}"))
     };
     let mut loaded = match spec.kind {
         DrafterKind::Vanilla => LoadedDrafter::Vanilla(
@@ -341,7 +341,7 @@ pub struct BuiltDrafter<'t> {
     pub max_proposal: usize,
     /// The training length n0 the drafter's checkpoint records.
     pub training_length: Option<i64>,
-    /// The slope of its query scaling ([`sharpdraft_model::ScalingMode::slope`]).
+    /// The slope of its query scaling ([`sharpdraft_model::QueryScaling::slope`]).
     pub scaling_slope: Option<f64>,
 }
 
@@ -355,7 +355,7 @@ pub fn build<'t>(
     positions: i64,
 ) -> Result<BuiltDrafter<'t>> {
     let (mut loaded, scaling) = load_unscaled(spec, target, sampling, positions)?;
-    let scaling_slope = scaling.mode().slope();
+    let scaling_slope = scaling.slope();
     let max_proposal = loaded.max_proposal(spec);
     let training_length = loaded.scaled().training_length();
     let online_objective = loaded.online_objective(spec);
@@ -365,10 +365,7 @@ pub fn build<'t>(
     let mut drafter: Box<dyn Drafter + 't> = match &spec.adapt {
         Some(adapt) => Box::new(
             AdaptingDrafter::new(loaded.boxed(), &target.net, online_objective, adapt.clone())
-                .map_err(DecodeError::within(format!(
-                    "adapting drafter {}",
-                    spec.checkpoint
-                )))?,
+                .with_context(|| format!("adapting drafter {}", spec.checkpoint))?,
         ),
         None => loaded.boxed(),
     };
@@ -397,9 +394,7 @@ pub fn prepare<'t>(
         .net
         .config
         .ensure_positions(prompt_len, max_new_tokens)
-        .map_err(DecodeError::within(format!(
-            "max_new_tokens {max_new_tokens}"
-        )))?;
+        .with_context(|| format!("max_new_tokens {max_new_tokens}"))?;
     let built = build(
         spec,
         target,
@@ -569,7 +564,7 @@ pub fn decode_requests(
         .map(|(i, ids)| {
             decoder
                 .decode(ids, stop, sampling(i))
-                .map_err(DecodeError::within(format!("request {i}")))
+                .with_context(|| format!("request {i}"))
         })
         .collect()
 }

@@ -50,16 +50,7 @@ pub enum DecodeError {
     },
 }
 
-impl DecodeError {
-    /// Wraps an error in what was being done: `.map_err(DecodeError::within("loading drafter d"))`.
-    pub fn within<E: Into<DecodeError>>(context: impl std::fmt::Display) -> impl FnOnce(E) -> Self {
-        let context = context.to_string();
-        move |cause| DecodeError::Context {
-            context,
-            cause: Box::new(cause.into()),
-        }
-    }
-}
+sharpdraft_store::context_chain!(DecodeError);
 
 /// `DecodeError::Invalid` with `message` unless `holds`.
 pub(crate) fn ensure(holds: bool, message: impl FnOnce() -> String) -> Result<()> {

@@ -1,46 +1,13 @@
 //! A SharpDraft query-scaling choice as configs and the command line spell it, resolved against the
 //! drafter it scales.
 
-use crate::driver::{DecodeError, Result};
+use crate::driver::{Context, DecodeError, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::ScaleSchedule;
-use sharpdraft_model::{QueryScaling, ScaledQueries, ScalingMode};
+pub use sharpdraft_model::ScalingMode;
+use sharpdraft_model::{QueryScaling, ScaledQueries};
 use sharpdraft_store::registry;
 use std::path::PathBuf;
-
-/// The query-scaling modes, one list for YAML (`mode:`) and the command line (`--scaling`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum ScalingKind {
-    /// The unmodified drafter.
-    #[default]
-    Off,
-    /// `s(n) = 1 + beta max(0, ln(n / n0))`: beta from a schedule (global, per layer, per head) or `beta`.
-    Fixed,
-    /// The per-length-bin exact corrections of a calibrated schedule.
-    Exact,
-    /// Qwen's `s = max(1, ln n / ln n0)`.
-    Logn,
-    /// Llama 4's attention temperature tuning, `1 + 0.1 ln(floor(n / 8192) + 1)`, with its own
-    /// constants; `n0`, where given, replaces its floor scale 8192 (the drafter's n0, say).
-    Llama4,
-    /// YaRN's logit scale `(1 + 0.1 ln(n / n0))^2` past n0, n0 the drafter's training length unless
-    /// given.
-    Yarn,
-}
-
-impl ScalingKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            ScalingKind::Off => "off",
-            ScalingKind::Fixed => "fixed",
-            ScalingKind::Exact => "exact",
-            ScalingKind::Logn => "logn",
-            ScalingKind::Llama4 => "llama4",
-            ScalingKind::Yarn => "yarn",
-        }
-    }
-}
 
 /// A drafter's query scaling: the `scaling:` block of a drafter specification and the `--schedule`,
 /// `--beta` and `--n0` flags, one declaration for both. The command line names the mode apart
@@ -51,7 +18,7 @@ pub struct ScalingSpec {
     /// `off` when absent (a beta sweep's `scaling:` gives only n0).
     #[serde(default)]
     #[arg(skip)]
-    pub mode: ScalingKind,
+    pub mode: ScalingMode,
     /// Schedule YAML (as `sharpdraft calibrate` writes it) for `fixed` and `exact`: a path, or the name
     /// of a calibration (`smollm2-dflash` = `$SHARPDRAFT_HOME/calibrations/smollm2-dflash/schedule.yaml`).
     #[serde(default)]
@@ -132,43 +99,44 @@ impl ScalingSpec {
     ) -> Result<QueryScaling> {
         let (layers, heads) = model.query_layout();
         let training_length = n0.or_else(|| model.training_length());
-        let mode = match self.mode {
-            ScalingKind::Off => ScalingMode::Off,
-            ScalingKind::Fixed => match (self.beta, &self.schedule) {
-                (Some(_), Some(path)) => {
-                    return Err(DecodeError::Invalid(format!(
-                        "beta conflicts with schedule {}: give one",
-                        path.display()
-                    )))
-                }
-                (Some(beta), None) => ScalingMode::Fixed(
-                    ScaleSchedule::global(self.n0(training_length, what)?, beta)
-                        .map_err(DecodeError::within(format!("beta {beta}")))?,
-                ),
-                (None, _) => ScalingMode::Fixed(self.load_schedule()?),
-            },
-            ScalingKind::Exact => ScalingMode::Exact(self.load_schedule()?),
-            ScalingKind::Logn => ScalingMode::Logn {
-                n0: self.n0(training_length, what)?,
-            },
-            ScalingKind::Yarn => ScalingMode::Yarn {
-                n0: self.n0(training_length, what)?,
-            },
-            ScalingKind::Llama4 => ScalingMode::Llama4 {
-                floor_scale: self.n0.unwrap_or(sharpdraft_math::LLAMA4_FLOOR_SCALE),
-                attn_scale: sharpdraft_math::LLAMA4_ATTN_SCALE,
-            },
-        };
         let source = match (&self.schedule, self.beta) {
             (Some(path), _) => path.display().to_string(),
             (None, Some(beta)) => format!("beta {beta}"),
             (None, None) => "no schedule".into(),
         };
-
-        QueryScaling::new(mode, layers, heads).map_err(DecodeError::within(format!(
-            "scaling {} ({source}) for {what}",
-            self.mode.name()
-        )))
+        let context = || format!("scaling {} ({source}) for {what}", self.mode.name());
+        match self.mode {
+            ScalingMode::Off => Ok(QueryScaling::off()),
+            ScalingMode::Fixed | ScalingMode::Exact => {
+                let schedule = match (self.mode, self.beta, &self.schedule) {
+                    (ScalingMode::Fixed, Some(_), Some(path)) => {
+                        return Err(DecodeError::Invalid(format!(
+                            "beta conflicts with schedule {}: give one",
+                            path.display()
+                        )))
+                    }
+                    (ScalingMode::Fixed, Some(beta), None) => {
+                        ScaleSchedule::global(self.n0(training_length, what)?, beta)
+                            .with_context(|| format!("beta {beta}"))?
+                    }
+                    _ => self.load_schedule()?,
+                };
+                QueryScaling::from_schedule(self.mode, schedule, layers, heads)
+                    .with_context(context)
+            }
+            ScalingMode::Logn | ScalingMode::Yarn => {
+                let n0 = self.n0(training_length, what)?;
+                QueryScaling::rule(self.mode, n0, 0.0, layers, heads).with_context(context)
+            }
+            ScalingMode::Llama4 => QueryScaling::rule(
+                self.mode,
+                self.n0.unwrap_or(sharpdraft_math::LLAMA4_FLOOR_SCALE),
+                sharpdraft_math::LLAMA4_ATTN_SCALE,
+                layers,
+                heads,
+            )
+            .with_context(context),
+        }
     }
 }
 

@@ -79,11 +79,14 @@ fn assert_greedy(target: &CausalLm, got: &[i64], want: &[i64], what: &str) {
 
 fn with_scaling(drafter: &mut dyn ScaledDrafter, beta: Option<f64>) {
     let (layers, heads) = drafter.query_layout();
-    let mode = match beta {
-        None => ScalingMode::Off,
-        Some(beta) => ScalingMode::Fixed(ScaleSchedule::global(4.0, beta).unwrap()),
+    let scaling = match beta {
+        None => QueryScaling::off(),
+        Some(beta) => {
+            let schedule = ScaleSchedule::global(4.0, beta).unwrap();
+            QueryScaling::from_schedule(ScalingMode::Fixed, schedule, layers, heads).unwrap()
+        }
     };
-    drafter.set_query_scaling(QueryScaling::new(mode, layers, heads).unwrap());
+    drafter.set_query_scaling(scaling);
 }
 
 #[test]

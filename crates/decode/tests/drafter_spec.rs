@@ -2,7 +2,7 @@
 //! strict about keys and about options its method does not have.
 
 use sharpdraft_decode::drafter_spec::DrafterSpec;
-use sharpdraft_decode::scaling::ScalingKind;
+use sharpdraft_decode::scaling::ScalingMode;
 use sharpdraft_draft::DrafterKind;
 use sharpdraft_draft::TreeShape;
 
@@ -21,7 +21,7 @@ fn a_drafter_specification_reads_from_yaml_with_defaults_for_what_it_leaves_out(
             total_tokens: 24
         })
     );
-    assert_eq!(spec.scaling.mode, ScalingKind::Logn);
+    assert_eq!(spec.scaling.mode, ScalingMode::Logn);
     assert_eq!(spec.draft_len, 4, "chains default to 4");
     spec.validate().unwrap();
     let round_trip: DrafterSpec =

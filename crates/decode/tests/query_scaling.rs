@@ -6,7 +6,9 @@ use common::*;
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal, TreeShape};
 use sharpdraft_math::ScaleSchedule;
 use sharpdraft_model::CausalLm;
-use sharpdraft_model::{KeySelection, QueryScaling, Sampler, Sampling, ScaledQueries, ScalingMode, Tap};
+use sharpdraft_model::{
+    KeySelection, QueryScaling, Sampler, Sampling, ScaledQueries, ScalingMode, Tap,
+};
 use std::path::Path;
 use tch::Tensor;
 
@@ -67,11 +69,14 @@ impl Drafter for Recording<'_> {
 fn drafts_with(drafter: &mut dyn ScaledDrafter, beta: Option<f64>) -> (Vec<Vec<i64>>, Vec<i64>) {
     let target = load("llama");
     let (layers, heads) = drafter.query_layout();
-    let mode = match beta {
-        None => ScalingMode::Off,
-        Some(beta) => ScalingMode::Fixed(ScaleSchedule::global(4.0, beta).unwrap()),
+    let scaling = match beta {
+        None => QueryScaling::off(),
+        Some(beta) => {
+            let schedule = ScaleSchedule::global(4.0, beta).unwrap();
+            QueryScaling::from_schedule(ScalingMode::Fixed, schedule, layers, heads).unwrap()
+        }
     };
-    drafter.set_query_scaling(QueryScaling::new(mode, layers, heads).unwrap());
+    drafter.set_query_scaling(scaling);
     let mut recording = Recording {
         inner: drafter,
         proposals: Vec::new(),

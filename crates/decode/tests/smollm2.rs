@@ -143,7 +143,8 @@ fn smollm2_speculative_greedy_equals_autoregressive_greedy_for_every_drafter() {
     let scaled = |drafter: &mut dyn ScaledQueries| {
         let (layers, heads) = drafter.query_layout();
         let schedule = ScaleSchedule::global(4.0, 0.5).unwrap();
-        let scaling = QueryScaling::new(ScalingMode::Fixed(schedule), layers, heads).unwrap();
+        let scaling =
+            QueryScaling::from_schedule(ScalingMode::Fixed, schedule, layers, heads).unwrap();
         drafter.set_query_scaling(scaling);
     };
     let mut bf16_dflash =

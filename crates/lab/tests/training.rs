@@ -414,10 +414,11 @@ fn training_consumes_query_scaling_beta_zero_is_off_and_a_schedule_changes_loss_
             let mut objective = objective(method, dir.path(), &target);
             let (layers, heads) = objective.query_layout();
             // n0 = 16 inside 64-token windows: rows past 16 keys are scaled.
-            let mode = beta.map_or(ScalingMode::Off, |b| {
-                ScalingMode::Fixed(ScaleSchedule::global(16.0, b).unwrap())
+            let scaling = beta.map_or(QueryScaling::off(), |b| {
+                let schedule = ScaleSchedule::global(16.0, b).unwrap();
+                QueryScaling::from_schedule(ScalingMode::Fixed, schedule, layers, heads).unwrap()
             });
-            objective.set_query_scaling(QueryScaling::new(mode, layers, heads).unwrap());
+            objective.set_query_scaling(scaling);
             for (_, mut p) in objective.parameters() {
                 let _ = p.requires_grad_(true);
             }

@@ -7,56 +7,62 @@ use crate::error::{ModelError, Result};
 use sharpdraft_math::{llama4_scale, logn_scale, yarn_scale, ScaleSchedule};
 use tch::{Device, Kind, Tensor};
 
-/// How a drafter's queries are scaled.
-#[derive(Debug, Clone, PartialEq)]
+/// How a drafter's queries are scaled: one list for the applied scaling ([`QueryScaling`]), YAML
+/// (`scaling: {mode: ..}`) and the command line (`--scaling`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum ScalingMode {
-    /// No scaling: the unmodified drafter.
+    /// The unmodified drafter.
+    #[default]
     Off,
-    /// `s(n) = 1 + beta max(0, ln(n / n0))`, beta global, per layer or per head.
-    Fixed(ScaleSchedule),
-    /// The per-length-bin exact corrections of a calibration, interpolated in `ln n`.
-    Exact(ScaleSchedule),
-    /// Qwen's `s = max(1, ln n / ln n0)` (a baseline).
-    Logn { n0: f64 },
-    /// Llama 4's attention temperature tuning, `1 + attn_scale ln(floor(n / floor_scale) + 1)` (a
-    /// baseline; its own constants are 0.1 and 8192).
-    Llama4 { floor_scale: f64, attn_scale: f64 },
-    /// YaRN's logit scale `(1 + 0.1 ln(n / n0))^2` past n0 (a baseline).
-    Yarn { n0: f64 },
+    /// `s(n) = 1 + beta max(0, ln(n / n0))`: beta from a schedule (global, per layer, per head) or `beta`.
+    Fixed,
+    /// The per-length-bin exact corrections of a calibrated schedule, interpolated in `ln n`.
+    Exact,
+    /// Qwen's `s = max(1, ln n / ln n0)`.
+    Logn,
+    /// Llama 4's attention temperature tuning, `1 + 0.1 ln(floor(n / 8192) + 1)`, with its own
+    /// constants; `n0`, where given, replaces its floor scale 8192 (the drafter's n0, say).
+    Llama4,
+    /// YaRN's logit scale `(1 + 0.1 ln(n / n0))^2` past n0, n0 the drafter's training length unless
+    /// given.
+    Yarn,
 }
 
 impl ScalingMode {
-    pub fn name(&self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             ScalingMode::Off => "off",
-            ScalingMode::Fixed(_) => "fixed",
-            ScalingMode::Exact(_) => "exact",
-            ScalingMode::Logn { .. } => "logn",
-            ScalingMode::Llama4 { .. } => "llama4",
-            ScalingMode::Yarn { .. } => "yarn",
-        }
-    }
-
-    /// The slope beta this mode drafts with, for placing it beside a beta sweep: 0 when off, a
-    /// schedule's mean beta over layers and heads, and the literature's rules at their nominal slope
-    /// (logn `1 / ln n0`; YaRN 0.2, its slope in `ln n` at n0; Llama 4 its attention scale, the slope
-    /// its steps follow far past the floor). `None` for exact corrections, which have no one slope.
-    pub fn slope(&self) -> Option<f64> {
-        match self {
-            ScalingMode::Off => Some(0.0),
-            ScalingMode::Fixed(schedule) => Some(schedule.mean_beta()),
-            ScalingMode::Exact(_) => None,
-            ScalingMode::Logn { n0 } => Some(1.0 / n0.ln()),
-            ScalingMode::Llama4 { attn_scale, .. } => Some(*attn_scale),
-            ScalingMode::Yarn { .. } => Some(0.2),
+            ScalingMode::Fixed => "fixed",
+            ScalingMode::Exact => "exact",
+            ScalingMode::Logn => "logn",
+            ScalingMode::Llama4 => "llama4",
+            ScalingMode::Yarn => "yarn",
         }
     }
 }
 
-/// A scaling mode checked against the drafter it scales.
+/// A drafter's query scaling, checked against the drafter it scales: its mode, with the schedule a
+/// `fixed` or `exact` mode reads or the constants of a rule from the literature.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueryScaling {
     mode: ScalingMode,
+    /// `fixed` and `exact`: the schedule (global, per layer or per head; `exact` with its table).
+    schedule: Option<ScaleSchedule>,
+    /// `logn` and `yarn`: n0; `llama4`: its floor scale.
+    n0: f64,
+    /// `llama4`: its attention scale (the slope its steps follow far past the floor).
+    attn_scale: f64,
     layers: usize,
     heads: usize,
 }
@@ -65,71 +71,122 @@ impl QueryScaling {
     pub fn off() -> Self {
         Self {
             mode: ScalingMode::Off,
+            schedule: None,
+            n0: 0.0,
+            attn_scale: 0.0,
             layers: 0,
             heads: 0,
         }
     }
 
-    /// Checks that `mode`'s schedule fits `layers` x `heads` query heads (and, for `exact`, that it has an
-    /// exact table); errors name the offending entry.
-    pub fn new(mode: ScalingMode, layers: usize, heads: usize) -> Result<Self> {
-        let schedule_error = |e: sharpdraft_math::MathError| {
-            ModelError::tensor("query scaling schedule", e.to_string())
-        };
-        match &mode {
-            ScalingMode::Off => {}
-            ScalingMode::Fixed(schedule) => schedule
-                .check_shape(layers, heads)
-                .map_err(schedule_error)?,
-            ScalingMode::Exact(schedule) => {
-                if schedule.exact.is_none() {
-                    return Err(ModelError::tensor("query scaling schedule", "mode `exact` needs a schedule with an `exact:` table (written by `sharpdraft calibrate`)"));
-                }
-                schedule
-                    .check_shape(layers, heads)
-                    .map_err(schedule_error)?
+    /// `fixed` or `exact` scaling from `schedule`, checked to fit `layers` x `heads` query heads (and,
+    /// for `exact`, to have an exact table); errors name the offending entry.
+    pub fn from_schedule(
+        mode: ScalingMode,
+        schedule: ScaleSchedule,
+        layers: usize,
+        heads: usize,
+    ) -> Result<Self> {
+        let what = "query scaling schedule";
+        match mode {
+            ScalingMode::Fixed => {}
+            ScalingMode::Exact if schedule.exact.is_none() => {
+                return Err(ModelError::tensor(what, "mode `exact` needs a schedule with an `exact:` table (written by `sharpdraft calibrate`)"));
             }
-            ScalingMode::Logn { n0 } if !(n0.is_finite() && *n0 > 1.0) => {
+            ScalingMode::Exact => {}
+            other => {
                 return Err(ModelError::tensor(
-                    "query scaling n0",
-                    format!("logn needs n0 > 1, got {n0}"),
-                ));
-            }
-            ScalingMode::Logn { .. } => {}
-            ScalingMode::Yarn { n0 } if !(n0.is_finite() && *n0 >= 1.0) => {
-                return Err(ModelError::tensor(
-                    "query scaling n0",
-                    format!("yarn needs n0 >= 1, got {n0}"),
-                ));
-            }
-            ScalingMode::Yarn { .. } => {}
-            ScalingMode::Llama4 {
-                floor_scale,
-                attn_scale,
-            } => {
-                if !(floor_scale.is_finite() && *floor_scale >= 1.0) {
-                    return Err(ModelError::tensor(
-                        "query scaling n0",
-                        format!("llama4's floor scale (n0) must be >= 1, got {floor_scale}"),
-                    ));
-                }
-                if !(attn_scale.is_finite() && *attn_scale >= 0.0) {
-                    return Err(ModelError::tensor(
-                        "query scaling beta",
-                        format!("llama4's attention scale (beta) must be finite and >= 0, got {attn_scale}"),
-                    ));
-                }
+                    what,
+                    format!("mode `{}` reads no schedule", other.name()),
+                ))
             }
         }
+        schedule
+            .check_shape(layers, heads)
+            .map_err(|e| ModelError::tensor(what, e.to_string()))?;
         Ok(Self {
             mode,
+            schedule: Some(schedule),
+            n0: 0.0,
+            attn_scale: 0.0,
             layers,
             heads,
         })
     }
 
-    pub fn mode(&self) -> &ScalingMode {
-        &self.mode
+    /// A rule from the literature with its constants: `logn` (n0 > 1) and `yarn` (n0 >= 1) at `n0`,
+    /// `llama4` at floor scale `n0` (>= 1) and attention scale `attn_scale` (finite, >= 0), which the
+    /// other two do not read. `off` gives the unmodified drafter.
+    pub fn rule(
+        mode: ScalingMode,
+        n0: f64,
+        attn_scale: f64,
+        layers: usize,
+        heads: usize,
+    ) -> Result<Self> {
+        match mode {
+            ScalingMode::Off => return Ok(Self::off()),
+            ScalingMode::Fixed | ScalingMode::Exact => {
+                return Err(ModelError::tensor(
+                    "query scaling",
+                    format!("mode `{}` reads a schedule", mode.name()),
+                ))
+            }
+            ScalingMode::Logn if !(n0.is_finite() && n0 > 1.0) => {
+                return Err(ModelError::tensor(
+                    "query scaling n0",
+                    format!("logn needs n0 > 1, got {n0}"),
+                ));
+            }
+            ScalingMode::Yarn if !(n0.is_finite() && n0 >= 1.0) => {
+                return Err(ModelError::tensor(
+                    "query scaling n0",
+                    format!("yarn needs n0 >= 1, got {n0}"),
+                ));
+            }
+            ScalingMode::Llama4 if !(n0.is_finite() && n0 >= 1.0) => {
+                return Err(ModelError::tensor(
+                    "query scaling n0",
+                    format!("llama4's floor scale (n0) must be >= 1, got {n0}"),
+                ));
+            }
+            ScalingMode::Llama4 if !(attn_scale.is_finite() && attn_scale >= 0.0) => {
+                return Err(ModelError::tensor(
+                    "query scaling beta",
+                    format!(
+                        "llama4's attention scale (beta) must be finite and >= 0, got {attn_scale}"
+                    ),
+                ));
+            }
+            ScalingMode::Logn | ScalingMode::Yarn | ScalingMode::Llama4 => {}
+        }
+        Ok(Self {
+            mode,
+            schedule: None,
+            n0,
+            attn_scale,
+            layers,
+            heads,
+        })
+    }
+
+    pub fn mode(&self) -> ScalingMode {
+        self.mode
+    }
+
+    /// The slope beta this scaling drafts with, for placing it beside a beta sweep: 0 when off, a
+    /// schedule's mean beta over layers and heads, and the literature's rules at their nominal slope
+    /// (logn `1 / ln n0`; YaRN 0.2, its slope in `ln n` at n0; Llama 4 its attention scale, the slope
+    /// its steps follow far past the floor). `None` for exact corrections, which have no one slope.
+    pub fn slope(&self) -> Option<f64> {
+        match self.mode {
+            ScalingMode::Off => Some(0.0),
+            ScalingMode::Fixed => self.schedule.as_ref().map(ScaleSchedule::mean_beta),
+            ScalingMode::Exact => None,
+            ScalingMode::Logn => Some(1.0 / self.n0.ln()),
+            ScalingMode::Llama4 => Some(self.attn_scale),
+            ScalingMode::Yarn => Some(0.2),
+        }
     }
 
     pub fn is_off(&self) -> bool {
@@ -138,30 +195,27 @@ impl QueryScaling {
 
     /// `s(n)` of one (layer, head).
     pub fn scale(&self, n: f64, layer: usize, head: usize) -> f64 {
-        match &self.mode {
-            ScalingMode::Off => 1.0,
-            ScalingMode::Fixed(schedule) => schedule.scale(n, layer, head),
-            ScalingMode::Exact(schedule) => schedule.exact_scale(n, layer, head).unwrap_or(1.0),
-            ScalingMode::Logn { n0 } => logn_scale(n, *n0),
-            ScalingMode::Llama4 {
-                floor_scale,
-                attn_scale,
-            } => llama4_scale(n, *floor_scale, *attn_scale),
-            ScalingMode::Yarn { n0 } => yarn_scale(n, *n0),
+        match (self.mode, &self.schedule) {
+            (ScalingMode::Fixed, Some(schedule)) => schedule.scale(n, layer, head),
+            (ScalingMode::Exact, Some(schedule)) => {
+                schedule.exact_scale(n, layer, head).unwrap_or(1.0)
+            }
+            (ScalingMode::Logn, _) => logn_scale(n, self.n0),
+            (ScalingMode::Llama4, _) => llama4_scale(n, self.n0, self.attn_scale),
+            (ScalingMode::Yarn, _) => yarn_scale(n, self.n0),
+            // Off; a schedule mode always holds its schedule (`from_schedule`).
+            _ => 1.0,
         }
     }
 
     /// Whether every layer gets the same factors (global beta, logn): then one `[H, T]` block serves them all.
     fn layer_invariant(&self) -> bool {
-        match &self.mode {
-            ScalingMode::Off
-            | ScalingMode::Logn { .. }
-            | ScalingMode::Llama4 { .. }
-            | ScalingMode::Yarn { .. } => true,
-            ScalingMode::Fixed(schedule) => {
+        match (self.mode, &self.schedule) {
+            (ScalingMode::Exact, _) => false,
+            (ScalingMode::Fixed, Some(schedule)) => {
                 matches!(schedule.beta, sharpdraft_math::Beta::Global(_))
             }
-            ScalingMode::Exact(_) => false,
+            _ => true,
         }
     }
 

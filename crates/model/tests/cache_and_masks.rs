@@ -4,8 +4,8 @@ mod common;
 use common::{expected, forward, forward_masked, load, max_abs_diff, FAMILIES};
 use sharpdraft_math::{Beta, ScaleSchedule};
 use sharpdraft_model::{
-    AttentionMask, AttentionObserver, AttentionView, ForwardInput, KvCache, LogitRows, QueryScaling,
-    ScalingMode, Tap,
+    AttentionMask, AttentionObserver, AttentionView, ForwardInput, KvCache, LogitRows,
+    QueryScaling, ScalingMode, Tap,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -194,7 +194,13 @@ fn per_head(family: &str, beta: &[f64]) -> QueryScaling {
         exact: None,
         calibrated_on: None,
     };
-    QueryScaling::new(ScalingMode::Fixed(schedule), layers, config.num_heads as usize).unwrap()
+    QueryScaling::from_schedule(
+        ScalingMode::Fixed,
+        schedule,
+        layers,
+        config.num_heads as usize,
+    )
+    .unwrap()
 }
 
 #[test]

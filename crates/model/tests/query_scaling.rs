@@ -11,8 +11,9 @@ use sharpdraft_model::{
 use tch::{nn, Device, Kind, Tensor};
 
 fn fixed(beta: f64, n0: f64, layers: usize, heads: usize) -> QueryScaling {
-    QueryScaling::new(
-        ScalingMode::Fixed(ScaleSchedule::global(n0, beta).unwrap()),
+    QueryScaling::from_schedule(
+        ScalingMode::Fixed,
+        ScaleSchedule::global(n0, beta).unwrap(),
         layers,
         heads,
     )
@@ -64,8 +65,13 @@ fn a_causal_pass_scales_row_i_by_s_of_past_plus_i_plus_one() {
         model.net.set_query_scaling(scaling);
         let mut cache = model.net.new_cache(16);
         let prefix = Tensor::from_slice(&[5i64, 17, 42, 3]);
-        let at = |range: std::ops::Range<i64>| Tensor::arange_start(range.start, range.end, (Kind::Int64, Device::Cpu));
-        let _ = model.net.forward(ForwardInput::causal(&prefix, &at(0..past)), &mut cache).unwrap();
+        let at = |range: std::ops::Range<i64>| {
+            Tensor::arange_start(range.start, range.end, (Kind::Int64, Device::Cpu))
+        };
+        let _ = model
+            .net
+            .forward(ForwardInput::causal(&prefix, &at(0..past)), &mut cache)
+            .unwrap();
         let ids = Tensor::from_slice(&[3i64, 60, 21, 9, 33, 11]);
         let positions = at(past..past + 6);
         let mut observer = Layer0 { logits: None };
@@ -122,14 +128,14 @@ fn fixed_with_beta_zero_reproduces_off_exactly() {
 #[test]
 fn a_schedule_that_does_not_fit_the_drafter_is_an_error_naming_the_entry() {
     let schedule = ScaleSchedule::from_yaml_str("n0: 8\nbeta: [0.1, 0.2, 0.3]\n").unwrap();
-    let err = QueryScaling::new(ScalingMode::Fixed(schedule.clone()), 2, 4)
+    let err = QueryScaling::from_schedule(ScalingMode::Fixed, schedule.clone(), 2, 4)
         .unwrap_err()
         .to_string();
     assert!(
         err.contains("3 entries") && err.contains("2 layers"),
         "{err}"
     );
-    let err = QueryScaling::new(ScalingMode::Exact(schedule), 3, 4)
+    let err = QueryScaling::from_schedule(ScalingMode::Exact, schedule, 3, 4)
         .unwrap_err()
         .to_string();
     assert!(err.contains("exact:"), "{err}");

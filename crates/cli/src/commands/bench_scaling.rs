@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::drafter_spec;
-use sharpdraft_decode::scaling::{ScalingKind, ScalingSpec};
+use sharpdraft_decode::scaling::{ScalingMode, ScalingSpec};
 use sharpdraft_decode::speculative_generate;
 use sharpdraft_model::Sampling;
 
@@ -62,7 +62,7 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
         .as_deref()
         .context("--drafter is required")?;
     anyhow::ensure!(
-        args.draft.scaling == [ScalingKind::Off] && args.draft.options.scaling == ScalingSpec::default(),
+        args.draft.scaling == [ScalingMode::Off] && args.draft.options.scaling == ScalingSpec::default(),
         "bench scaling times the drafter unscaled against fixed scaling with beta 0 and n0 1 itself: it takes no --scaling, --schedule, --beta or --n0"
     );
     ensure_repeats(args.repeats)?;
@@ -73,7 +73,7 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
     }
     // Every row past n0 = 1: the factors are computed and multiplied for every query, all equal to 1.
     let mut draft = args.draft.clone();
-    draft.scaling = vec![ScalingKind::Fixed];
+    draft.scaling = vec![ScalingMode::Fixed];
     // The mode comes from `draft.scaling`; the specification gives beta and n0.
     draft.options.scaling = ScalingSpec {
         beta: Some(0.0),
@@ -95,7 +95,7 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
         for _ in 0..args.repeats {
             let mut per_cycle = [0.0; 2];
             let mut outputs = Vec::new();
-            for (slot, kind) in [ScalingKind::Off, ScalingKind::Fixed]
+            for (slot, kind) in [ScalingMode::Off, ScalingMode::Fixed]
                 .into_iter()
                 .enumerate()
             {

@@ -18,7 +18,7 @@ use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
-use sharpdraft_decode::scaling::ScalingKind;
+use sharpdraft_decode::scaling::ScalingMode;
 use sharpdraft_draft::DrafterKind;
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{CausalLm, Sampler, Sampling};
@@ -150,7 +150,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     let set = args.set.load(tokenizer, target.net.config.positions())?;
     let requests = build_requests(args, &target, &set)?;
 
-    let decodings: Vec<Option<ScalingKind>> = std::iter::once(None)
+    let decodings: Vec<Option<ScalingMode>> = std::iter::once(None)
         .chain(args.draft.scaling.iter().copied().map(Some))
         .collect();
     let wait_budget = paired_rounds::wait_budget(args.rounds * requests.len() * decodings.len());

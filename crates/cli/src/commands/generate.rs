@@ -7,7 +7,7 @@ use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
 use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
-use sharpdraft_decode::scaling::{ScalingKind, ScalingSpec};
+use sharpdraft_decode::scaling::{ScalingMode, ScalingSpec};
 use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
 use sharpdraft_draft::retrieval::RetrievalOptions;
 use sharpdraft_draft::AdaptationReport;
@@ -89,7 +89,7 @@ pub struct DrafterArgs {
     /// SharpDraft query scaling of the drafter; `tau` and `bench speculative` take a comma-separated
     /// list and compare them.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
-    pub scaling: Vec<ScalingKind>,
+    pub scaling: Vec<ScalingMode>,
     #[command(flatten)]
     pub options: DrafterSpec,
     /// Cross-model retrieval (SpecExtend): the drafter sees the context chunks the target's last layer
@@ -105,7 +105,7 @@ pub struct DrafterArgs {
 impl DrafterArgs {
     /// The drafter specification these flags name for `checkpoint`, with query scaling `mode` (one of
     /// `--scaling`).
-    pub fn spec(&self, checkpoint: &str, mode: ScalingKind) -> DrafterSpec {
+    pub fn spec(&self, checkpoint: &str, mode: ScalingMode) -> DrafterSpec {
         DrafterSpec {
             checkpoint: checkpoint.to_string(),
             scaling: ScalingSpec {
@@ -119,7 +119,7 @@ impl DrafterArgs {
     }
 
     /// The one scaling mode of a command that runs one drafter.
-    pub fn single_scaling(&self) -> anyhow::Result<ScalingKind> {
+    pub fn single_scaling(&self) -> anyhow::Result<ScalingMode> {
         match self.scaling.as_slice() {
             [mode] => Ok(*mode),
             modes => anyhow::bail!("--scaling takes one mode here, got {modes:?}"),

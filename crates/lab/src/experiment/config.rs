@@ -23,7 +23,7 @@ use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
 use sharpdraft_decode::drafter_spec::DrafterSpec;
-use sharpdraft_decode::scaling::{is_calibration_name, ScalingKind, ScalingSpec};
+use sharpdraft_decode::scaling::{is_calibration_name, ScalingMode, ScalingSpec};
 use sharpdraft_draft::adaptation::AdaptOptions;
 use sharpdraft_draft::retrieval::RetrievalOptions;
 pub use sharpdraft_report::outline::Setting;
@@ -184,11 +184,11 @@ impl MethodEntry {
             betas.len()
         );
         let scaling = self.scaling.clone().unwrap_or_else(|| ScalingSpec {
-            mode: ScalingKind::Fixed,
+            mode: ScalingMode::Fixed,
             ..ScalingSpec::default()
         });
         ensure!(
-            matches!(scaling.mode, ScalingKind::Fixed | ScalingKind::Off)
+            matches!(scaling.mode, ScalingMode::Fixed | ScalingMode::Off)
                 && scaling.schedule.is_none()
                 && scaling.beta.is_none(),
             "{f}: method {name:?}: beta_sweep sets fixed scaling with each beta; its scaling may give n0 alone (not a mode other than fixed, a schedule or a beta)"
@@ -203,7 +203,7 @@ impl MethodEntry {
                 Ok(MethodEntry {
                     name: format!("{name}-{beta}"),
                     scaling: Some(ScalingSpec {
-                        mode: ScalingKind::Fixed,
+                        mode: ScalingMode::Fixed,
                         beta: Some(beta),
                         ..scaling.clone()
                     }),
@@ -238,9 +238,9 @@ impl MethodEntry {
         match &self.scaling {
             None => SlopeRole::Constant,
             Some(s) => match s.mode {
-                ScalingKind::Off => SlopeRole::Constant,
-                ScalingKind::Fixed if s.beta.is_some() => SlopeRole::Constant,
-                ScalingKind::Fixed | ScalingKind::Exact => SlopeRole::Calibrated,
+                ScalingMode::Off => SlopeRole::Constant,
+                ScalingMode::Fixed if s.beta.is_some() => SlopeRole::Constant,
+                ScalingMode::Fixed | ScalingMode::Exact => SlopeRole::Calibrated,
                 _ => SlopeRole::Apart,
             },
         }
@@ -250,7 +250,7 @@ impl MethodEntry {
     /// that names neither a schedule nor a beta.
     pub fn scales_with_drafter_schedule(&self) -> bool {
         self.scaling.as_ref().is_some_and(|s| {
-            matches!(s.mode, ScalingKind::Fixed | ScalingKind::Exact)
+            matches!(s.mode, ScalingMode::Fixed | ScalingMode::Exact)
                 && s.schedule.is_none()
                 && s.beta.is_none()
         })
