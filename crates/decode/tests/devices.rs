@@ -5,8 +5,7 @@ mod common;
 
 use common::*;
 use sharpdraft_draft::{DFlashDrafter, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter};
-use sharpdraft_math::ScaleSchedule;
-use sharpdraft_model::{CausalLm, ForwardInput, QueryScaling, Sampling, ScalingMode};
+use sharpdraft_model::{CausalLm, ForwardInput, Sampling};
 use tch::{Device, Kind, Tensor};
 
 /// CPU, and CUDA device 0 when libtorch sees one.
@@ -77,18 +76,6 @@ fn assert_greedy(target: &CausalLm, got: &[i64], want: &[i64], what: &str) {
     );
 }
 
-fn with_scaling(drafter: &mut dyn ScaledDrafter, beta: Option<f64>) {
-    let (layers, heads) = drafter.query_layout();
-    let scaling = match beta {
-        None => QueryScaling::off(),
-        Some(beta) => {
-            let schedule = ScaleSchedule::global(4.0, beta).unwrap();
-            QueryScaling::from_schedule(ScalingMode::Fixed, schedule, layers, heads).unwrap()
-        }
-    };
-    drafter.set_query_scaling(scaling);
-}
-
 #[test]
 fn greedy_speculation_emits_the_targets_greedy_tokens_on_every_device() {
     let folder = tempfile::tempdir().unwrap();
@@ -149,7 +136,7 @@ fn greedy_speculation_emits_the_targets_greedy_tokens_on_every_device() {
                 ),
             ];
             for (name, drafter) in drafters.iter_mut() {
-                with_scaling(drafter.as_mut(), beta);
+                scale_at_n0_4(drafter.as_mut(), beta);
                 let got = spec(&target, drafter.as_mut(), &PROMPT, 20, Sampling::greedy());
                 assert_greedy(
                     &target,

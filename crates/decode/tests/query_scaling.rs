@@ -4,11 +4,8 @@ mod common;
 
 use common::*;
 use sharpdraft_draft::{DraftContext, Drafter, Feedback, Proposal, TreeShape};
-use sharpdraft_math::ScaleSchedule;
 use sharpdraft_model::CausalLm;
-use sharpdraft_model::{
-    KeySelection, QueryScaling, Sampler, Sampling, ScaledQueries, ScalingMode, Tap,
-};
+use sharpdraft_model::{KeySelection, Sampler, Sampling, ScaledQueries, Tap};
 use std::path::Path;
 use tch::Tensor;
 
@@ -68,15 +65,7 @@ impl Drafter for Recording<'_> {
 /// Drafts of a greedy run with `beta` at n0 = 4 (every pass of the 9-token prompt lies past n0).
 fn drafts_with(drafter: &mut dyn ScaledDrafter, beta: Option<f64>) -> (Vec<Vec<i64>>, Vec<i64>) {
     let target = load("llama");
-    let (layers, heads) = drafter.query_layout();
-    let scaling = match beta {
-        None => QueryScaling::off(),
-        Some(beta) => {
-            let schedule = ScaleSchedule::global(4.0, beta).unwrap();
-            QueryScaling::from_schedule(ScalingMode::Fixed, schedule, layers, heads).unwrap()
-        }
-    };
-    drafter.set_query_scaling(scaling);
+    scale_at_n0_4(drafter, beta);
     let mut recording = Recording {
         inner: drafter,
         proposals: Vec::new(),

@@ -60,22 +60,6 @@ pub enum LabError {
 
 sharpdraft_store::context_chain!(LabError);
 
-/// Returns `LabError::Invalid` with a formatted message.
-macro_rules! bail {
-    ($($message:tt)+) => {
-        return Err($crate::error::LabError::Invalid(format!($($message)+)))
-    };
-}
-
-/// Returns `LabError::Invalid` with a formatted message unless the condition holds.
-macro_rules! ensure {
-    ($condition:expr, $($message:tt)+) => {{
-        // Bound first: `!(x >= y)` on floats reads as `x < y` and is not (NaN).
-        let holds: bool = $condition;
-        if !holds {
-            $crate::error::bail!($($message)+);
-        }
-    }};
-}
+sharpdraft_store::bail_and_ensure!($ crate::error::LabError);
 
 pub(crate) use {bail, ensure};

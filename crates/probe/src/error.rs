@@ -43,22 +43,6 @@ pub enum ProbeError {
 
 sharpdraft_store::context_chain!(ProbeError);
 
-/// Returns `ProbeError::Invalid` with a formatted message.
-macro_rules! bail {
-    ($($message:tt)+) => {
-        return Err($crate::error::ProbeError::Invalid(format!($($message)+)))
-    };
-}
-
-/// Returns `ProbeError::Invalid` with a formatted message unless the condition holds.
-macro_rules! ensure {
-    ($condition:expr, $($message:tt)+) => {{
-        // Bound first: `!(x >= y)` on floats reads as `x < y` and is not (NaN).
-        let holds: bool = $condition;
-        if !holds {
-            $crate::error::bail!($($message)+);
-        }
-    }};
-}
+sharpdraft_store::bail_and_ensure!($ crate::error::ProbeError);
 
 pub(crate) use {bail, ensure};

@@ -53,22 +53,6 @@ pub type Result<T, E = ReportError> = std::result::Result<T, E>;
 
 sharpdraft_store::context_chain!(ReportError);
 
-/// Returns `ReportError::Invalid` with a formatted message.
-macro_rules! bail {
-    ($($message:tt)+) => {
-        return Err($crate::error::ReportError::Invalid(format!($($message)+)))
-    };
-}
-
-/// Returns `ReportError::Invalid` with a formatted message unless the condition holds.
-macro_rules! ensure {
-    ($condition:expr, $($message:tt)+) => {{
-        // Bound first: `!(x >= y)` on floats reads as `x < y` and is not (NaN).
-        let holds: bool = $condition;
-        if !holds {
-            $crate::error::bail!($($message)+);
-        }
-    }};
-}
+sharpdraft_store::bail_and_ensure!($ crate::error::ReportError);
 
 pub(crate) use {bail, ensure};

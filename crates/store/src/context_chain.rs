@@ -3,8 +3,8 @@
 //! on any result whose error converts into `MyError` (wrapped as `MyError::Context { context, cause }`,
 //! displayed `context: cause` on one line) and on options (a missing value is `MyError::Invalid`, the
 //! context its whole message), with `root()` (the cause under every context, what to match on) and
-//! `contexts()` (outermost first). The enum must have those two variants. (`bail!` and `ensure!` stay a
-//! few lines in each crate: a macro cannot declare a macro with repetitions on stable Rust.)
+//! `contexts()` (outermost first). The enum must have those two variants. `bail_and_ensure!` declares
+//! the crate's `bail!` and `ensure!` beside it.
 
 /// Declares `Context` for `$error` in the invoking module (see the module documentation).
 #[macro_export]
@@ -68,6 +68,34 @@ macro_rules! context_chain {
             ) -> std::result::Result<T, $error> {
                 self.ok_or_else(|| $error::Invalid(context().to_string()))
             }
+        }
+    };
+}
+
+/// `bail!` and `ensure!` for the error enum at `$error` (`crate::error::LabError`), declared where
+/// this is invoked (a crate's error module, which then exports them with `pub(crate) use {bail,
+/// ensure};`): `bail!(..)` returns the enum's `Invalid` with a formatted message, `ensure!(c, ..)`
+/// unless `c` holds. The leading `$` is passed in because a macro cannot write its own for the
+/// macros it declares (`bail_and_ensure!($ crate::error::LabError)`).
+#[macro_export]
+macro_rules! bail_and_ensure {
+    ($d:tt $($error:tt)::+) => {
+        /// Returns the error's `Invalid` with a formatted message.
+        macro_rules! bail {
+            ($d($d message:tt)+) => {
+                return Err($($error)::+::Invalid(format!($d($d message)+)))
+            };
+        }
+
+        /// Returns the error's `Invalid` with a formatted message unless the condition holds.
+        macro_rules! ensure {
+            ($d condition:expr, $d($d message:tt)+) => {{
+                // Bound first: `!(x >= y)` on floats reads as `x < y` and is not (NaN).
+                let holds: bool = $d condition;
+                if !holds {
+                    return Err($($error)::+::Invalid(format!($d($d message)+)));
+                }
+            }};
         }
     };
 }

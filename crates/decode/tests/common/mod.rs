@@ -187,3 +187,23 @@ pub fn chi_square_p_value(counts: &[usize], p: &[f64]) -> f64 {
     }
     1.0 - ChiSquared::new((cells - 1) as f64).unwrap().cdf(stat)
 }
+
+/// Sets `drafter`'s query scaling to a fixed global `beta` at n0 = 4 (every pass of the 9-token
+/// [`PROMPT`] lies past n0), or off when `beta` is `None`.
+pub fn scale_at_n0_4(drafter: &mut dyn ScaledDrafter, beta: Option<f64>) {
+    let (layers, heads) = drafter.query_layout();
+    let scaling = match beta {
+        None => sharpdraft_model::QueryScaling::off(),
+        Some(beta) => {
+            let schedule = sharpdraft_math::ScaleSchedule::global(4.0, beta).unwrap();
+            sharpdraft_model::QueryScaling::from_schedule(
+                sharpdraft_model::ScalingMode::Fixed,
+                schedule,
+                layers,
+                heads,
+            )
+            .unwrap()
+        }
+    };
+    drafter.set_query_scaling(scaling);
+}
