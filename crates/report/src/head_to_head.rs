@@ -39,7 +39,7 @@ pub fn calibrated_method(outline: &Outline) -> Option<&str> {
 }
 
 /// Every other drafting method against the calibrated one, per workload x context x drafter, in the
-/// experiment's method order; empty when the outline has no calibrated schedule.
+/// experiment's method order; empty when the experiment has no calibrated schedule.
 pub fn compare(outline: &Outline, samples: &[RequestSample]) -> Vec<HeadToHead> {
     let Some(calibrated) = calibrated_method(outline) else {
         return Vec::new();

@@ -29,7 +29,7 @@ pub fn in_experiment_order(rows: &[SummaryRow], outline: &Outline) -> Vec<Summar
     rows
 }
 
-/// Orders rows as the run's outline lists workloads, drafters (the target alone first) and methods,
+/// Orders rows as the run's experiment lists workloads, drafters (the target alone first) and methods,
 /// contexts ascending, bins along the generation.
 fn sort_as_experiment(rows: &mut [SummaryRow], outline: &Outline) {
     let workloads: Vec<&str> = outline.workloads.iter().map(|w| w.name.as_str()).collect();

@@ -180,7 +180,7 @@ pub struct RunTables {
     pub results: Vec<ResultRow>,
     /// `cycles.parquet`'s rows, a verification cycle each.
     pub cycles: Vec<CycleRow>,
-    /// `summary.parquet`'s rows, in cell order (the report orders them as the outline does).
+    /// `summary.parquet`'s rows, in cell order (the report orders them as the experiment does).
     pub summary: Vec<SummaryRow>,
     /// `acceptance.parquet`'s cells.
     pub acceptance: Vec<acceptance::PositionRate>,

@@ -41,8 +41,8 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
         .chain(shards.iter().map(PathBuf::as_path))
         .map(|dir| FolderLock::acquire(dir, "merge"))
         .collect::<Result<Vec<_>, _>>()?;
-    let experiment = recorded_experiment(&shards[0])?.outline();
-    let hash = experiment.hash();
+    let outline = recorded_experiment(&shards[0])?.outline();
+    let hash = outline.hash();
     for shard in &shards[1..] {
         let other = recorded_experiment(shard)?;
         let other = other.hash();
@@ -56,7 +56,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
     // Every shard's units are read and checked before the output is touched.
     let mut incoming = Vec::new();
     for shard in shards {
-        incoming.extend(UnitRecord::read_belonging(&shard.join(UNITS), &experiment)?);
+        incoming.extend(UnitRecord::read_belonging(&shard.join(UNITS), &outline)?);
     }
     let inputs: Vec<&Path> = shards.iter().map(PathBuf::as_path).collect();
     match output_folder::claim(out, RUN_KIND, &inputs)? {
@@ -70,7 +70,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
         }
     }
     let units_dir = out.join(UNITS);
-    let mut records = UnitRecord::read_belonging(&units_dir, &experiment)?;
+    let mut records = UnitRecord::read_belonging(&units_dir, &outline)?;
     std::fs::create_dir_all(&units_dir)
         .with_context(|| format!("creating {}", units_dir.display()))?;
     for name in [EXPERIMENT_RECORD, "experiment.yaml"] {
@@ -80,7 +80,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
                 .with_context(|| format!("copying {}", from.display()))?;
         }
     }
-    let about = format!("{} ({hash})", experiment.name);
+    let about = format!("{} ({hash})", outline.name);
     Marker::new(RUN_KIND, false, about.clone()).write(out)?;
     for record in incoming {
         if records.iter().any(|r| r.unit == record.unit) {
@@ -93,8 +93,8 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
         record.write(&units_dir)?;
         records.push(record);
     }
-    let finished = grid_finished(&units(&experiment), &records);
-    let published = publish(out, &experiment, &records)?;
+    let finished = grid_finished(&units(&outline), &records);
+    let published = publish(out, &outline, &records)?;
     Marker::new(RUN_KIND, finished, about).write(out)?;
     Ok(MergeOutcome {
         dir: out.to_path_buf(),

@@ -36,35 +36,35 @@ pub struct Published {
     pub noise: Option<VerifySpread>,
 }
 
-/// Writes the tables and the report of `experiment` into run folder `dir` from its finished `units`,
+/// Writes the tables and the report of the experiment `outline` into run folder `dir` from its finished `units`,
 /// with the requests its unfinished units have.
-pub fn publish(dir: &Path, experiment: &Outline, units: &[UnitRecord]) -> Result<Published> {
+pub fn publish(dir: &Path, outline: &Outline, units: &[UnitRecord]) -> Result<Published> {
     sharpdraft_report::records::ensure_one_timing_setting(
         units
             .iter()
             .map(|u| (format!("unit {}", u.unit.id()), &u.provenance)),
     )?;
-    let samples = samples::from_units(experiment, units);
+    let samples = samples::from_units(outline, units);
     let finished: Vec<&Unit> = units.iter().map(|r| &r.unit).collect();
-    let unfinished = PartialUnit::read_unfinished(&dir.join(UNITS), experiment, &finished);
-    write_all(dir, experiment, &samples, &finished, &unfinished)
+    let unfinished = PartialUnit::read_unfinished(&dir.join(UNITS), outline, &finished);
+    write_all(dir, outline, &samples, &finished, &unfinished)
 }
 
 /// The tables, the report and its charts of `samples` into `dir`.
 fn write_all(
     dir: &Path,
-    experiment: &Outline,
+    outline: &Outline,
     samples: &[RequestSample],
     finished: &[&Unit],
     unfinished: &[PartialUnit],
 ) -> Result<Published> {
-    let tables = tables::write_tables(dir, experiment, samples)?;
-    let summary = report::in_experiment_order(&tables.summary, experiment);
-    let noise = timing_noise::verify_spread(experiment, samples);
-    let head_to_head = head_to_head::compare(experiment, samples);
+    let tables = tables::write_tables(dir, outline, samples)?;
+    let summary = report::in_experiment_order(&tables.summary, outline);
+    let noise = timing_noise::verify_spread(outline, samples);
+    let head_to_head = head_to_head::compare(outline, samples);
     report::write(
         dir,
-        experiment,
+        outline,
         &ReportInputs {
             rows: &summary,
             noise: noise.as_ref(),
@@ -81,15 +81,15 @@ fn write_all(
 /// finished units.
 pub fn republish(dir: &Path) -> Result<Published> {
     let _lock = FolderLock::acquire(dir, "report")?;
-    let experiment = recorded_experiment(dir)?.outline();
+    let outline = recorded_experiment(dir)?.outline();
     ensure!(
         Marker::read(dir)?.is_some_and(|m| m.proven(dir)),
         "{}: its marker does not prove sharpdraft wrote this folder (copied, written by hand, or by an older version): refusing to rewrite its tables and report; `sharpdraft report {} --out NEW` rebuilds them in a new folder",
         dir.display(),
         dir.display()
     );
-    let records = UnitRecord::read_belonging(&dir.join(UNITS), &experiment)?;
-    publish(dir, &experiment, &records)
+    let records = UnitRecord::read_belonging(&dir.join(UNITS), &outline)?;
+    publish(dir, &outline, &records)
 }
 
 /// The experiment and requests of `source`: a run folder's finished units, or a results folder's
@@ -98,10 +98,10 @@ pub fn republish(dir: &Path) -> Result<Published> {
 fn read_source(source: &Path) -> Result<(Outline, Vec<RequestSample>)> {
     let is_run = Marker::read(source)?.is_some_and(|m| m.kind == RUN_KIND);
     if is_run {
-        let experiment = recorded_experiment(source)?.outline();
-        let records = UnitRecord::read_belonging(&source.join(UNITS), &experiment)?;
-        let samples = samples::from_units(&experiment, &records);
-        return Ok((experiment, samples));
+        let outline = recorded_experiment(source)?.outline();
+        let records = UnitRecord::read_belonging(&source.join(UNITS), &outline)?;
+        let samples = samples::from_units(&outline, &records);
+        return Ok((outline, samples));
     }
     let record = source.join(EXPERIMENT_RECORD);
     let results_path = source.join(RESULTS);
@@ -111,7 +111,7 @@ fn read_source(source: &Path) -> Result<(Outline, Vec<RequestSample>)> {
             source.display()
         );
     }
-    let experiment = experiment_record(&record)?.outline();
+    let outline = experiment_record(&record)?.outline();
     let results = Table::read_parquet(&results_path)?;
     let cycles_path = source.join(CYCLES);
     let cycles = match cycles_path.is_file() {
@@ -126,17 +126,17 @@ fn read_source(source: &Path) -> Result<(Outline, Vec<RequestSample>)> {
     )?;
     if let Some(other) = samples
         .iter()
-        .find(|s| s.provenance.config_hash != experiment.hash())
+        .find(|s| s.provenance.config_hash != outline.hash())
     {
         bail!(
             "{}: a row of config hash {}, not {}'s {}: the tables and the experiment record are of different runs",
             results_path.display(),
             other.provenance.config_hash,
             record.display(),
-            experiment.hash()
+            outline.hash()
         );
     }
-    Ok((experiment, samples))
+    Ok((outline, samples))
 }
 
 /// `sharpdraft report SOURCE --out OUT`: the experiment record, the four tables, the report and its
@@ -147,7 +147,7 @@ pub fn report_into(source: &Path, out: &Path) -> Result<Published> {
         true => Some(FolderLock::acquire(source, "report")?),
         false => None,
     };
-    let (experiment, samples) = read_source(source)?;
+    let (outline, samples) = read_source(source)?;
     output_folder::claim(out, REPORT_KIND, &[source])?;
     let staging = Staging::new(out)?;
     let record = source.join(EXPERIMENT_RECORD);
@@ -155,8 +155,8 @@ pub fn report_into(source: &Path, out: &Path) -> Result<Published> {
         .with_context(|| format!("copying {}", record.display()))?;
     let finished: BTreeSet<&Unit> = samples.iter().map(|s| &s.unit).collect();
     let finished: Vec<&Unit> = finished.into_iter().collect();
-    let published = write_all(staging.path(), &experiment, &samples, &finished, &[])?;
-    let mut marker = Marker::new(REPORT_KIND, true, experiment.name.clone());
+    let published = write_all(staging.path(), &outline, &samples, &finished, &[])?;
+    let mut marker = Marker::new(REPORT_KIND, true, outline.name.clone());
     staging.commit(&mut marker, true)?;
     Ok(published)
 }
