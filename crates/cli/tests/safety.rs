@@ -398,7 +398,15 @@ fn lengths_beyond_the_targets_context_are_refused_with_the_numbers() {
 fn zero_tokens_or_prompts_are_refused_rather_than_answered_with_a_token_or_a_nan_row() {
     let Some(_) = target_dir() else { return };
     for drafting in [&[][..], &["--drafter", TARGET, "--method", "vanilla"][..]] {
-        let mut args = vec!["generate", "--target", TARGET, "--prompt", "Hi", "--max-new-tokens", "0"];
+        let mut args = vec![
+            "generate",
+            "--target",
+            TARGET,
+            "--prompt",
+            "Hi",
+            "--max-new-tokens",
+            "0",
+        ];
         args.extend_from_slice(drafting);
         assert_clear_error(&sharpdraft(&args), &["--max-new-tokens 0"]);
     }
@@ -408,13 +416,24 @@ fn zero_tokens_or_prompts_are_refused_rather_than_answered_with_a_token_or_a_nan
     let prompts = prompts.to_str().unwrap();
     let tau = |extra: &[&str]| {
         let mut args = vec![
-            "tau", "--target", TARGET, "--drafter", TARGET, "--method", "vanilla", "--prompts", prompts,
+            "tau",
+            "--target",
+            TARGET,
+            "--drafter",
+            TARGET,
+            "--method",
+            "vanilla",
+            "--prompts",
+            prompts,
         ];
         args.extend_from_slice(extra);
         sharpdraft(&args)
     };
     assert_clear_error(&tau(&["--count", "0"]), &["--count 0"]);
-    assert_clear_error(&tau(&["--count", "1", "--contexts", "0,0"]), &["lists 0 twice"]);
+    assert_clear_error(
+        &tau(&["--count", "1", "--contexts", "0,0"]),
+        &["lists 0 twice"],
+    );
     // A filler too short for the context names the file and the flags to change.
     let filler = dir.path().join("short.txt");
     std::fs::write(&filler, "Only a few words of filler.").unwrap();
@@ -758,7 +777,10 @@ fn a_kernel_form_the_cpu_cannot_run_stops_a_command_and_the_one_that_ran_is_repo
             .unwrap()
     };
     for form in ["neon", "sse", "AVX512"] {
-        assert_clear_error(&run(form, &["fetch", "--list"]), &["SHARPDRAFT_KERNEL", form, "libtorch"]);
+        assert_clear_error(
+            &run(form, &["fetch", "--list"]),
+            &["SHARPDRAFT_KERNEL", form, "libtorch"],
+        );
     }
     assert_success(&run("libtorch", &["fetch", "--list"]));
     let Some(_) = target_dir() else { return };
@@ -766,17 +788,41 @@ fn a_kernel_form_the_cpu_cannot_run_stops_a_command_and_the_one_that_ran_is_repo
         assert_success(&out);
         serde_json::from_slice(&out.stdout).unwrap()
     };
-    for form in sharpdraft_kernel::KernelForm::ALL.into_iter().filter(|f| f.available()) {
+    for form in sharpdraft_kernel::KernelForm::ALL
+        .into_iter()
+        .filter(|f| f.available())
+    {
         // A decode step's LM head takes the kernel on any model: the form asked for ran.
         let generated = run(
             form.name(),
-            &["generate", "--target", TARGET, "--prompt", "Hi", "--max-new-tokens", "2", "--json"],
+            &[
+                "generate",
+                "--target",
+                TARGET,
+                "--prompt",
+                "Hi",
+                "--max-new-tokens",
+                "2",
+                "--json",
+            ],
         );
         assert_eq!(report(generated)["kernel"], form.name());
         // bench rows multiplies the LM head by 5 rows through the kernel itself: that form ran.
         let rows = run(
             form.name(),
-            &["bench", "rows", "--target", TARGET, "--rows", "5", "--context", "16", "--repeats", "1", "--json"],
+            &[
+                "bench",
+                "rows",
+                "--target",
+                TARGET,
+                "--rows",
+                "5",
+                "--context",
+                "16",
+                "--repeats",
+                "1",
+                "--json",
+            ],
         );
         assert_eq!(report(rows)["kernel"], form.name());
     }

@@ -4,15 +4,14 @@ mod common;
 
 use common::*;
 use sharpdraft_draft::adaptation::{
-    Adaptable, AdaptOptions, AdaptMode, AdaptingDrafter, LearnFrom, LoraForm, OnlineObjective,
+    AdaptMode, AdaptOptions, Adaptable, AdaptingDrafter, LearnFrom, LoraForm, OnlineObjective,
     UpdateUnit,
 };
+use sharpdraft_draft::DrafterKind;
 use sharpdraft_draft::{Drafter, TreeShape};
 use sharpdraft_model::{CausalLm, Sampling};
-use sharpdraft_draft::DrafterKind;
 use std::path::Path;
 use tch::Tensor;
-
 
 const METHODS: [DrafterKind; 4] = [
     DrafterKind::Vanilla,
@@ -32,7 +31,12 @@ fn write(method: DrafterKind, dir: &Path, target: &CausalLm) {
 }
 
 /// The plain drafter of `method` from `dir`, drafting chains of 3.
-fn plain(method: DrafterKind, dir: &Path, target: &CausalLm, sampling: Sampling) -> Box<dyn Adaptable> {
+fn plain(
+    method: DrafterKind,
+    dir: &Path,
+    target: &CausalLm,
+    sampling: Sampling,
+) -> Box<dyn Adaptable> {
     match method {
         DrafterKind::Vanilla => Box::new(vanilla("qwen2", target, 3, sampling)),
         DrafterKind::Eagle3 => Box::new(eagle3(dir, target, TreeShape::chain(3), sampling)),
@@ -392,7 +396,10 @@ fn sampled_decoding_stays_lossless_while_the_drafter_adapts() {
             let out = spec(&target, &mut drafter, &SHORT_PROMPT, 8, sampled(seed));
             counts[out.ids[1] as usize] += 1;
         }
-        assert!(drafter.stats().adaptation.unwrap().updates > 100, "{method:?}");
+        assert!(
+            drafter.stats().adaptation.unwrap().updates > 100,
+            "{method:?}"
+        );
         assert!(
             chi_square_p_value(&counts, &exact) > 1e-3,
             "{method:?}: {counts:?}"
@@ -409,9 +416,7 @@ fn every_methods_objective_trains_the_drafters_own_weights_not_a_copy() {
         let drafter = plain(method, dir.path(), &target, Sampling::greedy());
         let held: std::collections::HashMap<String, Tensor> =
             drafter.variables().into_iter().collect();
-        let objective = drafter
-            .objective(settings(method), &target.net, 0)
-            .unwrap();
+        let objective = drafter.objective(settings(method), &target.net, 0).unwrap();
         let trained = objective.parameters();
         assert!(!trained.is_empty(), "{method:?}");
         for (name, weight) in trained {
@@ -433,9 +438,17 @@ fn a_drafter_asked_to_adapt_with_another_methods_objective_is_refused_by_name() 
     let dir = tempfile::tempdir().unwrap();
     write(DrafterKind::Dflash, dir.path(), &target);
     let drafter = plain(DrafterKind::Dflash, dir.path(), &target, Sampling::greedy());
-    let error = AdaptingDrafter::new(drafter, &target.net, OnlineObjective::Vanilla, eager(AdaptMode::Full))
-        .err()
-        .expect("a vanilla objective over a DFlash drafter is refused")
-        .to_string();
-    assert!(error.contains("dflash") && error.contains("Vanilla"), "{error}");
+    let error = AdaptingDrafter::new(
+        drafter,
+        &target.net,
+        OnlineObjective::Vanilla,
+        eager(AdaptMode::Full),
+    )
+    .err()
+    .expect("a vanilla objective over a DFlash drafter is refused")
+    .to_string();
+    assert!(
+        error.contains("dflash") && error.contains("Vanilla"),
+        "{error}"
+    );
 }

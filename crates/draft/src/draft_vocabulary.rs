@@ -122,7 +122,12 @@ impl DraftVocabulary {
                 vec![self.d2t.len()],
                 self.d2t.iter().flat_map(|v| v.to_le_bytes()).collect(),
             ),
-            ("t2d".into(), safetensors::Dtype::BOOL, vec![holds.len()], holds),
+            (
+                "t2d".into(),
+                safetensors::Dtype::BOOL,
+                vec![holds.len()],
+                holds,
+            ),
         ]
     }
 }

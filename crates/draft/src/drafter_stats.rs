@@ -25,7 +25,10 @@ impl DrafterStats {
         DrafterStats {
             cache_bytes,
             forward_seconds,
-            weight_bytes: weights.iter().map(|(_, t)| t.numel() * t.kind().elt_size_in_bytes()).sum(),
+            weight_bytes: weights
+                .iter()
+                .map(|(_, t)| t.numel() * t.kind().elt_size_in_bytes())
+                .sum(),
             adaptation: None,
         }
     }

@@ -41,8 +41,14 @@ mod tests {
 
     #[test]
     fn flag_values_are_spelt_as_in_yaml_with_dashes_allowed() {
-        assert_eq!(yaml_value::<Divergence>("reverse-kl"), Ok(Divergence::ReverseKl));
-        assert_eq!(yaml_value::<Divergence>("forward_kl"), Ok(Divergence::ForwardKl));
+        assert_eq!(
+            yaml_value::<Divergence>("reverse-kl"),
+            Ok(Divergence::ReverseKl)
+        );
+        assert_eq!(
+            yaml_value::<Divergence>("forward_kl"),
+            Ok(Divergence::ForwardKl)
+        );
         assert!(yaml_value::<Divergence>("partial").is_err());
     }
 

@@ -28,7 +28,7 @@ pub use mass::{top_k_mass, TopKMass};
 pub use model_a::{CorrectionReach, ModelA, PlantedKeys};
 pub use model_b::ModelB;
 pub use schedule::{
-    llama4_scale, logn_scale, scale_at, yarn_scale, Beta, DataFingerprint, ExactScales, ScaleSchedule,
-    LLAMA4_ATTN_SCALE, LLAMA4_FLOOR_SCALE,
+    llama4_scale, logn_scale, scale_at, yarn_scale, Beta, DataFingerprint, ExactScales,
+    ScaleSchedule, LLAMA4_ATTN_SCALE, LLAMA4_FLOOR_SCALE,
 };
 pub use slopes::{DeployedSlopes, SlopesInC};

@@ -67,7 +67,10 @@ fn llama4s_factor_follows_its_formula_at_n0_4n0_and_64n0_and_is_one_below_its_fl
         assert_eq!(llama4_scale(n, n0, 0.1), 1.0, "below the floor, n {n}");
     }
     // A step function: constant between multiples of the floor.
-    assert_eq!(llama4_scale(8192.0, n0, 0.1), llama4_scale(16383.0, n0, 0.1));
+    assert_eq!(
+        llama4_scale(8192.0, n0, 0.1),
+        llama4_scale(16383.0, n0, 0.1)
+    );
 }
 
 #[test]
@@ -75,7 +78,10 @@ fn yarns_factor_is_the_square_of_its_mscale_past_n0_and_one_at_or_below_it() {
     let n0 = 256.0;
     for ratio in [4.0f64, 64.0] {
         let m = 1.0 + 0.1 * ratio.ln();
-        assert!((yarn_scale(ratio * n0, n0) - m * m).abs() < 1e-12, "ratio {ratio}");
+        assert!(
+            (yarn_scale(ratio * n0, n0) - m * m).abs() < 1e-12,
+            "ratio {ratio}"
+        );
     }
     for n in [1.0, 100.0, 256.0] {
         assert_eq!(yarn_scale(n, n0), 1.0, "n {n}");

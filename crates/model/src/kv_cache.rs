@@ -217,10 +217,14 @@ impl KvCache {
                     .min(self.capacity - self.evicted),
             );
         }
-        crate::time_split::mark(crate::time_split::Step::CacheWrite, || 0, || {
-            self.keys[layer].narrow(1, held, rows).f_copy_(k)?;
-            self.values[layer].narrow(1, held, rows).f_copy_(v)
-        })?;
+        crate::time_split::mark(
+            crate::time_split::Step::CacheWrite,
+            || 0,
+            || {
+                self.keys[layer].narrow(1, held, rows).f_copy_(k)?;
+                self.values[layer].narrow(1, held, rows).f_copy_(v)
+            },
+        )?;
         Ok((
             self.keys[layer].narrow(1, 0, needed),
             self.values[layer].narrow(1, 0, needed),

@@ -283,7 +283,11 @@ impl Transformer {
 
     /// Token embeddings `[T, hidden]` (drafters that share the target's embedding call this).
     pub fn embed(&self, ids: &Tensor) -> Tensor {
-        time_split::mark(Step::Embedding, || 0, || self.embed_tokens.index_select(0, ids))
+        time_split::mark(
+            Step::Embedding,
+            || 0,
+            || self.embed_tokens.index_select(0, ids),
+        )
     }
 
     /// Final norm + LM head on hidden states `[T, hidden]` -> `[T, vocab]` f32.
@@ -293,7 +297,9 @@ impl Transformer {
 
     /// The LM head's weight `[vocab, hidden]` (the embedding when the head is tied to it).
     pub fn lm_head_weight(&self) -> &Tensor {
-        self.lm_head.as_ref().map_or(&self.embed_tokens, |h| &h.weight)
+        self.lm_head
+            .as_ref()
+            .map_or(&self.embed_tokens, |h| &h.weight)
     }
 
     /// The LM head alone on already-normalised states `[T, hidden]` -> `[T, vocab]` f32 (DFlash applies
@@ -396,7 +402,12 @@ impl Transformer {
                         factors: factors.as_ref(),
                     };
                     let x = &x
-                        + self.attention(&layer.self_attn, &attn_in, step, observer.as_deref_mut())?;
+                        + self.attention(
+                            &layer.self_attn,
+                            &attn_in,
+                            step,
+                            observer.as_deref_mut(),
+                        )?;
                     let mlp_in = layer.post_attention_layernorm.forward(&x);
                     Ok(&x + layer.mlp.forward(&mlp_in))
                 },
@@ -422,7 +433,10 @@ impl Transformer {
                 h.ok_or_else(|| {
                     ModelError::tensor(
                         "tap",
-                        format!("{tap:?} is outside the model's {} layers", self.layers.len()),
+                        format!(
+                            "{tap:?} is outside the model's {} layers",
+                            self.layers.len()
+                        ),
                     )
                 })
             })
@@ -484,9 +498,13 @@ impl Transformer {
                 observer.observe(step.layer, &view);
             }
         }
-        Ok(attn
-            .o_proj
-            .forward(&attend_visible(&q, &keys, &values, step.visible, softmax_scale)))
+        Ok(attn.o_proj.forward(&attend_visible(
+            &q,
+            &keys,
+            &values,
+            step.visible,
+            softmax_scale,
+        )))
     }
 }
 

@@ -198,7 +198,8 @@ fn fill(
                     ));
                     continue;
                 }
-                in_place_bytes += set_variable(var, view.data(), &shape, kind, in_place, map, base)?;
+                in_place_bytes +=
+                    set_variable(var, view.data(), &shape, kind, in_place, map, base)?;
             }
         }
         Ok(())

@@ -10,10 +10,16 @@ use tch::{Device, Kind, Tensor};
 
 /// Runs `check` once in each kernel form this CPU runs; says which it cannot.
 fn in_every_form(check: fn()) {
-    for form in KernelForm::ALL.into_iter().filter(|f| *f != KernelForm::Libtorch) {
+    for form in KernelForm::ALL
+        .into_iter()
+        .filter(|f| *f != KernelForm::Libtorch)
+    {
         match kernel_form::with_form(form, check) {
             Ok(()) => {}
-            Err(_) => sharpdraft_testing::skip_for_this_machine(format!("this CPU has no {}", form.name())),
+            Err(_) => sharpdraft_testing::skip_for_this_machine(format!(
+                "this CPU has no {}",
+                form.name()
+            )),
         }
     }
 }
@@ -34,7 +40,11 @@ fn products_match_libtorch() {
         for rows in few_rows::ROWS {
             let x = Tensor::randn([rows, inputs], (Kind::Float, Device::Cpu));
             let Some(got) = few_rows::linear(&x, &weight, 2) else {
-                sharpdraft_testing::skip_cpu_form(sharpdraft_kernel::KernelForm::best() != sharpdraft_kernel::KernelForm::Libtorch, "this CPU runs no form of the kernel");
+                sharpdraft_testing::skip_cpu_form(
+                    sharpdraft_kernel::KernelForm::best()
+                        != sharpdraft_kernel::KernelForm::Libtorch,
+                    "this CPU runs no form of the kernel",
+                );
                 return;
             };
             let want = x.linear::<Tensor>(&weight, None);
@@ -64,7 +74,10 @@ fn bf16_products_are_exact_to_bf16_rounding() {
     let _guard = tch::no_grad_guard();
     tch::manual_seed(1);
     if !few_rows::takes_rows(1, Device::Cpu, Kind::BFloat16) {
-        sharpdraft_testing::skip_cpu_form(sharpdraft_kernel::KernelForm::best() != sharpdraft_kernel::KernelForm::Libtorch, "this CPU runs no form of the kernel");
+        sharpdraft_testing::skip_cpu_form(
+            sharpdraft_kernel::KernelForm::best() != sharpdraft_kernel::KernelForm::Libtorch,
+            "this CPU runs no form of the kernel",
+        );
         return;
     }
     // Widths that are and are not multiples of the 16 or 32 weights a load reads.
@@ -150,12 +163,19 @@ fn a_verification_pass_with_the_kernel_gives_libtorchs_logits_and_leaves_its_thr
     };
     // The fixture is tiny (it keeps libtorch's products by itself): the kernel is forced for the pass.
     let libtorch = few_rows::without_kernel(pass);
-    for form in KernelForm::ALL.into_iter().filter(|f| *f != KernelForm::Libtorch) {
+    for form in KernelForm::ALL
+        .into_iter()
+        .filter(|f| *f != KernelForm::Libtorch)
+    {
         let Ok(with_kernel) = kernel_form::with_form(form, || few_rows::with_kernel(pass)) else {
             sharpdraft_testing::skip_for_this_machine(format!("this CPU has no {}", form.name()));
             continue;
         };
-        assert!(max_abs_diff(&with_kernel, &libtorch) < 1e-4, "{}", form.name());
+        assert!(
+            max_abs_diff(&with_kernel, &libtorch) < 1e-4,
+            "{}",
+            form.name()
+        );
     }
     assert_eq!(tch::get_num_threads(), threads);
 }
@@ -170,19 +190,33 @@ fn a_rows_product_is_the_same_to_the_bit_whatever_number_of_rows_shares_the_pass
 fn the_libtorch_form_declines_every_product_and_unknown_or_missing_forms_are_refused_by_name() {
     let weight = Tensor::randn([64, 32], (Kind::Float, Device::Cpu));
     let x = Tensor::randn([5, 32], (Kind::Float, Device::Cpu));
-    let declined = kernel_form::with_form(KernelForm::Libtorch, || few_rows::linear(&x, &weight, 2));
+    let declined =
+        kernel_form::with_form(KernelForm::Libtorch, || few_rows::linear(&x, &weight, 2));
     assert!(declined.unwrap().is_none(), "libtorch keeps every product");
-    assert_eq!(kernel_form::parse("libtorch").unwrap(), KernelForm::Libtorch);
+    assert_eq!(
+        kernel_form::parse("libtorch").unwrap(),
+        KernelForm::Libtorch
+    );
     // A form of another architecture: this CPU does not have it.
-    let foreign = if cfg!(target_arch = "aarch64") { "avx2" } else { "neon" };
+    let foreign = if cfg!(target_arch = "aarch64") {
+        "avx2"
+    } else {
+        "neon"
+    };
     for (value, words) in [
         ("sse", "not a kernel form"),
         (foreign, "does not have it"),
         ("AVX2", "not a kernel form"),
     ] {
         let error = kernel_form::parse(value).unwrap_err().to_string();
-        assert!(error.contains("SHARPDRAFT_KERNEL") && error.contains(words), "{value}: {error}");
-        assert!(error.contains("libtorch"), "lists what this CPU runs: {error}");
+        assert!(
+            error.contains("SHARPDRAFT_KERNEL") && error.contains(words),
+            "{value}: {error}"
+        );
+        assert!(
+            error.contains("libtorch"),
+            "lists what this CPU runs: {error}"
+        );
     }
     for form in KernelForm::ALL {
         match kernel_form::parse(form.name()) {
@@ -214,7 +248,11 @@ fn products_do_not_depend_on_the_row_count() {
             let most = *rows.last().expect("some row counts");
             let x = Tensor::randn([most, inputs], (Kind::Float, Device::Cpu)).to_kind(kind);
             let Some(all) = few_rows::linear(&x, &weight, 2) else {
-                sharpdraft_testing::skip_cpu_form(sharpdraft_kernel::KernelForm::best() != sharpdraft_kernel::KernelForm::Libtorch, "this CPU runs no form of the kernel");
+                sharpdraft_testing::skip_cpu_form(
+                    sharpdraft_kernel::KernelForm::best()
+                        != sharpdraft_kernel::KernelForm::Libtorch,
+                    "this CPU runs no form of the kernel",
+                );
                 return;
             };
             for &r in &rows {
@@ -236,13 +274,20 @@ fn an_lm_head_of_any_few_rows_takes_the_kernel_and_gives_libtorchs_logits() {
         for rows in 1..=few_rows::HEAD_ROWS {
             let x = x.narrow(0, 0, rows);
             let want = x.matmul(&weight.transpose(0, 1));
-            let got = few_rows::head(&x, &weight).expect("a head of up to 16 rows takes the kernel");
+            let got =
+                few_rows::head(&x, &weight).expect("a head of up to 16 rows takes the kernel");
             assert!(max_abs_diff(&got, &want) < 1e-4, "{rows} rows");
         }
         let many = Tensor::randn([few_rows::HEAD_ROWS + 1, 96], (Kind::Float, Device::Cpu));
-        assert!(few_rows::head(&many, &weight).is_none(), "more rows stay with libtorch");
+        assert!(
+            few_rows::head(&many, &weight).is_none(),
+            "more rows stay with libtorch"
+        );
         let bypassed = few_rows::without_kernel(|| few_rows::head(&x.narrow(0, 0, 2), &weight));
-        assert!(bypassed.is_none(), "the libtorch baseline keeps its own head");
+        assert!(
+            bypassed.is_none(),
+            "the libtorch baseline keeps its own head"
+        );
     });
 }
 

@@ -5,7 +5,13 @@ use sharpdraft_model::attention::attend;
 use tch::{Device, Kind, Tensor};
 
 /// Plain attention: every query head over its key head's keys, repeated.
-fn reference(q: &Tensor, keys: &Tensor, values: &Tensor, visible: Option<&Tensor>, scale: f64) -> Tensor {
+fn reference(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    visible: Option<&Tensor>,
+    scale: f64,
+) -> Tensor {
     let (heads, rows, dim) = q.size3().unwrap();
     let group = heads / keys.size()[0];
     let keys = keys.repeat_interleave_self_int(group, 0, None);
@@ -24,7 +30,9 @@ fn reference(q: &Tensor, keys: &Tensor, values: &Tensor, visible: Option<&Tensor
 #[test]
 fn grouped_attention_of_a_few_rows_equals_attention_over_repeated_keys_and_values() {
     tch::manual_seed(3);
-    for (heads, kv_heads, rows, length) in [(9, 3, 1, 40), (9, 3, 4, 300), (12, 2, 16, 64), (4, 1, 7, 7)] {
+    for (heads, kv_heads, rows, length) in
+        [(9, 3, 1, 40), (9, 3, 4, 300), (12, 2, 16, 64), (4, 1, 7, 7)]
+    {
         let q = Tensor::randn([heads, rows, 16], (Kind::Float, Device::Cpu));
         let keys = Tensor::randn([kv_heads, length, 16], (Kind::Float, Device::Cpu));
         let values = Tensor::randn([kv_heads, length, 16], (Kind::Float, Device::Cpu));
@@ -36,7 +44,11 @@ fn grouped_attention_of_a_few_rows_equals_attention_over_repeated_keys_and_value
             let got = attend(&q, &keys, &values, mask, 0.25);
             let want = reference(&q, &keys, &values, mask, 0.25);
             let diff = (got - want).abs().max().double_value(&[]);
-            assert!(diff < 1e-5, "{heads}/{kv_heads} heads, {rows} rows, mask {}: {diff}", mask.is_some());
+            assert!(
+                diff < 1e-5,
+                "{heads}/{kv_heads} heads, {rows} rows, mask {}: {diff}",
+                mask.is_some()
+            );
         }
     }
 }

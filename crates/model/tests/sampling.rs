@@ -163,7 +163,13 @@ fn temperatures_are_taken_from_greedy_to_the_bound_and_nothing_else() {
     for t in [0.0, 0.7, 1.0, MAX_TEMPERATURE] {
         assert!(is_valid_temperature(t), "{t}");
     }
-    for t in [-0.1, MAX_TEMPERATURE + 0.5, f64::NAN, f64::INFINITY, 4294967296.0] {
+    for t in [
+        -0.1,
+        MAX_TEMPERATURE + 0.5,
+        f64::NAN,
+        f64::INFINITY,
+        4294967296.0,
+    ] {
         assert!(!is_valid_temperature(t), "{t}");
     }
 }

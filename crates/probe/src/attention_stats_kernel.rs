@@ -137,8 +137,11 @@ pub fn compile(arch: Option<&'static str>) -> Result<Ptx> {
         name: Some("attention_stats.cu".into()),
         ..Default::default()
     };
-    compile_ptx_with_opts(SOURCE, options)
-        .map_err(|e| ProbeError::Invalid(format!("probe: kernels/attention_stats.cu does not compile: {e}")))
+    compile_ptx_with_opts(SOURCE, options).map_err(|e| {
+        ProbeError::Invalid(format!(
+            "probe: kernels/attention_stats.cu does not compile: {e}"
+        ))
+    })
 }
 
 fn cuda_error(what: &str) -> impl Fn(cudarc::driver::DriverError) -> ProbeError + '_ {

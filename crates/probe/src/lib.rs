@@ -16,7 +16,7 @@ pub mod subjects;
 
 pub use attention_stats_kernel::AttentionStatsKernel;
 pub use calibration_input::head_stats;
+pub use error::ProbeError;
 pub use length_bins::LengthBins;
 pub use recorder::{BinRecord, CurveRecord, ProbeRecorder, ProbeSettings, RowFilter};
-pub use error::ProbeError;
 pub use subjects::{probe_sequence, Subject};

@@ -107,5 +107,7 @@ fn target_features(
 ) -> Result<Tensor> {
     let mut cache = target.new_cache(tokens.len() as i64);
     let (_, hidden) = prefill_with_taps(target, tokens, &mut cache, &taps)?;
-    hidden.ok_or_else(|| ProbeError::Invalid("probe: the drafter asked for no target features".into()))
+    hidden.ok_or_else(|| {
+        ProbeError::Invalid("probe: the drafter asked for no target features".into())
+    })
 }

@@ -644,7 +644,11 @@ fn heat_colour(v: f64) -> RGBColor {
         return RGBColor(230, 230, 230);
     }
     // Three stops of viridis: (68, 1, 84), (33, 145, 140), (253, 231, 37).
-    let stops = [(68.0, 1.0, 84.0), (33.0, 145.0, 140.0), (253.0, 231.0, 37.0)];
+    let stops = [
+        (68.0, 1.0, 84.0),
+        (33.0, 145.0, 140.0),
+        (253.0, 231.0, 37.0),
+    ];
     let x = v.clamp(0.0, 1.0) * 2.0;
     let (a, b, t) = if x < 1.0 {
         (stops[0], stops[1], x)
@@ -669,7 +673,11 @@ pub fn heat_map(path: &Path, title: &str, panels: &[HeatPanel]) -> Result<()> {
         let (title_area, grid) = root.split_vertically(TITLE_HEIGHT);
         if text {
             title_area
-                .draw_text(title, &("sans-serif", 22).into_text_style(&title_area), (16, 10))
+                .draw_text(
+                    title,
+                    &("sans-serif", 22).into_text_style(&title_area),
+                    (16, 10),
+                )
                 .map_err(|e| plot(&e))?;
         }
         for (panel, area) in panels.iter().zip(grid.split_evenly((rows, columns))) {

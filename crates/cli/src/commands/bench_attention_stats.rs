@@ -121,9 +121,19 @@ fn check(args: &AttentionStatsBenchArgs) -> Result<()> {
     ensure_within("heads", args.heads, 1, 1024)?;
     ensure_within("kv-heads", args.kv_heads, 1, args.heads)?;
     ensure_within("head-dim", args.head_dim, 1, 4096)?;
-    ensure_within("rows", args.rows, 1, MOST_ELEMENTS / (args.heads * args.head_dim))?;
+    ensure_within(
+        "rows",
+        args.rows,
+        1,
+        MOST_ELEMENTS / (args.heads * args.head_dim),
+    )?;
     for &keys in &args.keys {
-        ensure_within("keys", keys, args.rows, MOST_ELEMENTS / (args.kv_heads * args.head_dim))?;
+        ensure_within(
+            "keys",
+            keys,
+            args.rows,
+            MOST_ELEMENTS / (args.kv_heads * args.head_dim),
+        )?;
     }
     // The first row sees the fewest keys: keys - rows + 1 of the shortest context.
     let fewest_visible = args.keys.iter().copied().min().unwrap_or(args.rows) - args.rows + 1;
@@ -157,7 +167,14 @@ pub fn run(args: &AttentionStatsBenchArgs) -> Result<()> {
     };
     let mut measurements = Vec::new();
     for &keys in &args.keys {
-        let measurement = measure_at(args, keys, kernel.as_ref(), &scales, device, &mut kernel_unavailable)?;
+        let measurement = measure_at(
+            args,
+            keys,
+            kernel.as_ref(),
+            &scales,
+            device,
+            &mut kernel_unavailable,
+        )?;
         measurements.push(measurement);
     }
     let report = Report {
@@ -278,8 +295,7 @@ fn print_table(report: &Report) {
     }
     println!("| keys | libtorch ms | kernel ms | kernel speed-up | max |M_k diff| |");
     println!("|---|---|---|---|---|");
-    let cell =
-        |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+    let cell = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
     for m in &report.measurements {
         println!(
             "| {} | {:.2} | {} | {} | {} |",

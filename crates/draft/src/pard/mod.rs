@@ -9,12 +9,12 @@
 
 pub mod train;
 
-use sharpdraft_model::time_split::{self, Step};
 use crate::causal_drafting::{self, feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
 use crate::vanilla::check_same_vocabulary;
+use sharpdraft_model::time_split::{self, Step};
 use sharpdraft_model::{CausalLm, KeySelection, KvCache, LogitRows, Sampler};
 use tch::{Device, Tensor};
 
@@ -108,10 +108,14 @@ impl Drafter for PardDrafter {
         self.forward_seconds += seconds;
         // Drop the mask slots: the cache keeps exactly the committed tokens.
         self.cache.truncate(committed_len)?;
-        let predictions = time_split::mark(Step::Sampling, || 0, || {
-            let rows = logits.narrow(0, real - 1, self.draft_len as i64);
-            Vec::<i64>::try_from(rows.argmax(-1, false).to_device(Device::Cpu))
-        })?;
+        let predictions = time_split::mark(
+            Step::Sampling,
+            || 0,
+            || {
+                let rows = logits.narrow(0, real - 1, self.draft_len as i64);
+                Vec::<i64>::try_from(rows.argmax(-1, false).to_device(Device::Cpu))
+            },
+        )?;
         Ok(Proposal::chain(predictions, None))
     }
 

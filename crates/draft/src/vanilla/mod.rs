@@ -8,11 +8,11 @@
 
 pub mod train;
 
-use sharpdraft_model::time_split::{self, Step};
 use crate::causal_drafting::{self, feed, prefill_before_root};
 use crate::drafter::{DraftContext, DraftError, Drafter, Feedback, Result};
 use crate::drafter_stats::DrafterStats;
 use crate::proposal::Proposal;
+use sharpdraft_model::time_split::{self, Step};
 use sharpdraft_model::{CausalLm, KeySelection, KvCache, LogitRows, Sampler, Sampling};
 use tch::Tensor;
 
@@ -139,13 +139,17 @@ impl Drafter for VanillaDrafter {
             // `unsure`: the drafter gives its draft less than `stop_below`. The probability is
             // computed only where a chain may end early (greedy: a softmax over the vocabulary).
             let (token, unsure) = if ctx.greedy {
-                time_split::mark(Step::Sampling, || 0, || {
-                    let token = logits.argmax(-1, false).int64_value(&[]);
-                    let unsure = self.stop_below.is_some_and(|threshold| {
-                        logits.softmax(-1, tch::Kind::Float).double_value(&[token]) < threshold
-                    });
-                    (token, unsure)
-                })
+                time_split::mark(
+                    Step::Sampling,
+                    || 0,
+                    || {
+                        let token = logits.argmax(-1, false).int64_value(&[]);
+                        let unsure = self.stop_below.is_some_and(|threshold| {
+                            logits.softmax(-1, tch::Kind::Float).double_value(&[token]) < threshold
+                        });
+                        (token, unsure)
+                    },
+                )
             } else {
                 let q = self.sampling.probabilities(&logits);
                 let token = sampler.sample_from(&q)?;

@@ -18,5 +18,5 @@ pub mod runner;
 
 pub use config::{Experiment, Setting};
 pub use grid::Shard;
-pub use sharpdraft_report::grid::{Arm, Unit};
 pub use runner::{run, RunOptions, RunOutcome};
+pub use sharpdraft_report::grid::{Arm, Unit};

@@ -320,7 +320,10 @@ fn last_level_cache_bytes() -> Option<usize> {
 
 /// `32768K`, `480M`, `1G` or plain bytes.
 pub fn parse_cache_size(text: &str) -> Option<usize> {
-    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let (digits, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
     let scale = match unit {
         "" => 1,
         "K" => 1 << 10,
@@ -407,10 +410,7 @@ pub(crate) fn product(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Ten
     let applies = inputs == weight_inputs
         && (1..=HEAD_ROWS).contains(&rows)
         && [x, weight].iter().all(|t| {
-            t.device() == Device::Cpu
-                && t.kind() == kind
-                && t.is_contiguous()
-                && !t.requires_grad()
+            t.device() == Device::Cpu && t.kind() == kind && t.is_contiguous() && !t.requires_grad()
         });
     if !applies {
         return None;
@@ -469,7 +469,9 @@ fn split_keys(
 ) {
     let parts = threads.clamp(1, keys.div_ceil(512)).min(cores());
     let per_part = keys.div_ceil(parts);
-    (parts, move |t: usize| (t * per_part).min(keys)..((t + 1) * per_part).min(keys))
+    (parts, move |t: usize| {
+        (t * per_part).min(keys)..((t + 1) * per_part).min(keys)
+    })
 }
 
 /// `queries [B, R, D] keys [B, L, D]` -> scores `[B, R, L]` f32 on this kernel
@@ -485,15 +487,20 @@ pub fn key_scores(queries: &Tensor, keys: &Tensor, threads: usize) -> Option<Ten
     let per_batch: Vec<Tensor> = (0..batch).map(|b| keys.get(b)).collect();
     let applies = (batch, width) == (key_batch, key_width)
         && rows >= 1
-        && [&queries, keys].iter().all(|t| {
-            t.device() == Device::Cpu && t.kind() == Kind::Float && !t.requires_grad()
-        })
+        && [&queries, keys]
+            .iter()
+            .all(|t| t.device() == Device::Cpu && t.kind() == Kind::Float && !t.requires_grad())
         && per_batch.iter().all(Tensor::is_contiguous);
     if !applies || !cpu_has_kernel() {
         return None;
     }
     let started = std::time::Instant::now();
-    let (batch, rows, keys, width) = (batch as usize, rows as usize, key_count as usize, width as usize);
+    let (batch, rows, keys, width) = (
+        batch as usize,
+        rows as usize,
+        key_count as usize,
+        width as usize,
+    );
     let out = Tensor::empty(
         [batch as i64, rows as i64, keys as i64],
         (Kind::Float, Device::Cpu),
@@ -593,9 +600,9 @@ pub fn weighted_sum(probs: &Tensor, values: &Tensor, threads: usize) -> Option<T
     let (value_batch, value_keys, width) = values.size3().ok()?;
     let per_batch: Vec<Tensor> = (0..batch).map(|b| values.get(b)).collect();
     let applies = (batch, keys) == (value_batch, value_keys)
-        && [probs, values].iter().all(|t| {
-            t.device() == Device::Cpu && t.kind() == Kind::Float && !t.requires_grad()
-        })
+        && [probs, values]
+            .iter()
+            .all(|t| t.device() == Device::Cpu && t.kind() == Kind::Float && !t.requires_grad())
         && probs.is_contiguous()
         && per_batch.iter().all(Tensor::is_contiguous);
     if !applies || !cpu_has_kernel() {
