@@ -768,8 +768,19 @@ impl Experiment {
 
     /// The drafter specification `method` runs `drafter` with.
     pub fn spec(&self, drafter: &DrafterEntry, method: &MethodEntry) -> Result<DrafterSpec> {
+        // Every field named: a drafting option added to `MethodEntry` does not compile until it is
+        // merged here (its type is the `DrafterSpec` field's own).
+        let MethodEntry {
+            name: _,
+            target_only: _,
+            beta_sweep: _,
+            scaling,
+            window,
+            retrieval,
+            adapt,
+        } = method;
         let mut spec = drafter.spec.clone();
-        if let Some(scaling) = &method.scaling {
+        if let Some(scaling) = scaling {
             let mut scaling = scaling.clone();
             if method.scales_with_drafter_schedule() {
                 let Some(schedule) = drafter.schedule.clone() else {
@@ -784,14 +795,14 @@ impl Experiment {
             }
             spec.scaling = scaling;
         }
-        if method.window.is_some() {
-            spec.window = method.window;
+        if window.is_some() {
+            spec.window = *window;
         }
-        if method.retrieval.is_some() {
-            spec.retrieval = method.retrieval.clone();
+        if retrieval.is_some() {
+            spec.retrieval = retrieval.clone();
         }
-        if method.adapt.is_some() {
-            spec.adapt = method.adapt.clone();
+        if adapt.is_some() {
+            spec.adapt = adapt.clone();
         }
         Ok(spec)
     }
