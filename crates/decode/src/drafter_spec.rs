@@ -32,6 +32,7 @@ use sharpdraft_draft::{
 use sharpdraft_model::generate::PromptPrefill;
 use sharpdraft_model::{parse_kind, CausalLm, KeySelection, QueryScaling, Sampling, ScaledQueries};
 use sharpdraft_store::registry;
+pub use struct_patch::{Patch, Status};
 
 fn default_draft_len() -> usize {
     DrafterSpec::DEFAULT_DRAFT_LEN
@@ -42,13 +43,23 @@ fn default_draft_len() -> usize {
 /// (`--drafter`), the scaling mode, and whether retrieval and adaptation are on apart, in the command's
 /// own arguments; their options are [`ScalingSpec`], [`RetrievalOptions`] and [`AdaptOptions`], which
 /// serve both too.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+///
+/// Its partial twin, [`DrafterSpecPatch`] (every field but what the drafter is, each optional), is what
+/// an experiment's method sets over each drafter's own specification, merged by `Patch::apply`: a
+/// drafting option added here is a method's option too.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args, Patch)]
 #[serde(deny_unknown_fields)]
+#[patch(attribute(derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)))]
+#[patch(attribute(serde(deny_unknown_fields)))]
+#[patch(attribute(
+    doc = "The drafting options a method of an experiment sets over each drafter's own specification (`scaling:`, `window:`, `adapt:` ... at the method's top level); the kind and the checkpoint stay the drafter's."
+))]
 pub struct DrafterSpec {
     /// The drafter's architecture: vanilla (a small LM, K passes per chain), eagle3 (an EAGLE-3 / 3.1
     /// head, chain or tree), pard (K tokens in one pass) or dflash (block_size - 1 tokens in one pass).
     /// (`method`, `--method`: its old spelling.)
     #[serde(alias = "method")]
+    #[patch(skip)]
     #[arg(
         long,
         alias = "method",
@@ -58,6 +69,7 @@ pub struct DrafterSpec {
     pub kind: DrafterKind,
     /// A known model name, a model made here (`$SHARPDRAFT_HOME/models/<name>`), or a folder.
     #[arg(skip)]
+    #[patch(skip)]
     pub checkpoint: String,
     /// Chain length K: vanilla, PARD, and EAGLE-3 without a tree. DFlash drafts its block size - 1.
     #[serde(default = "default_draft_len")]

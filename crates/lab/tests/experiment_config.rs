@@ -1,6 +1,7 @@
 //! Experiment YAML: strict keys with file, key and line in every error, blocks from files, the grid and
 //! its shards. No model is needed.
 
+use sharpdraft_lab::experiment::config::MethodEntry;
 use sharpdraft_lab::experiment::{Experiment, Shard};
 use sharpdraft_report::grid::{arms, units};
 use std::collections::BTreeSet;
@@ -142,6 +143,15 @@ fn an_unknown_key_is_named_with_its_file_path_and_line() {
     assert!(err.contains("exp.yaml"), "{err}");
     assert!(err.contains("methods[1]"), "{err}");
     assert!(err.contains("windw") && err.contains("line 7"), "{err}");
+    // A method written as a block: the key's own line, not the method's first.
+    let err = error(&VALID.replace(
+        "{name: unmodified}",
+        "name: unmodified\n    scaling: {mode: logn}\n    windw: 4",
+    ));
+    assert!(
+        err.contains("methods[1].windw") && err.contains("line 9"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -149,6 +159,85 @@ fn a_wrong_value_deep_in_a_block_is_named_with_its_key_path() {
     let err = error(&VALID.replace("mode: lora", "mode: lorra"));
     assert!(err.contains("methods[2].adapt.mode"), "{err}");
     assert!(err.contains("line 8"), "{err}");
+}
+
+#[test]
+fn a_method_sets_any_drafting_option_over_the_drafters_own_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = VALID
+        .replace(
+            "spec: {method: dflash, checkpoint: some-dflash}",
+            "spec: {method: dflash, checkpoint: some-dflash, stop_below: 0.4, window: 64}",
+        )
+        .replace(
+            "{name: unmodified}",
+            "{name: unmodified}\n  - {name: long-chains, draft_len: 8}",
+        );
+    let experiment = Experiment::load(&write(dir.path(), "exp.yaml", &text)).unwrap();
+    let drafter = &experiment.drafters[0];
+    let method = |name: &str| experiment.methods.iter().find(|m| m.name == name).unwrap();
+    let plain = experiment.spec(drafter, method("unmodified")).unwrap();
+    assert_eq!(
+        plain, drafter.spec,
+        "a method that sets nothing runs the drafter as specified"
+    );
+    let long = experiment.spec(drafter, method("long-chains")).unwrap();
+    assert_eq!(long.draft_len, 8);
+    assert_eq!(
+        (long.stop_below, long.window, &long.checkpoint),
+        (Some(0.4), Some(64), &drafter.spec.checkpoint),
+        "what the method does not set stays the drafter's"
+    );
+    let lora = experiment.spec(drafter, method("lora")).unwrap();
+    assert_eq!(lora.adapt.as_ref().map(|a| a.every), Some(4));
+    assert_eq!(lora.draft_len, drafter.spec.draft_len);
+}
+
+#[test]
+fn a_run_folders_record_of_its_methods_reads_back_as_written_and_as_older_versions_wrote_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let experiment = Experiment::load(&write(dir.path(), "exp.yaml", VALID)).unwrap();
+    let record = serde_json::to_string(&experiment.methods).unwrap();
+    let read: Vec<MethodEntry> = serde_json::from_str(&record).unwrap();
+    assert_eq!(read, experiment.methods);
+    // `experiment.json` as written before a method's options were a drafter specification's patch.
+    let older = r#"{"name": "lora", "target_only": false, "scaling": null, "window": null,
+        "retrieval": null, "adapt": {"mode": "lora", "every": 4}}"#;
+    let read: MethodEntry = serde_json::from_str(older).unwrap();
+    assert_eq!(&read, &experiment.methods[2]);
+}
+
+#[test]
+fn a_method_may_not_change_what_the_drafter_is() {
+    for key in ["kind: pard", "method: pard", "checkpoint: other"] {
+        let err = error(&VALID.replace(
+            "{name: unmodified}",
+            &format!("{{name: unmodified, {key}}}"),
+        ));
+        let field = key.split(':').next().unwrap();
+        assert!(
+            err.contains("methods[1]") && err.contains(field) && err.contains("line 7"),
+            "{key}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_method_without_a_name_is_refused_naming_the_key() {
+    let err = error(&VALID.replace("{name: unmodified}", "{window: 4}"));
+    assert!(err.contains("methods[1]") && err.contains("name"), "{err}");
+}
+
+#[test]
+fn a_target_only_method_takes_no_drafting_option() {
+    let err = error(&VALID.replace(
+        "{name: ar, target_only: true}",
+        "{name: ar, target_only: true, draft_len: 2}",
+    ));
+    assert!(
+        err.contains("\"ar\"") && err.contains("target_only"),
+        "{err}"
+    );
 }
 
 #[test]

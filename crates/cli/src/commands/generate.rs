@@ -80,6 +80,12 @@ pub struct GenerateArgs {
 /// them beside its YAML keys) and what only the command line says apart from them: the checkpoint (no
 /// drafter, plain autoregressive decoding), the scaling mode (a list where a command compares
 /// several), and the switches that turn retrieval and adaptation on.
+//
+// Why these four are not `Option` fields of `DrafterSpec` flattened into the command: clap 4.6's derive
+// does not make an optional flattened group from the flags given (measured: a flattened
+// `Option<Group>` inside another came back `None` with its flags given, and a group holding a
+// `--drafter` without a default was demanded even when none of its flags was), so "no drafter" and
+// "retrieval off" stay switches here, and each turns into the specification's `Option` in `spec`.
 #[derive(Args, Debug, Clone)]
 pub struct DrafterArgs {
     /// Drafter for speculative decoding: a known model name or a folder (a small LM for `vanilla`, an

@@ -22,10 +22,8 @@ use crate::error::{bail, ensure, Context, LabError, Result};
 use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
-use sharpdraft_decode::drafter_spec::DrafterSpec;
+use sharpdraft_decode::drafter_spec::{DrafterSpec, DrafterSpecPatch, Patch, Status};
 use sharpdraft_decode::scaling::{is_calibration_name, ScalingMode, ScalingSpec};
-use sharpdraft_draft::adaptation::AdaptOptions;
-use sharpdraft_draft::retrieval::RetrievalOptions;
 pub use sharpdraft_report::outline::Setting;
 use sharpdraft_report::outline::{MethodOutline, Outline, SlopeRole, WorkloadOutline};
 /// A path as written in a config file: [`sharpdraft_store::paths::beside`].
@@ -140,27 +138,145 @@ impl DrafterEntry {
     }
 }
 
-/// One method: target alone, or the drafter with options overlaid on its specification.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+/// One method: the target alone, or every drafter with this method's drafting options set over its own
+/// specification. Those options are a [`DrafterSpecPatch`] (any option of a drafter specification but
+/// its kind and checkpoint), written at the method's top level beside `name`:
+/// `{name: lora, adapt: {mode: lora}}`, `{name: chains-of-8, draft_len: 8}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct MethodEntry {
     pub name: String,
     /// Autoregressive decoding by the target alone: the baseline speedups are measured against.
-    #[serde(default)]
     pub target_only: bool,
-    #[serde(default)]
-    pub scaling: Option<ScalingSpec>,
-    #[serde(default)]
-    pub window: Option<i64>,
-    #[serde(default)]
-    pub retrieval: Option<RetrievalOptions>,
-    #[serde(default)]
-    pub adapt: Option<AdaptOptions>,
     /// A sensitivity curve: this entry becomes one method per beta, each `fixed` scaling with that
     /// constant slope (and this entry's `scaling.n0`, if any), named `<name>-<beta>`. The report draws
     /// tau against beta per context with the calibrated schedule marked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub beta_sweep: Option<Vec<f64>>,
+    /// The drafting options this method sets over each drafter's specification.
+    #[serde(flatten)]
+    pub drafting: DrafterSpecPatch,
+}
+
+// By hand rather than `#[serde(flatten)]`: flattening buffers the mapping, so an error in a drafting
+// option would lose its line and key path and an unknown key would pass unnoticed. Here the method's
+// own keys are taken out of the YAML reader's map as they come and every other key goes on, unbuffered,
+// to `DrafterSpecPatch`'s strict deserialiser.
+impl<'de> Deserialize<'de> for MethodEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct MethodVisitor;
+        impl<'de> Visitor<'de> for MethodVisitor {
+            type Value = MethodEntry;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a method: a mapping with `name` and its drafting options")
+            }
+            fn visit_map<M: MapAccess<'de>>(
+                self,
+                map: M,
+            ) -> std::result::Result<MethodEntry, M::Error> {
+                let mut own = MethodOwnKeys::default();
+                let drafting = DrafterSpecPatch::deserialize(
+                    de::value::MapAccessDeserializer::new(MethodKeys { map, own: &mut own }),
+                )?;
+                Ok(MethodEntry {
+                    name: own.name.ok_or_else(|| de::Error::missing_field("name"))?,
+                    target_only: own.target_only,
+                    beta_sweep: own.beta_sweep,
+                    drafting,
+                })
+            }
+        }
+        deserializer.deserialize_map(MethodVisitor)
+    }
+}
+
+/// A method's keys that are not drafting options, in the order of [`MethodOwnKeys`]' fields.
+const METHOD_OWN_KEYS: [&str; 3] = ["name", "target_only", "beta_sweep"];
+
+/// A method's keys that are not drafting options.
+#[derive(Default)]
+struct MethodOwnKeys {
+    name: Option<String>,
+    target_only: bool,
+    beta_sweep: Option<Vec<f64>>,
+}
+
+/// A method's mapping as its drafting options see it: its own keys (`name`, `target_only`,
+/// `beta_sweep`) are read into `own` on the way.
+struct MethodKeys<'a, M> {
+    map: M,
+    own: &'a mut MethodOwnKeys,
+}
+
+impl<'de, M: MapAccess<'de>> MapAccess<'de> for MethodKeys<'_, M> {
+    type Error = M::Error;
+
+    fn next_key_seed<K: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> std::result::Result<Option<K::Value>, M::Error> {
+        let mut seed = seed;
+        loop {
+            match self.map.next_key_seed(MethodKey(seed))? {
+                None => return Ok(None),
+                Some(Key::Drafting(key)) => return Ok(Some(key)),
+                Some(Key::Own(name, unused)) => {
+                    seed = unused;
+                    match name {
+                        "name" => self.own.name = Some(self.map.next_value()?),
+                        "target_only" => self.own.target_only = self.map.next_value()?,
+                        _ => self.own.beta_sweep = self.map.next_value()?,
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_value_seed<V: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> std::result::Result<V::Value, M::Error> {
+        self.map.next_value_seed(seed)
+    }
+}
+
+/// A key of a method's mapping: one of the method's own (with the drafting options' key reader, unused),
+/// or a drafting option's, as that reader read it.
+enum Key<K, V> {
+    Own(&'static str, K),
+    Drafting(V),
+}
+
+/// Reads a key of a method's mapping inside the YAML reader's own key, so a drafting option's unknown
+/// key is reported at its line.
+struct MethodKey<K>(K);
+
+impl<'de, K: de::DeserializeSeed<'de>> de::DeserializeSeed<'de> for MethodKey<K> {
+    type Value = Key<K, K::Value>;
+
+    fn deserialize<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de, K: de::DeserializeSeed<'de>> Visitor<'de> for MethodKey<K> {
+    type Value = Key<K, K::Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key of a method")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> std::result::Result<Self::Value, E> {
+        match METHOD_OWN_KEYS.into_iter().find(|own| *own == key) {
+            Some(own) => Ok(Key::Own(own, self.0)),
+            None => self
+                .0
+                .deserialize(de::value::StrDeserializer::<E>::new(key))
+                .map(Key::Drafting),
+        }
+    }
 }
 
 /// The most betas one sweep may list.
@@ -183,10 +299,14 @@ impl MethodEntry {
             "{f}: method {name:?}: beta_sweep lists {} betas; give 1 to {MAX_SWEEP}",
             betas.len()
         );
-        let scaling = self.scaling.clone().unwrap_or_else(|| ScalingSpec {
-            mode: ScalingMode::Fixed,
-            ..ScalingSpec::default()
-        });
+        let scaling = self
+            .drafting
+            .scaling
+            .clone()
+            .unwrap_or_else(|| ScalingSpec {
+                mode: ScalingMode::Fixed,
+                ..ScalingSpec::default()
+            });
         ensure!(
             matches!(scaling.mode, ScalingMode::Fixed | ScalingMode::Off)
                 && scaling.schedule.is_none()
@@ -202,12 +322,15 @@ impl MethodEntry {
                 );
                 Ok(MethodEntry {
                     name: format!("{name}-{beta}"),
-                    scaling: Some(ScalingSpec {
-                        mode: ScalingMode::Fixed,
-                        beta: Some(beta),
-                        ..scaling.clone()
-                    }),
                     beta_sweep: None,
+                    drafting: DrafterSpecPatch {
+                        scaling: Some(ScalingSpec {
+                            mode: ScalingMode::Fixed,
+                            beta: Some(beta),
+                            ..scaling.clone()
+                        }),
+                        ..self.drafting.clone()
+                    },
                     ..self.clone()
                 })
             })
@@ -220,22 +343,23 @@ impl MethodEntry {
             name: self.name.clone(),
             target_only: self.target_only,
             slope: self.slope_role(),
-            reads_target_attention: self.retrieval.is_some(),
+            reads_target_attention: self.drafting.retrieval.is_some(),
         }
     }
 
     /// Where its scaling places this method on the slope chart: a constant beta (none, off, or a fixed
     /// beta), a calibrated schedule (fixed or exact from a schedule), or apart (the literature's
-    /// rules, adaptation, a window, retrieval, the target alone).
+    /// rules, the target alone, and any drafting option besides scaling: adaptation, a window,
+    /// retrieval, another chain or tree).
     fn slope_role(&self) -> SlopeRole {
-        if self.target_only
-            || self.adapt.is_some()
-            || self.window.is_some()
-            || self.retrieval.is_some()
-        {
+        let besides_scaling = DrafterSpecPatch {
+            scaling: None,
+            ..self.drafting.clone()
+        };
+        if self.target_only || !besides_scaling.is_empty() {
             return SlopeRole::Apart;
         }
-        match &self.scaling {
+        match &self.drafting.scaling {
             None => SlopeRole::Constant,
             Some(s) => match s.mode {
                 ScalingMode::Off => SlopeRole::Constant,
@@ -249,7 +373,7 @@ impl MethodEntry {
     /// Whether this method scales with each drafter's own calibrated schedule: fixed or exact scaling
     /// that names neither a schedule nor a beta.
     pub fn scales_with_drafter_schedule(&self) -> bool {
-        self.scaling.as_ref().is_some_and(|s| {
+        self.drafting.scaling.as_ref().is_some_and(|s| {
             matches!(s.mode, ScalingMode::Fixed | ScalingMode::Exact)
                 && s.schedule.is_none()
                 && s.beta.is_none()
@@ -489,7 +613,7 @@ impl Experiment {
             .iter()
             .map(|b| {
                 let mut method = read_block(b, &file, "method", &mut hasher)?;
-                if let Some(scaling) = &mut method.scaling {
+                if let Some(scaling) = &mut method.drafting.scaling {
                     let origin = b.origin(&file);
                     scaling.schedule = scaling.schedule.as_ref().map(|p| local_or_name(&origin, p));
                 }
@@ -657,11 +781,8 @@ impl Experiment {
         for method in &self.methods {
             if method.target_only {
                 ensure!(
-                    method.scaling.is_none()
-                        && method.window.is_none()
-                        && method.retrieval.is_none()
-                        && method.adapt.is_none(),
-                    "{f}: method {:?} is target_only: it takes no scaling, window, retrieval or adapt",
+                    method.drafting.is_empty(),
+                    "{f}: method {:?} is target_only: it takes no drafting options (scaling, window, retrieval, adapt ...)",
                     method.name
                 );
             }
@@ -768,42 +889,22 @@ impl Experiment {
 
     /// The drafter specification `method` runs `drafter` with.
     pub fn spec(&self, drafter: &DrafterEntry, method: &MethodEntry) -> Result<DrafterSpec> {
-        // Every field named: a drafting option added to `MethodEntry` does not compile until it is
-        // merged here (its type is the `DrafterSpec` field's own).
-        let MethodEntry {
-            name: _,
-            target_only: _,
-            beta_sweep: _,
-            scaling,
-            window,
-            retrieval,
-            adapt,
-        } = method;
-        let mut spec = drafter.spec.clone();
-        if let Some(scaling) = scaling {
-            let mut scaling = scaling.clone();
-            if method.scales_with_drafter_schedule() {
-                let Some(schedule) = drafter.schedule.clone() else {
-                    bail!(
-                        "{}: method {:?} scales with the drafter's schedule, and drafter {:?} names none (give it `schedule:` or the method a `beta:`)",
-                        self.file.display(),
-                        method.name,
-                        drafter.name
-                    );
-                };
+        let mut drafting = method.drafting.clone();
+        if method.scales_with_drafter_schedule() {
+            let Some(schedule) = drafter.schedule.clone() else {
+                bail!(
+                    "{}: method {:?} scales with the drafter's schedule, and drafter {:?} names none (give it `schedule:` or the method a `beta:`)",
+                    self.file.display(),
+                    method.name,
+                    drafter.name
+                );
+            };
+            if let Some(scaling) = &mut drafting.scaling {
                 scaling.schedule = Some(schedule);
             }
-            spec.scaling = scaling;
         }
-        if window.is_some() {
-            spec.window = *window;
-        }
-        if retrieval.is_some() {
-            spec.retrieval = retrieval.clone();
-        }
-        if adapt.is_some() {
-            spec.adapt = adapt.clone();
-        }
+        let mut spec = drafter.spec.clone();
+        spec.apply(drafting);
         Ok(spec)
     }
 
