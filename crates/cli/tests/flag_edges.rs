@@ -151,6 +151,25 @@ fn any_magnitude_is_fair(flag: &str) -> bool {
 /// runs that reach the deadline are benches told to repeat 8192 times, which is fair.
 const DEADLINE: Duration = Duration::from_secs(8);
 
+/// The deadline of a run told a large value it may take (8192 or more, below 2^32, or a seed of any
+/// size): a run still working after this long is past its checks and doing what it was told, 8192
+/// repeats of a bench say. The runs that reached [`DEADLINE`] were all of this kind (15 of 576), a
+/// minute of the suite's wall time spent waiting; small values keep the long deadline, so a normal
+/// run is still seen to its end, and so do the values that must be refused, where a slow start must
+/// not pass for a refusal.
+const LARGE_FAIR_VALUE_DEADLINE: Duration = Duration::from_secs(3);
+
+/// How long the run of `value` for `flag` may work before it is taken as having accepted it.
+fn deadline(flag: &str, value: &str, must_refuse: bool) -> Duration {
+    let refused_by_rule = must_refuse && !any_magnitude_is_fair(flag);
+    let large = value.parse::<f64>().is_ok_and(|v| v >= 8192.0);
+    if large && !refused_by_rule {
+        LARGE_FAIR_VALUE_DEADLINE
+    } else {
+        DEADLINE
+    }
+}
+
 /// What a numeric value parser parses to (clap keeps the element type for lists).
 fn is_numeric(arg: &clap::Arg) -> bool {
     let id = arg.get_value_parser().type_id();
@@ -625,7 +644,7 @@ fn every_numeric_flag_at_every_edge_succeeds_or_names_itself_and_touches_no_user
                         .collect();
                     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
                     let started = Instant::now();
-                    let ended = run(workspace.path(), &refs, DEADLINE);
+                    let ended = run(workspace.path(), &refs, deadline(flag, value, *refuse));
                     if std::env::var_os("SHARPDRAFT_EDGE_LOG").is_some() {
                         eprintln!(
                             "{:>5.1} s {:?} {}",
