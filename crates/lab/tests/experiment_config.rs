@@ -152,6 +152,10 @@ fn an_unknown_key_is_named_with_its_file_path_and_line() {
         err.contains("methods[1].windw") && err.contains("line 9"),
         "{err}"
     );
+    assert!(
+        err.contains("`window`") && err.contains("`beta_sweep`"),
+        "the error lists the drafting options and the method's own keys: {err}"
+    );
 }
 
 #[test]

@@ -271,10 +271,16 @@ impl<'de, K: de::DeserializeSeed<'de>> Visitor<'de> for MethodKey<K> {
     fn visit_str<E: de::Error>(self, key: &str) -> std::result::Result<Self::Value, E> {
         match METHOD_OWN_KEYS.into_iter().find(|own| *own == key) {
             Some(own) => Ok(Key::Own(own, self.0)),
+            // Read with serde's plain error so an unknown key's message, which lists the drafting
+            // options, can name the method's own keys too.
             None => self
                 .0
-                .deserialize(de::value::StrDeserializer::<E>::new(key))
-                .map(Key::Drafting),
+                .deserialize(de::value::StrDeserializer::<de::value::Error>::new(key))
+                .map(Key::Drafting)
+                .map_err(|e| {
+                    let own = METHOD_OWN_KEYS.map(|k| format!("`{k}`")).join(", ");
+                    E::custom(format!("{e}, or one of a method's own: {own}"))
+                }),
         }
     }
 }
