@@ -30,7 +30,8 @@ use sharpdraft_decode::scaling::ScalingSpec;
 use sharpdraft_draft::DrafterKind;
 use sharpdraft_draft::{DFlashDrafter, Eagle3Drafter};
 use sharpdraft_model::{CausalLm, Sampling, ScaledQueries};
-use sharpdraft_report::table::{Column, Table};
+use sharpdraft_report::columns::{rows_of, table_of};
+use sharpdraft_report::table::Table;
 use sharpdraft_store::output_folder;
 use sharpdraft_store::paths::{shown, under};
 use sharpdraft_store::registry;
@@ -426,67 +427,9 @@ pub fn read_probe(dir: &Path) -> Result<ProbeOutput> {
         &std::fs::read_to_string(dir.join("probe.json"))
             .with_context(|| format!("{}: no finished probe", dir.display()))?,
     )?;
-    let stats = Table::read_parquet(&dir.join("stats.parquet"))?;
-    let curves = Table::read_parquet(&dir.join("mass_curves.parquet"))?;
-    let (layer, head, bin, k) = (
-        stats.i64s("layer")?,
-        stats.i64s("head")?,
-        stats.i64s("bin")?,
-        stats.i64s("k")?,
-    );
-    let f = |name: &str| stats.f64s(name);
-    let (n, rows, mass, bg_mean, bg_var, top_mean, wbg, gap, mass_gap, entropy, lse, sink) = (
-        f("n")?,
-        stats.i64s("rows")?,
-        f("mass")?,
-        f("background_mean")?,
-        f("background_var")?,
-        f("top_mean")?,
-        f("weighted_background_mean")?,
-        f("gap")?,
-        f("mass_gap")?,
-        f("entropy")?,
-        f("lse")?,
-        f("sink_share")?,
-    );
-    let bins = (0..stats.rows())
-        .map(|i| BinRecord {
-            layer: layer[i] as usize,
-            head: head[i] as usize,
-            bin: bin[i] as i32,
-            k: k[i],
-            n: n[i],
-            rows: rows[i] as usize,
-            mass: mass[i],
-            background_mean: bg_mean[i],
-            background_var: bg_var[i],
-            top_mean: top_mean[i],
-            weighted_background_mean: wbg[i],
-            gap: gap[i],
-            mass_gap: mass_gap[i],
-            entropy: entropy[i],
-            lse: lse[i],
-            sink_share: sink[i],
-        })
-        .collect();
-    let (cl, ch, cb, ck, cs, cm) = (
-        curves.i64s("layer")?,
-        curves.i64s("head")?,
-        curves.i64s("bin")?,
-        curves.i64s("k")?,
-        curves.f64s("s")?,
-        curves.f64s("mass")?,
-    );
-    let curves = (0..curves.rows())
-        .map(|i| CurveRecord {
-            layer: cl[i] as usize,
-            head: ch[i] as usize,
-            bin: cb[i] as i32,
-            k: ck[i],
-            s: cs[i],
-            mass: cm[i],
-        })
-        .collect();
+    // The tables' columns are the records' fields (`columns::table_of` wrote them).
+    let bins = rows_of(&Table::read_parquet(&dir.join("stats.parquet"))?)?;
+    let curves = rows_of(&Table::read_parquet(&dir.join("mass_curves.parquet"))?)?;
     Ok(ProbeOutput {
         dir: dir.to_path_buf(),
         n0: summary.n0,
@@ -496,46 +439,11 @@ pub fn read_probe(dir: &Path) -> Result<ProbeOutput> {
     })
 }
 
+/// `stats.parquet` and `mass_curves.parquet`: a column per field of [`BinRecord`] and [`CurveRecord`], in
+/// their order.
 fn write_tables(dir: &Path, bins: &[BinRecord], curves: &[CurveRecord]) -> Result<()> {
-    let i = |f: &dyn Fn(&BinRecord) -> i64| Column::I64(bins.iter().map(f).collect());
-    let x = |f: &dyn Fn(&BinRecord) -> f64| Column::F64(bins.iter().map(f).collect());
-    Table::default()
-        .with("layer", i(&|b| b.layer as i64))
-        .with("head", i(&|b| b.head as i64))
-        .with("bin", i(&|b| b.bin as i64))
-        .with("k", i(&|b| b.k))
-        .with("n", x(&|b| b.n))
-        .with("rows", i(&|b| b.rows as i64))
-        .with("mass", x(&|b| b.mass))
-        .with("background_mean", x(&|b| b.background_mean))
-        .with("background_var", x(&|b| b.background_var))
-        .with("top_mean", x(&|b| b.top_mean))
-        .with(
-            "weighted_background_mean",
-            x(&|b| b.weighted_background_mean),
-        )
-        .with("gap", x(&|b| b.gap))
-        .with("mass_gap", x(&|b| b.mass_gap))
-        .with("entropy", x(&|b| b.entropy))
-        .with("lse", x(&|b| b.lse))
-        .with("sink_share", x(&|b| b.sink_share))
-        .write_parquet(&dir.join("stats.parquet"))?;
-    Table::default()
-        .with(
-            "layer",
-            Column::I64(curves.iter().map(|c| c.layer as i64).collect()),
-        )
-        .with(
-            "head",
-            Column::I64(curves.iter().map(|c| c.head as i64).collect()),
-        )
-        .with(
-            "bin",
-            Column::I64(curves.iter().map(|c| c.bin as i64).collect()),
-        )
-        .with("k", Column::I64(curves.iter().map(|c| c.k).collect()))
-        .with("s", Column::F64(curves.iter().map(|c| c.s).collect()))
-        .with("mass", Column::F64(curves.iter().map(|c| c.mass).collect()))
+    table_of(bins)?.write_parquet(&dir.join("stats.parquet"))?;
+    table_of(curves)?
         .write_parquet(&dir.join("mass_curves.parquet"))
         .map_err(Into::into)
 }
