@@ -143,44 +143,44 @@ impl DrafterSpec {
     /// Checks the options that do not need the models: chain length and whether a tree fits the method.
     pub fn validate(&self) -> Result<()> {
         self.scaling.validate()?;
-        ensure((1..=MAX_TREE_TOKENS).contains(&self.draft_len), || {
-            format!(
-                "draft_len (--draft-len) {} must lie in 1..={MAX_TREE_TOKENS}",
-                self.draft_len
-            )
-        })?;
+        ensure!(
+            (1..=MAX_TREE_TOKENS).contains(&self.draft_len),
+            "draft_len (--draft-len) {} must lie in 1..={MAX_TREE_TOKENS}",
+            self.draft_len
+        );
         if let Some(threshold) = self.stop_below {
-            ensure(
+            ensure!(
                 matches!(self.kind, DrafterKind::Vanilla | DrafterKind::Dflash),
-                || {
-                    format!("stop_below (--draft-stop-below): only vanilla and DFlash chains end early, not {}",
-                self.kind.name())
-                },
-            )?;
-            ensure(threshold > 0.0 && threshold < 1.0, || {
-                format!(
-                    "stop_below (--draft-stop-below) {threshold} must lie strictly between 0 and 1"
-                )
-            })?;
+                "stop_below (--draft-stop-below): only vanilla and DFlash chains end early, not {}",
+                self.kind.name()
+            );
+            ensure!(
+                threshold > 0.0 && threshold < 1.0,
+                "stop_below (--draft-stop-below) {threshold} must lie strictly between 0 and 1"
+            );
         }
         if let Some(tree) = &self.tree {
-            ensure(self.kind == DrafterKind::Eagle3, || {
-                format!("tree (--tree-depth, --tree-topk, --tree-tokens): only EAGLE-3 drafts trees, not {}",
-                self.kind.name())
-            })?;
-            ensure(tree.depth >= 1, || {
-                format!("tree depth (--tree-depth) 0: a tree needs at least one expansion step (use a chain of draft_len 1 for a single draft)")
-            })?;
+            ensure!(
+                self.kind == DrafterKind::Eagle3,
+                "tree (--tree-depth, --tree-topk, --tree-tokens): only EAGLE-3 drafts trees, not {}",
+                self.kind.name()
+            );
+            ensure!(
+                tree.depth >= 1,
+                "tree depth (--tree-depth) 0: a tree needs at least one expansion step (use a chain of draft_len 1 for a single draft)"
+            );
         }
         if let Some(window) = self.window {
-            ensure(window >= 1, || {
-                format!("window (--drafter-window) {window}: a window needs at least 1 key")
-            })?;
+            ensure!(
+                window >= 1,
+                "window (--drafter-window) {window}: a window needs at least 1 key"
+            );
         }
         if let Some(retrieval) = &self.retrieval {
-            ensure(self.window.is_none(), || {
-                format!("window (--drafter-window) and retrieval (--retrieval): give one; retrieval has its own recent window")
-            })?;
+            ensure!(
+                self.window.is_none(),
+                "window (--drafter-window) and retrieval (--retrieval): give one; retrieval has its own recent window"
+            );
             retrieval.validate().map_err(DecodeError::Invalid)?;
         }
         if let Some(adapt) = &self.adapt {

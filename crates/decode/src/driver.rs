@@ -52,13 +52,9 @@ pub enum DecodeError {
 
 sharpdraft_store::context_chain!(DecodeError);
 
-/// `DecodeError::Invalid` with `message` unless `holds`.
-pub(crate) fn ensure(holds: bool, message: impl FnOnce() -> String) -> Result<()> {
-    match holds {
-        true => Ok(()),
-        false => Err(DecodeError::Invalid(message())),
-    }
-}
+sharpdraft_store::bail_and_ensure!($ crate::driver::DecodeError);
+
+pub(crate) use ensure;
 
 pub struct SpecOptions {
     pub max_new_tokens: usize,

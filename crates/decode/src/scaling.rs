@@ -1,7 +1,7 @@
 //! A SharpDraft query-scaling choice as configs and the command line spell it, resolved against the
 //! drafter it scales.
 
-use crate::driver::{Context, DecodeError, Result};
+use crate::driver::{ensure, Context, DecodeError, Result};
 use serde::{Deserialize, Serialize};
 use sharpdraft_math::ScaleSchedule;
 pub use sharpdraft_model::ScalingMode;
@@ -40,16 +40,16 @@ impl ScalingSpec {
     /// mode does not read is allowed: the command line gives one beta to every mode it compares.)
     pub fn validate(&self) -> Result<()> {
         if let Some(beta) = self.beta {
-            if !(beta.is_finite() && beta >= 0.0) {
-                return Err(DecodeError::Invalid(format!("scaling.beta = {beta}: a slope must be finite and >= 0 (0 leaves the drafter unmodified)")));
-            }
+            ensure!(
+                beta.is_finite() && beta >= 0.0,
+                "scaling.beta = {beta}: a slope must be finite and >= 0 (0 leaves the drafter unmodified)"
+            );
         }
         if let Some(n0) = self.n0 {
-            if !(n0.is_finite() && n0 >= 1.0) {
-                return Err(DecodeError::Invalid(format!(
-                    "scaling.n0 = {n0}: must be a finite length of at least 1 token"
-                )));
-            }
+            ensure!(
+                n0.is_finite() && n0 >= 1.0,
+                "scaling.n0 = {n0}: must be a finite length of at least 1 token"
+            );
         }
         Ok(())
     }
