@@ -138,36 +138,15 @@ fn relocated(source: &Source, prefix: &Path) -> Source {
             prefix.join(path)
         }
     };
-    match source.clone() {
-        Source::TextFile(path) => Source::TextFile(local(&path, false)),
-        Source::Jsonl {
-            path,
-            field,
-            pypi,
-            max_tokens,
-        } => Source::Jsonl {
-            path: local(&path, pypi.is_some()),
-            field,
-            pypi,
-            max_tokens,
-        },
-        Source::TargetContinuations {
-            path,
-            field,
-            pypi,
-            skip,
-            prompts,
-            max_new_tokens,
-        } => Source::TargetContinuations {
-            path: local(&path, pypi.is_some()),
-            field,
-            pypi,
-            skip,
-            prompts,
-            max_new_tokens,
-        },
-        other => other,
+    let mut source = source.clone();
+    match &mut source {
+        Source::TextFile(path) => *path = local(path, false),
+        Source::Jsonl { path, pypi, .. } | Source::TargetContinuations { path, pypi, .. } => {
+            *path = local(path, pypi.is_some())
+        }
+        _ => {}
     }
+    source
 }
 
 /// A document: text, or ids when the target wrote them (no re-tokenisation round trip).
