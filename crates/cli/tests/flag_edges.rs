@@ -159,11 +159,15 @@ const DEADLINE: Duration = Duration::from_secs(8);
 /// not pass for a refusal.
 const LARGE_FAIR_VALUE_DEADLINE: Duration = Duration::from_secs(3);
 
+/// Whether `flag` must refuse a value of the edge's magnitude (`refuse` from [`EDGES`]) before work starts.
+fn must_be_refused(flag: &str, refuse: bool) -> bool {
+    refuse && !any_magnitude_is_fair(flag)
+}
+
 /// How long the run of `value` for `flag` may work before it is taken as having accepted it.
-fn deadline(flag: &str, value: &str, must_refuse: bool) -> Duration {
-    let refused_by_rule = must_refuse && !any_magnitude_is_fair(flag);
+fn deadline(flag: &str, value: &str, refuse: bool) -> Duration {
     let large = value.parse::<f64>().is_ok_and(|v| v >= 8192.0);
-    if large && !refused_by_rule {
+    if large && !must_be_refused(flag, refuse) {
         LARGE_FAIR_VALUE_DEADLINE
     } else {
         DEADLINE
@@ -562,7 +566,7 @@ fn judge(flag: &str, value: &str, must_refuse: bool, ended: &Ended) -> Option<St
         return Some(format!("panicked: {text}"));
     }
     if ended.timed_out {
-        return (must_refuse && !any_magnitude_is_fair(flag))
+        return must_be_refused(flag, must_refuse)
             .then(|| format!("still working after {DEADLINE:?}: a value this large must be refused before work starts"));
     }
     match ended.status {
