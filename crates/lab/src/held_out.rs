@@ -29,7 +29,7 @@ pub fn check_grid(
                     .map_or("", String::as_str);
                 let what = format!(
                     "{}: workload {:?}: prompt {prompt}{}",
-                    sharpdraft_store::paths::shown(&experiment.file),
+                    sharpdraft_store::paths::shown(&experiment.header.file),
                     workload.name,
                     if *context > 0 {
                         format!(" at context {context}")

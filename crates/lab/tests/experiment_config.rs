@@ -209,6 +209,29 @@ fn a_run_folders_record_of_its_methods_reads_back_as_written_and_as_older_versio
         "retrieval": null, "adapt": {"mode": "lora", "every": 4}}"#;
     let read: MethodEntry = serde_json::from_str(older).unwrap();
     assert_eq!(&read, &experiment.methods[2]);
+    // The header's fields stand in place in the record, as they did before they were one struct.
+    let record = serde_json::to_value(&experiment).unwrap();
+    for key in [
+        "file",
+        "name",
+        "target",
+        "device",
+        "dtype",
+        "temperature",
+        "seeds",
+        "repeats",
+    ] {
+        assert!(record.get(key).is_some(), "{key} in {record}");
+    }
+    let read: Experiment = serde_json::from_value(record).unwrap();
+    assert_eq!(
+        (&read.header, &read.methods, &read.workloads),
+        (
+            &experiment.header,
+            &experiment.methods,
+            &experiment.workloads
+        )
+    );
 }
 
 #[test]
@@ -372,7 +395,7 @@ fn every_shipped_experiment_loads() {
             let experiment = Experiment::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
             assert!(!units(&experiment.outline()).is_empty());
             assert!(!arms(&experiment.outline()).is_empty());
-            names.insert(experiment.name);
+            names.insert(experiment.header.name);
         }
     }
     assert!(names.contains("quickstart"), "{names:?}");

@@ -80,11 +80,11 @@ pub fn unit_count(outline: &Outline) -> Result<usize> {
             Setting::LongGeneration => 1,
         })
         .sum();
-    let count = contexts * outline.seeds.len() as u128 * outline.repeats as u128;
+    let count = contexts * outline.header.seeds.len() as u128 * outline.header.repeats as u128;
     ensure!(
         count <= MAX_UNITS,
         "{}: the grid holds {count} units (workload contexts x seeds x repeats), more than {MAX_UNITS}: run fewer seeds or repeats",
-        sharpdraft_store::paths::shown(&outline.file)
+        sharpdraft_store::paths::shown(&outline.header.file)
     );
     Ok(count as usize)
 }
@@ -98,8 +98,8 @@ pub fn units(outline: &Outline) -> Vec<Unit> {
             Setting::LongGeneration => vec![0],
         };
         for &context in &contexts {
-            for &seed in &outline.seeds {
-                for repeat in 0..outline.repeats {
+            for &seed in &outline.header.seeds {
+                for repeat in 0..outline.header.repeats {
                     out.push(Unit {
                         workload: workload.name.clone(),
                         context,

@@ -6,20 +6,30 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// An experiment as its run folder's records and report see it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outline {
+/// What an experiment decodes with and how often: its file and name, the target and how it runs, the
+/// seeds and repeats. Lab's resolved experiment holds it (its record `experiment.json` writes the
+/// fields in place) and hands it to the [`Outline`] as it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentHeader {
     /// The experiment YAML.
     pub file: PathBuf,
     pub name: String,
-    /// What a run folder belongs to: the YAML's and its inputs' digest.
-    pub config_hash: String,
     pub target: String,
     pub device: String,
     pub dtype: String,
+    /// 0 is greedy.
     pub temperature: f64,
     pub seeds: Vec<u64>,
+    /// Runs of every unit (timing noise; greedy tokens repeat exactly).
     pub repeats: usize,
+}
+
+/// An experiment as its run folder's records and report see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outline {
+    pub header: ExperimentHeader,
+    /// What a run folder belongs to: the YAML's and its inputs' digest.
+    pub config_hash: String,
     /// Drafter names, in the order written.
     pub drafters: Vec<String>,
     /// Methods, in the order written (a beta sweep expanded).

@@ -473,13 +473,13 @@ pub fn write(dir: &Path, outline: &Outline, inputs: &ReportInputs) -> Result<Pat
     let _ = writeln!(
         md,
         "# Run {}\n\nExperiment `{}` (config hash `{}`), target `{}`, device {}, dtype {}, temperature {}.\n",
-        outline.name,
-        sharpdraft_store::paths::in_repository(&outline.file),
+        outline.header.name,
+        sharpdraft_store::paths::in_repository(&outline.header.file),
         outline.hash(),
-        outline.target,
-        outline.device,
-        outline.dtype,
-        outline.temperature,
+        outline.header.target,
+        outline.header.device,
+        outline.header.dtype,
+        outline.header.temperature,
     );
     md.push_str(&unfinished_units(outline, inputs.finished));
     md.push_str(if outline.shared_prefill {
@@ -695,7 +695,7 @@ fn unfinished_units(outline: &Outline, finished: &[&Unit]) -> String {
 /// median above, since a unit's medians wait for all its requests. Each speed-up is against the
 /// target alone ([`samples::baseline`]) on the same request. None when there are none.
 fn unfinished_requests(outline: &Outline, unfinished: &[PartialUnit]) -> Option<String> {
-    let greedy = outline.temperature == 0.0;
+    let greedy = outline.header.temperature == 0.0;
     let with_requests: Vec<&PartialUnit> = unfinished
         .iter()
         .filter(|p| p.requests_done() > 0)

@@ -77,7 +77,7 @@ pub fn matches_target(row: &RequestRow, base: Option<&RequestRow>, greedy: bool)
 
 /// Every request of every arm of `units`, in unit, arm and request order.
 pub fn from_units(outline: &Outline, units: &[UnitRecord]) -> Vec<RequestSample> {
-    let greedy = outline.temperature == 0.0;
+    let greedy = outline.header.temperature == 0.0;
     let mut out = Vec::new();
     for record in units {
         let base = baseline(outline, &record.arms);

@@ -628,7 +628,7 @@ pub fn write_tables(dir: &Path, outline: &Outline, samples: &[RequestSample]) ->
 mod tests {
     use super::*;
     use crate::grid::Arm;
-    use crate::outline::{MethodOutline, SlopeRole, WorkloadOutline};
+    use crate::outline::{ExperimentHeader, MethodOutline, SlopeRole, WorkloadOutline};
     use crate::records::Provenance;
     use crate::report::{headline, in_experiment_order, paired};
     use crate::samples::UnitLoad;
@@ -648,15 +648,17 @@ mod tests {
             reads_target_attention: false,
         };
         Outline {
-            file: "e.yaml".into(),
-            name: "t".into(),
+            header: ExperimentHeader {
+                file: "e.yaml".into(),
+                name: "t".into(),
+                target: "smollm2-135m-instruct".into(),
+                device: "cpu".into(),
+                dtype: "f32".into(),
+                temperature: 0.0,
+                seeds: vec![0],
+                repeats: 3,
+            },
             config_hash: "h".into(),
-            target: "smollm2-135m-instruct".into(),
-            device: "cpu".into(),
-            dtype: "f32".into(),
-            temperature: 0.0,
-            seeds: vec![0],
-            repeats: 3,
             drafters: vec!["self".into()],
             methods: vec![
                 method("ar", true, SlopeRole::Apart),

@@ -25,7 +25,9 @@ use sha2::{Digest, Sha256};
 use sharpdraft_decode::drafter_spec::{DrafterSpec, DrafterSpecPatch, Patch, Status};
 use sharpdraft_decode::scaling::{is_calibration_name, ScalingMode, ScalingSpec};
 pub use sharpdraft_report::outline::Setting;
-use sharpdraft_report::outline::{MethodOutline, Outline, SlopeRole, WorkloadOutline};
+use sharpdraft_report::outline::{
+    ExperimentHeader, MethodOutline, Outline, SlopeRole, WorkloadOutline,
+};
 /// A path as written in a config file: [`sharpdraft_store::paths::beside`].
 pub use sharpdraft_store::paths::beside;
 use std::fmt;
@@ -514,14 +516,9 @@ pub struct ExperimentFile {
 /// An experiment with every block read and every path made absolute: what a run records and hashes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Experiment {
-    pub file: PathBuf,
-    pub name: String,
-    pub target: String,
-    pub device: String,
-    pub dtype: String,
-    pub temperature: f64,
-    pub seeds: Vec<u64>,
-    pub repeats: usize,
+    /// What it decodes with and how often; in the record, its fields in place.
+    #[serde(flatten)]
+    pub header: ExperimentHeader,
     pub drafters: Vec<DrafterEntry>,
     pub methods: Vec<MethodEntry>,
     pub workloads: Vec<Workload>,
@@ -669,14 +666,16 @@ impl Experiment {
             }
         }
         let experiment = Self {
-            file,
-            name: raw.name,
-            target: raw.target,
-            device: raw.device,
-            dtype: raw.dtype,
-            temperature: raw.temperature,
-            seeds: raw.seeds,
-            repeats: raw.repeats,
+            header: ExperimentHeader {
+                file,
+                name: raw.name,
+                target: raw.target,
+                device: raw.device,
+                dtype: raw.dtype,
+                temperature: raw.temperature,
+                seeds: raw.seeds,
+                repeats: raw.repeats,
+            },
             drafters,
             methods,
             workloads,
@@ -693,7 +692,7 @@ impl Experiment {
 
     /// Checks that need no model: names, counts, lengths, options that fit their drafter's method.
     pub fn validate(&self) -> Result<()> {
-        file_name_safe(&self.name, "experiment", &self.file)?;
+        file_name_safe(&self.header.name, "experiment", &self.header.file)?;
         self.validate_run_settings()?;
         self.validate_names()?;
         self.validate_method_specs()?;
@@ -705,26 +704,29 @@ impl Experiment {
 
     /// Temperature, seeds, repeats, non-empty methods and workloads, timing and bins_n0.
     fn validate_run_settings(&self) -> Result<()> {
-        let file = &self.file;
+        let file = &self.header.file;
         let f = file.display();
         ensure!(
-            sharpdraft_model::is_valid_temperature(self.temperature),
+            sharpdraft_model::is_valid_temperature(self.header.temperature),
             "{f}: temperature {} must lie in 0..={}",
-            self.temperature,
+            self.header.temperature,
             sharpdraft_model::MAX_TEMPERATURE
         );
-        ensure!(!self.seeds.is_empty(), "{f}: seeds: give at least one");
-        no_duplicates(&self.seeds, "seeds", file)?;
-        if let Some(seed) = self.seeds.iter().find(|&&s| s > i64::MAX as u64) {
+        ensure!(
+            !self.header.seeds.is_empty(),
+            "{f}: seeds: give at least one"
+        );
+        no_duplicates(&self.header.seeds, "seeds", file)?;
+        if let Some(seed) = self.header.seeds.iter().find(|&&s| s > i64::MAX as u64) {
             bail!(
                 "{f}: seed {seed} is above {} (the tables store seeds as 64-bit signed integers)",
                 i64::MAX
             );
         }
         ensure!(
-            self.repeats >= 1,
+            self.header.repeats >= 1,
             "{f}: repeats {} must be >= 1",
-            self.repeats
+            self.header.repeats
         );
         ensure!(!self.methods.is_empty(), "{f}: methods: give at least one");
         ensure!(
@@ -759,7 +761,7 @@ impl Experiment {
 
     /// Drafter, method and workload names are unique within their list.
     fn validate_names(&self) -> Result<()> {
-        let file = &self.file;
+        let file = &self.header.file;
         names_unique(
             self.drafters.iter().map(|d| d.name.as_str()),
             "drafter",
@@ -777,7 +779,7 @@ impl Experiment {
     /// Drafting methods have a drafter, target_only methods take no drafting options, and every
     /// drafter-method pair makes a valid drafter specification.
     fn validate_method_specs(&self) -> Result<()> {
-        let file = &self.file;
+        let file = &self.header.file;
         let f = file.display();
         let drafting = self.methods.iter().any(|m| !m.target_only);
         ensure!(
@@ -825,7 +827,7 @@ impl Experiment {
 
     /// One workload: prompt count and indices, contexts, max_new_tokens, and what its setting needs.
     fn validate_workload(&self, w: &Workload) -> Result<()> {
-        let file = &self.file;
+        let file = &self.header.file;
         let f = file.display();
         let at = |key: &str| format!("{f}: workload {:?}: {key}", w.name);
         ensure!(
@@ -900,7 +902,7 @@ impl Experiment {
             let Some(schedule) = drafter.schedule.clone() else {
                 bail!(
                     "{}: method {:?} scales with the drafter's schedule, and drafter {:?} names none (give it `schedule:` or the method a `beta:`)",
-                    self.file.display(),
+                    self.header.file.display(),
                     method.name,
                     drafter.name
                 );
@@ -923,15 +925,8 @@ impl Experiment {
     /// each method is to a reader, the grid's extent and the config hash (sealed or not, as it is now).
     pub fn outline(&self) -> Outline {
         Outline {
-            file: self.file.clone(),
-            name: self.name.clone(),
+            header: self.header.clone(),
             config_hash: self.config_hash.clone(),
-            target: self.target.clone(),
-            device: self.device.clone(),
-            dtype: self.dtype.clone(),
-            temperature: self.temperature,
-            seeds: self.seeds.clone(),
-            repeats: self.repeats,
             drafters: self.drafters.iter().map(|d| d.name.clone()).collect(),
             methods: self.methods.iter().map(MethodEntry::outline).collect(),
             workloads: self

@@ -80,7 +80,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<MergeOutcome> {
                 .with_context(|| format!("copying {}", from.display()))?;
         }
     }
-    let about = format!("{} ({hash})", outline.name);
+    let about = format!("{} ({hash})", outline.header.name);
     Marker::new(RUN_KIND, false, about.clone()).write(out)?;
     for record in incoming {
         if records.iter().any(|r| r.unit == record.unit) {

@@ -9,10 +9,10 @@ use std::path::Path;
 pub fn provenance(experiment: &Experiment) -> Provenance {
     Provenance {
         config_hash: experiment.hash().to_string(),
-        git_revision: git_revision(experiment.file.parent().unwrap_or(Path::new("."))),
+        git_revision: git_revision(experiment.header.file.parent().unwrap_or(Path::new("."))),
         machine: machine(),
-        device: experiment.device.clone(),
-        dtype: experiment.dtype.clone(),
+        device: experiment.header.device.clone(),
+        dtype: experiment.header.dtype.clone(),
         sharpdraft_version: env!("CARGO_PKG_VERSION").to_string(),
         started_unix: 0,
         kernel: sharpdraft_kernel::form::current().name().to_string(),

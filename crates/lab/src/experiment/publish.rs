@@ -156,7 +156,7 @@ pub fn report_into(source: &Path, out: &Path) -> Result<Published> {
     let finished: BTreeSet<&Unit> = samples.iter().map(|s| &s.unit).collect();
     let finished: Vec<&Unit> = finished.into_iter().collect();
     let published = write_all(staging.path(), &outline, &samples, &finished, &[])?;
-    let mut marker = Marker::new(REPORT_KIND, true, outline.name.clone());
+    let mut marker = Marker::new(REPORT_KIND, true, outline.header.name.clone());
     staging.commit(&mut marker, true)?;
     Ok(published)
 }

@@ -26,10 +26,10 @@ pub fn write_record(dir: &Path, experiment: &Experiment) -> Result<()> {
         serde_json::to_string_pretty(&record)?,
     )?;
     let copy = dir.join("experiment.yaml");
-    std::fs::copy(&experiment.file, &copy).with_context(|| {
+    std::fs::copy(&experiment.header.file, &copy).with_context(|| {
         format!(
             "copying {} to {}",
-            sharpdraft_store::paths::shown(&experiment.file),
+            sharpdraft_store::paths::shown(&experiment.header.file),
             copy.display()
         )
     })?;

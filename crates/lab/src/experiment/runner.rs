@@ -71,8 +71,11 @@ pub fn grid_finished(grid: &[Unit], records: &[UnitRecord]) -> bool {
 
 pub fn default_out(experiment: &Experiment, shard: Option<Shard>) -> PathBuf {
     let name = match shard {
-        Some(s) => format!("{}.shard-{}-of-{}", experiment.name, s.index, s.count),
-        None => experiment.name.clone(),
+        Some(s) => format!(
+            "{}.shard-{}-of-{}",
+            experiment.header.name, s.index, s.count
+        ),
+        None => experiment.header.name.clone(),
     };
     PathBuf::from("runs").join(name)
 }
@@ -80,7 +83,7 @@ pub fn default_out(experiment: &Experiment, shard: Option<Shard>) -> PathBuf {
 /// Trains every drafter whose checkpoint is missing (or unfinished) from its `train` config, and
 /// calibrates every schedule a method needs and does not find; errors name what is missing otherwise.
 fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
-    let f = shown(&experiment.file);
+    let f = shown(&experiment.header.file);
     let drafting: Vec<&MethodEntry> = experiment
         .methods
         .iter()
@@ -148,7 +151,7 @@ fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
 }
 
 fn ensure_schedule(experiment: &Experiment, drafter: &super::config::DrafterEntry) -> Result<()> {
-    let f = shown(&experiment.file);
+    let f = shown(&experiment.header.file);
     let Some(schedule) = &drafter.schedule else {
         bail!("{f}: drafter {:?} names no schedule", drafter.name);
     };
@@ -189,10 +192,10 @@ fn check_arms(
     target: &CausalLm,
     requests: &GridRequests,
 ) -> Result<Vec<Tap>> {
-    let f = shown(&experiment.file);
+    let f = shown(&experiment.header.file);
     let positions = target.net.config.max_position_embeddings.max(1) as u64;
     let sampling = Sampling {
-        temperature: experiment.temperature,
+        temperature: experiment.header.temperature,
         top_p: 1.0,
         top_k: 0,
         seed: 0,
@@ -255,7 +258,7 @@ enum Previous {
 /// Looks at `dir` without changing it: a folder this run may not write is refused here, before any
 /// compute; a run of another YAML is refused by its recorded YAML hash.
 fn look_at_folder(dir: &Path, experiment: &Experiment, resume: bool) -> Result<Previous> {
-    match output_folder::claim(dir, RUN_KIND, &[&experiment.file])? {
+    match output_folder::claim(dir, RUN_KIND, &[&experiment.header.file])? {
         Claim::Fresh => Ok(Previous::Nothing),
         Claim::Own(_) => {
             if !dir.join(EXPERIMENT_RECORD).exists()
@@ -371,16 +374,16 @@ struct Loaded {
 /// the calibration data once every schedule exists and every arm has been built with it), trains
 /// the drafters that need it, and seals `experiment` with the digest of everything it reads.
 fn load_and_check(experiment: &mut Experiment, options: &RunOptions) -> Result<Loaded> {
-    let target_dir = match registry::known(&experiment.target) {
+    let target_dir = match registry::known(&experiment.header.target) {
         Some(model) => registry::fetch(model.name)?,
-        None => registry::resolve(&experiment.target)?,
+        None => registry::resolve(&experiment.header.target)?,
     };
-    let device = parse_device(&experiment.device)
-        .with_context(|| format!("{}: device", shown(&experiment.file)))?;
-    let kind = parse_kind(&experiment.dtype)
-        .with_context(|| format!("{}: dtype", shown(&experiment.file)))?;
+    let device = parse_device(&experiment.header.device)
+        .with_context(|| format!("{}: device", shown(&experiment.header.file)))?;
+    let kind = parse_kind(&experiment.header.dtype)
+        .with_context(|| format!("{}: dtype", shown(&experiment.header.file)))?;
     let target = CausalLm::load(&target_dir, device, kind)
-        .with_context(|| format!("loading target {}", experiment.target))?;
+        .with_context(|| format!("loading target {}", experiment.header.target))?;
     let requests = build_all(experiment, &target)?;
     crate::held_out::check_training_data(experiment, &target, &requests)?;
     ensure_drafters(experiment, options.retrain)?;
@@ -414,7 +417,7 @@ fn claim(dir: &Path, experiment: &Experiment, previous: Previous) -> Result<Stri
             false
         }
     };
-    let about = format!("{} ({})", experiment.name, experiment.hash());
+    let about = format!("{} ({})", experiment.header.name, experiment.hash());
     if fresh {
         std::fs::create_dir_all(dir.join(UNITS))
             .with_context(|| format!("creating {}", dir.display()))?;
@@ -652,7 +655,7 @@ impl UnitRunner<'_> {
         Ok(UnitRecord {
             unit: unit.clone(),
             setting: workload.setting,
-            target: self.experiment.target.clone(),
+            target: self.experiment.header.target.clone(),
             max_new_tokens: workload.max_new_tokens,
             provenance,
             machine,
@@ -738,7 +741,7 @@ impl UnitRunner<'_> {
             stop,
         } = scope;
         let sampling = Sampling {
-            temperature: self.experiment.temperature,
+            temperature: self.experiment.header.temperature,
             top_p: 1.0,
             top_k: 0,
             seed: unit.seed.wrapping_add(prompt as u64),
