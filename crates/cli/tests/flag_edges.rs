@@ -232,8 +232,8 @@ fn numeric_flags() -> Vec<(Vec<String>, String)> {
     out
 }
 
-/// The groups of flags commands share (`DrafterArgs` with its scaling and adaptation, `PromptSetArgs`):
-/// one definition, one validation, whatever command flattens them.
+/// The groups of flags commands share (`DrafterSpec` with its tree, scaling, retrieval and adaptation,
+/// `PromptSetArgs`): one definition, one validation, whatever command flattens them.
 fn is_flattened(long: &str) -> bool {
     const SHARED: &[&str] = &[
         "draft-len",
@@ -699,7 +699,7 @@ fn the_drafter_kind_is_given_by_kind_and_still_by_its_old_spelling_method() {
             "dflash",
         ];
         match sharpdraft::Cli::try_parse_from(args).unwrap().command {
-            sharpdraft::Command::Generate(generate) => generate.draft.options.kind,
+            sharpdraft::Command::Generate(generate) => generate.drafter.unwrap().kind,
             _ => unreachable!("generate parses as generate"),
         }
     };
@@ -744,8 +744,9 @@ fn the_drafting_flags_and_a_drafter_block_are_one_declaration_and_make_one_speci
     ];
     let from_flags = match sharpdraft::Cli::try_parse_from(args).unwrap().command {
         sharpdraft::Command::Generate(generate) => generate
-            .draft
-            .spec("head", generate.draft.single_scaling().unwrap()),
+            .drafter
+            .expect("--drafter makes a drafter specification")
+            .with_scaling_mode(generate.scaling.single().unwrap()),
         _ => unreachable!("generate parses as generate"),
     };
     let block = "kind: eagle3\ncheckpoint: head\ndraft_len: 3\ntree: {depth: 3}\n\
@@ -760,4 +761,70 @@ fn the_drafting_flags_and_a_drafter_block_are_one_declaration_and_make_one_speci
         Some(sharpdraft_draft::TreeShape::EAGLE.top_k)
     );
     assert_eq!(from_flags.scaling.mode, ScalingMode::Fixed);
+}
+
+/// `generate`'s drafting flags parsed into its optional drafter specification, or the parser's refusal.
+fn generate_drafter(
+    flags: &[&str],
+) -> Result<Option<sharpdraft_decode::drafter_spec::DrafterSpec>, String> {
+    use clap::Parser;
+    let args = [
+        &["sharpdraft", "generate", "--target", "t", "--prompt", "p"],
+        flags,
+    ]
+    .concat();
+    match sharpdraft::Cli::try_parse_from(args) {
+        Ok(cli) => match cli.command {
+            sharpdraft::Command::Generate(generate) => Ok(generate.drafter),
+            _ => unreachable!("generate parses as generate"),
+        },
+        Err(refusal) => Err(refusal.to_string()),
+    }
+}
+
+#[test]
+fn generate_drafts_exactly_when_given_a_drafter_and_its_optional_blocks_exactly_when_switched_on() {
+    use sharpdraft_draft::retrieval::RetrievalOptions;
+    assert_eq!(generate_drafter(&[]).unwrap(), None);
+    let plain = generate_drafter(&["--drafter", "d"]).unwrap().unwrap();
+    assert_eq!(
+        (plain.checkpoint.as_str(), plain.retrieval, plain.adapt),
+        ("d", None, None)
+    );
+    assert_eq!(plain.tree, None);
+    let retrieving = generate_drafter(&["--drafter", "d", "--retrieval"])
+        .unwrap()
+        .unwrap();
+    assert_eq!(retrieving.retrieval, Some(RetrievalOptions::default()));
+    let chunked = generate_drafter(&["--drafter", "d", "--retrieval", "--retrieval-chunk", "16"]);
+    assert_eq!(chunked.unwrap().unwrap().retrieval.unwrap().chunk, 16);
+    let adapting = generate_drafter(&["--drafter", "d", "--adapt", "lora", "--lora-rank", "2"]);
+    let adapt = adapting.unwrap().unwrap().adapt.unwrap();
+    assert_eq!(
+        (adapt.mode, adapt.rank),
+        (sharpdraft_draft::adaptation::AdaptMode::Lora, 2)
+    );
+}
+
+#[test]
+fn a_drafting_flag_without_what_it_applies_to_is_refused_by_name_not_ignored() {
+    for (flags, missing) in [
+        (&["--kind", "pard"][..], "--drafter"),
+        (&["--draft-stop-below", "0.5"], "--drafter"),
+        (&["--retrieval"], "--drafter"),
+        (&["--adapt", "full"], "--drafter"),
+        (
+            &["--drafter", "d", "--retrieval-chunk", "16"],
+            "--retrieval",
+        ),
+        (&["--drafter", "d", "--lora-rank", "2"], "--adapt"),
+    ] {
+        let refusal = generate_drafter(flags).expect_err(&format!("{flags:?} must be refused"));
+        assert!(
+            refusal.contains("required arguments were not provided") && refusal.contains(missing),
+            "{flags:?}: {refusal}"
+        );
+    }
+    let both = generate_drafter(&["--drafter", "d", "--retrieval", "--drafter-window", "8"]);
+    assert!(both.unwrap_err().contains("cannot be used with"));
 }

@@ -17,15 +17,15 @@
 //! ```
 
 use crate::driver::{ensure, Context, DecodeError, Result};
-use crate::scaling::ScalingSpec;
+use crate::scaling::{ScalingMode, ScalingSpec};
 use crate::{speculative_generate, speculative_generate_from, SpecOptions, SpecReport};
 use serde::{Deserialize, Serialize};
 use sharpdraft_draft::adaptation::{
-    AdaptOptions, Adaptable, AdaptingDrafter, OnlineObjective, UpdateUnit,
+    AdaptOptions, Adaptable, AdaptingDrafter, OnlineObjective, UpdateUnit, ADAPT_MODE_FLAG,
 };
 use sharpdraft_draft::checkpoint_kind::expect_kind;
 use sharpdraft_draft::eagle3::MAX_TREE_TOKENS;
-use sharpdraft_draft::retrieval::{RetrievalOptions, RetrievingDrafter};
+use sharpdraft_draft::retrieval::{RetrievalOptions, RetrievingDrafter, RETRIEVAL_SWITCH};
 use sharpdraft_draft::{
     DFlashDrafter, Drafter, DrafterKind, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
 };
@@ -39,16 +39,25 @@ fn default_draft_len() -> usize {
 }
 
 /// A drafter and how it drafts: a drafter block of a config and the drafting flags of a command, one
-/// declaration for both (a field's flag is named beside it). The command line names the checkpoint
-/// (`--drafter`), the scaling mode, and whether retrieval and adaptation are on apart, in the command's
-/// own arguments; their options are [`ScalingSpec`], [`RetrievalOptions`] and [`AdaptOptions`], which
-/// serve both too.
+/// declaration for both (a field's flag is named beside it; [`ScalingSpec`], [`RetrievalOptions`] and
+/// [`AdaptOptions`] serve both too). Only the query-scaling mode is named apart on the command line,
+/// where `--scaling` is a list that some commands compare.
+///
+/// A command flattens `Option<DrafterSpec>` where drafting is optional: it is `Some` exactly when
+/// `--drafter` is given (the group's one member: clap's derive leaves a group that holds flattened
+/// groups empty), and every other drafting flag requires `--drafter`. A command that always drafts
+/// flattens `DrafterSpec` and makes `--drafter` required (`mut_arg`).
 ///
 /// Its partial twin, [`DrafterSpecPatch`] (every field but what the drafter is, each optional), is what
 /// an experiment's method sets over each drafter's own specification, merged by `Patch::apply`: a
 /// drafting option added here is a method's option too.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args, Patch)]
 #[serde(deny_unknown_fields)]
+#[group(arg = DRAFTER_FLAG)]
+#[command(
+    mut_arg(ADAPT_MODE_FLAG, |arg| arg.requires(DRAFTER_FLAG)),
+    mut_arg(RETRIEVAL_SWITCH, |arg| arg.requires(DRAFTER_FLAG).conflicts_with("drafter_window"))
+)]
 #[patch(attribute(derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)))]
 #[patch(attribute(serde(deny_unknown_fields)))]
 #[patch(attribute(
@@ -64,11 +73,14 @@ pub struct DrafterSpec {
         long,
         alias = "method",
         default_value = "vanilla",
-        requires = "drafter"
+        requires = DRAFTER_FLAG
     )]
     pub kind: DrafterKind,
-    /// A known model name, a model made here (`$SHARPDRAFT_HOME/models/<name>`), or a folder.
-    #[arg(skip)]
+    /// The drafter's weights: a known model name, a model made here (`$SHARPDRAFT_HOME/models/<name>`),
+    /// or a folder; a small LM for `vanilla`, an EAGLE-3 checkpoint for `eagle3`. A command that may
+    /// decode without a drafter does so when given none.
+    // `required = false`: absent, the whole specification is `None` (see the type's comment).
+    #[arg(id = DRAFTER_FLAG, long = DRAFTER_FLAG, value_name = "DRAFTER", required = false)]
     #[patch(skip)]
     pub checkpoint: String,
     /// Chain length K: vanilla, PARD, and EAGLE-3 without a tree. DFlash drafts its block size - 1.
@@ -84,7 +96,7 @@ pub struct DrafterSpec {
     #[arg(
         id = "draft_stop_below",
         long = "draft-stop-below",
-        requires = "drafter"
+        requires = DRAFTER_FLAG
     )]
     pub stop_below: Option<f64>,
     /// EAGLE-3's dynamic tree; a chain of `draft_len` without it.
@@ -98,16 +110,16 @@ pub struct DrafterSpec {
     /// A sliding window on the drafter's attention: every drafting row sees at most its last `window`
     /// keys (training-free, as EAGLE 3.1's and DFlash's sliding layers); every key by default.
     #[serde(default)]
-    #[arg(id = "drafter_window", long = "drafter-window", requires = "drafter")]
+    #[arg(id = "drafter_window", long = "drafter-window", requires = DRAFTER_FLAG)]
     pub window: Option<i64>,
     /// Cross-model retrieval (SpecExtend): the drafter attends to the chunks of context the target's
     /// last layer attended to most in the latest verification, plus a recent window.
     #[serde(default)]
-    #[arg(skip)]
+    #[command(flatten)]
     pub retrieval: Option<RetrievalOptions>,
     /// Online adaptation from verification (full or LoRA); none by default.
     #[serde(default)]
-    #[arg(skip)]
+    #[command(flatten)]
     pub adapt: Option<AdaptOptions>,
     /// The dtype of the drafter's own weights: `f32`, `bf16` or `f16`; the target's by default. Vanilla
     /// and PARD drafters are whole models; an EAGLE-3 head and a DFlash drafter keep their layers (and
@@ -116,13 +128,23 @@ pub struct DrafterSpec {
     /// On a CPU a bf16 drafter reads half the bytes per draft while the target verifies in f32, so the
     /// output stays the f32 target's own.
     #[serde(default)]
-    #[arg(id = "drafter_dtype", long = "drafter-dtype", requires = "drafter")]
+    #[arg(id = "drafter_dtype", long = "drafter-dtype", requires = DRAFTER_FLAG)]
     pub dtype: Option<String>,
 }
+
+/// The command line's flag naming the drafter's checkpoint (`--drafter`), and its argument id.
+pub const DRAFTER_FLAG: &str = "drafter";
 
 impl DrafterSpec {
     /// Chains of 4 unless `draft_len` (`--draft-len`) says otherwise.
     pub const DEFAULT_DRAFT_LEN: usize = 4;
+
+    /// This specification with query scaling `mode` (one of a command's `--scaling` list).
+    pub fn with_scaling_mode(&self, mode: ScalingMode) -> Self {
+        let mut spec = self.clone();
+        spec.scaling.mode = mode;
+        spec
+    }
 
     /// The plain drafter: `kind` from `checkpoint`, chains of 4, no tree, no scaling.
     pub fn new(kind: DrafterKind, checkpoint: impl Into<String>) -> Self {

@@ -13,10 +13,19 @@ use sharpdraft_model::{KeySelection, Sampler, Tap};
 use tch::{Kind, Tensor};
 
 /// The `retrieval:` block of a drafter specification, and the `--retrieval-*` flags of the commands that
-/// draft (`--retrieval` itself turns it on): SpecExtend's defaults, chunks of 32, 64 of them, every 8
-/// cycles; one default and one validation for both.
+/// draft: SpecExtend's defaults, chunks of 32, 64 of them, every 8 cycles; one default and one
+/// validation for both. On the command line the switch `--retrieval` turns it on, as a `retrieval:` key
+/// does in YAML: it is the group's member that a flattened `Option<RetrievalOptions>` is `Some` by, and
+/// the `--retrieval-*` flags require it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
+#[command(arg(
+    clap::Arg::new(RETRIEVAL_SWITCH)
+        .long(RETRIEVAL_SWITCH)
+        .action(clap::ArgAction::SetTrue)
+        .help("Cross-model retrieval (SpecExtend): the drafter sees the context chunks the target's last layer attended to most at the latest verification, plus a recent window")
+))]
+#[group(arg = RETRIEVAL_SWITCH, requires = RETRIEVAL_SWITCH)]
 pub struct RetrievalOptions {
     /// Retrieval: keys per chunk.
     #[serde(default = "default_chunk")]
@@ -35,6 +44,9 @@ pub struct RetrievalOptions {
     #[arg(id = "retrieval_every", value_name = "RETRIEVAL_EVERY", long = "retrieval-every", default_value_t = default_every())]
     pub every: usize,
 }
+
+/// The command line's switch for retrieval (`--retrieval`), and its argument id.
+pub const RETRIEVAL_SWITCH: &str = "retrieval";
 
 fn default_chunk() -> i64 {
     32

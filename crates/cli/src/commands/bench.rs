@@ -6,7 +6,7 @@ use super::bounds::{ensure_context, ensure_within, MAX_THREADS};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{parse_device, parse_kind, CausalLm, Sampler, Sampling};
+use sharpdraft_model::{parse_kind, CausalLm, Sampler, Sampling};
 use sharpdraft_store::registry;
 use std::process::Command;
 use std::time::Instant;
@@ -47,8 +47,8 @@ pub struct DecodeArgs {
     /// CPU threads for libtorch (and for HF transformers); default: all cores.
     #[arg(long)]
     pub threads: Option<i32>,
-    #[arg(long, default_value = sharpdraft_model::DEFAULT_DEVICE)]
-    pub device: String,
+    #[command(flatten)]
+    pub device: super::generate::DeviceArgs,
     /// A Python with torch and transformers: runs crates/cli/benches/hf_decode.py on the same weights.
     #[arg(long)]
     pub hf_python: Option<String>,
@@ -133,7 +133,7 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
     if let Some(threads) = args.threads {
         ensure_within("threads", threads, 1, MAX_THREADS)?;
     }
-    let device = parse_device(&args.device)?;
+    let device = args.device.parse()?;
     let dir = registry::resolve(&args.target)?;
     let config = sharpdraft_model::ModelConfig::from_folder(&dir)?;
     ensure_within(

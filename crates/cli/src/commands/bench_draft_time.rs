@@ -12,12 +12,12 @@
 
 use super::bench_rows::read_bandwidth;
 use super::bounds::{ensure_context, ensure_repeats, ensure_within, target_config};
-use super::generate::{DrafterArgs, ModelArgs};
+use super::generate::{ModelArgs, ScalingModesArgs};
 use crate::allocator::{self, AllocatorReport};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::drafter_spec;
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec, DRAFTER_FLAG};
 use sharpdraft_decode::speculative_generate;
 use sharpdraft_draft::{DraftContext, Drafter, DrafterStats, Feedback, Proposal};
 use sharpdraft_model::time_split::{self, TimeSplit};
@@ -27,6 +27,7 @@ use std::time::Instant;
 use tch::{Device, Tensor};
 
 #[derive(Args, Debug)]
+#[command(mut_arg(DRAFTER_FLAG, |arg| arg.required(true)))]
 pub struct DraftTimeBenchArgs {
     #[arg(long, default_value = "smollm2-135m-instruct")]
     pub target: String,
@@ -42,18 +43,15 @@ pub struct DraftTimeBenchArgs {
     /// The drafter's weights in each of these dtypes (f32, bf16, f16), side by side: every repeat
     /// decodes once in each, in turn, and each dtype's cycle is compared with the first's, repeat by
     /// repeat. One dtype, the target's, by default (or `--drafter-dtype`).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        conflicts_with = "drafter_dtype",
-        requires = "drafter"
-    )]
+    #[arg(long, value_delimiter = ',', conflicts_with = "drafter_dtype")]
     pub drafter_dtypes: Vec<String>,
     #[arg(long)]
     pub json: bool,
-    /// The drafter, drafting as it would in `generate` (one `--scaling` kind at most).
+    /// The drafter, drafting as it would in `generate` (one `--scaling` mode at most).
     #[command(flatten)]
-    pub draft: DrafterArgs,
+    pub drafter: DrafterSpec,
+    #[command(flatten)]
+    pub scaling: ScalingModesArgs,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -276,16 +274,10 @@ fn step_rows(split: &TimeSplit, seconds: f64, cycles: usize, bandwidth: f64) -> 
 }
 
 pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
-    let name = args
-        .draft
-        .drafter
-        .as_deref()
-        .context("--drafter is required")?;
-    let kinds = &args.draft.scaling;
-    anyhow::ensure!(
-        kinds.len() == 1,
-        "bench draft-time splits one drafter's cycle: give at most one --scaling kind, not {kinds:?}"
-    );
+    let scaling = args
+        .scaling
+        .single()
+        .context("bench draft-time splits one drafter's cycle: give at most one --scaling mode")?;
     ensure_repeats(args.repeats)?;
     anyhow::ensure!(
         args.repeats >= 2,
@@ -300,7 +292,7 @@ pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
     let target = args.model.load(&args.target)?;
     let bandwidth = read_bandwidth();
     let vocab = target.net.config.vocab_size;
-    let base_spec = args.draft.spec(name, kinds[0]);
+    let base_spec = args.drafter.with_scaling_mode(scaling);
     // One run per dtype, in turn within every repeat; `None` keeps the specification's own.
     let dtypes: Vec<Option<String>> = if args.drafter_dtypes.is_empty() {
         vec![base_spec.dtype.clone()]

@@ -6,16 +6,17 @@
 //! the drafter's caches hold are reported too (equal: scaling adds no memory).
 
 use super::bounds::{ensure_context, ensure_repeats, ensure_within, target_config};
-use super::generate::{DrafterArgs, ModelArgs};
-use anyhow::{Context, Result};
+use super::generate::ModelArgs;
+use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::drafter_spec;
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec, DRAFTER_FLAG};
 use sharpdraft_decode::scaling::{ScalingMode, ScalingSpec};
 use sharpdraft_decode::speculative_generate;
 use sharpdraft_model::Sampling;
 
 #[derive(Args, Debug)]
+#[command(mut_arg(DRAFTER_FLAG, |arg| arg.required(true)))]
 pub struct ScalingBenchArgs {
     #[arg(long, default_value = "smollm2-135m-instruct")]
     pub target: String,
@@ -30,9 +31,9 @@ pub struct ScalingBenchArgs {
     pub repeats: usize,
     #[arg(long)]
     pub json: bool,
-    /// The drafter (its `--scaling` options are set by the benchmark).
+    /// The drafter (its query scaling is set by the benchmark).
     #[command(flatten)]
-    pub draft: DrafterArgs,
+    pub drafter: DrafterSpec,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -56,14 +57,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn run(args: &ScalingBenchArgs) -> Result<()> {
-    let name = args
-        .draft
-        .drafter
-        .as_deref()
-        .context("--drafter is required")?;
     anyhow::ensure!(
-        args.draft.scaling == [ScalingMode::Off] && args.draft.options.scaling == ScalingSpec::default(),
-        "bench scaling times the drafter unscaled against fixed scaling with beta 0 and n0 1 itself: it takes no --scaling, --schedule, --beta or --n0"
+        args.drafter.scaling == ScalingSpec::default(),
+        "bench scaling times the drafter unscaled against fixed scaling with beta 0 and n0 1 itself: it takes no --schedule, --beta or --n0"
     );
     ensure_repeats(args.repeats)?;
     let config = target_config(&args.target)?;
@@ -72,10 +68,8 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
         ensure_context(&config, "contexts", context as i128, args.new_tokens)?;
     }
     // Every row past n0 = 1: the factors are computed and multiplied for every query, all equal to 1.
-    let mut draft = args.draft.clone();
-    draft.scaling = vec![ScalingMode::Fixed];
-    // The mode comes from `draft.scaling`; the specification gives beta and n0.
-    draft.options.scaling = ScalingSpec {
+    let mut drafter = args.drafter.clone();
+    drafter.scaling = ScalingSpec {
         beta: Some(0.0),
         n0: Some(1.0),
         ..ScalingSpec::default()
@@ -95,12 +89,12 @@ pub fn run(args: &ScalingBenchArgs) -> Result<()> {
         for _ in 0..args.repeats {
             let mut per_cycle = [0.0; 2];
             let mut outputs = Vec::new();
-            for (slot, kind) in [ScalingMode::Off, ScalingMode::Fixed]
+            for (slot, mode) in [ScalingMode::Off, ScalingMode::Fixed]
                 .into_iter()
                 .enumerate()
             {
                 let (mut built, mut config) = drafter_spec::prepare(
-                    &draft.spec(name, kind),
+                    &drafter.with_scaling_mode(mode),
                     &target,
                     sampling,
                     prompt.len(),

@@ -11,13 +11,13 @@
 //! construction (`crates/decode/tests/lossless_sampling.rs` checks the distribution), so only their speed
 //! and tau are reported.
 
-use super::generate::{DrafterArgs, ModelArgs};
+use super::generate::{ModelArgs, ScalingModesArgs};
 use super::paired_rounds;
 use super::prompt_set::{PromptSet, PromptSetArgs};
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec, DRAFTER_FLAG};
 use sharpdraft_decode::scaling::ScalingMode;
 use sharpdraft_draft::DrafterKind;
 use sharpdraft_model::generate::generate;
@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 #[derive(Args, Debug)]
+#[command(mut_arg(DRAFTER_FLAG, |arg| arg.required(true)))]
 pub struct SpeculativeBenchArgs {
     /// Target model: a known name or a model folder.
     #[arg(long)]
@@ -55,8 +56,11 @@ pub struct SpeculativeBenchArgs {
     pub rounds: usize,
     #[arg(long)]
     pub json: bool,
+    /// The drafter, and how it drafts.
     #[command(flatten)]
-    pub draft: DrafterArgs,
+    pub drafter: DrafterSpec,
+    #[command(flatten)]
+    pub scaling: ScalingModesArgs,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -127,11 +131,6 @@ struct Summary {
 }
 
 pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
-    let drafter_name = args
-        .draft
-        .drafter
-        .as_deref()
-        .context("--drafter is required")?;
     ensure!(
         args.temperatures
             .iter()
@@ -141,7 +140,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
         sharpdraft_model::MAX_TEMPERATURE
     );
     ensure!(
-        args.hf_python.is_none() || args.draft.options.kind == DrafterKind::Vanilla,
+        args.hf_python.is_none() || args.drafter.kind == DrafterKind::Vanilla,
         "--hf-python compares with HF's assisted generation, which drafts with a small LM: it needs --kind vanilla"
     );
     super::bounds::ensure_within("rounds", args.rounds, 1, super::bounds::MAX_REPEATS)?;
@@ -151,7 +150,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     let requests = build_requests(args, &target, &set)?;
 
     let decodings: Vec<Option<ScalingMode>> = std::iter::once(None)
-        .chain(args.draft.scaling.iter().copied().map(Some))
+        .chain(args.scaling.modes.iter().copied().map(Some))
         .collect();
     let wait_budget = paired_rounds::wait_budget(args.rounds * requests.len() * decodings.len());
     let mut rows = Vec::new();
@@ -176,7 +175,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
                         row
                     }
                     Some(scaling) => {
-                        let spec = args.draft.spec(drafter_name, scaling);
+                        let spec = args.drafter.with_scaling_mode(scaling);
                         decode_speculatively(
                             args,
                             &target,
@@ -194,7 +193,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
         }
     }
     if let Some(python) = &args.hf_python {
-        rows.extend(run_hf(python, args, drafter_name, &requests)?);
+        rows.extend(run_hf(python, args, &requests)?);
     }
     print_summaries(&rows, args.json);
     Ok(())
@@ -544,15 +543,10 @@ fn summarise(rows: &[Row]) -> Vec<Summary> {
 }
 
 /// HF's AR and assisted generation on the same prompt ids: one process, every request in order.
-fn run_hf(
-    python: &Path,
-    args: &SpeculativeBenchArgs,
-    drafter: &str,
-    requests: &[Request],
-) -> Result<Vec<Row>> {
+fn run_hf(python: &Path, args: &SpeculativeBenchArgs, requests: &[Request]) -> Result<Vec<Row>> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/hf_assisted.py");
     let target_dir = registry::resolve(&args.target)?;
-    let drafter_dir = registry::resolve(drafter)?;
+    let drafter_dir = registry::resolve(&args.drafter.checkpoint)?;
     let file = tempfile::NamedTempFile::new().context("a temporary file for HF's requests")?;
     let list: Vec<serde_json::Value> = requests
         .iter()
@@ -585,9 +579,9 @@ fn run_hf(
             "--max-new-tokens",
             &args.max_new_tokens.to_string(),
             "--draft-len",
-            &args.draft.options.draft_len.to_string(),
+            &args.drafter.draft_len.to_string(),
             "--stop-below",
-            &args.draft.options.stop_below.unwrap_or(0.0).to_string(),
+            &args.drafter.stop_below.unwrap_or(0.0).to_string(),
             "--threads",
             &tch::get_num_threads().to_string(),
         ])

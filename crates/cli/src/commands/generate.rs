@@ -1,15 +1,13 @@
 //! `sharpdraft generate` and `sharpdraft logits`: a target model on its own.
 
-use super::adapt::AdaptArgs;
 use super::paired_rounds::{self, PairedRatio};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
 use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
-use sharpdraft_decode::scaling::{ScalingMode, ScalingSpec};
+use sharpdraft_decode::scaling::ScalingMode;
 use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
-use sharpdraft_draft::retrieval::RetrievalOptions;
 use sharpdraft_draft::AdaptationReport;
 use sharpdraft_model::generate::generate;
 use sharpdraft_model::{
@@ -18,11 +16,24 @@ use sharpdraft_model::{
 use sharpdraft_store::registry;
 use tch::{Kind, Tensor};
 
-#[derive(Args, Debug)]
-pub struct ModelArgs {
+/// The device a command runs its models on (`--device`), for every command that loads one.
+#[derive(Args, Debug, Clone)]
+pub struct DeviceArgs {
     /// Device: cpu, cuda or cuda:N.
     #[arg(long, default_value = sharpdraft_model::DEFAULT_DEVICE)]
     pub device: String,
+}
+
+impl DeviceArgs {
+    pub fn parse(&self) -> anyhow::Result<tch::Device> {
+        Ok(parse_device(&self.device)?)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ModelArgs {
+    #[command(flatten)]
+    pub device: DeviceArgs,
     /// Weights dtype: f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
     pub dtype: String,
@@ -31,7 +42,7 @@ pub struct ModelArgs {
 impl ModelArgs {
     pub fn load(&self, name_or_path: &str) -> anyhow::Result<CausalLm> {
         let dir = registry::resolve(name_or_path)?;
-        let model = CausalLm::load(&dir, parse_device(&self.device)?, parse_kind(&self.dtype)?)
+        let model = CausalLm::load(&dir, self.device.parse()?, parse_kind(&self.dtype)?)
             .with_context(|| format!("loading model {name_or_path}"))?;
         Ok(model)
     }
@@ -61,8 +72,11 @@ pub struct GenerateArgs {
     pub raw: bool,
     #[arg(long)]
     pub json: bool,
+    /// The drafter, and how it drafts; without `--drafter`, plain autoregressive decoding.
     #[command(flatten)]
-    pub draft: DrafterArgs,
+    pub drafter: Option<DrafterSpec>,
+    #[command(flatten)]
+    pub scaling: ScalingModesArgs,
     /// Also decode the same prompt autoregressively in this process and report the speed-up: the
     /// target alone and speculation alternate over --rounds, as `run` times them.
     #[arg(long)]
@@ -76,57 +90,30 @@ pub struct GenerateArgs {
     pub model: ModelArgs,
 }
 
-/// Which drafter, and how it drafts: the drafter specification's own flags ([`DrafterSpec`] declares
-/// them beside its YAML keys) and what only the command line says apart from them: the checkpoint (no
-/// drafter, plain autoregressive decoding), the scaling mode (a list where a command compares
-/// several), and the switches that turn retrieval and adaptation on.
-//
-// Why these four are not `Option` fields of `DrafterSpec` flattened into the command: clap 4.6's derive
-// does not make an optional flattened group from the flags given (measured: a flattened
-// `Option<Group>` inside another came back `None` with its flags given, and a group holding a
-// `--drafter` without a default was demanded even when none of its flags was), so "no drafter" and
-// "retrieval off" stay switches here, and each turns into the specification's `Option` in `spec`.
+/// The query-scaling modes a command runs its drafter with (`--scaling`): the one `generate` decodes
+/// with, or the list `tau` and `bench speculative` compare. The drafter specification holds the mode's
+/// options (`--schedule`, `--beta`, `--n0`:
+/// [`ScalingSpec`](sharpdraft_decode::scaling::ScalingSpec)); the mode alone is named apart because a
+/// comparison names several, while YAML compares them as `methods:`.
 #[derive(Args, Debug, Clone)]
-pub struct DrafterArgs {
-    /// Drafter for speculative decoding: a known model name or a folder (a small LM for `vanilla`, an
-    /// EAGLE-3 checkpoint for `eagle3`). Without it, plain autoregressive decoding.
-    #[arg(long)]
-    pub drafter: Option<String>,
+pub struct ScalingModesArgs {
     /// SharpDraft query scaling of the drafter; `tau` and `bench speculative` take a comma-separated
     /// list and compare them.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
-    pub scaling: Vec<ScalingMode>,
-    #[command(flatten)]
-    pub options: DrafterSpec,
-    /// Cross-model retrieval (SpecExtend): the drafter sees the context chunks the target's last layer
-    /// attended to most at the latest verification, plus a recent window.
-    #[arg(long, requires = "drafter", conflicts_with = "drafter_window")]
-    pub retrieval: bool,
-    #[command(flatten)]
-    pub retrieval_options: RetrievalOptions,
-    #[command(flatten)]
-    pub adapt: AdaptArgs,
+    #[arg(
+        id = "scaling",
+        long = "scaling",
+        value_name = "SCALING",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "off"
+    )]
+    pub modes: Vec<ScalingMode>,
 }
 
-impl DrafterArgs {
-    /// The drafter specification these flags name for `checkpoint`, with query scaling `mode` (one of
-    /// `--scaling`).
-    pub fn spec(&self, checkpoint: &str, mode: ScalingMode) -> DrafterSpec {
-        DrafterSpec {
-            checkpoint: checkpoint.to_string(),
-            scaling: ScalingSpec {
-                mode,
-                ..self.options.scaling.clone()
-            },
-            retrieval: self.retrieval.then(|| self.retrieval_options.clone()),
-            adapt: self.adapt.config(),
-            ..self.options.clone()
-        }
-    }
-
-    /// The one scaling mode of a command that runs one drafter.
-    pub fn single_scaling(&self) -> anyhow::Result<ScalingMode> {
-        match self.scaling.as_slice() {
+impl ScalingModesArgs {
+    /// The one mode of a command that runs one drafter.
+    pub fn single(&self) -> anyhow::Result<ScalingMode> {
+        match self.modes.as_slice() {
             [mode] => Ok(*mode),
             modes => anyhow::bail!("--scaling takes one mode here, got {modes:?}"),
         }
@@ -229,12 +216,12 @@ pub fn run_generate(args: &GenerateArgs) -> anyhow::Result<()> {
         seed: args.seed,
     };
     anyhow::ensure!(
-        !args.compare_ar || args.draft.drafter.is_some(),
+        !args.compare_ar || args.drafter.is_some(),
         "--compare-ar needs --drafter"
     );
-    let report = match &args.draft.drafter {
+    let report = match &args.drafter {
         None => autoregressive_report(args, &model, prompt_ids, sampling, load_peak_rss_bytes)?,
-        Some(drafter_name) => speculative_report(args, &model, drafter_name, prompt_ids, sampling)?,
+        Some(drafter) => speculative_report(args, &model, drafter, prompt_ids, sampling)?,
     };
     print_report(&report, args.json)
 }
@@ -297,17 +284,18 @@ fn autoregressive_report(
     })
 }
 
-/// Speculative decoding of the prompt with `drafter_name` (and AR beside it with `--compare-ar`),
-/// reported; the process's peak memory is read once the drafter is loaded.
+/// Speculative decoding of the prompt with `drafter` (and AR beside it with `--compare-ar`), reported;
+/// the process's peak memory is read once the drafter is loaded.
 fn speculative_report(
     args: &GenerateArgs,
     model: &CausalLm,
-    drafter_name: &str,
+    drafter: &DrafterSpec,
     prompt_ids: Vec<i64>,
     sampling: Sampling,
 ) -> anyhow::Result<GenerateReport> {
     let tokenizer = model.tokenizer()?;
-    let spec = args.draft.spec(drafter_name, args.draft.single_scaling()?);
+    let scaling = args.scaling.single()?;
+    let spec = drafter.with_scaling_mode(scaling);
     let (mut built, config) = drafter_spec::prepare(
         &spec,
         &model,
@@ -355,7 +343,7 @@ fn speculative_report(
         tokens_per_s: spec.tokens_per_second(),
         prefill_tokens_per_s: prompt_ids.len() as f64 / spec.prefill_seconds.max(1e-9),
         kind: Some(built.drafter.kind().name()),
-        scaling: Some(args.draft.single_scaling()?.name()),
+        scaling: Some(scaling.name()),
         tau: Some(spec.tau()),
         engine_overhead: Some(spec.engine_overhead()),
         ar_tokens_per_s: ar.as_ref().map(|a| a.tokens_per_second()),

@@ -1,8 +1,7 @@
 //! One file per command of the `sharpdraft` tree (`bench_*` for `sharpdraft bench`'s subcommands), with
-//! the flag groups commands share (`adapt`, `prompt_set`, `generate`'s `DrafterArgs` and `ModelArgs`),
+//! the flag groups commands share (`prompt_set`, `generate`'s `ScalingModesArgs` and `ModelArgs`),
 //! the benchmarks' flag bounds (`bounds`) and the paired rounds of one-off speed-ups (`paired_rounds`).
 
-pub mod adapt;
 pub mod bench;
 pub mod bench_attention_stats;
 pub mod bench_continuations;

@@ -3,17 +3,18 @@
 //! question, so the drafter drafts the answer with that many keys in view. Several `--scaling` modes are
 //! compared on the same prompts.
 
-use super::generate::{DrafterArgs, ModelArgs};
+use super::generate::{ModelArgs, ScalingModesArgs};
 use super::prompt_set::{PromptSet, PromptSetArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::drafter_spec;
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec, DRAFTER_FLAG};
 use sharpdraft_decode::MemoryReport;
 use sharpdraft_draft::AdaptationReport;
 use sharpdraft_model::{CausalLm, Sampling};
 
 #[derive(Args, Debug)]
+#[command(mut_arg(DRAFTER_FLAG, |arg| arg.required(true)))]
 pub struct TauArgs {
     /// Target model: a known name or a model folder.
     #[arg(long)]
@@ -24,8 +25,11 @@ pub struct TauArgs {
     pub max_new_tokens: usize,
     #[arg(long)]
     pub json: bool,
+    /// The drafter, and how it drafts.
     #[command(flatten)]
-    pub draft: DrafterArgs,
+    pub drafter: DrafterSpec,
+    #[command(flatten)]
+    pub scaling: ScalingModesArgs,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -65,15 +69,10 @@ struct Summary {
 }
 
 pub fn run(args: &TauArgs) -> Result<()> {
-    let drafter_name = args
-        .draft
-        .drafter
-        .as_deref()
-        .context("--drafter is required")?;
     let target = args.model.load(&args.target)?;
     let tokenizer = target.tokenizer()?;
     let set = args.set.load(tokenizer, target.net.config.positions())?;
-    let scalings = &args.draft.scaling;
+    let scalings = &args.scaling.modes;
     let (mut rows, mut summaries) = (Vec::new(), Vec::new());
     for (&requested, &scaling) in args
         .set
@@ -81,7 +80,7 @@ pub fn run(args: &TauArgs) -> Result<()> {
         .iter()
         .flat_map(|c| scalings.iter().map(move |s| (c, s)))
     {
-        let spec = args.draft.spec(drafter_name, scaling);
+        let spec = args.drafter.with_scaling_mode(scaling);
         let (cell_rows, summary) = measure(args, &spec, &target, &set, requested)?;
         rows.extend(cell_rows);
         summaries.push(summary);

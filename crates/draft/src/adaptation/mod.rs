@@ -62,13 +62,18 @@ pub enum LearnFrom {
 /// The largest `every`, `steps`, `buffer` and `top_k` an adaptation configuration may name.
 pub const MAX_ADAPT_COUNT: usize = 1 << 20;
 
-/// The `adapt:` block of a drafter specification, and the flags of the commands that draft (`--adapt-*`,
-/// `--lora-*`; `--adapt` itself names the mode): one default and one validation for both.
+/// The `adapt:` block of a drafter specification, and the flags of the commands that draft (`--adapt`
+/// names the mode, then `--adapt-*`, `--lora-*`): one default and one validation for both. A flattened
+/// `Option<AdaptOptions>` is `Some` when any of its flags is given, and every one of them requires
+/// `--adapt`, as YAML's block requires `mode:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
+#[group(requires = ADAPT_MODE_FLAG)]
 pub struct AdaptOptions {
-    /// full or lora (a command line names it with `--adapt`).
-    #[arg(skip = AdaptMode::Full)]
+    /// Adapt the drafter online from verification: full (AdamW on every drafter weight) or lora.
+    // Not required by clap's parser (`required = false`): without any adaptation flag the group is
+    // absent and this is never read; with one, the group's `requires` asks for it by name.
+    #[arg(id = ADAPT_MODE_FLAG, long = ADAPT_MODE_FLAG, value_name = "MODE", value_parser = yaml_value::<AdaptMode>, required = false)]
     pub mode: AdaptMode,
     /// Update every N units (cycles, or requests with unit `requests`).
     #[serde(default = "default_every")]
@@ -135,6 +140,9 @@ pub struct AdaptOptions {
 }
 
 display_as_yaml!(AdaptMode, UpdateUnit, LearnFrom, Divergence, LoraForm, LoraTarget);
+
+/// The command line's flag naming the adaptation mode (`--adapt full|lora`), and its argument id.
+pub const ADAPT_MODE_FLAG: &str = "adapt";
 
 fn default_every() -> usize {
     8
