@@ -746,7 +746,7 @@ fn the_drafting_flags_and_a_drafter_block_are_one_declaration_and_make_one_speci
         sharpdraft::Command::Generate(generate) => generate
             .drafter
             .expect("--drafter makes a drafter specification")
-            .with_scaling_mode(generate.scaling.single().unwrap()),
+            .with_scaling_mode(generate.scaling_modes.single().unwrap()),
         _ => unreachable!("generate parses as generate"),
     };
     let block = "kind: eagle3\ncheckpoint: head\ndraft_len: 3\ntree: {depth: 3}\n\
@@ -810,7 +810,12 @@ fn generate_drafts_exactly_when_given_a_drafter_and_its_optional_blocks_exactly_
 fn a_drafting_flag_without_what_it_applies_to_is_refused_by_name_not_ignored() {
     for (flags, missing) in [
         (&["--kind", "pard"][..], "--drafter"),
+        (&["--draft-len", "3"], "--drafter"),
         (&["--draft-stop-below", "0.5"], "--drafter"),
+        (&["--tree-depth", "2"], "--drafter"),
+        (&["--beta", "0.1"], "--drafter"),
+        (&["--scaling", "fixed"], "--drafter"),
+        (&["--lora-rank", "2"], "--drafter"),
         (&["--retrieval"], "--drafter"),
         (&["--adapt", "full"], "--drafter"),
         (

@@ -21,7 +21,7 @@ use crate::scaling::{ScalingMode, ScalingSpec};
 use crate::{speculative_generate, speculative_generate_from, SpecOptions, SpecReport};
 use serde::{Deserialize, Serialize};
 use sharpdraft_draft::adaptation::{
-    AdaptOptions, Adaptable, AdaptingDrafter, OnlineObjective, UpdateUnit, ADAPT_MODE_FLAG,
+    AdaptOptions, Adaptable, AdaptingDrafter, OnlineObjective, UpdateUnit,
 };
 use sharpdraft_draft::checkpoint_kind::expect_kind;
 use sharpdraft_draft::eagle3::MAX_TREE_TOKENS;
@@ -45,7 +45,8 @@ fn default_draft_len() -> usize {
 ///
 /// A command flattens `Option<DrafterSpec>` where drafting is optional: it is `Some` exactly when
 /// `--drafter` is given (the group's one member: clap's derive leaves a group that holds flattened
-/// groups empty), and every other drafting flag requires `--drafter`. A command that always drafts
+/// groups empty), and every other drafting flag requires `--drafter` (its own by `requires`, the
+/// flattened blocks' by their groups'), so none is silently ignored. A command that always drafts
 /// flattens `DrafterSpec` and makes `--drafter` required (`mut_arg`).
 ///
 /// Its partial twin, [`DrafterSpecPatch`] (every field but what the drafter is, each optional), is what
@@ -55,8 +56,11 @@ fn default_draft_len() -> usize {
 #[serde(deny_unknown_fields)]
 #[group(arg = DRAFTER_FLAG)]
 #[command(
-    mut_arg(ADAPT_MODE_FLAG, |arg| arg.requires(DRAFTER_FLAG)),
-    mut_arg(RETRIEVAL_SWITCH, |arg| arg.requires(DRAFTER_FLAG).conflicts_with("drafter_window"))
+    mut_group(group_of::<TreeShape>(), require_drafter),
+    mut_group(group_of::<ScalingSpec>(), require_drafter),
+    mut_group(group_of::<RetrievalOptions>(), require_drafter),
+    mut_group(group_of::<AdaptOptions>(), require_drafter),
+    mut_arg(RETRIEVAL_SWITCH, |arg| arg.conflicts_with("drafter_window"))
 )]
 #[patch(attribute(derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)))]
 #[patch(attribute(serde(deny_unknown_fields)))]
@@ -85,7 +89,7 @@ pub struct DrafterSpec {
     pub checkpoint: String,
     /// Chain length K: vanilla, PARD, and EAGLE-3 without a tree. DFlash drafts its block size - 1.
     #[serde(default = "default_draft_len")]
-    #[arg(long, default_value_t = DrafterSpec::DEFAULT_DRAFT_LEN)]
+    #[arg(long, default_value_t = DrafterSpec::DEFAULT_DRAFT_LEN, requires = DRAFTER_FLAG)]
     pub draft_len: usize,
     /// Vanilla and DFlash: a chain ends early at the first draft the drafter gives a probability below
     /// this (its top probability when greedy, the sampled token's when sampling; DFlash drafts greedily,
@@ -134,6 +138,16 @@ pub struct DrafterSpec {
 
 /// The command line's flag naming the drafter's checkpoint (`--drafter`), and its argument id.
 pub const DRAFTER_FLAG: &str = "drafter";
+
+/// The argument group of a block of flags `DrafterSpec` flattens (clap's derive names it for the type).
+fn group_of<Block: clap::Args>() -> clap::Id {
+    Block::group_id().expect("a derived block of flags has a group")
+}
+
+/// A flattened block's flags are given only with a drafter to apply them to.
+fn require_drafter(group: clap::ArgGroup) -> clap::ArgGroup {
+    group.requires(DRAFTER_FLAG)
+}
 
 impl DrafterSpec {
     /// Chains of 4 unless `draft_len` (`--draft-len`) says otherwise.

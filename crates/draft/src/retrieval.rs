@@ -23,7 +23,7 @@ use tch::{Kind, Tensor};
     clap::Arg::new(RETRIEVAL_SWITCH)
         .long(RETRIEVAL_SWITCH)
         .action(clap::ArgAction::SetTrue)
-        .help("Cross-model retrieval (SpecExtend): the drafter sees the context chunks the target's last layer attended to most at the latest verification, plus a recent window")
+        .help("Turn on cross-model retrieval (SpecExtend; YAML's `retrieval:` block) with the --retrieval-* options")
 ))]
 #[group(arg = RETRIEVAL_SWITCH, requires = RETRIEVAL_SWITCH)]
 pub struct RetrievalOptions {

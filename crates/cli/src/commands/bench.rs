@@ -48,7 +48,7 @@ pub struct DecodeArgs {
     #[arg(long)]
     pub threads: Option<i32>,
     #[command(flatten)]
-    pub device: super::generate::DeviceArgs,
+    pub device: super::common_flags::DeviceArgs,
     /// A Python with torch and transformers: runs crates/cli/benches/hf_decode.py on the same weights.
     #[arg(long)]
     pub hf_python: Option<String>,
@@ -133,7 +133,7 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
     if let Some(threads) = args.threads {
         ensure_within("threads", threads, 1, MAX_THREADS)?;
     }
-    let device = args.device.parse()?;
+    let device = args.device.device()?;
     let dir = registry::resolve(&args.target)?;
     let config = sharpdraft_model::ModelConfig::from_folder(&dir)?;
     ensure_within(

@@ -12,7 +12,7 @@
 
 use super::bench_rows::read_bandwidth;
 use super::bounds::{ensure_context, ensure_repeats, ensure_within, target_config};
-use super::generate::{ModelArgs, ScalingModesArgs};
+use super::common_flags::{ModelArgs, ScalingModesArgs};
 use crate::allocator::{self, AllocatorReport};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -47,11 +47,11 @@ pub struct DraftTimeBenchArgs {
     pub drafter_dtypes: Vec<String>,
     #[arg(long)]
     pub json: bool,
-    /// The drafter, drafting as it would in `generate` (one `--scaling` mode at most).
+    /// The drafter, drafting as it would in `generate` (one `--scaling` mode).
     #[command(flatten)]
     pub drafter: DrafterSpec,
     #[command(flatten)]
-    pub scaling: ScalingModesArgs,
+    pub scaling_modes: ScalingModesArgs,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -275,9 +275,9 @@ fn step_rows(split: &TimeSplit, seconds: f64, cycles: usize, bandwidth: f64) -> 
 
 pub fn run(args: &DraftTimeBenchArgs) -> Result<()> {
     let scaling = args
-        .scaling
+        .scaling_modes
         .single()
-        .context("bench draft-time splits one drafter's cycle: give at most one --scaling mode")?;
+        .context("bench draft-time splits one drafter's cycle: give one --scaling mode")?;
     ensure_repeats(args.repeats)?;
     anyhow::ensure!(
         args.repeats >= 2,

@@ -6,7 +6,7 @@
 //! the drafter's caches hold are reported too (equal: scaling adds no memory).
 
 use super::bounds::{ensure_context, ensure_repeats, ensure_within, target_config};
-use super::generate::ModelArgs;
+use super::common_flags::ModelArgs;
 use anyhow::Result;
 use clap::Args;
 use serde::Serialize;

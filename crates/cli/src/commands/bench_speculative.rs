@@ -11,7 +11,7 @@
 //! construction (`crates/decode/tests/lossless_sampling.rs` checks the distribution), so only their speed
 //! and tau are reported.
 
-use super::generate::{ModelArgs, ScalingModesArgs};
+use super::common_flags::{ModelArgs, ScalingModesArgs};
 use super::paired_rounds;
 use super::prompt_set::{PromptSet, PromptSetArgs};
 use anyhow::{ensure, Context, Result};
@@ -60,7 +60,7 @@ pub struct SpeculativeBenchArgs {
     #[command(flatten)]
     pub drafter: DrafterSpec,
     #[command(flatten)]
-    pub scaling: ScalingModesArgs,
+    pub scaling_modes: ScalingModesArgs,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -150,7 +150,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     let requests = build_requests(args, &target, &set)?;
 
     let decodings: Vec<Option<ScalingMode>> = std::iter::once(None)
-        .chain(args.scaling.modes.iter().copied().map(Some))
+        .chain(args.scaling_modes.modes.iter().copied().map(Some))
         .collect();
     let wait_budget = paired_rounds::wait_budget(args.rounds * requests.len() * decodings.len());
     let mut rows = Vec::new();

@@ -1,52 +1,17 @@
 //! `sharpdraft generate` and `sharpdraft logits`: a target model on its own.
 
+use super::common_flags::{ModelArgs, ScalingModesArgs};
 use super::paired_rounds::{self, PairedRatio};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
 use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
-use sharpdraft_decode::scaling::ScalingMode;
 use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
 use sharpdraft_draft::AdaptationReport;
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{
-    parse_device, parse_kind, CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler, Sampling,
-};
-use sharpdraft_store::registry;
+use sharpdraft_model::{CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler, Sampling};
 use tch::{Kind, Tensor};
-
-/// The device a command runs its models on (`--device`), for every command that loads one.
-#[derive(Args, Debug, Clone)]
-pub struct DeviceArgs {
-    /// Device: cpu, cuda or cuda:N.
-    #[arg(long, default_value = sharpdraft_model::DEFAULT_DEVICE)]
-    pub device: String,
-}
-
-impl DeviceArgs {
-    pub fn parse(&self) -> anyhow::Result<tch::Device> {
-        Ok(parse_device(&self.device)?)
-    }
-}
-
-#[derive(Args, Debug)]
-pub struct ModelArgs {
-    #[command(flatten)]
-    pub device: DeviceArgs,
-    /// Weights dtype: f32, bf16 or f16.
-    #[arg(long, default_value = "f32")]
-    pub dtype: String,
-}
-
-impl ModelArgs {
-    pub fn load(&self, name_or_path: &str) -> anyhow::Result<CausalLm> {
-        let dir = registry::resolve(name_or_path)?;
-        let model = CausalLm::load(&dir, self.device.parse()?, parse_kind(&self.dtype)?)
-            .with_context(|| format!("loading model {name_or_path}"))?;
-        Ok(model)
-    }
-}
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -76,7 +41,7 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub drafter: Option<DrafterSpec>,
     #[command(flatten)]
-    pub scaling: ScalingModesArgs,
+    pub scaling_modes: ScalingModesArgs,
     /// Also decode the same prompt autoregressively in this process and report the speed-up: the
     /// target alone and speculation alternate over --rounds, as `run` times them.
     #[arg(long)]
@@ -88,36 +53,6 @@ pub struct GenerateArgs {
     pub rounds: usize,
     #[command(flatten)]
     pub model: ModelArgs,
-}
-
-/// The query-scaling modes a command runs its drafter with (`--scaling`): the one `generate` decodes
-/// with, or the list `tau` and `bench speculative` compare. The drafter specification holds the mode's
-/// options (`--schedule`, `--beta`, `--n0`:
-/// [`ScalingSpec`](sharpdraft_decode::scaling::ScalingSpec)); the mode alone is named apart because a
-/// comparison names several, while YAML compares them as `methods:`.
-#[derive(Args, Debug, Clone)]
-pub struct ScalingModesArgs {
-    /// SharpDraft query scaling of the drafter; `tau` and `bench speculative` take a comma-separated
-    /// list and compare them.
-    #[arg(
-        id = "scaling",
-        long = "scaling",
-        value_name = "SCALING",
-        value_enum,
-        value_delimiter = ',',
-        default_value = "off"
-    )]
-    pub modes: Vec<ScalingMode>,
-}
-
-impl ScalingModesArgs {
-    /// The one mode of a command that runs one drafter.
-    pub fn single(&self) -> anyhow::Result<ScalingMode> {
-        match self.modes.as_slice() {
-            [mode] => Ok(*mode),
-            modes => anyhow::bail!("--scaling takes one mode here, got {modes:?}"),
-        }
-    }
 }
 
 #[derive(Serialize)]
@@ -294,7 +229,7 @@ fn speculative_report(
     sampling: Sampling,
 ) -> anyhow::Result<GenerateReport> {
     let tokenizer = model.tokenizer()?;
-    let scaling = args.scaling.single()?;
+    let scaling = args.scaling_modes.single()?;
     let spec = drafter.with_scaling_mode(scaling);
     let (mut built, config) = drafter_spec::prepare(
         &spec,

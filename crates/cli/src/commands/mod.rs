@@ -1,5 +1,5 @@
 //! One file per command of the `sharpdraft` tree (`bench_*` for `sharpdraft bench`'s subcommands), with
-//! the flag groups commands share (`prompt_set`, `generate`'s `ScalingModesArgs` and `ModelArgs`),
+//! the flag groups commands share (`common_flags`: device, dtype and scaling modes; `prompt_set`),
 //! the benchmarks' flag bounds (`bounds`) and the paired rounds of one-off speed-ups (`paired_rounds`).
 
 pub mod bench;
@@ -11,6 +11,7 @@ pub mod bench_rows;
 pub mod bench_scaling;
 pub mod bench_speculative;
 pub mod bounds;
+pub mod common_flags;
 pub mod derive;
 pub mod experiment;
 pub mod generate;

@@ -3,7 +3,7 @@
 //! question, so the drafter drafts the answer with that many keys in view. Several `--scaling` modes are
 //! compared on the same prompts.
 
-use super::generate::{ModelArgs, ScalingModesArgs};
+use super::common_flags::{ModelArgs, ScalingModesArgs};
 use super::prompt_set::{PromptSet, PromptSetArgs};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -29,7 +29,7 @@ pub struct TauArgs {
     #[command(flatten)]
     pub drafter: DrafterSpec,
     #[command(flatten)]
-    pub scaling: ScalingModesArgs,
+    pub scaling_modes: ScalingModesArgs,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -72,7 +72,7 @@ pub fn run(args: &TauArgs) -> Result<()> {
     let target = args.model.load(&args.target)?;
     let tokenizer = target.tokenizer()?;
     let set = args.set.load(tokenizer, target.net.config.positions())?;
-    let scalings = &args.scaling.modes;
+    let scalings = &args.scaling_modes.modes;
     let (mut rows, mut summaries) = (Vec::new(), Vec::new());
     for (&requested, &scaling) in args
         .set
