@@ -46,8 +46,8 @@ fn default_draft_len() -> usize {
 /// A command flattens `Option<DrafterSpec>` where drafting is optional: it is `Some` exactly when
 /// `--drafter` is given (the group's one member: clap's derive leaves a group that holds flattened
 /// groups empty), and every other drafting flag requires `--drafter` (its own by `requires`, the
-/// flattened blocks' by their groups'), so none is silently ignored. A command that always drafts
-/// flattens `DrafterSpec` and makes `--drafter` required (`mut_arg`).
+/// flattened blocks' by their groups'), so none is silently ignored. `--drafter` itself is required, as
+/// `checkpoint:` is; that command makes it optional (`mut_arg`).
 ///
 /// Its partial twin, [`DrafterSpecPatch`] (every field but what the drafter is, each optional), is what
 /// an experiment's method sets over each drafter's own specification, merged by `Patch::apply`: a
@@ -83,8 +83,7 @@ pub struct DrafterSpec {
     /// The drafter's weights: a known model name, a model made here (`$SHARPDRAFT_HOME/models/<name>`),
     /// or a folder; a small LM for `vanilla`, an EAGLE-3 checkpoint for `eagle3`. A command that may
     /// decode without a drafter does so when given none.
-    // `required = false`: absent, the whole specification is `None` (see the type's comment).
-    #[arg(id = DRAFTER_FLAG, long = DRAFTER_FLAG, value_name = "DRAFTER", required = false)]
+    #[arg(id = DRAFTER_FLAG, long = DRAFTER_FLAG, value_name = "DRAFTER")]
     #[patch(skip)]
     pub checkpoint: String,
     /// Chain length K: vanilla, PARD, and EAGLE-3 without a tree. DFlash drafts its block size - 1.

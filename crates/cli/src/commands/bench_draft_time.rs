@@ -17,7 +17,7 @@ use crate::allocator::{self, AllocatorReport};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::drafter_spec::{self, DrafterSpec, DRAFTER_FLAG};
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
 use sharpdraft_decode::speculative_generate;
 use sharpdraft_draft::{DraftContext, Drafter, DrafterStats, Feedback, Proposal};
 use sharpdraft_model::time_split::{self, TimeSplit};
@@ -27,7 +27,6 @@ use std::time::Instant;
 use tch::{Device, Tensor};
 
 #[derive(Args, Debug)]
-#[command(mut_arg(DRAFTER_FLAG, |arg| arg.required(true)))]
 pub struct DraftTimeBenchArgs {
     #[arg(long, default_value = "smollm2-135m-instruct")]
     pub target: String,

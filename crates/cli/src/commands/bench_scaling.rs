@@ -10,13 +10,12 @@ use super::common_flags::ModelArgs;
 use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::drafter_spec::{self, DrafterSpec, DRAFTER_FLAG};
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
 use sharpdraft_decode::scaling::{ScalingMode, ScalingSpec};
 use sharpdraft_decode::speculative_generate;
 use sharpdraft_model::Sampling;
 
 #[derive(Args, Debug)]
-#[command(mut_arg(DRAFTER_FLAG, |arg| arg.required(true)))]
 pub struct ScalingBenchArgs {
     #[arg(long, default_value = "smollm2-135m-instruct")]
     pub target: String,

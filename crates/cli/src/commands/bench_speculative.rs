@@ -17,7 +17,7 @@ use super::prompt_set::{PromptSet, PromptSetArgs};
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::drafter_spec::{self, DrafterSpec, DRAFTER_FLAG};
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
 use sharpdraft_decode::scaling::ScalingMode;
 use sharpdraft_draft::DrafterKind;
 use sharpdraft_model::generate::generate;
@@ -28,7 +28,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 #[derive(Args, Debug)]
-#[command(mut_arg(DRAFTER_FLAG, |arg| arg.required(true)))]
 pub struct SpeculativeBenchArgs {
     /// Target model: a known name or a model folder.
     #[arg(long)]

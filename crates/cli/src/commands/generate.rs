@@ -5,7 +5,7 @@ use super::paired_rounds::{self, PairedRatio};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec, DRAFTER_FLAG};
 use sharpdraft_decode::records::{peak_rss_bytes, resident_bytes};
 use sharpdraft_decode::{speculative_generate, CycleRecord, MemoryReport};
 use sharpdraft_draft::AdaptationReport;
@@ -14,6 +14,9 @@ use sharpdraft_model::{CausalLm, ChatMessage, ForwardInput, LogitRows, Sampler, 
 use tch::{Kind, Tensor};
 
 #[derive(Args, Debug)]
+// The one command that may decode without a drafter: `--drafter` optional here, and the whole
+// specification `None` without it.
+#[command(mut_arg(DRAFTER_FLAG, |arg| arg.required(false)))]
 pub struct GenerateArgs {
     /// Target model: a known name (e.g. smollm2-135m-instruct) or a model folder.
     #[arg(long)]

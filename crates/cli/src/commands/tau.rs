@@ -8,13 +8,12 @@ use super::prompt_set::{PromptSet, PromptSetArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
-use sharpdraft_decode::drafter_spec::{self, DrafterSpec, DRAFTER_FLAG};
+use sharpdraft_decode::drafter_spec::{self, DrafterSpec};
 use sharpdraft_decode::MemoryReport;
 use sharpdraft_draft::AdaptationReport;
 use sharpdraft_model::{CausalLm, Sampling};
 
 #[derive(Args, Debug)]
-#[command(mut_arg(DRAFTER_FLAG, |arg| arg.required(true)))]
 pub struct TauArgs {
     /// Target model: a known name or a model folder.
     #[arg(long)]
