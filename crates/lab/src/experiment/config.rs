@@ -191,8 +191,26 @@ impl<'de> Deserialize<'de> for MethodEntry {
     }
 }
 
-/// A method's keys that are not drafting options, in the order of [`MethodOwnKeys`]' fields.
-const METHOD_OWN_KEYS: [&str; 3] = ["name", "target_only", "beta_sweep"];
+/// A key of a method that is not a drafting option: one per field of [`MethodOwnKeys`], so reading one
+/// is an exhaustive match.
+#[derive(Clone, Copy)]
+enum OwnKey {
+    Name,
+    TargetOnly,
+    BetaSweep,
+}
+
+impl OwnKey {
+    const ALL: [OwnKey; 3] = [OwnKey::Name, OwnKey::TargetOnly, OwnKey::BetaSweep];
+
+    fn key(self) -> &'static str {
+        match self {
+            OwnKey::Name => "name",
+            OwnKey::TargetOnly => "target_only",
+            OwnKey::BetaSweep => "beta_sweep",
+        }
+    }
+}
 
 /// A method's keys that are not drafting options.
 #[derive(Default)]
@@ -221,12 +239,12 @@ impl<'de, M: MapAccess<'de>> MapAccess<'de> for MethodKeys<'_, M> {
             match self.map.next_key_seed(MethodKey(seed))? {
                 None => return Ok(None),
                 Some(Key::Drafting(key)) => return Ok(Some(key)),
-                Some(Key::Own(name, unused)) => {
+                Some(Key::Own(own_key, unused)) => {
                     seed = unused;
-                    match name {
-                        "name" => self.own.name = Some(self.map.next_value()?),
-                        "target_only" => self.own.target_only = self.map.next_value()?,
-                        _ => self.own.beta_sweep = self.map.next_value()?,
+                    match own_key {
+                        OwnKey::Name => self.own.name = Some(self.map.next_value()?),
+                        OwnKey::TargetOnly => self.own.target_only = self.map.next_value()?,
+                        OwnKey::BetaSweep => self.own.beta_sweep = self.map.next_value()?,
                     }
                 }
             }
@@ -244,7 +262,7 @@ impl<'de, M: MapAccess<'de>> MapAccess<'de> for MethodKeys<'_, M> {
 /// A key of a method's mapping: one of the method's own (with the drafting options' key reader, unused),
 /// or a drafting option's, as that reader read it.
 enum Key<K, V> {
-    Own(&'static str, K),
+    Own(OwnKey, K),
     Drafting(V),
 }
 
@@ -271,7 +289,7 @@ impl<'de, K: de::DeserializeSeed<'de>> Visitor<'de> for MethodKey<K> {
     }
 
     fn visit_str<E: de::Error>(self, key: &str) -> std::result::Result<Self::Value, E> {
-        match METHOD_OWN_KEYS.into_iter().find(|own| *own == key) {
+        match OwnKey::ALL.into_iter().find(|own| own.key() == key) {
             Some(own) => Ok(Key::Own(own, self.0)),
             // Read with serde's plain error so an unknown key's message, which lists the drafting
             // options, can name the method's own keys too.
@@ -280,7 +298,7 @@ impl<'de, K: de::DeserializeSeed<'de>> Visitor<'de> for MethodKey<K> {
                 .deserialize(de::value::StrDeserializer::<de::value::Error>::new(key))
                 .map(Key::Drafting)
                 .map_err(|e| {
-                    let own = METHOD_OWN_KEYS.map(|k| format!("`{k}`")).join(", ");
+                    let own = OwnKey::ALL.map(|k| format!("`{}`", k.key())).join(", ");
                     E::custom(format!("{e}, or one of a method's own: {own}"))
                 }),
         }
