@@ -833,3 +833,75 @@ fn a_drafting_flag_without_what_it_applies_to_is_refused_by_name_not_ignored() {
     let both = generate_drafter(&["--drafter", "d", "--retrieval", "--drafter-window", "8"]);
     assert!(both.unwrap_err().contains("cannot be used with"));
 }
+
+/// A value `arg` parses (its first possible value, a name its YAML value parser reads, or 1), so a
+/// refusal is for what is missing, not for the value; `None` for a switch.
+fn a_value_it_parses(arg: &clap::Arg) -> Option<String> {
+    if !arg.get_action().takes_values() {
+        return None;
+    }
+    let by_yaml = match arg.get_long()? {
+        "kind" => "pard",
+        "adapt" => "lora",
+        "adapt-unit" => "cycles",
+        "adapt-learn-from" => "all",
+        "adapt-loss" => "forward_kl",
+        "lora-on" => "attention",
+        "lora-form" => "merged",
+        "drafter-dtype" => "bf16",
+        _ => "1",
+    };
+    let first_possible = arg
+        .get_possible_values()
+        .first()
+        .map(|v| v.get_name().to_string());
+    Some(first_possible.unwrap_or_else(|| by_yaml.to_string()))
+}
+
+#[test]
+fn every_flag_of_a_drafter_specification_is_refused_without_a_drafter_and_taken_with_one() {
+    use clap::Args;
+    let spec_flags =
+        sharpdraft_decode::drafter_spec::DrafterSpec::augment_args(clap::Command::new("spec"));
+    let mut checked = Vec::new();
+    for arg in spec_flags.get_arguments() {
+        let long = arg.get_long().expect("every drafting flag is long");
+        if long == "drafter" {
+            continue;
+        }
+        let flag = format!("--{long}");
+        let value = a_value_it_parses(arg);
+        let given: Vec<&str> = std::iter::once(flag.as_str())
+            .chain(value.as_deref())
+            .collect();
+        let refusal = generate_drafter(&given).expect_err(&format!("{given:?} without --drafter"));
+        assert!(refusal.contains("--drafter"), "{given:?}: {refusal}");
+        // With the drafter, and the switch of the block the flag belongs to, the same value is taken.
+        let switch: &[&str] = if long.starts_with("adapt-") || long.starts_with("lora-") {
+            &["--adapt", "lora"]
+        } else if long.starts_with("retrieval-") {
+            &["--retrieval"]
+        } else {
+            &[]
+        };
+        let with_drafter = [&["--drafter", "d"][..], switch, &given].concat();
+        let spec =
+            generate_drafter(&with_drafter).unwrap_or_else(|e| panic!("{with_drafter:?}: {e}"));
+        assert!(spec.is_some(), "{with_drafter:?}");
+        checked.push(long);
+    }
+    for block in [
+        "kind",
+        "draft-len",
+        "tree-depth",
+        "beta",
+        "drafter-window",
+        "retrieval",
+        "retrieval-chunk",
+        "adapt",
+        "lora-rank",
+        "drafter-dtype",
+    ] {
+        assert!(checked.contains(&block), "{block} not among {checked:?}");
+    }
+}
