@@ -2,12 +2,16 @@
 //! paper's question is whether a *calibrated* slope beats the literature's constants (logn, Llama 4,
 //! YaRN), a sweep of fixed slopes and online adaptation, and the unpaired intervals of two arms'
 //! tau overlap long before a paired test over the same prompts resolves them. For each workload x
-//! context x drafter and each other method: per prompt, the ratio of the calibrated arm's tau to the
-//! method's and of their decode tokens/s on the same requests (a prompt's repeats combined by their
-//! median), then the median over prompts with its bootstrap interval, how many prompts favour the
-//! calibrated arm, and the Wilcoxon signed-rank p of the log ratios.
+//! context x drafter and each other method, over the prompts both arms decoded:
+//! - tau: the calibrated arm's pooled tau (tokens emitted over target passes, summed over the prompts)
+//!   over the method's, with its bootstrap interval over prompts: tau is a count, and pooling it keeps a
+//!   comparison where most prompts tie exactly from pinning to 1 (a median of per-prompt ratios does);
+//! - decode: per prompt the ratio of the two arms' decode tokens/s on the same requests (a prompt's
+//!   repeats combined by their median), then the median over prompts with its bootstrap interval;
+//! each with how many prompts favour the calibrated arm and the Wilcoxon signed-rank p of the
+//! per-prompt log ratios, adjusted with the rest of the report's tests ([`crate::multiplicity`]).
 
-use crate::intervals::{median, paired_ratio, PairedRatio};
+use crate::intervals::{median, paired_pooled_ratio, paired_ratio, PairedRatio};
 use crate::outline::{Outline, SlopeRole};
 use crate::records::RequestRow;
 use crate::samples::RequestSample;
@@ -23,9 +27,33 @@ pub struct HeadToHead {
     pub calibrated: String,
     pub method: String,
     pub prompts: usize,
-    /// Calibrated over the method: `ahead` counts the prompts where the calibrated arm led.
+    /// Calibrated over the method: `ahead` counts the prompts where the calibrated arm led. tau is the
+    /// ratio of the two arms' pooled tau; decode the median of per-prompt ratios.
     pub tau: PairedRatio,
     pub decode: PairedRatio,
+}
+
+/// What a request contributes to a comparison: its tokens emitted and target passes (tau's
+/// numerator and denominator) and its decode tokens/s.
+#[derive(Debug, Clone, Copy)]
+struct RequestCounts {
+    emitted: f64,
+    passes: f64,
+    decode_tokens_per_second: f64,
+}
+
+impl RequestCounts {
+    fn of(row: &RequestRow) -> Self {
+        Self {
+            emitted: row
+                .cycles
+                .iter()
+                .map(|c| (c.accepted + c.bonus) as f64)
+                .sum(),
+            passes: row.cycles.len() as f64,
+            decode_tokens_per_second: row.decode_tokens_per_second(),
+        }
+    }
 }
 
 /// The experiment's calibrated-schedule method: the first drafting method whose slope comes from a
@@ -44,9 +72,10 @@ pub fn compare(outline: &Outline, samples: &[RequestSample]) -> Vec<HeadToHead> 
     let Some(calibrated) = calibrated_method(outline) else {
         return Vec::new();
     };
-    // (workload, context, drafter, method) -> prompt -> the requests' (tau, decode tokens/s) keyed by
-    // (seed, repeat), so each request pairs with the same request of the calibrated arm.
-    type Requests = BTreeMap<(u64, usize), (f64, f64)>;
+    // (workload, context, drafter, method) -> prompt -> the requests' (tokens emitted, target passes,
+    // decode tokens/s) keyed by (seed, repeat), so each request pairs with the same request of the
+    // calibrated arm.
+    type Requests = BTreeMap<(u64, usize), RequestCounts>;
     let mut cells: BTreeMap<(String, usize, String, String), BTreeMap<usize, Requests>> =
         BTreeMap::new();
     for s in samples.iter().filter(|s| s.arm.drafter.is_some()) {
@@ -61,10 +90,7 @@ pub fn compare(outline: &Outline, samples: &[RequestSample]) -> Vec<HeadToHead> 
             .or_default()
             .entry(s.row.prompt)
             .or_default()
-            .insert(
-                (s.unit.seed, s.unit.repeat),
-                (s.row.tau(), RequestRow::decode_tokens_per_second(&s.row)),
-            );
+            .insert((s.unit.seed, s.unit.repeat), RequestCounts::of(&s.row));
     }
     let method_rank = |name: &str| outline.method_rank(name);
     let mut out = Vec::new();
@@ -78,10 +104,11 @@ pub fn compare(outline: &Outline, samples: &[RequestSample]) -> Vec<HeadToHead> 
         let Some(reference) = cells.get(&key).filter(|_| method != calibrated) else {
             continue;
         };
-        // Per prompt, the median over its requests of calibrated / method (tau; decode tokens/s).
+        // Per prompt: each arm's emitted tokens and target passes summed over the paired requests
+        // (tau), and the median over those requests of calibrated / method decode tokens/s.
         let (mut tau, mut decode) = (Vec::new(), Vec::new());
         for (prompt, requests) in prompts {
-            let pairs: Vec<((f64, f64), (f64, f64))> = reference
+            let pairs: Vec<(RequestCounts, RequestCounts)> = reference
                 .get(prompt)
                 .into_iter()
                 .flat_map(|theirs| {
@@ -93,11 +120,19 @@ pub fn compare(outline: &Outline, samples: &[RequestSample]) -> Vec<HeadToHead> 
             if pairs.is_empty() {
                 continue;
             }
-            let ratios = |f: fn(&(f64, f64)) -> f64| {
-                median(&pairs.iter().map(|(c, m)| f(c) / f(m)).collect::<Vec<_>>())
+            let pooled = |arm: fn(&(RequestCounts, RequestCounts)) -> &RequestCounts| {
+                pairs
+                    .iter()
+                    .map(arm)
+                    .fold((0.0, 0.0), |(e, n), c| (e + c.emitted, n + c.passes))
             };
-            tau.push(ratios(|r| r.0));
-            decode.push(ratios(|r| r.1));
+            tau.push((pooled(|p| &p.0), pooled(|p| &p.1)));
+            decode.push(median(
+                &pairs
+                    .iter()
+                    .map(|(c, m)| c.decode_tokens_per_second / m.decode_tokens_per_second)
+                    .collect::<Vec<_>>(),
+            ));
         }
         out.push(HeadToHead {
             workload: workload.clone(),
@@ -106,7 +141,7 @@ pub fn compare(outline: &Outline, samples: &[RequestSample]) -> Vec<HeadToHead> 
             calibrated: calibrated.to_string(),
             method: method.clone(),
             prompts: tau.len(),
-            tau: paired_ratio(&tau),
+            tau: paired_pooled_ratio(&tau),
             decode: paired_ratio(&decode),
         });
     }

@@ -124,6 +124,9 @@ pub struct PairedRatio {
     pub ahead: usize,
     /// NaN when no ratio differs from 1.
     pub p: f64,
+    /// `p` adjusted with the rest of the report's family of tests ([`crate::multiplicity`]); NaN
+    /// outside a family, or until it is adjusted.
+    pub p_adjusted: f64,
 }
 
 /// [`PairedRatio`] of `ratios`; non-finite ones are left out, and ratios of 0 from the test.
@@ -138,6 +141,47 @@ pub fn paired_ratio(ratios: &[f64]) -> PairedRatio {
         ratio: median_interval(&finite),
         ahead: finite.iter().filter(|&&r| r > 1.0).count(),
         p: wilcoxon_signed_rank(&logs),
+        p_adjusted: f64::NAN,
+    }
+}
+
+/// Two arms' pooled rates on the same prompts, compared: per prompt each arm's (numerator,
+/// denominator) (tau: tokens emitted, target passes), as `(first, second)`. The ratio is the first
+/// arm's pooled rate over the second's (`sum num / sum den` of each, over the same prompts), with its
+/// bootstrap interval over prompts (both arms resampled together); `ahead` counts the prompts whose
+/// own rate is higher in the first arm, and `p` is the signed-rank test of the per-prompt log ratios.
+/// Unlike the median of per-prompt ratios, the pooled ratio does not pin to 1 when many prompts tie.
+pub fn paired_pooled_ratio(pairs: &[((f64, f64), (f64, f64))]) -> PairedRatio {
+    let usable: Vec<_> = pairs
+        .iter()
+        .copied()
+        .filter(|((_, d1), (_, d2))| *d1 > 0.0 && *d2 > 0.0)
+        .collect();
+    let per_prompt: Vec<f64> = usable
+        .iter()
+        .map(|((n1, d1), (n2, d2))| (n1 / d1) / (n2 / d2))
+        .collect();
+    let logs: Vec<f64> = per_prompt
+        .iter()
+        .filter(|r| r.is_finite() && **r > 0.0)
+        .map(|r| r.ln())
+        .collect();
+    PairedRatio {
+        ratio: bootstrap(usable.len(), |idx| {
+            let (mut n1, mut d1, mut n2, mut d2) = (0.0, 0.0, 0.0, 0.0);
+            for &i in idx {
+                let ((a, b), (c, d)) = usable[i];
+                (n1, d1, n2, d2) = (n1 + a, d1 + b, n2 + c, d2 + d);
+            }
+            if n2 > 0.0 {
+                (n1 / d1) / (n2 / d2)
+            } else {
+                f64::NAN
+            }
+        }),
+        ahead: per_prompt.iter().filter(|&&r| r > 1.0).count(),
+        p: wilcoxon_signed_rank(&logs),
+        p_adjusted: f64::NAN,
     }
 }
 
@@ -346,6 +390,28 @@ mod tests {
         };
         assert!(!a.overlaps(&b));
         assert!(a.overlaps(&c) && c.overlaps(&b));
+    }
+
+    #[test]
+    fn a_tied_tau_pair_gives_the_pooled_ratio_not_a_median_pinned_to_one() {
+        // 17 prompts tie exactly (the same tokens accepted), 13 accept a little more in the first arm:
+        // the median of per-prompt ratios is 1, the pooled ratio is not.
+        let mut pairs = vec![((30.0, 20.0), (30.0, 20.0)); 17];
+        pairs.extend(vec![((33.0, 20.0), (30.0, 20.0)); 13]);
+        let per_prompt: Vec<f64> = pairs
+            .iter()
+            .map(|((a, b), (c, d))| (a / b) / (c / d))
+            .collect();
+        assert_eq!(median(&per_prompt), 1.0);
+        let pooled = paired_pooled_ratio(&pairs);
+        let expected = (30.0 * 17.0 + 33.0 * 13.0) / (30.0 * 30.0);
+        assert!(
+            (pooled.ratio.estimate - expected).abs() < 1e-12,
+            "{pooled:?}"
+        );
+        assert!(pooled.ratio.lo > 1.0, "{pooled:?}");
+        assert_eq!(pooled.ahead, 13);
+        assert!(pooled.p < 0.001, "{pooled:?}");
     }
 
     #[test]

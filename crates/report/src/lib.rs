@@ -21,6 +21,7 @@ pub mod grid;
 pub mod head_to_head;
 pub mod intervals;
 pub mod machine_state;
+pub mod multiplicity;
 pub mod outline;
 pub mod partial_unit;
 pub mod records;
@@ -29,5 +30,6 @@ pub mod samples;
 pub mod table;
 pub mod tables;
 pub mod timing_noise;
+pub mod unit_provenance;
 
 pub use error::{ReportError, Result};

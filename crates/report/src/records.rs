@@ -59,7 +59,16 @@ impl Provenance {
     pub fn timing_setting(&self) -> Option<(&str, usize)> {
         (!self.kernel.is_empty()).then_some((self.kernel.as_str(), self.threads))
     }
+
+    /// Whether some piece of the unit ran from a checkout with uncommitted changes (its revision
+    /// marked `+dirty`): what it ran is not a revision anyone can check out.
+    pub fn dirty_tree(&self) -> bool {
+        self.git_revision.contains(DIRTY)
+    }
 }
+
+/// What a revision ends with when its checkout had uncommitted changes to tracked files.
+pub const DIRTY: &str = "+dirty";
 
 /// Refuses units measured under more than one timing setting (kernel form or thread count): their
 /// timings are not one population. Each unit comes with how a message names it ("unit w.c0.s0.r0").
@@ -182,7 +191,26 @@ pub struct ArmRecord {
     /// units written before it was recorded.
     #[serde(default)]
     pub scaling_slope: Option<f64>,
+    /// What the arm read besides the target, as the run sealed it at its start.
+    #[serde(flatten)]
+    pub inputs: ArmInputs,
     pub requests: Vec<RequestRow>,
+}
+
+/// An arm's own provenance: the drafter and schedule it decoded with, by content (a unit of an older
+/// version, or the target alone, leaves them empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArmInputs {
+    /// The digest of the drafter's checkpoint folder as the run sealed it
+    /// (`sharpdraft_store::output_folder::digest_of` over its files' sha256).
+    #[serde(default)]
+    pub drafter_digest: String,
+    /// The dtype the drafter's weights ran in (`f32`, `bf16`).
+    #[serde(default)]
+    pub drafter_dtype: String,
+    /// The sha256 of the schedule file the arm's query scaling read (empty for none).
+    #[serde(default)]
+    pub schedule_digest: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::grid::{units, Unit, TARGET_ONLY};
 use crate::head_to_head::HeadToHead;
 use crate::intervals::{Interval, PairedRatio};
+use crate::multiplicity::{Family, ALPHA};
 use crate::outline::{Outline, Setting, SlopeRole};
 use crate::partial_unit::PartialUnit;
 use crate::records::CycleRecord;
@@ -18,6 +19,7 @@ use crate::records::RequestRow;
 use crate::samples;
 use crate::tables::SummaryRow;
 use crate::timing_noise::VerifySpread;
+use crate::unit_provenance::{self, UnitProvenance};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -86,14 +88,24 @@ fn with_interval(v: &Interval, digits: usize) -> String {
 /// cannot be wider than their range (2 of 2 faster is a sign test's one-sided p of 0.25).
 pub const MIN_PROMPTS_FOR_VERDICT: i64 = 10;
 
-/// A paired comparison's verdict: `higher` or `lower` where the ratio's interval lies off 1 and the
-/// cell has at least [`MIN_PROMPTS_FOR_VERDICT`] prompts, `~` where the interval holds 1, `n < 10`
-/// where the prompts are too few to decide either way. A verdict whose ratio lies inside the run's
-/// timing noise (`noise`: the 10th to 90th percentile of ratios between arms doing the same work)
-/// says so.
-pub fn verdict(ratio: &Interval, prompts: i64, noise: Option<&VerifySpread>) -> String {
+/// A paired comparison's verdict: `higher` or `lower` where the test resolves after the report's
+/// multiplicity adjustment (`p_adjusted` below [`ALPHA`]: [`crate::multiplicity`]), the ratio's
+/// interval lies off 1 and the cell has at least [`MIN_PROMPTS_FOR_VERDICT`] prompts; `~` where
+/// either the adjusted test or the interval does not resolve; `n < 10` where the prompts are too few
+/// to decide either way. A verdict whose ratio lies inside the run's timing noise (`noise`: the 10th
+/// to 90th percentile of ratios between arms doing the same work) says so.
+pub fn verdict(
+    ratio: &Interval,
+    prompts: i64,
+    p_adjusted: f64,
+    noise: Option<&VerifySpread>,
+) -> String {
     if prompts < MIN_PROMPTS_FOR_VERDICT {
         return format!("n < {MIN_PROMPTS_FOR_VERDICT}");
+    }
+    // NaN (no test: every ratio 1) never resolves.
+    if !(p_adjusted < ALPHA) {
+        return "~".into();
     }
     let word = if ratio.lo > 1.0 {
         "higher"
@@ -122,20 +134,25 @@ fn p_value(p: f64) -> String {
 }
 
 /// One paired comparison as a table cell: the ratio with its interval and [`verdict`], on how many of
-/// the `prompts` the first method was `ahead` (the word the table uses: "faster", "ahead"), and the
-/// signed-rank p.
+/// the `prompts` the first method was `ahead` (the word the table uses: "faster", "ahead"), the
+/// signed-rank p and, for a test of the report's family, its Holm-adjusted p.
 fn paired_cell(
     ratio: &Interval,
     count: i64,
     ahead: &str,
     prompts: i64,
-    p: f64,
+    (p, p_adjusted): (f64, f64),
     noise: Option<&VerifySpread>,
 ) -> String {
+    let adjusted = if p_adjusted.is_finite() {
+        format!(", Holm {}", p_value(p_adjusted))
+    } else {
+        String::new()
+    };
     format!(
-        "{} {} ({count}/{prompts} {ahead}, p {})",
+        "{} {} ({count}/{prompts} {ahead}, p {}{adjusted})",
         with_interval(ratio, 2),
-        verdict(ratio, prompts, noise),
+        verdict(ratio, prompts, p_adjusted, noise),
         p_value(p)
     )
 }
@@ -150,7 +167,7 @@ fn against_reference(row: &SummaryRow, noise: Option<&VerifySpread>) -> (String,
             row.vs_reference_faster,
             "faster",
             row.prompts,
-            row.vs_reference_p,
+            (row.vs_reference_p, row.vs_reference_p_adjusted),
             noise,
         ),
         paired_cell(
@@ -158,7 +175,10 @@ fn against_reference(row: &SummaryRow, noise: Option<&VerifySpread>) -> (String,
             row.decode_vs_reference_faster,
             "faster",
             row.prompts,
-            row.decode_vs_reference_p,
+            (
+                row.decode_vs_reference_p,
+                row.decode_vs_reference_p_adjusted,
+            ),
             noise,
         ),
     )
@@ -220,9 +240,14 @@ pub fn headline(rows: &[SummaryRow], outline: &Outline, noise: Option<&VerifySpr
                 Some(_) => format!(
                     "{} {} / {} {}",
                     number(r.vs_reference.estimate, 2),
-                    verdict(&r.vs_reference, r.prompts, noise),
+                    verdict(&r.vs_reference, r.prompts, r.vs_reference_p_adjusted, noise),
                     number(r.decode_vs_reference.estimate, 2),
-                    verdict(&r.decode_vs_reference, r.prompts, noise),
+                    verdict(
+                        &r.decode_vs_reference,
+                        r.prompts,
+                        r.decode_vs_reference_p_adjusted,
+                        noise
+                    ),
                 ),
             };
             let _ = writeln!(
@@ -289,15 +314,26 @@ fn head_to_head_table(cells: &[HeadToHead], noise: Option<&VerifySpread>) -> Opt
     let calibrated = &first.calibrated;
     let cell = |paired: &PairedRatio, prompts: usize, noise: Option<&VerifySpread>| {
         let (ahead, prompts) = (paired.ahead as i64, prompts as i64);
-        paired_cell(&paired.ratio, ahead, "ahead", prompts, paired.p, noise)
+        paired_cell(
+            &paired.ratio,
+            ahead,
+            "ahead",
+            prompts,
+            (paired.p, paired.p_adjusted),
+            noise,
+        )
     };
     let mut out = format!(
         "\n## `{calibrated}` against each method, paired\n\n\
-         Whether the calibrated slope beats the other methods of its drafter on the same prompts: per \
-         prompt the ratio of `{calibrated}`'s tau to the method's and of their decode tokens/s on the \
-         same requests, then the median over prompts with its interval, the verdict (as above; tau \
-         is counted, not timed, so its verdict has no timing noise), how many prompts put \
-         `{calibrated}` ahead, and the Wilcoxon signed-rank p. Above 1: `{calibrated}` ahead.\n\n\
+         Whether the calibrated slope beats the other methods of its drafter on the same prompts. \
+         tau: `{calibrated}`'s tau pooled over the prompts (tokens emitted over target passes) over \
+         the method's on the same prompts, with its interval over prompts (tau is a count: pooled, a \
+         comparison where many prompts tie exactly does not pin to 1 as a median of per-prompt ratios \
+         would). Decode: per prompt the ratio of their decode tokens/s on the same requests, then the \
+         median over prompts with its interval. Each with its verdict (as above; tau is counted, not \
+         timed, so its verdict has no timing noise), how many prompts put `{calibrated}` ahead, the \
+         Wilcoxon signed-rank p of the per-prompt log ratios and its Holm-adjusted p. Above 1: \
+         `{calibrated}` ahead.\n\n\
          | workload | context | drafter | method | prompts | tau: {calibrated} / method | decode: {calibrated} / method |\n|---|---|---|---|---|---|---|\n"
     );
     for c in cells {
@@ -461,6 +497,10 @@ pub struct ReportInputs<'a> {
     pub acceptance: &'a [PositionRate],
     /// The calibrated schedule against each other method, paired over prompts.
     pub head_to_head: &'a [HeadToHead],
+    /// The family of paired tests the verdicts were adjusted over.
+    pub family: Family,
+    /// Each unit's provenance.
+    pub provenance: &'a [UnitProvenance],
     pub finished: &'a [&'a Unit],
     pub unfinished: &'a [PartialUnit],
 }
@@ -482,6 +522,19 @@ pub fn write(dir: &Path, outline: &Outline, inputs: &ReportInputs) -> Result<Pat
         outline.header.temperature,
     );
     md.push_str(&unfinished_units(outline, inputs.finished));
+    let usual = unit_provenance::usual_digests(inputs.provenance);
+    let flagged = inputs
+        .provenance
+        .iter()
+        .filter(|u| !unit_provenance::flags(u, &usual).is_empty())
+        .count();
+    if flagged > 0 {
+        let _ = writeln!(
+            md,
+            "**{flagged} of {} units are flagged under Provenance** (a tree with uncommitted changes, or drafter weights the other units did not run).\n",
+            inputs.provenance.len()
+        );
+    }
     md.push_str(if outline.shared_prefill {
         "The target's prefill of each request is made once, taken again if it ran under load, and \
          handed to every arm, each decoding from its own copy of the cache: every arm's prefill and \
@@ -503,11 +556,13 @@ pub fn write(dir: &Path, outline: &Outline, inputs: &ReportInputs) -> Result<Pat
          pooled over requests, with its interval over prompts. The headline's `vs` column compares each \
          method with the first drafting method on the same drafter, paired: the median over prompts of \
          the ratio of the two methods' tokens/s on the same request (end to end / the decode alone) \
-         and its verdict; the table after it gives each ratio's interval, `higher` or `lower` when the interval lies off 1 and the cell has at least \
-         10 prompts, `~` when it holds 1 (these prompts do not resolve the difference), `n < 10` when \
-         the prompts are too few for any verdict (an interval over a handful of prompts cannot be wider \
-         than their range); how many prompts the method was the faster on, and the two-sided \
-         Wilcoxon signed-rank p of the log ratios over prompts. A verdict whose ratio lies within the \
+         and its verdict; the table after it gives each ratio's interval, how many prompts the method \
+         was the faster on, the two-sided Wilcoxon signed-rank p of the log ratios over prompts, and \
+         that p adjusted for the report's family of tests (below). Verdict: `higher` or `lower` when \
+         the adjusted p is below 0.05, the interval lies off 1 and the cell has at least 10 prompts; \
+         `~` otherwise (these prompts do not resolve the difference); `n < 10` when the prompts are too \
+         few for any verdict (an interval over a handful of prompts cannot be wider than their range: \
+         over 2 prompts the brackets are the range of the 2). A verdict whose ratio lies within the \
          run's timing noise (below) says so. \
          Load: an arm whose decode of a request ran while other processes took more than 10% \
          of the cores is decoded again once the machine is quiet (the experiment's `timing:`); the last \
@@ -518,8 +573,10 @@ pub fn write(dir: &Path, outline: &Outline, inputs: &ReportInputs) -> Result<Pat
          Memory: adaptation bytes exactly (adapters, optimizer state, gradients, buffer), the drafter's \
          weights, and the process's peak resident memory during a request. Raw rows: `results.parquet`, \
          `cycles.parquet` (from which `sharpdraft report` rebuilds everything here); this table: \
-         `summary.parquet`; acceptance by draft position: `acceptance.parquet`.\n\n## Headline\n\n",
+         `summary.parquet`; acceptance by draft position: `acceptance.parquet`.\n\n",
     );
+    md.push_str(&family_statement(&inputs.family));
+    md.push_str("\n## Headline\n\n");
     md.push_str(&headline(rows, outline, inputs.noise));
     if let Some(paired) = paired(rows, outline, inputs.noise) {
         md.push_str("\n## Paired against the reference method\n\n");
@@ -551,6 +608,10 @@ pub fn write(dir: &Path, outline: &Outline, inputs: &ReportInputs) -> Result<Pat
         md.push_str("\n## tau and decode speed-up against the scaling slope\n\n");
         md.push_str(&table);
     }
+    if let Some(table) = unit_provenance::table(inputs.provenance) {
+        md.push_str("\n## Provenance\n\n");
+        md.push_str(&table);
+    }
     if let Some(requests) = unfinished_requests(outline, inputs.unfinished) {
         md.push_str("\n## Requests of unfinished units\n\n");
         md.push_str(&requests);
@@ -565,6 +626,23 @@ pub fn write(dir: &Path, outline: &Outline, inputs: &ReportInputs) -> Result<Pat
     let path = dir.join("report.md");
     sharpdraft_store::atomic_write::write_whole(&path, md)?;
     Ok(path)
+}
+
+/// The report's family of paired tests and what its adjustment leaves standing.
+fn family_statement(family: &Family) -> String {
+    if family.tests == 0 {
+        return "Multiplicity: no cell has the prompts for a verdict, so the report states none.\n"
+            .into();
+    }
+    format!(
+        "Multiplicity: the report's family is its {} paired tests in cells of at least \
+         {MIN_PROMPTS_FOR_VERDICT} prompts (each drafting method against the reference method, end to \
+         end and decode; the calibrated schedule against each other method, tau and decode, where the \
+         experiment has one). {} of them have p < {ALPHA} before adjustment, {} after Holm's step-down \
+         adjustment over all {}, which keeps the chance of any false verdict in the family at {ALPHA}; \
+         only those state `higher` or `lower`.\n",
+        family.tests, family.raw_below_alpha, family.adjusted_below_alpha, family.tests
+    )
 }
 
 /// The acceptance of each draft position given the earlier ones, per arm (rows) and context bin, one

@@ -10,9 +10,10 @@ use crate::error::{bail, Context, Result};
 use crate::grid::{Arm, Unit, TARGET_ONLY};
 use crate::outline::{Outline, Setting};
 use crate::records::CycleRecord;
-use crate::records::{ArmRecord, Provenance, RequestRow, UnitRecord};
+use crate::records::{ArmInputs, ArmRecord, Provenance, RequestRow, UnitRecord};
 use crate::table::Table;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 /// What a request's unit was doing to the machine, as the summary flags it.
@@ -44,11 +45,19 @@ pub struct RequestSample {
     pub row: RequestRow,
     /// Share of distinct 4-grams in the output (NaN below 4 tokens).
     pub distinct_4grams: f64,
+    /// The digest of the request's output token ids ([`output_digest`]); empty in a table written
+    /// before digests were kept.
+    pub output_digest: String,
+    /// The target alone's output digest on the same request (empty without one).
+    pub target_output_digest: String,
     /// 1 when the output equals the target alone's on the same request, 0 when it differs, -1 when
-    /// not comparable (sampling, or no target-alone row).
+    /// not comparable (sampling, or no target-alone row). Computed from the two digests
+    /// ([`compare_outputs`]); a table written before digests were kept gives its own column.
     pub matches_target: i64,
     pub unit_load: UnitLoad,
     pub provenance: Provenance,
+    /// The drafter and schedule the arm read (empty for the target alone).
+    pub inputs: ArmInputs,
 }
 
 impl RequestSample {
@@ -66,21 +75,57 @@ pub fn baseline<'a>(outline: &Outline, arms: &'a [ArmRecord]) -> Option<&'a ArmR
         .find(|a| a.arm.drafter.is_none() && a.arm.method == method)
 }
 
-/// 1 when `row`'s output equals the target alone's (`base`) on the same request, 0 when it differs,
-/// -1 when not comparable (sampling, or no target-alone row).
-pub fn matches_target(row: &RequestRow, base: Option<&RequestRow>, greedy: bool) -> i64 {
-    match base {
-        Some(b) if greedy && !b.output_ids.is_empty() => i64::from(b.output_ids == row.output_ids),
+/// The digest of output token ids `ids`: the sha256, in hex, of the ids as little-endian 64-bit
+/// integers (in Python: `hashlib.sha256(numpy.asarray(ids, "<i8").tobytes()).hexdigest()`), so a
+/// reader of `results.parquet` can check `= target's output` from the raw rows.
+pub fn output_digest(ids: &[i64]) -> String {
+    let mut hasher = Sha256::new();
+    for id in ids {
+        hasher.update(id.to_le_bytes());
+    }
+    format!("{:x}", hasher.finalize())
+}
+
+/// 1 when `row`'s output is the target alone's on the same request (`target`), compared by digest, 0
+/// when it is not, -1 when not comparable (sampling, or no target-alone row).
+pub fn matches_target(row: &RequestRow, target: Option<&RequestRow>, greedy: bool) -> i64 {
+    match target {
+        Some(t) if greedy => {
+            i64::from(output_digest(&t.output_ids) == output_digest(&row.output_ids))
+        }
         _ => -1,
+    }
+}
+
+/// Sets each sample's target output digest and `matches_target` from the digests: 1 where its
+/// output digest equals the baseline arm's on the same request (same unit and prompt), 0 where it
+/// differs, -1 where not comparable (sampling, or no baseline row). Samples without a digest (a table
+/// written before digests were kept) keep the `matches_target` they were read with.
+pub fn compare_outputs(outline: &Outline, samples: &mut [RequestSample]) {
+    let greedy = outline.header.temperature == 0.0;
+    let Some(baseline) = outline.baseline_method() else {
+        return;
+    };
+    let base: BTreeMap<(Unit, usize), String> = samples
+        .iter()
+        .filter(|s| s.arm.drafter.is_none() && s.arm.method == baseline)
+        .filter(|s| !s.output_digest.is_empty())
+        .map(|s| ((s.unit.clone(), s.row.prompt), s.output_digest.clone()))
+        .collect();
+    for s in samples.iter_mut().filter(|s| !s.output_digest.is_empty()) {
+        let target = base.get(&(s.unit.clone(), s.row.prompt));
+        s.target_output_digest = target.cloned().unwrap_or_default();
+        s.matches_target = match target {
+            Some(t) if greedy => i64::from(*t == s.output_digest),
+            _ => -1,
+        };
     }
 }
 
 /// Every request of every arm of `units`, in unit, arm and request order.
 pub fn from_units(outline: &Outline, units: &[UnitRecord]) -> Vec<RequestSample> {
-    let greedy = outline.header.temperature == 0.0;
     let mut out = Vec::new();
     for record in units {
-        let base = baseline(outline, &record.arms);
         let m = &record.machine;
         let unit_load = UnitLoad {
             load_average: m.load_average_start.max(m.load_average_end),
@@ -90,7 +135,6 @@ pub fn from_units(outline: &Outline, units: &[UnitRecord]) -> Vec<RequestSample>
         };
         for arm in &record.arms {
             for r in &arm.requests {
-                let base_row = base.and_then(|b| b.requests.iter().find(|x| x.prompt == r.prompt));
                 out.push(RequestSample {
                     unit: record.unit.clone(),
                     arm: arm.arm.clone(),
@@ -100,13 +144,17 @@ pub fn from_units(outline: &Outline, units: &[UnitRecord]) -> Vec<RequestSample>
                     scaling_slope: arm.scaling_slope.unwrap_or(f64::NAN),
                     row: r.clone(),
                     distinct_4grams: r.distinct_4grams(),
-                    matches_target: matches_target(r, base_row, greedy),
+                    output_digest: output_digest(&r.output_ids),
+                    target_output_digest: String::new(),
+                    matches_target: -1,
                     unit_load,
                     provenance: record.provenance.clone(),
+                    inputs: arm.inputs.clone(),
                 });
             }
         }
     }
+    compare_outputs(outline, &mut out);
     out
 }
 
@@ -158,6 +206,12 @@ pub struct ResultRow {
     pub emitted: u64,
     pub tau: f64,
     pub distinct_4grams: f64,
+    /// [`output_digest`] of the request's output, and of the target alone's on the same request:
+    /// `matches_target` is their equality (empty in a table written before digests were kept).
+    #[serde(default)]
+    pub output_digest: String,
+    #[serde(default)]
+    pub target_output_digest: String,
     pub prefill_seconds: f64,
     pub decode_seconds: f64,
     pub total_seconds: f64,
@@ -193,6 +247,15 @@ pub struct ResultRow {
     #[serde(default = "unknown_version")]
     pub sharpdraft_version: String,
     pub started_unix: u64,
+    /// The kernel form and libtorch threads the unit ran with (empty and 0 in a table written before
+    /// the columns existed).
+    #[serde(default)]
+    pub kernel: String,
+    #[serde(default)]
+    pub threads: u64,
+    /// The drafter and schedule the arm read, by content.
+    #[serde(flatten)]
+    pub inputs: ArmInputs,
 }
 
 fn unknown_slope() -> f64 {
@@ -241,6 +304,8 @@ pub fn result_row(s: &RequestSample, paired: [f64; 4]) -> ResultRow {
         emitted: sum(|c| c.accepted + c.bonus),
         tau: r.tau(),
         distinct_4grams: s.distinct_4grams,
+        output_digest: s.output_digest.clone(),
+        target_output_digest: s.target_output_digest.clone(),
         prefill_seconds: r.prefill_seconds,
         decode_seconds: r.decode_seconds(),
         total_seconds: r.total_seconds,
@@ -270,6 +335,9 @@ pub fn result_row(s: &RequestSample, paired: [f64; 4]) -> ResultRow {
         dtype: p.dtype.clone(),
         sharpdraft_version: p.sharpdraft_version.clone(),
         started_unix: p.started_unix,
+        kernel: p.kernel.clone(),
+        threads: p.threads as u64,
+        inputs: s.inputs.clone(),
     }
 }
 
@@ -290,10 +358,12 @@ pub fn cycle_rows(s: &RequestSample) -> impl Iterator<Item = CycleRow> + '_ {
     })
 }
 
-/// The samples of a results folder: `results` (`results.parquet`) with the cycles of each request
-/// from `cycles` (`cycles.parquet`; `None` when the run drafted nothing). `results_name` and
+/// The samples of a results folder of the experiment `outline`: `results` (`results.parquet`) with
+/// the cycles of each request from `cycles` (`cycles.parquet`; `None` when the run drafted nothing),
+/// each output compared with the target's by digest ([`compare_outputs`]). `results_name` and
 /// `cycles_name` name the files in errors.
 pub fn read(
+    outline: &Outline,
     results: &Table,
     cycles: Option<&Table>,
     results_name: &str,
@@ -309,6 +379,7 @@ pub fn read(
         let cycles = by_request.remove(&row.key).unwrap_or_default();
         out.push(sample_of(row, cycles));
     }
+    compare_outputs(outline, &mut out);
     if let Some((key, _)) = by_request.into_iter().next() {
         bail!(
             "{cycles_name}: cycles of {} / {} on {} context {} seed {} repeat {} prompt {}, a request {results_name} does not hold: the two tables are not of one run",
@@ -318,8 +389,8 @@ pub fn read(
     Ok(out)
 }
 
-/// The sample a row of `results.parquet` and its `cycles` describe (the outputs, the kernel form and
-/// the threads are not in the tables).
+/// The sample a row of `results.parquet` and its `cycles` describe (the output is there as its digest
+/// alone).
 fn sample_of(row: ResultRow, cycles: Vec<CycleRecord>) -> RequestSample {
     let key = row.key;
     RequestSample {
@@ -357,6 +428,8 @@ fn sample_of(row: ResultRow, cycles: Vec<CycleRecord>) -> RequestSample {
             output_ids: Vec::new(),
         },
         distinct_4grams: row.distinct_4grams,
+        output_digest: row.output_digest,
+        target_output_digest: row.target_output_digest,
         matches_target: row.matches_target,
         unit_load: UnitLoad {
             load_average: row.unit_load_average,
@@ -372,9 +445,10 @@ fn sample_of(row: ResultRow, cycles: Vec<CycleRecord>) -> RequestSample {
             dtype: row.dtype,
             sharpdraft_version: row.sharpdraft_version,
             started_unix: row.started_unix,
-            kernel: String::new(),
-            threads: 0,
+            kernel: row.kernel,
+            threads: row.threads as usize,
         },
+        inputs: row.inputs,
     }
 }
 

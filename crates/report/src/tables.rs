@@ -23,10 +23,12 @@ use crate::acceptance;
 use crate::columns::table_of;
 use crate::error::Result;
 use crate::grid::{Arm, Unit, TARGET_ONLY};
+use crate::head_to_head::{self, HeadToHead};
 use crate::intervals::{
     median, median_interval, paired_ratio, ratio_interval, Interval, PairedRatio,
 };
 use crate::machine_state::LOADED_OTHER_SHARE;
+use crate::multiplicity::{self, Family};
 use crate::outline::{Outline, Setting};
 use crate::records::CycleRecord;
 use crate::records::{RequestRow, UnitRecord};
@@ -68,13 +70,16 @@ pub struct SummaryRow {
     /// Median over prompts of tokens/s against the same drafter under the reference method (the
     /// experiment's first drafting method) on the same request, end to end and decode alone; the
     /// prompts on which the method was faster; the Wilcoxon signed-rank p (two-sided) of the paired
-    /// log ratios over prompts (NaN unknown).
+    /// log ratios over prompts (NaN unknown), and that p adjusted with the report's whole family of
+    /// paired tests (Holm; NaN outside the family: [`crate::multiplicity`]).
     pub vs_reference: Interval,
     pub vs_reference_faster: i64,
     pub vs_reference_p: f64,
+    pub vs_reference_p_adjusted: f64,
     pub decode_vs_reference: Interval,
     pub decode_vs_reference_faster: i64,
     pub decode_vs_reference_p: f64,
+    pub decode_vs_reference_p_adjusted: f64,
     pub tokens_per_s: Interval,
     pub ar_tokens_per_s: Interval,
     /// Medians over the cell's cycles: drafting (proposing, and taking in the verified tokens) and
@@ -184,6 +189,11 @@ pub struct RunTables {
     pub summary: Vec<SummaryRow>,
     /// `acceptance.parquet`'s cells.
     pub acceptance: Vec<acceptance::PositionRate>,
+    /// The calibrated schedule against each other method, paired over prompts.
+    pub head_to_head: Vec<HeadToHead>,
+    /// The report's family of paired tests (the summary's comparisons with the reference method and
+    /// the head-to-head's), adjusted together.
+    pub family: Family,
 }
 
 /// Pairs every sample with the target alone's and its reference method's on the same request of the
@@ -249,11 +259,16 @@ pub fn build_from_samples(outline: &Outline, samples: &[RequestSample]) -> RunTa
         cell.1 = cell.1.max(s.n0.unwrap_or(0));
         cell.0.push(*p);
     }
+    let mut summary = summary_rows(outline, &cells);
+    let mut head_to_head = head_to_head::compare(outline, samples);
+    let family = multiplicity::adjust(&mut summary, &mut head_to_head);
     RunTables {
         results,
         cycles,
-        summary: summary_rows(outline, &cells),
+        summary,
         acceptance: acceptance::rates(outline, samples),
+        head_to_head,
+        family,
     }
 }
 
@@ -430,9 +445,12 @@ fn summary_row(
         vs_reference: speeds.vs_reference.ratio,
         vs_reference_faster: count(speeds.vs_reference.ahead),
         vs_reference_p: speeds.vs_reference.p,
+        // Set with the rest of the report's tests once every row exists (`build_from_samples`).
+        vs_reference_p_adjusted: f64::NAN,
         decode_vs_reference: speeds.decode_vs_reference.ratio,
         decode_vs_reference_faster: count(speeds.decode_vs_reference.ahead),
         decode_vs_reference_p: speeds.decode_vs_reference.p,
+        decode_vs_reference_p_adjusted: f64::NAN,
         tokens_per_s: speeds.tokens_per_s,
         ar_tokens_per_s: speeds.ar_tokens_per_s,
         draft_ms: times.draft_ms,
@@ -739,6 +757,8 @@ mod tests {
                 output_ids: Vec::new(),
             },
             distinct_4grams: f64::NAN,
+            output_digest: String::new(),
+            target_output_digest: String::new(),
             matches_target: 1,
             unit_load: UnitLoad {
                 load_average: 0.0,
@@ -757,6 +777,7 @@ mod tests {
                 kernel: String::new(),
                 threads: 0,
             },
+            inputs: Default::default(),
         }
     }
 
@@ -827,7 +848,13 @@ mod tests {
         assert_eq!(cells.len(), 1, "one other drafting method: {cells:?}");
         let cell = &cells[0];
         assert_eq!((cell.method.as_str(), cell.prompts), ("unmodified", 2));
-        assert_eq!(cell.tau.ratio.estimate, 1.5, "the median of 4/2 and 1/1");
+        // Pooled over both prompts: the calibrated arm emits 16 + 4 tokens in 8 passes (2.5), the
+        // unmodified 8 + 4 (1.5); the median of the per-prompt ratios, 4/2 and 1/1, would say 1.5.
+        assert!(
+            (cell.tau.ratio.estimate - 2.5 / 1.5).abs() < 1e-12,
+            "pooled tau over pooled tau: {:?}",
+            cell.tau
+        );
         assert_eq!(cell.tau.ahead, 1);
         assert!((cell.decode.ratio.estimate - 0.7 / 0.6).abs() < 1e-9);
         assert_eq!(cell.decode.ahead, 2);

@@ -2,7 +2,7 @@
 //! timing setting (kernel form, libtorch threads) a unit's record carries (`sharpdraft_report::records`).
 
 use super::config::Experiment;
-use sharpdraft_report::records::Provenance;
+use sharpdraft_report::records::{Provenance, DIRTY};
 use std::path::Path;
 
 /// The provenance fields that do not change during a run of `experiment`.
@@ -40,7 +40,7 @@ fn git_revision(folder: &Path) -> String {
     };
     match run(&["rev-parse", "HEAD"]) {
         Some(head) => match run(&["status", "--porcelain", "--untracked-files=no"]) {
-            Some(changes) if !changes.is_empty() => format!("{head}+dirty"),
+            Some(changes) if !changes.is_empty() => format!("{head}{DIRTY}"),
             _ => head,
         },
         None => "unknown".into(),

@@ -11,7 +11,6 @@ use super::run_folder::{
 };
 use crate::error::{bail, ensure, Context, Result};
 use sharpdraft_report::grid::Unit;
-use sharpdraft_report::head_to_head;
 use sharpdraft_report::outline::Outline;
 use sharpdraft_report::partial_unit::PartialUnit;
 use sharpdraft_report::records::UnitRecord;
@@ -20,6 +19,7 @@ use sharpdraft_report::samples::{self, RequestSample};
 use sharpdraft_report::table::Table;
 use sharpdraft_report::tables::{self, SummaryRow, CYCLES, RESULTS};
 use sharpdraft_report::timing_noise::{self, VerifySpread};
+use sharpdraft_report::unit_provenance;
 use sharpdraft_store::folder_lock::FolderLock;
 use sharpdraft_store::output_folder::{self, Marker, Staging};
 use std::collections::BTreeSet;
@@ -61,7 +61,6 @@ fn write_all(
     let tables = tables::write_tables(dir, outline, samples)?;
     let summary = report::in_experiment_order(&tables.summary, outline);
     let noise = timing_noise::verify_spread(outline, samples);
-    let head_to_head = head_to_head::compare(outline, samples);
     report::write(
         dir,
         outline,
@@ -69,7 +68,9 @@ fn write_all(
             rows: &summary,
             noise: noise.as_ref(),
             acceptance: &tables.acceptance,
-            head_to_head: &head_to_head,
+            head_to_head: &tables.head_to_head,
+            family: tables.family,
+            provenance: &unit_provenance::of_samples(samples),
             finished,
             unfinished,
         },
@@ -119,6 +120,7 @@ fn read_source(source: &Path) -> Result<(Outline, Vec<RequestSample>)> {
         false => None,
     };
     let samples = samples::read(
+        &outline,
         &results,
         cycles.as_ref(),
         &results_path.display().to_string(),

@@ -11,8 +11,10 @@ use super::config::{Experiment, Setting, Workload};
 use super::prompts::{chat_ids, ensure_text_can_fit, excerpt_offset, long_prompt_ids};
 use crate::error::{Context, Result};
 use sha2::{Digest, Sha256};
+use sharpdraft_decode::drafter_spec::DrafterSpec;
 use sharpdraft_decode::scaling::resolve_schedule;
 use sharpdraft_model::CausalLm;
+use sharpdraft_report::records::ArmInputs;
 use sharpdraft_store::output_folder::{digest_of, file_digests, sha256_of};
 use sharpdraft_store::registry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -82,8 +84,13 @@ fn build_requests(
                     .iter()
                     .enumerate()
                     .map(|(i, text)| {
-                        let offset =
-                            excerpt_offset(i, workload.filler_offset, filler.len(), context);
+                        let offset = excerpt_offset(
+                            workload.excerpts,
+                            (i, texts.len()),
+                            workload.filler_offset,
+                            filler.len(),
+                            context,
+                        );
                         Ok((
                             workload.skip + i,
                             long_prompt_ids(tokenizer, text, &filler, offset, context)?,
@@ -150,6 +157,34 @@ impl SealedInputs {
         Ok(Self {
             drafters,
             schedules,
+        })
+    }
+
+    /// What an arm drafting with `spec` reads, by the digests sealed at the start: its drafter's
+    /// folder and schedule, and the dtype it runs in (`target_dtype` unless the spec says).
+    pub fn arm_inputs(&self, spec: &DrafterSpec, target_dtype: &str) -> Result<ArmInputs> {
+        let dir = registry::resolve(&spec.checkpoint)?;
+        let files = self
+            .drafters
+            .get(&dir)
+            .with_context(|| format!("{} was not sealed", dir.display()))?;
+        let schedule_digest = match &spec.scaling.schedule {
+            Some(schedule) => {
+                let path = resolve_schedule(schedule);
+                self.schedules
+                    .get(&path)
+                    .with_context(|| format!("schedule {} was not sealed", path.display()))?
+                    .clone()
+            }
+            None => String::new(),
+        };
+        Ok(ArmInputs {
+            drafter_digest: digest_of(files),
+            drafter_dtype: spec
+                .dtype
+                .clone()
+                .unwrap_or_else(|| target_dtype.to_string()),
+            schedule_digest,
         })
     }
 

@@ -28,7 +28,7 @@ use sharpdraft_report::machine_state::{self, MachineState, Quiet, Sample, Waitin
 use sharpdraft_report::outline::Outline;
 use sharpdraft_report::partial_unit::{joined, PartialUnit};
 use sharpdraft_report::records::{
-    ensure_one_timing_setting, ArmRecord, Provenance, RequestRow, UnitRecord,
+    ensure_one_timing_setting, ArmInputs, ArmRecord, Provenance, RequestRow, UnitRecord,
 };
 use sharpdraft_report::{samples, tables};
 use sharpdraft_store::folder_lock::FolderLock;
@@ -385,10 +385,11 @@ fn load_and_check(experiment: &mut Experiment, options: &RunOptions) -> Result<L
     let target = CausalLm::load(&target_dir, device, kind)
         .with_context(|| format!("loading target {}", experiment.header.target))?;
     let requests = build_all(experiment, &target)?;
-    crate::held_out::check_training_data(experiment, &target, &requests)?;
+    let tests = crate::held_out::test_requests(experiment, &target, &requests)?;
+    crate::held_out::check_training_data(experiment, &target, &tests)?;
     ensure_drafters(experiment, options.retrain)?;
     let prefill_taps = check_arms(experiment, &target, &requests)?;
-    crate::held_out::check_calibration_data(experiment, &requests)?;
+    crate::held_out::check_calibration_data(experiment, &target, &tests)?;
     let sealed = SealedInputs::seal(experiment)?;
     let digest = inputs_digest(experiment, &target_dir, &requests, &sealed)?;
     experiment.seal(&digest);
@@ -563,6 +564,8 @@ struct ArmRun<'t> {
     decoder: Option<RequestDecoder<'t>>,
     n0: Option<i64>,
     scaling_slope: Option<f64>,
+    /// The drafter and schedule it reads, by their sealed digests (empty for the target alone).
+    inputs: ArmInputs,
     rows: Vec<RequestRow>,
 }
 
@@ -622,6 +625,7 @@ impl UnitRunner<'_> {
                     arm: r.arm.clone(),
                     n0: r.n0,
                     scaling_slope: r.scaling_slope,
+                    inputs: r.inputs.clone(),
                     requests: r.rows.clone(),
                 })
                 .collect();
@@ -675,20 +679,28 @@ impl UnitRunner<'_> {
         self.arms
             .iter()
             .map(|arm| {
-                let decoder = match &arm.drafter {
-                    None => None,
-                    Some(name) => Some(RequestDecoder::new(
-                        &self.spec(name, &arm.method)?,
-                        self.target,
-                        longest,
-                        workload.max_new_tokens,
-                    )),
+                let (decoder, inputs) = match &arm.drafter {
+                    None => (None, ArmInputs::default()),
+                    Some(name) => {
+                        let spec = self.spec(name, &arm.method)?;
+                        let inputs = self
+                            .sealed
+                            .arm_inputs(&spec, &self.experiment.header.dtype)?;
+                        let decoder = RequestDecoder::new(
+                            &spec,
+                            self.target,
+                            longest,
+                            workload.max_new_tokens,
+                        );
+                        (Some(decoder), inputs)
+                    }
                 };
                 Ok(ArmRun {
                     arm: arm.clone(),
                     decoder,
                     n0: None,
                     scaling_slope: None,
+                    inputs,
                     rows: Vec::with_capacity(requests),
                 })
             })
