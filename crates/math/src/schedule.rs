@@ -42,10 +42,13 @@ pub struct ScaleSchedule {
 }
 
 /// Hashes of the data a schedule was calibrated on (or a drafter trained on): each prompt text read,
-/// and every `shingle` consecutive tokens of the token streams read, taken every `stride` tokens. A
-/// test request that holds any of those prompts, or `shingle` tokens in a row that hash alike, was in
-/// that data (`stride + shingle - 1` tokens of overlap are always found). Hashes are the first 16 hex
-/// digits of a sha256; the lab's `held_out` module makes and checks them.
+/// every `shingle` consecutive tokens of the token streams read, taken every `stride` tokens, and
+/// every `word_gram` consecutive words of the text read with spelling, case and punctuation
+/// normalised away, taken every `word_stride` words. A test request that holds any of those prompts,
+/// `shingle` tokens in a row that hash alike, or `word_gram` normalised words in a row that hash alike
+/// was in that data: the tokens catch a copy, the words the same text in another spelling or
+/// tokenizer (a play in modern and First Folio spelling). Hashes are the first 16 hex digits of a
+/// sha256; `sharpdraft_data::fingerprint` makes and checks them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct DataFingerprint {
@@ -55,6 +58,17 @@ pub struct DataFingerprint {
     pub prompts: Vec<String>,
     #[serde(default)]
     pub windows: Vec<String>,
+    /// 0 and empty in a fingerprint written before words were recorded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub word_gram: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub word_stride: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub words: Vec<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Exact corrections `s_b` solved per (layer, head) at bin lengths `n_b > n0` (estimator (iii)).

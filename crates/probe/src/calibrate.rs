@@ -22,10 +22,12 @@ use crate::error::{bail, ensure, Context, Result};
 use crate::head_stats;
 use crate::run::{read_probe, ProbeConfig, ProbeOutput};
 use serde::{Deserialize, Serialize};
+use sharpdraft_math::DataFingerprint;
 use sharpdraft_math::{
     calibrate, Beta, Calibration, CalibrationOptions, Estimator, ExactScales, HeadStats,
     MassReference, ScaleSchedule, TargetDilution,
 };
+use sharpdraft_model::CausalLm;
 use sharpdraft_report::charts::{line_chart, Chart, Series};
 use sharpdraft_report::table::{Column, Table};
 use sharpdraft_store::output_folder;
@@ -191,6 +193,52 @@ pub fn run(config_path: &Path) -> Result<CalibrationOutput> {
         (None, None) => None,
     };
     calibrate_probe(&config, &probe, target.as_ref())
+}
+
+/// What the calibration of `config_path` read, found again from its probe configs without probing
+/// (`n0`: the schedule's), with words: for the held-out check of a schedule written before its
+/// fingerprint recorded them. `None` when a probe is named by its finished folder alone
+/// (`probe_dir`), whose config may not be at hand.
+pub fn text_read_of(
+    config_path: &Path,
+    target: &CausalLm,
+    target_name: &str,
+    n0: f64,
+) -> Result<Option<DataFingerprint>> {
+    let config = CalibrateConfig::load(config_path)?;
+    let base = config_path.parent().unwrap_or(Path::new("."));
+    let read_of = |probe: &Option<PathBuf>| -> Result<Option<DataFingerprint>> {
+        let Some(probe) = probe else {
+            return Ok(None);
+        };
+        let path = under(base, probe);
+        let probe_config = ProbeConfig::load(&path)?;
+        crate::run::text_read_of(
+            &probe_config,
+            path.parent().unwrap_or(Path::new(".")),
+            target,
+            target_name,
+            n0,
+        )
+        .map(Some)
+    };
+    let drafter = match (&config.probe, &config.probe_dir) {
+        (Some(_), _) => read_of(&config.probe)?,
+        _ => return Ok(None),
+    };
+    Ok(
+        match (
+            config.target_probe.is_some(),
+            config.target_probe_dir.is_some(),
+        ) {
+            (true, _) => sharpdraft_data::fingerprint::joined(
+                drafter.as_ref(),
+                read_of(&config.target_probe)?.as_ref(),
+            ),
+            (false, true) => None,
+            (false, false) => drafter,
+        },
+    )
 }
 
 /// The target's dilution from its probe, for `reference: target`.

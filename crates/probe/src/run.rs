@@ -483,10 +483,12 @@ fn model_fingerprint(model_dir: &Path) -> Result<String> {
 }
 
 /// What the probe read, for the held-out check of the prompts a run tests on: the prompts of its
-/// text sources (relative to `base`) and the tokens of `stream` its sequences of `length` covered.
+/// text sources (relative to `base`), and the tokens of `stream` its sequences of `length` covered
+/// with their words (decoded by `target`'s tokenizer, the one that made `stream`).
 fn text_read(
     config: &ProbeConfig,
     base: &Path,
+    target: &CausalLm,
     stream: &[i64],
     length: usize,
 ) -> Result<sharpdraft_math::DataFingerprint> {
@@ -498,12 +500,44 @@ fn text_read(
         );
     }
     let probed_end = (config.skip_tokens + config.sequences * length).min(stream.len());
-    sharpdraft_data::fingerprint::add_tokens(
-        &mut read,
-        &stream[config.skip_tokens.min(probed_end)..probed_end],
-    );
+    let probed = &stream[config.skip_tokens.min(probed_end)..probed_end];
+    sharpdraft_data::fingerprint::add_tokens(&mut read, probed);
+    sharpdraft_data::fingerprint::add_text(&mut read, &target.tokenizer()?.decode(probed)?);
     sharpdraft_data::fingerprint::tidy(&mut read);
     Ok(read)
+}
+
+/// What a probe of `config` (relative paths from `base`) at training length `n0` reads, found again
+/// from its config without probing: for the held-out check of a schedule calibrated before its
+/// fingerprint recorded words. `target` tokenizes the text when it is the probe's own target;
+/// otherwise the probe's target is loaded for it.
+pub fn text_read_of(
+    config: &ProbeConfig,
+    base: &Path,
+    target: &CausalLm,
+    target_name: &str,
+    n0: f64,
+) -> Result<sharpdraft_math::DataFingerprint> {
+    let own;
+    let target = if config.target == target_name {
+        target
+    } else {
+        own = CausalLm::load(
+            &registry::resolve(&config.target)?,
+            tch::Device::Cpu,
+            Kind::Float,
+        )
+        .with_context(|| format!("loading target {}", config.target))?;
+        &own
+    };
+    let bins = LengthBins {
+        n0,
+        lowest: config.bins.lowest,
+        highest: config.bins.highest,
+    };
+    let length = sequence_length(&bins, target.net.config.max_position_embeddings);
+    let stream = token_stream(&config.text, base, target)?;
+    text_read(config, base, target, &stream, length)
 }
 
 /// Runs (or reuses) a probe; relative paths in `config` resolve against `base`.
@@ -571,7 +605,7 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         !bin_records.is_empty(),
         "probe recorded no rows: are the bins beyond the text length {length}?"
     );
-    let read = text_read(config, base, &stream, length)?;
+    let read = text_read(config, base, &target, &stream, length)?;
     // The whole result goes into a staging folder, renamed into place at the end: tables and their
     // probe.json are always one probe's.
     let staging = output_folder::Staging::new(&dir)?;

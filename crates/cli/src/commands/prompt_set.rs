@@ -5,7 +5,7 @@ use anyhow::{ensure, Context, Result};
 use clap::Args;
 use sharpdraft_data::datasets::jsonl_field;
 use sharpdraft_lab::experiment::prompts::{
-    ensure_text_can_fit, excerpt_offset, filler_text, long_prompt_ids,
+    ensure_text_can_fit, excerpt_offset, filler_text, long_prompt_ids, ExcerptSpacing,
 };
 use sharpdraft_model::TextTokenizer;
 use std::path::PathBuf;
@@ -96,7 +96,14 @@ impl PromptSet {
         question: &str,
         context: usize,
     ) -> Result<Vec<i64>> {
-        let offset = excerpt_offset(index, self.filler_offset, self.filler.len(), context);
+        // A prompt file's questions are read one by one, not as a set of known size: stepped.
+        let offset = excerpt_offset(
+            ExcerptSpacing::Stepped,
+            (index, 1),
+            self.filler_offset,
+            self.filler.len(),
+            context,
+        );
         long_prompt_ids(tokenizer, question, &self.filler, offset, context).with_context(|| {
             format!(
                 "--filler {} with --filler-offset {} for --contexts {context}: give a longer text or a smaller offset or context",

@@ -17,7 +17,7 @@
 //!   - ../configs/workloads/mtbench-long-prompt.yaml
 //! ```
 
-use super::prompts::{FillerSource, PromptSource};
+use super::prompts::{ExcerptSpacing, FillerSource, PromptSource};
 use crate::error::{bail, ensure, Context, LabError, Result};
 use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -429,6 +429,10 @@ pub struct Workload {
     /// Tokens of the filler to skip (keep excerpts clear of text a drafter was trained on).
     #[serde(default)]
     pub filler_offset: usize,
+    /// Long prompt: how the prompts' excerpts are placed past `filler_offset` (`stepped`, 1009 tokens
+    /// apart, or `spread` over the whole filler).
+    #[serde(default)]
+    pub excerpts: ExcerptSpacing,
     /// Keep generating past end-of-sequence tokens (long generation at a fixed length, as vLLM's
     /// `ignore_eos`); lossless verification is unaffected.
     #[serde(default)]

