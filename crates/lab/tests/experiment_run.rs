@@ -133,6 +133,26 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
         matches.iter().all(|&m| m == 1),
         "greedy speculation reproduces the target's output: {matches:?}"
     );
+    // The same, checkable from the raw rows alone: each output's digest is the target's.
+    let (outputs, targets) = (
+        results.strs("output_digest").unwrap(),
+        results.strs("target_output_digest").unwrap(),
+    );
+    for r in 0..results.rows() {
+        assert_eq!(outputs[r].len(), 64, "row {r}");
+        assert_eq!(outputs[r], targets[r], "row {r}");
+    }
+    // Each drafting arm's provenance names the weights and the dtype it ran; the target alone's none.
+    let (digests, dtypes) = (
+        results.strs("drafter_digest").unwrap(),
+        results.strs("drafter_dtype").unwrap(),
+    );
+    for r in 0..results.rows() {
+        let drafting = methods[r] == "unmodified";
+        assert_eq!(digests[r].len() == 64, drafting, "row {r}: {}", digests[r]);
+        assert_eq!(dtypes[r] == "f32", drafting, "row {r}: {}", dtypes[r]);
+    }
+    assert!(results.strs("kernel").unwrap().iter().all(|k| !k.is_empty()));
     assert!(results
         .strs("config_hash")
         .unwrap()
