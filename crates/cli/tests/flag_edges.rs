@@ -881,6 +881,9 @@ fn every_flag_of_a_drafter_specification_is_refused_without_a_drafter_and_taken_
             &["--adapt", "lora"]
         } else if long.starts_with("retrieval-") {
             &["--retrieval"]
+        } else if long.starts_with("drafter-window-") {
+            // A window's shape needs the window.
+            &["--drafter-window", "8"]
         } else {
             &[]
         };

@@ -12,11 +12,13 @@
 //! # stop_below: 0.4             # vanilla, DFlash: end a chain at the first draft below this probability
 //! scaling: {mode: fixed, schedule: smollm2-eagle3}
 //! window: 512                  # optional: the drafter attends to its last 512 keys only
+//! gate: goodput                 # optional: each cycle's depth from measured cost, plain steps included
 //! retrieval: {chunk: 32, top_chunks: 64, recent: 256, every: 8}   # or: SpecExtend's retrieval
 //! adapt: {mode: lora, every: 8, rank: 8}   # online adaptation (sharpdraft_draft::adaptation)
 //! ```
 
 use crate::driver::{ensure, Context, DecodeError, Result};
+use crate::gate::GateMode;
 use crate::scaling::{ScalingMode, ScalingSpec};
 use crate::{speculative_generate, speculative_generate_from, SpecOptions, SpecReport};
 use serde::{Deserialize, Serialize};
@@ -115,6 +117,16 @@ pub struct DrafterSpec {
     #[serde(default)]
     #[arg(id = "drafter_window", long = "drafter-window", requires = DRAFTER_FLAG)]
     pub window: Option<i64>,
+    /// Attention sinks beside the window: every drafting row sees the first `window_sink` keys of the
+    /// context too (StreamingLLM keeps 4), and a bounded cache keeps them.
+    #[serde(default)]
+    #[arg(long = "drafter-window-sink", requires = "drafter_window")]
+    pub window_sink: Option<i64>,
+    /// The one layer left out of the window, which sees every key (a window on every layer but one:
+    /// DFlash, which keeps a window per layer; 0-based).
+    #[serde(default)]
+    #[arg(long = "drafter-window-full-layer", requires = "drafter_window")]
+    pub window_full_layer: Option<usize>,
     /// Cross-model retrieval (SpecExtend): the drafter attends to the chunks of context the target's
     /// last layer attended to most in the latest verification, plus a recent window.
     #[serde(default)]
@@ -124,6 +136,13 @@ pub struct DrafterSpec {
     #[serde(default)]
     #[command(flatten)]
     pub adapt: Option<AdaptOptions>,
+    /// The goodput gate: `goodput` drafts, each cycle, the depth that maximises the expected tokens per
+    /// second this request has measured, a plain target step (no drafter work at all) included, and
+    /// probes again on a schedule (docs/drafters.md); `closed` steps plainly throughout (what
+    /// speculation turned off costs); `off`, the default, drafts every cycle whole.
+    #[serde(default)]
+    #[arg(long, value_enum, default_value_t = GateMode::Off, requires = DRAFTER_FLAG)]
+    pub gate: GateMode,
     /// The dtype of the drafter's own weights: `f32`, `bf16` or `f16`; the target's by default. Vanilla
     /// and PARD drafters are whole models; an EAGLE-3 head and a DFlash drafter keep their layers (and
     /// the draft vocabulary's head rows) in it and take the target's embeddings and features in it,
@@ -152,6 +171,15 @@ impl DrafterSpec {
     /// Chains of 4 unless `draft_len` (`--draft-len`) says otherwise.
     pub const DEFAULT_DRAFT_LEN: usize = 4;
 
+    /// The keys the drafter's rows see, as its window options shape them (`None`: every key).
+    pub fn key_selection(&self) -> Option<KeySelection> {
+        self.window.map(|w| {
+            KeySelection::window(w)
+                .with_sink(self.window_sink.unwrap_or(0))
+                .leaving_full(self.window_full_layer.into_iter().collect())
+        })
+    }
+
     /// This specification with query scaling `mode` (one of a command's `--scaling` list).
     pub fn with_scaling_mode(&self, mode: ScalingMode) -> Self {
         let mut spec = self.clone();
@@ -169,8 +197,11 @@ impl DrafterSpec {
             tree: None,
             scaling: ScalingSpec::default(),
             window: None,
+            window_sink: None,
+            window_full_layer: None,
             retrieval: None,
             adapt: None,
+            gate: GateMode::Off,
             dtype: None,
         }
     }
@@ -209,6 +240,23 @@ impl DrafterSpec {
             ensure!(
                 window >= 1,
                 "window (--drafter-window) {window}: a window needs at least 1 key"
+            );
+        }
+        ensure!(
+            self.window.is_some() || (self.window_sink.is_none() && self.window_full_layer.is_none()),
+            "window_sink (--drafter-window-sink) and window_full_layer (--drafter-window-full-layer) shape a window: give window (--drafter-window) too"
+        );
+        if let Some(sink) = self.window_sink {
+            ensure!(
+                sink >= 0,
+                "window_sink (--drafter-window-sink) {sink}: a count of keys, 0 or more"
+            );
+        }
+        if let Some(layer) = self.window_full_layer {
+            ensure!(
+                self.kind == DrafterKind::Dflash,
+                "window_full_layer (--drafter-window-full-layer) {layer}: only DFlash keeps a window per layer, not {}",
+                self.kind.name()
             );
         }
         if let Some(retrieval) = &self.retrieval {
@@ -372,7 +420,7 @@ fn load_unscaled(
     };
     loaded
         .as_drafter_mut()
-        .set_key_selection(spec.window.map(KeySelection::window))?;
+        .set_key_selection(spec.key_selection())?;
     let scaling = spec.scaling.build_for(
         loaded.scaled(),
         None,
@@ -453,6 +501,7 @@ pub fn prepare<'t>(
         sampling,
         stop_tokens: target.stop_tokens(),
         max_proposal: built.max_proposal,
+        gate: spec.gate,
     };
     Ok((built, config))
 }

@@ -4,7 +4,12 @@
 //! Target cache invariant: it holds every committed token except the root (the last committed token,
 //! produced as the previous bonus). A verification pass feeds `[root, nodes...]`; the commit keeps the
 //! root and the accepted path (`compact`), everything else is rolled back.
+//!
+//! With a gate ([`crate::gate`]) a cycle may be a plain target step instead: the root alone through the
+//! target, its next token committed, the drafter not called at all. The taps' rows of those steps wait
+//! in the session and reach the drafter in one `catch_up` before its next proposal.
 
+use crate::gate::{GateMode, GoodputGate};
 use crate::records::{peak_rss_bytes, CycleRecord, SpecReport};
 use crate::verify::{verify_greedy, verify_stochastic, Verdict};
 use rand::rngs::StdRng;
@@ -62,6 +67,8 @@ pub struct SpecOptions {
     pub stop_tokens: Vec<i64>,
     /// Largest proposal the drafter can make (sizes the target cache).
     pub max_proposal: usize,
+    /// Whether each cycle's depth is chosen by the goodput gate (plain target steps included).
+    pub gate: GateMode,
 }
 
 /// Seeds of the drafter's sampler and the verifier's generator, derived from one user seed.
@@ -83,6 +90,14 @@ pub struct Session<'a> {
     pub finished: bool,
     pub cycles: Vec<CycleRecord>,
     pub target_forward_seconds: f64,
+    /// The goodput gate of this request (`None`: every cycle drafts the whole proposal).
+    pub gate: Option<GoodputGate>,
+    /// The taps' rows (`[1, features]`) of plain steps since the drafter last saw the committed
+    /// tokens, and whether any plain step ran since then.
+    unseen_rows: Vec<Tensor>,
+    drafter_behind: bool,
+    /// Whether the gate has seen the drafter's whole proposal (its depth and shape) yet.
+    shape_known: bool,
 }
 
 impl<'a> Session<'a> {
@@ -137,6 +152,10 @@ impl<'a> Session<'a> {
             seed: config.sampling.seed ^ DRAFTER_SEED_SALT,
             ..config.sampling
         });
+        let gate = match config.gate {
+            GateMode::Off => None,
+            mode => Some(GoodputGate::new(mode, config.max_proposal.max(1), true)),
+        };
         let first = pick(last_logits, &config.sampling, &mut verifier_rng);
         let mut committed = prompt.to_vec();
         committed.push(first);
@@ -146,6 +165,7 @@ impl<'a> Session<'a> {
                 committed: &committed,
                 target,
                 greedy,
+                max_depth: None,
             },
             prompt_hidden.as_ref(),
         )?;
@@ -162,6 +182,10 @@ impl<'a> Session<'a> {
             finished,
             cycles: Vec::new(),
             target_forward_seconds: 0.0,
+            gate,
+            unseen_rows: Vec::new(),
+            drafter_behind: false,
+            shape_known: false,
         })
     }
 
@@ -169,13 +193,23 @@ impl<'a> Session<'a> {
         &self.committed[self.prompt_len..]
     }
 
-    /// One draft -> verify -> commit cycle.
+    /// One draft -> verify -> commit cycle, or a plain target step where the gate says so.
     pub fn cycle(&mut self, drafter: &mut dyn Drafter) -> Result<()> {
+        let depth = self.gate.as_mut().map(GoodputGate::choose);
+        if depth == Some(0) {
+            return self.plain_step();
+        }
         let (target, config) = (self.target, self.config);
         let greedy = config.sampling.is_greedy();
         let device = target.device();
         let cycle_start = Instant::now();
         let context = self.committed.len() as i64;
+        if self.drafter_behind {
+            self.catch_up(drafter)?;
+        }
+        let catch_up_seconds = cycle_start.elapsed().as_secs_f64();
+        // Until the gate has seen one whole proposal, the drafter drafts its own depth.
+        let max_depth = depth.filter(|_| self.shape_known);
         // The target's verification streams its weights through the cache between two proposals, so
         // the drafter's few-row passes weigh them beside its own (few_rows::beside).
         let proposal = few_rows::beside(target.linear_weight_bytes(), || {
@@ -184,10 +218,15 @@ impl<'a> Session<'a> {
                     committed: &self.committed,
                     target,
                     greedy,
+                    max_depth,
                 },
                 &mut self.drafter_sampler,
             )
         })?;
+        let proposal = match max_depth {
+            Some(k) => proposal.within_depth(k),
+            None => proposal,
+        };
         proposal
             .validate(target.config.vocab_size)
             .map_err(|reason| DecodeError::Proposal {
@@ -250,22 +289,104 @@ impl<'a> Session<'a> {
                     committed: &self.committed,
                     target,
                     greedy,
+                    max_depth: None,
                 },
                 &feedback,
             )?;
         }
-        let max_depth = depths.iter().max().map_or(0, |d| *d as usize + 1);
+        let proposal_depth = depths.iter().max().map_or(0, |d| *d as usize + 1);
+        let draft_seconds = draft_seconds + observe_start.elapsed().as_secs_f64();
+        if let Some(gate) = &mut self.gate {
+            if !self.shape_known {
+                let chain = proposal
+                    .parents
+                    .iter()
+                    .enumerate()
+                    .all(|(i, p)| *p == i.checked_sub(1));
+                gate.learn_shape(proposal_depth.max(1), chain);
+                self.shape_known = true;
+            }
+            // The catch-up is paid once a plain run, not each cycle: the gate's cycle leaves it out.
+            gate.record_draft(
+                proposal_depth,
+                draft_seconds - catch_up_seconds,
+                verify_seconds,
+                verdict.accepted.len(),
+            );
+        }
         self.cycles.push(CycleRecord {
             context,
             drafted: proposal.len(),
             accepted: verdict.accepted.len(),
-            accepted_per_position: (0..max_depth)
+            accepted_per_position: (0..proposal_depth)
                 .map(|d| u8::from(d < verdict.accepted.len()))
                 .collect(),
             bonus: 1,
-            draft_seconds: draft_seconds + observe_start.elapsed().as_secs_f64(),
+            draft_seconds,
             verify_seconds,
         });
+        Ok(())
+    }
+
+    /// A plain target step: the root alone through the target, its next token committed (argmax, or
+    /// drawn from the target's distribution: a verification of an empty proposal), the drafter not
+    /// called. The taps' row of the root waits for the drafter's next `catch_up`.
+    pub fn plain_step(&mut self) -> Result<()> {
+        let (target, config) = (self.target, self.config);
+        let device = target.device();
+        let started = Instant::now();
+        let context = self.committed.len() as i64;
+        let root = *self.committed.last().expect("committed is never empty");
+        let ids = Tensor::from_slice(&[root]).to_device(device);
+        let positions = Tensor::from_slice(&[self.cache.len()]).to_device(device);
+        let out = target.forward(
+            ForwardInput {
+                logits: LogitRows::Last,
+                taps: &self.taps,
+                ..ForwardInput::causal(&ids, &positions)
+            },
+            &mut self.cache,
+        )?;
+        let logits = out.logits.expect("logits requested"); // [1, vocab]
+        self.target_forward_seconds += started.elapsed().as_secs_f64();
+        let empty = Proposal::empty();
+        let verdict = verify(&logits, &empty, &config.sampling, &mut self.verifier_rng);
+        self.commit(&verdict, &empty);
+        if !self.taps.is_empty() {
+            self.unseen_rows.push(Tensor::cat(&out.hidden, -1)); // [1, features]
+        }
+        self.drafter_behind = true;
+        let seconds = started.elapsed().as_secs_f64();
+        if let Some(gate) = &mut self.gate {
+            gate.record_plain(seconds);
+        }
+        self.cycles.push(CycleRecord {
+            context,
+            drafted: 0,
+            accepted: 0,
+            accepted_per_position: Vec::new(),
+            bonus: 1,
+            draft_seconds: 0.0,
+            verify_seconds: seconds,
+        });
+        Ok(())
+    }
+
+    /// Hands the drafter what the plain steps since it last drafted committed: their taps' rows, in one
+    /// call.
+    fn catch_up(&mut self, drafter: &mut dyn Drafter) -> Result<()> {
+        let rows = (!self.unseen_rows.is_empty()).then(|| Tensor::cat(&self.unseen_rows, 0));
+        drafter.catch_up(
+            &DraftContext {
+                committed: &self.committed,
+                target: self.target,
+                greedy: self.config.sampling.is_greedy(),
+                max_depth: None,
+            },
+            rows.as_ref(),
+        )?;
+        self.unseen_rows.clear();
+        self.drafter_behind = false;
         Ok(())
     }
 

@@ -36,6 +36,7 @@ fn run<D: Drafter>(
         sampling,
         stop_tokens: vec![],
         max_proposal: 64,
+        gate: Default::default(),
     };
     let mut session = Session::prefill(&target.net, drafter, &PROMPT, &config).unwrap();
     let (mut full, mut partial) = (0, 0);

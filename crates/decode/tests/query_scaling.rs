@@ -260,6 +260,63 @@ fn a_sliding_window_bounds_every_drafters_cache_and_drafts_as_the_mask_alone() {
     }
 }
 
+/// Attention sinks beside a window (StreamingLLM's): a bounded cache keeps the first keys and the
+/// last ones, and every drafter drafts exactly what the same selection drafts as a mask over a cache
+/// that keeps every key; the sinks change what a narrow window drafts.
+#[test]
+fn a_window_with_sinks_bounds_every_drafters_cache_and_drafts_as_the_mask_alone() {
+    let target = load("llama");
+    let dir = tempfile::tempdir().unwrap();
+    write_drafters(dir.path(), &target);
+    for (method, name) in METHOD_NAMES.iter().enumerate() {
+        let sinks = KeySelection::window(3).with_sink(2);
+        let (bounded, bounded_bytes) = drafts_under(dir.path(), &target, method, Some(sinks));
+        let (masked, full_bytes) = drafts_under(
+            dir.path(),
+            &target,
+            method,
+            Some(KeySelection::recent_only(3).with_sink(2)),
+        );
+        assert_eq!(bounded, masked, "{name}");
+        assert!(
+            bounded_bytes < full_bytes,
+            "{name}: {bounded_bytes} bytes bounded, {full_bytes} kept whole"
+        );
+        let (window_alone, _) =
+            drafts_under(dir.path(), &target, method, Some(KeySelection::window(3)));
+        assert_ne!(bounded, window_alone, "{name}: two sinks changed nothing");
+    }
+}
+
+/// A window on every layer but one is DFlash's (it keeps a window per layer): its drafts differ from
+/// the window on every layer and from none; a drafter with one window for all its layers refuses it.
+#[test]
+fn a_window_on_every_dflash_layer_but_one_drafts_between_the_window_and_none() {
+    let target = load("llama");
+    let dir = tempfile::tempdir().unwrap();
+    write_drafters(dir.path(), &target);
+    let dflash = METHOD_NAMES.len() - 1;
+    let (all_but_last, _) = drafts_under(
+        dir.path(),
+        &target,
+        dflash,
+        Some(KeySelection::window(2).leaving_full(vec![1])),
+    );
+    let (every_layer, _) = drafts_under(dir.path(), &target, dflash, Some(KeySelection::window(2)));
+    let (none, _) = drafts_under(dir.path(), &target, dflash, None);
+    assert_ne!(all_but_last, every_layer);
+    assert_ne!(all_but_last, none);
+    let mut vanilla_drafter = vanilla("qwen2", &target, 4, Sampling::greedy());
+    let err = vanilla_drafter
+        .set_key_selection(Some(KeySelection::window(2).leaving_full(vec![0])))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("window_full_layer") && err.contains("DFlash"),
+        "{err}"
+    );
+}
+
 /// SpecExtend's retrieval over every drafter: retrieving every chunk with a window over the whole
 /// context drafts exactly what the plain drafter drafts; one chunk and a window of one key change the
 /// drafts; greedy output stays the target's either way.

@@ -15,6 +15,7 @@ fn config(new_tokens: usize) -> SpecOptions {
         sampling: Sampling::greedy(),
         stop_tokens: vec![],
         max_proposal: 64,
+        gate: Default::default(),
     }
 }
 

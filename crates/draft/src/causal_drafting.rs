@@ -61,9 +61,23 @@ pub(crate) fn set_key_selection(
     cache: &mut KvCache,
     selection: Option<KeySelection>,
 ) -> Result<()> {
+    refuse_full_layers(selection.as_ref())?;
     cache.bound_to_window(KeySelection::cache_bound(selection.as_ref()))?;
     model.net.set_key_selection(selection);
     Ok(())
+}
+
+/// A window on every layer but some is DFlash's alone (it keeps a window per layer); a drafter that
+/// applies one window to all its layers refuses it rather than window the layer left out.
+pub(crate) fn refuse_full_layers(selection: Option<&KeySelection>) -> Result<()> {
+    match selection.and_then(|s| s.full_layers.first()) {
+        Some(layer) => Err(crate::DraftError::InvalidOption {
+            option: "window_full_layer".into(),
+            value: layer.to_string(),
+            reason: "only DFlash keeps a window per layer".into(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The model's weights by name (what online adaptation trains and the stats count).

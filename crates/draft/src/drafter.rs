@@ -49,6 +49,10 @@ pub struct DraftContext<'a> {
     pub target: &'a Transformer,
     /// Whether verification is greedy; a drafter then proposes argmax tokens.
     pub greedy: bool,
+    /// The deepest draft the target will verify this cycle (the goodput gate's choice); a drafter that
+    /// drafts position by position stops there, and the decoder drops deeper nodes of any proposal.
+    /// `None`: the drafter's own depth.
+    pub max_depth: Option<usize>,
 }
 
 /// What verification kept in one cycle.
@@ -69,6 +73,15 @@ pub struct Feedback<'a> {
     pub target_attention: Option<&'a Tensor>,
 }
 
+/// Target features waiting to be taken in, with `rows` appended after them (a drafter that sat out plain
+/// steps receives their rows after the last verification's): `[pending + rows, features]`.
+pub fn append_rows(pending: Option<Tensor>, rows: &Tensor) -> Tensor {
+    match pending {
+        Some(earlier) => Tensor::cat(&[earlier, rows.shallow_clone()], 0),
+        None => rows.shallow_clone(),
+    }
+}
+
 pub trait Drafter {
     /// The drafter's kind (a wrapper reports the drafter it wraps).
     fn kind(&self) -> crate::DrafterKind;
@@ -87,6 +100,16 @@ pub trait Drafter {
 
     /// Called after verification, with `ctx.committed` already extended by the accepted tokens and bonus.
     fn observe(&mut self, ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()>;
+
+    /// The target committed tokens in plain steps this drafter sat out (the goodput gate's depth 0,
+    /// during which the drafter is never called): `target_hidden` holds its taps' rows of those steps,
+    /// `[n, features]`, in order after what it last observed (`None` when it asked for no taps), and
+    /// `ctx.committed` ends with the latest root. Called once, before the next `propose`: the drafter's
+    /// state becomes what observing each step would have left. The default does nothing: a drafter
+    /// over token ids alone takes in the tokens it has not seen when it next proposes.
+    fn catch_up(&mut self, _ctx: &DraftContext<'_>, _target_hidden: Option<&Tensor>) -> Result<()> {
+        Ok(())
+    }
 
     /// Restricts the drafter's attention over the context to `selection` from the next pass on (a
     /// sliding window, retrieval's chosen keys); `None` lets it see every key its mask allows again.
@@ -110,4 +133,41 @@ pub trait Drafter {
 
     /// What the drafter holds and has spent so far: caches, forward time, weights, adaptation.
     fn stats(&self) -> DrafterStats;
+}
+
+/// A boxed drafter drafts as the one it holds: every call forwarded, the defaults' included.
+impl<D: Drafter + ?Sized> Drafter for Box<D> {
+    fn kind(&self) -> crate::DrafterKind {
+        (**self).kind()
+    }
+    fn target_taps(&self) -> Vec<Tap> {
+        (**self).target_taps()
+    }
+    fn prefill(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        (**self).prefill(ctx, target_hidden)
+    }
+    fn propose(&mut self, ctx: &DraftContext<'_>, sampler: &mut Sampler) -> Result<Proposal> {
+        (**self).propose(ctx, sampler)
+    }
+    fn observe(&mut self, ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
+        (**self).observe(ctx, feedback)
+    }
+    fn catch_up(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        (**self).catch_up(ctx, target_hidden)
+    }
+    fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
+        (**self).set_key_selection(selection)
+    }
+    fn wants_target_attention(&self) -> bool {
+        (**self).wants_target_attention()
+    }
+    fn variables(&self) -> Vec<(String, Tensor)> {
+        (**self).variables()
+    }
+    fn linears(&self) -> Vec<&sharpdraft_model::layers::Linear> {
+        (**self).linears()
+    }
+    fn stats(&self) -> DrafterStats {
+        (**self).stats()
+    }
 }

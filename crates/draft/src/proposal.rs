@@ -58,6 +58,23 @@ impl Proposal {
         depths
     }
 
+    /// The proposal cut to its nodes above depth `depth` (depth 0 holds the root's children), when
+    /// those are a prefix of its nodes, as in a chain or a tree grown level by level: node indices,
+    /// and so the drafter's reading of the accepted path, stay what they were. A proposal whose
+    /// shallow nodes are not a prefix is returned whole.
+    pub fn within_depth(self, depth: usize) -> Self {
+        let depths = self.depths();
+        let keep = depths.iter().take_while(|&&d| (d as usize) < depth).count();
+        if keep == self.len() || depths[keep..].iter().any(|&d| (d as usize) < depth) {
+            return self;
+        }
+        Self {
+            tokens: self.tokens[..keep].to_vec(),
+            parents: self.parents[..keep].to_vec(),
+            draft_probs: self.draft_probs.map(|q| q.narrow(0, 0, keep as i64)),
+        }
+    }
+
     /// Children of `parent` (None = root), in proposal order (the order verification tries them in).
     pub fn children(&self, parent: Option<usize>) -> impl Iterator<Item = usize> + '_ {
         self.parents
@@ -98,5 +115,39 @@ impl Proposal {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_cut_to_a_depth_keeps_its_first_drafts() {
+        let cut = Proposal::chain(vec![5, 6, 7, 8], None).within_depth(2);
+        assert_eq!(cut.tokens, vec![5, 6]);
+        assert_eq!(cut.parents, vec![None, Some(0)]);
+    }
+
+    #[test]
+    fn a_tree_grown_level_by_level_is_cut_to_its_shallow_levels() {
+        // Two children of the root, then one child of each.
+        let tree = Proposal {
+            tokens: vec![1, 2, 3, 4],
+            parents: vec![None, None, Some(0), Some(1)],
+            draft_probs: None,
+        };
+        let cut = tree.within_depth(1);
+        assert_eq!(cut.tokens, vec![1, 2]);
+    }
+
+    #[test]
+    fn a_tree_whose_shallow_nodes_are_not_a_prefix_is_kept_whole() {
+        let tree = Proposal {
+            tokens: vec![1, 3, 2],
+            parents: vec![None, Some(0), None],
+            draft_probs: None,
+        };
+        assert_eq!(tree.within_depth(1).len(), 3);
     }
 }

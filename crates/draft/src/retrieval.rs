@@ -190,6 +190,10 @@ impl Drafter for RetrievingDrafter<'_> {
         self.inner.propose(ctx, sampler)
     }
 
+    fn catch_up(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        self.inner.catch_up(ctx, target_hidden)
+    }
+
     /// Every `every` cycles, starting with the first: the keys the target attended to most.
     fn observe(&mut self, ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {
         self.inner.observe(ctx, feedback)?;
@@ -201,9 +205,8 @@ impl Drafter for RetrievingDrafter<'_> {
             })?;
             let retrieved = top_chunks(scores, self.config.chunk, self.config.top_chunks);
             self.inner.set_key_selection(Some(KeySelection {
-                recent: self.config.recent,
                 retrieved: Some(retrieved),
-                bounds_cache: false,
+                ..KeySelection::recent_only(self.config.recent)
             }))?;
             self.retrievals += 1;
         }

@@ -152,7 +152,11 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
         assert_eq!(digests[r].len() == 64, drafting, "row {r}: {}", digests[r]);
         assert_eq!(dtypes[r] == "f32", drafting, "row {r}: {}", dtypes[r]);
     }
-    assert!(results.strs("kernel").unwrap().iter().all(|k| !k.is_empty()));
+    assert!(results
+        .strs("kernel")
+        .unwrap()
+        .iter()
+        .all(|k| !k.is_empty()));
     assert!(results
         .strs("config_hash")
         .unwrap()

@@ -516,6 +516,7 @@ fn greedy_config(new_tokens: usize) -> SpecOptions {
         sampling: Sampling::greedy(),
         stop_tokens: vec![],
         max_proposal: 64,
+        gate: Default::default(),
     }
 }
 

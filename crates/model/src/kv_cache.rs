@@ -8,24 +8,28 @@
 //! A drafter with a sliding window of `W` keys bounds its cache ([`KvCache::bound_to_window`]): between
 //! cycles ([`KvCache::slide`]) it keeps only the last W positions once it holds 2 W, so buffer row `j`
 //! holds position `first_position() + j`, and its memory stays about 3 W rows however long the context
-//! (a long prefill grows it for that pass, the next slide shrinks it back). Positions, `len` and every
-//! argument here stay logical; masks built over all `len + T` positions are cut to the held keys with
-//! [`KvCache::held_columns`].
+//! (a long prefill grows it for that pass, the next slide shrinks it back). A window with `S` attention
+//! sinks keeps the first S positions too, in rows `0..S`, the last W after them: row `j >= S` holds
+//! position `j + dropped`. Positions, `len` and every argument here stay logical; masks built over all
+//! `len + T` positions are cut to the held keys with [`KvCache::held_columns`].
 
 use crate::error::{ModelError, Result};
+use crate::mask::WindowBound;
 use tch::{Device, Kind, Tensor};
 
 pub struct KvCache {
-    /// `[kv_heads, buffer rows, head_dim]` per layer; row j holds position `evicted + j`.
+    /// `[kv_heads, buffer rows, head_dim]` per layer; row j holds position j below the sink, else
+    /// `evicted + j`.
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
     len: i64,
     /// The most positions this cache may reach (the context it was sized for).
     capacity: i64,
-    /// Positions `0..evicted` are no longer held (dropped by a window bound).
+    /// How many positions after the sink are no longer held (`sink..sink + evicted`, dropped by a window
+    /// bound).
     evicted: i64,
-    /// The window of the drafter's attention, when the cache is bounded to it.
-    window: Option<i64>,
+    /// The window of the drafter's attention (and its sink), when the cache is bounded to it.
+    window: Option<WindowBound>,
 }
 
 impl KvCache {
@@ -100,9 +104,18 @@ impl KvCache {
         self.keys.len()
     }
 
-    /// The first position still held (0 unless a window bound dropped older ones).
+    /// The first position held after the sink (0 unless a window bound dropped older ones).
     pub fn first_position(&self) -> i64 {
-        self.evicted
+        if self.evicted > 0 {
+            self.sink() + self.evicted
+        } else {
+            0
+        }
+    }
+
+    /// The attention sinks the cache keeps before the window (0 unbounded or without sinks).
+    fn sink(&self) -> i64 {
+        self.window.map_or(0, |w| w.sink)
     }
 
     /// Positions held in the buffers.
@@ -114,13 +127,14 @@ impl KvCache {
         self.keys.first().map_or(0, |k| k.size()[1])
     }
 
-    /// Bounds the cache to a sliding window of `window` keys (`None`: every position is kept). Only for a
-    /// drafter whose every attention row sees at most its last `window` keys: [`Self::slide`] drops the
-    /// rest. Slides at once.
-    pub fn bound_to_window(&mut self, window: Option<i64>) -> Result<()> {
-        if let Some(w) = window.filter(|&w| w < 1) {
+    /// Bounds the cache to a sliding window of `window.recent` keys after `window.sink` sinks (`None`:
+    /// every position is kept). Only for a drafter whose every attention row sees at most those keys:
+    /// [`Self::slide`] drops the rest. Slides at once.
+    pub fn bound_to_window(&mut self, window: Option<WindowBound>) -> Result<()> {
+        if let Some(w) = window.filter(|w| w.recent < 1 || w.sink < 0) {
             return Err(ModelError::Cache(format!(
-                "a window of {w} keys: a bounded cache needs at least 1"
+                "a window of {} keys after {} sinks: a bounded cache needs at least 1 key and no negative sink",
+                w.recent, w.sink
             )));
         }
         if window.is_none() && self.evicted > 0 {
@@ -129,30 +143,38 @@ impl KvCache {
                 self.evicted
             )));
         }
+        if self.evicted > 0 && window.map(|w| w.sink) != self.window.map(|w| w.sink) {
+            return Err(ModelError::Cache(format!(
+                "positions after the sink were dropped by a window: its sink cannot change ({:?} to {:?}) before the cache is emptied",
+                self.window.map(|w| w.sink),
+                window.map(|w| w.sink)
+            )));
+        }
         self.window = window;
         self.slide();
         Ok(())
     }
 
-    /// Between cycles (every held position committed): under a window bound of W, once the cache holds
-    /// 2 W positions it keeps the last W (moved to the front: amortised, one row per token), and a
-    /// buffer grown past 4 W (a long prefill) is given back down to 3 W rows. Rows written after this
-    /// sit at `len` or later and see keys after `len - W` only.
+    /// Between cycles (every held position committed): under a window bound of W after S sinks, once
+    /// the cache holds S + 2 W positions it keeps the first S and the last W (moved to just after the
+    /// sinks: amortised, one row per token), and a buffer grown past S + 4 W (a long prefill) is given
+    /// back down to S + 3 W rows. Rows written after this sit at `len` or later and see keys after `len
+    /// - W` only, besides the sinks.
     pub fn slide(&mut self) {
-        let Some(w) = self.window else {
+        let Some(WindowBound { recent: w, sink }) = self.window else {
             return;
         };
         let held = self.held();
-        if held > 2 * w {
+        if held > sink + 2 * w {
             for buffer in self.keys.iter_mut().chain(self.values.iter_mut()) {
-                // Source and destination do not overlap: held - w > w.
+                // Source and destination do not overlap: held - w > sink + w.
                 let kept = buffer.narrow(1, held - w, w).copy();
-                buffer.narrow(1, 0, w).copy_(&kept);
+                buffer.narrow(1, sink, w).copy_(&kept);
             }
-            self.evicted = self.len - w;
+            self.evicted = self.len - w - sink;
         }
-        if self.buffer_rows() > 4 * w {
-            self.resize_buffers(3 * w);
+        if self.buffer_rows() > sink + 4 * w {
+            self.resize_buffers(sink + 3 * w);
         }
     }
 
@@ -175,8 +197,12 @@ impl KvCache {
     pub fn held_columns(&self, visible: Option<Tensor>) -> Option<Tensor> {
         match visible {
             Some(mask) if self.evicted > 0 => {
-                let keys = mask.size()[1];
-                Some(mask.narrow(1, self.evicted, keys - self.evicted))
+                let (keys, sink) = (mask.size()[1], self.sink());
+                let recent = mask.narrow(1, sink + self.evicted, keys - sink - self.evicted);
+                Some(match sink {
+                    0 => recent,
+                    _ => Tensor::cat(&[mask.narrow(1, 0, sink), recent], 1),
+                })
             }
             other => other,
         }
@@ -246,10 +272,10 @@ impl KvCache {
         }
         if keep_len == 0 {
             self.evicted = 0;
-        } else if keep_len < self.evicted {
+        } else if self.evicted > 0 && keep_len < self.first_position() {
             return Err(ModelError::Cache(format!(
                 "truncate to {keep_len}: positions before {} were dropped by the window bound",
-                self.evicted
+                self.first_position()
             )));
         }
         self.len = keep_len;
@@ -261,7 +287,7 @@ impl KvCache {
     /// safe: each destination is at or before its source.
     pub fn compact(&mut self, indices: &[i64], base_len: i64) -> Result<()> {
         if base_len > self.len
-            || base_len < self.evicted
+            || base_len < self.first_position()
             || indices.windows(2).any(|w| w[0] >= w[1])
         {
             return Err(ModelError::Cache(format!(

@@ -29,7 +29,7 @@ pub use config::{HfConfig, ModelConfig};
 pub use device::{cuda_available, default_device, parse_device, DEFAULT_DEVICE};
 pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;
-pub use mask::{AttentionMask, KeySelection, Visibility};
+pub use mask::{AttentionMask, KeySelection, Visibility, WindowBound};
 pub use query_scaling::{visible_counts, PassFactors, QueryScaling, ScalingMode};
 pub use sampling::{is_valid_temperature, Sampler, Sampling, MAX_TEMPERATURE};
 pub use scaled_queries::ScaledQueries;

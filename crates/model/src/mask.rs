@@ -80,7 +80,8 @@ impl AttentionMask {
     }
 
     /// This mask restricted to `selection`: row i (cache index `past + i`) sees key j only where it saw it
-    /// before and either `j > past + i - selection.recent` or `selection.retrieved` marks j.
+    /// before and either `j > past + i - selection.recent`, `j < selection.sink` or `selection.retrieved`
+    /// marks j.
     pub fn selected(
         &self,
         past: i64,
@@ -102,6 +103,9 @@ impl AttentionMask {
         let key_index = Tensor::arange(keys, (Kind::Int64, device)).unsqueeze(0); // [1, L]
         let row_index = Tensor::arange(rows, (Kind::Int64, device)).unsqueeze(1) + past; // [T, 1]
         let mut chosen = key_index.gt_tensor(&(row_index - selection.recent)); // [T, L]
+        if selection.sink > 0 {
+            chosen = chosen.logical_or(&key_index.lt(selection.sink));
+        }
         if let Some(retrieved) = &selection.retrieved {
             // Marks cover the keys known when they were chosen; later keys come only through `recent`.
             let known = retrieved.size()[0].min(keys);
@@ -133,16 +137,36 @@ impl AttentionMask {
 }
 
 /// The keys a drafter's rows may attend to, beyond what their mask allows: the last `recent` keys of
-/// every row (a sliding window) and, for retrieval, the keys the target ranked highest.
-#[derive(Debug)]
+/// each row, the first `sink` keys of the context (attention sinks: StreamingLLM keeps the first 4),
+/// and any `retrieved`.
 pub struct KeySelection {
     /// Every row sees its last `recent` keys (itself included).
     pub recent: i64,
+    /// Every row sees the first `sink` keys of the context too (0: none).
+    pub sink: i64,
     /// `[K]` bool over cache indices `0..K`: keys every row also sees. `None`: none beyond `recent`.
     pub retrieved: Option<Tensor>,
     /// Whether the keys this hides stay hidden for good, so a drafter may drop them from its cache (a
     /// user's sliding window). Retrieval's windows do not: the keys it retrieves later lie anywhere.
     pub bounds_cache: bool,
+    /// Layers that see every key whatever the selection (a window on every layer but these: only a
+    /// drafter that keeps a window per layer, DFlash, can leave one out).
+    pub full_layers: Vec<usize>,
+}
+
+/// What a drafter's cache may keep under a sliding window: the last `recent` positions and the first
+/// `sink`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowBound {
+    pub recent: i64,
+    pub sink: i64,
+}
+
+impl WindowBound {
+    /// The last `recent` positions, no sink.
+    pub fn recent(recent: i64) -> Self {
+        Self { recent, sink: 0 }
+    }
 }
 
 impl KeySelection {
@@ -150,8 +174,23 @@ impl KeySelection {
     pub fn window(recent: i64) -> Self {
         Self {
             recent,
+            sink: 0,
             retrieved: None,
             bounds_cache: true,
+            full_layers: Vec::new(),
+        }
+    }
+
+    /// This window with the first `sink` keys of the context visible to every row as well.
+    pub fn with_sink(self, sink: i64) -> Self {
+        Self { sink, ..self }
+    }
+
+    /// This window on every layer but `layers`, which see every key.
+    pub fn leaving_full(self, layers: Vec<usize>) -> Self {
+        Self {
+            full_layers: layers,
+            ..self
         }
     }
 
@@ -163,11 +202,14 @@ impl KeySelection {
         }
     }
 
-    /// The window a drafter's cache may be bounded to under `selection` (`None`: keep every key).
-    pub fn cache_bound(selection: Option<&Self>) -> Option<i64> {
+    /// What a drafter's cache may be bounded to under `selection` (`None`: keep every key).
+    pub fn cache_bound(selection: Option<&Self>) -> Option<WindowBound> {
         selection
-            .filter(|s| s.bounds_cache && s.retrieved.is_none())
-            .map(|s| s.recent)
+            .filter(|s| s.bounds_cache && s.retrieved.is_none() && s.full_layers.is_empty())
+            .map(|s| WindowBound {
+                recent: s.recent,
+                sink: s.sink,
+            })
     }
 
     /// Whether every key of a row at cache index `past + rows - 1` is already inside the window, so the
@@ -181,8 +223,10 @@ impl Clone for KeySelection {
     fn clone(&self) -> Self {
         Self {
             recent: self.recent,
+            sink: self.sink,
             retrieved: self.retrieved.as_ref().map(Tensor::shallow_clone),
             bounds_cache: self.bounds_cache,
+            full_layers: self.full_layers.clone(),
         }
     }
 }

@@ -348,9 +348,8 @@ fn a_window_of_one_key_makes_every_row_its_own_single_token_pass_and_a_wide_one_
 #[test]
 fn a_key_selection_shows_each_row_its_recent_keys_and_the_retrieved_ones() {
     let selection = sharpdraft_model::KeySelection {
-        recent: 1,
         retrieved: Some(Tensor::from_slice(&[true, false, false, true])),
-        bounds_cache: false,
+        ..sharpdraft_model::KeySelection::recent_only(1)
     };
     let visible = AttentionMask::Causal
         .selected(6, 2, &selection, Device::Cpu)
@@ -382,7 +381,9 @@ fn a_cache_bounded_to_a_window_holds_the_last_positions_in_a_few_windows_of_memo
     let window = 8;
     let mut cache = KvCache::new(1, 2, 4, 10_000, Kind::Float, Device::Cpu);
     let whole = cache.bytes_allocated();
-    cache.bound_to_window(Some(window)).unwrap();
+    cache
+        .bound_to_window(Some(sharpdraft_model::WindowBound::recent(window)))
+        .unwrap();
     fill_one_row_at_a_time(&mut cache, 1000);
     assert_eq!(cache.len(), 1000);
     let first = cache.first_position();
@@ -401,9 +402,47 @@ fn a_cache_bounded_to_a_window_holds_the_last_positions_in_a_few_windows_of_memo
 }
 
 #[test]
+fn a_cache_bounded_to_a_window_with_sinks_holds_the_first_positions_and_the_last() {
+    let (window, sink) = (8, 3);
+    let mut cache = KvCache::new(1, 2, 4, 10_000, Kind::Float, Device::Cpu);
+    cache
+        .bound_to_window(Some(sharpdraft_model::WindowBound {
+            recent: window,
+            sink,
+        }))
+        .unwrap();
+    fill_one_row_at_a_time(&mut cache, 1000);
+    let first = cache.first_position();
+    assert!(
+        (1000 - 2 * window..=1000 - window).contains(&first),
+        "first held position after the sinks {first}"
+    );
+    let (keys, _) = cache.layer(0);
+    let held: Vec<f32> = Vec::try_from(keys.select(0, 0).select(1, 0)).unwrap();
+    let want: Vec<f32> = (0..sink).chain(first..1000).map(|p| p as f32).collect();
+    assert_eq!(held, want, "the sinks, then the window");
+    // A [1, 1001] mask over every position cut to the held keys: the sinks and the window's last 8.
+    let mask = AttentionMask::Causal
+        .selected(
+            1000,
+            1,
+            &sharpdraft_model::KeySelection::window(window).with_sink(sink),
+            Device::Cpu,
+        )
+        .unwrap()
+        .materialize(1000, 1, Device::Cpu)
+        .unwrap();
+    let cut = cache.held_columns(mask).unwrap();
+    assert_eq!(cut.size(), [1, sink + 1001 - first]);
+    assert_eq!(cut.sum(Kind::Int64).int64_value(&[]), sink + window);
+}
+
+#[test]
 fn a_bounded_cache_cuts_masks_to_its_held_keys_and_refuses_to_roll_back_past_them() {
     let mut cache = KvCache::new(1, 2, 4, 100, Kind::Float, Device::Cpu);
-    cache.bound_to_window(Some(2)).unwrap();
+    cache
+        .bound_to_window(Some(sharpdraft_model::WindowBound::recent(2)))
+        .unwrap();
     fill_one_row_at_a_time(&mut cache, 10);
     let first = cache.first_position();
     assert!(first > 0);
@@ -432,4 +471,38 @@ fn a_bounded_cache_cuts_masks_to_its_held_keys_and_refuses_to_roll_back_past_the
     cache.truncate(0).unwrap();
     assert_eq!(cache.first_position(), 0, "emptied for a new request");
     cache.bound_to_window(None).unwrap();
+}
+
+#[test]
+fn query_scaling_counts_the_keys_a_window_leaves_so_a_wide_window_scales_for_its_width() {
+    // Rows at cache indices 1000..1003 of a window of 256 keys (and of 256 with 4 sinks): each sees
+    // 256 keys (260), the n of s(n) for a window wider than n0, however long the context.
+    let window = AttentionMask::Causal
+        .selected(
+            1000,
+            3,
+            &sharpdraft_model::KeySelection::window(256),
+            Device::Cpu,
+        )
+        .unwrap();
+    assert_eq!(window.visible_counts(1000, 3).unwrap(), vec![256, 256, 256]);
+    let sinks = AttentionMask::Causal
+        .selected(
+            1000,
+            3,
+            &sharpdraft_model::KeySelection::window(256).with_sink(4),
+            Device::Cpu,
+        )
+        .unwrap();
+    assert_eq!(sinks.visible_counts(1000, 3).unwrap(), vec![260, 260, 260]);
+    // Within the window every key counts.
+    let short = AttentionMask::Causal
+        .selected(
+            100,
+            2,
+            &sharpdraft_model::KeySelection::window(256),
+            Device::Cpu,
+        )
+        .unwrap();
+    assert_eq!(short.visible_counts(100, 2).unwrap(), vec![101, 102]);
 }

@@ -42,6 +42,9 @@ pub struct Outline {
     pub bins_n0: Vec<f64>,
     /// Whether each request's prompt is prefilled once for every arm.
     pub shared_prefill: bool,
+    /// Drafting methods the report pairs with every other drafting method (the experiment's
+    /// `head_to_head:`); empty: the calibrated schedule's method, where there is one.
+    pub head_to_head: Vec<String>,
 }
 
 /// One method, as far as a report tells methods apart.
@@ -115,6 +118,19 @@ impl Outline {
             .iter()
             .find(|m| m.target_only)
             .map(|m| m.name.as_str())
+    }
+
+    /// The methods the report pairs with every other drafting method: those the experiment names, else
+    /// its first calibrated schedule (the paper's question), else none.
+    pub fn anchors(&self) -> Vec<&str> {
+        if !self.head_to_head.is_empty() {
+            return self.head_to_head.iter().map(String::as_str).collect();
+        }
+        self.methods
+            .iter()
+            .find(|m| m.slope == SlopeRole::Calibrated)
+            .map(|m| vec![m.name.as_str()])
+            .unwrap_or_default()
     }
 
     /// The method named `name`.

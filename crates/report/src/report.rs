@@ -307,11 +307,25 @@ pub(crate) fn paired(
     Some(out)
 }
 
-/// The calibrated schedule against each other method ([`crate::head_to_head`]), with its heading;
-/// `None` without a calibrated schedule or another method.
-fn head_to_head_table(cells: &[HeadToHead], noise: Option<&VerifySpread>) -> Option<String> {
-    let first = cells.first()?;
-    let calibrated = &first.calibrated;
+/// Each anchor against each other method ([`crate::head_to_head`]), a table per anchor with its
+/// heading; `None` without an anchor or another method.
+fn head_to_head_tables(cells: &[HeadToHead], noise: Option<&VerifySpread>) -> Option<String> {
+    let mut out = String::new();
+    let mut anchors: Vec<&str> = Vec::new();
+    for c in cells {
+        if !anchors.contains(&c.anchor.as_str()) {
+            anchors.push(&c.anchor);
+        }
+    }
+    for anchor in anchors {
+        let of_anchor: Vec<&HeadToHead> = cells.iter().filter(|c| c.anchor == anchor).collect();
+        out.push_str(&head_to_head_table(anchor, &of_anchor, noise));
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// `anchor` against each other method, with its heading.
+fn head_to_head_table(anchor: &str, cells: &[&HeadToHead], noise: Option<&VerifySpread>) -> String {
     let cell = |paired: &PairedRatio, prompts: usize, noise: Option<&VerifySpread>| {
         let (ahead, prompts) = (paired.ahead as i64, prompts as i64);
         paired_cell(
@@ -324,17 +338,17 @@ fn head_to_head_table(cells: &[HeadToHead], noise: Option<&VerifySpread>) -> Opt
         )
     };
     let mut out = format!(
-        "\n## `{calibrated}` against each method, paired\n\n\
-         Whether the calibrated slope beats the other methods of its drafter on the same prompts. \
-         tau: `{calibrated}`'s tau pooled over the prompts (tokens emitted over target passes) over \
+        "\n## `{anchor}` against each method, paired\n\n\
+         Whether `{anchor}` beats the other methods of its drafter on the same prompts. \
+         tau: `{anchor}`'s tau pooled over the prompts (tokens emitted over target passes) over \
          the method's on the same prompts, with its interval over prompts (tau is a count: pooled, a \
          comparison where many prompts tie exactly does not pin to 1 as a median of per-prompt ratios \
          would). Decode: per prompt the ratio of their decode tokens/s on the same requests, then the \
          median over prompts with its interval. Each with its verdict (as above; tau is counted, not \
-         timed, so its verdict has no timing noise), how many prompts put `{calibrated}` ahead, the \
+         timed, so its verdict has no timing noise), how many prompts put `{anchor}` ahead, the \
          Wilcoxon signed-rank p of the per-prompt log ratios and its Holm-adjusted p. Above 1: \
-         `{calibrated}` ahead.\n\n\
-         | workload | context | drafter | method | prompts | tau: {calibrated} / method | decode: {calibrated} / method |\n|---|---|---|---|---|---|---|\n"
+         `{anchor}` ahead.\n\n\
+         | workload | context | drafter | method | prompts | tau: {anchor} / method | decode: {anchor} / method |\n|---|---|---|---|---|---|---|\n"
     );
     for c in cells {
         let _ = writeln!(
@@ -349,7 +363,7 @@ fn head_to_head_table(cells: &[HeadToHead], noise: Option<&VerifySpread>) -> Opt
             cell(&c.decode, c.prompts, noise),
         );
     }
-    Some(out)
+    out
 }
 
 /// What each arm costs beside its speed: its absolute tokens/s, how far its outputs loop, its
@@ -400,7 +414,9 @@ fn cycle_costs(rows: &[SummaryRow]) -> Option<String> {
          drafting pays where tau x the target's time per token exceeds the two together: the last \
          column is that ratio, the decode speed-up these medians predict. The first cycle's drafting \
          (median over requests) stands apart: a drafter that takes in the prompt on its first proposal, \
-         not in its prefill, pays for it there, which the decode speed-up counts and these medians do not.\n\n\
+         not in its prefill, pays for it there, which the decode speed-up counts and these medians do not. \
+         A gated method counts its plain target steps among its cycles (in brackets), and its medians \
+         go over the cycles that drafted.\n\n\
          | workload | context | drafter | method | cycles | draft ms | verify ms | target alone, ms per token | verify / target's token | tau x target's token / cycle | first cycle's draft ms |\n\
          |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
@@ -413,7 +429,11 @@ fn cycle_costs(rows: &[SummaryRow]) -> Option<String> {
             r.context_label(),
             r.drafter,
             r.method,
-            r.cycles,
+            if r.plain_cycles > 0 {
+                format!("{} ({} plain)", r.cycles, r.plain_cycles)
+            } else {
+                r.cycles.to_string()
+            },
             number(r.draft_ms, 1),
             number(r.verify_ms, 1),
             number(r.target_ms_per_token, 1),
@@ -582,7 +602,7 @@ pub fn write(dir: &Path, outline: &Outline, inputs: &ReportInputs) -> Result<Pat
         md.push_str("\n## Paired against the reference method\n\n");
         md.push_str(&paired);
     }
-    if let Some(table) = head_to_head_table(inputs.head_to_head, inputs.noise) {
+    if let Some(table) = head_to_head_tables(inputs.head_to_head, inputs.noise) {
         md.push_str(&table);
     }
     md.push_str("\n## Costs\n\n");

@@ -58,6 +58,8 @@ pub struct SummaryRow {
     pub prompts: i64,
     pub mean_prompt_tokens: f64,
     pub cycles: i64,
+    /// Of those, the cycles a gate ran as plain target steps (nothing drafted).
+    pub plain_cycles: i64,
     pub tau: Interval,
     /// The query-scaling slope the arm drafted with (a schedule's mean beta); NaN unknown or none.
     pub scaling_slope: f64,
@@ -432,6 +434,13 @@ fn summary_row(
             .sum::<f64>()
             / samples.len().max(1) as f64,
         cycles: count(counts.iter().map(|c| c.1).sum::<f64>() as u64),
+        plain_cycles: count(
+            samples
+                .iter()
+                .flat_map(|s| s.row().cycles.iter().filter(|c| in_bin(c)))
+                .filter(|c| c.drafted == 0)
+                .count(),
+        ),
         tau,
         // The query-scaling slope the cell's arm drafted with (the same in every request).
         scaling_slope: samples
@@ -554,10 +563,12 @@ struct CycleTimes {
 impl CycleTimes {
     fn of(samples: &[PairedRow], whole: bool) -> Self {
         let nan_unless = |v: f64| if whole { v } else { f64::NAN };
+        // Over the cycles that drafted: a gate's plain steps draft nothing.
         let cycle_ms = |f: fn(&CycleRecord) -> f64| {
             let ms: Vec<f64> = samples
                 .iter()
-                .flat_map(|s| s.row().cycles.iter().map(move |c| 1e3 * f(c)))
+                .flat_map(|s| s.row().cycles.iter().filter(|c| c.drafted > 0))
+                .map(|c| 1e3 * f(c))
                 .collect();
             nan_unless(median(&ms))
         };
@@ -694,6 +705,7 @@ mod tests {
             ],
             bins_n0: vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0],
             shared_prefill: false,
+            head_to_head: Vec::new(),
         }
     }
 
@@ -830,12 +842,31 @@ mod tests {
     }
 
     #[test]
+    fn the_methods_an_experiment_names_head_to_head_each_meet_every_other_method() {
+        let mut outline = outline_with("calibrated", SlopeRole::Calibrated);
+        outline.head_to_head = vec!["unmodified".into(), "calibrated".into()];
+        assert_eq!(outline.anchors(), vec!["unmodified", "calibrated"]);
+        let mut samples = Vec::new();
+        for prompt in 0..2 {
+            samples.push(sample("ar", 0, prompt, 0, 1.0));
+            samples.push(sample("unmodified", 0, prompt, 1, 0.8));
+            samples.push(sample("calibrated", 0, prompt, 3, 0.7));
+        }
+        let cells = crate::head_to_head::compare(&outline, &samples);
+        let pairs: Vec<(&str, &str)> = cells
+            .iter()
+            .map(|c| (c.anchor.as_str(), c.method.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            vec![("unmodified", "calibrated"), ("calibrated", "unmodified")]
+        );
+    }
+
+    #[test]
     fn the_calibrated_schedule_meets_each_method_on_the_same_prompts() {
         let outline = outline_with("calibrated", SlopeRole::Calibrated);
-        assert_eq!(
-            crate::head_to_head::calibrated_method(&outline),
-            Some("calibrated")
-        );
+        assert_eq!(outline.anchors(), vec!["calibrated"]);
         // Prompt 0: the calibrated arm accepts all 3 drafts (tau 4), the unmodified 1 (tau 2); prompt
         // 1: neither accepts any. The calibrated arm decodes in 0.6 s against 0.7 on both.
         let mut samples = Vec::new();

@@ -73,6 +73,14 @@ struct GenerateReport {
     scaling: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tau: Option<f64>,
+    /// The drafter's gate (`off`, `goodput`, `closed`), and of the cycles, those that drafted and
+    /// those the gate ran as plain target steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gate: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drafted_cycles: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plain_cycles: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cycles: Option<Vec<CycleRecord>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -209,6 +217,9 @@ fn autoregressive_report(
         kind: None,
         scaling: None,
         tau: None,
+        gate: None,
+        drafted_cycles: None,
+        plain_cycles: None,
         cycles: None,
         engine_overhead: None,
         ar_tokens_per_s: None,
@@ -283,6 +294,9 @@ fn speculative_report(
         kind: Some(built.drafter.kind().name()),
         scaling: Some(scaling.name()),
         tau: Some(spec.tau()),
+        gate: Some(drafter.gate.name()),
+        drafted_cycles: Some(spec.cycles.iter().filter(|c| c.drafted > 0).count()),
+        plain_cycles: Some(spec.cycles.iter().filter(|c| c.drafted == 0).count()),
         engine_overhead: Some(spec.engine_overhead()),
         ar_tokens_per_s: ar.as_ref().map(|a| a.tokens_per_second()),
         speedup_vs_ar: paired.as_ref().map(|p| p.median),
@@ -316,7 +330,10 @@ fn print_report(report: &GenerateReport, json: bool) -> anyhow::Result<()> {
         if let (Some(kind), Some(tau)) = (report.kind, report.tau) {
             let cycles = report.cycles.as_ref().map_or(0, Vec::len);
             eprintln!(
-                "{kind}: tau {tau:.2} over {cycles} cycles, engine overhead {:.1}%",
+                "{kind}: tau {tau:.2} over {cycles} cycles ({} drafted, {} plain target steps; gate {}), engine overhead {:.1}%",
+                report.drafted_cycles.unwrap_or(0),
+                report.plain_cycles.unwrap_or(0),
+                report.gate.unwrap_or("off"),
                 100.0 * report.engine_overhead.unwrap_or(0.0)
             );
         }

@@ -70,6 +70,7 @@ pub fn spec(
         sampling,
         stop_tokens: vec![],
         max_proposal: 64,
+        gate: Default::default(),
     };
     speculative_generate(&target.net, drafter, prompt, &config).unwrap()
 }

@@ -245,6 +245,10 @@ impl Drafter for AdaptingDrafter<'_> {
         Ok(proposal)
     }
 
+    fn catch_up(&mut self, ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        self.inner.catch_up(ctx, target_hidden)
+    }
+
     /// Keeps the cycle's verified rows (the root and the accepted drafts, whose next tokens the target
     /// scored), then updates every `every` cycles.
     fn observe(&mut self, ctx: &DraftContext<'_>, feedback: &Feedback<'_>) -> Result<()> {

@@ -15,7 +15,7 @@ use sharpdraft_model::time_split::{self, Step};
 use sharpdraft_model::weights::{checkpoint_files, load_strict, Route};
 use sharpdraft_model::{
     visible_counts, AttentionObserver, AttentionView, KeySelection, KvCache, QueryScaling, Sampler,
-    ScaledQueries, Tap, Transformer,
+    ScaledQueries, Tap, Transformer, WindowBound,
 };
 use std::path::Path;
 use tch::{nn, Device, Kind, Tensor};
@@ -77,6 +77,8 @@ pub struct DFlashDrafter {
     pub(crate) causal: bool,
     /// Each layer's sliding window as the checkpoint declares it (what `set_key_selection(None)` restores).
     checkpoint_windows: Vec<Option<i64>>,
+    /// Attention sinks: the first context positions every block row sees beyond its window (0: none).
+    sink: i64,
     /// Context positions retrieval chose, which block rows see beyond their window (`None`: none).
     retrieved: Option<Vec<bool>>,
     taps: Vec<Tap>,
@@ -232,6 +234,7 @@ impl DFlashDrafter {
         Ok(Self {
             causal: config.dflash_config.causal,
             checkpoint_windows: windows,
+            sink: 0,
             retrieved: None,
             taps: target_layer_ids.into_iter().map(Tap::LayerOutput).collect(),
             query_scaling: QueryScaling::off(),
@@ -512,7 +515,7 @@ impl DFlashDrafter {
                     start + key - context
                 };
                 let in_window = layer.window.is_none_or(|w| key_position > row_position - w)
-                    || (key < context && retrieved(key));
+                    || (key < context && (key < self.sink || retrieved(key)));
                 let causal_ok = !self.causal || key < context || key_position <= row_position;
                 visible[(r * (context + b) + key) as usize] = in_window && causal_ok;
             }
@@ -572,6 +575,16 @@ impl Drafter for DFlashDrafter {
         Ok(())
     }
 
+    /// The plain steps' features join those of the last verification, to be written into the
+    /// context at the next proposal.
+    fn catch_up(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        let rows = target_hidden.ok_or_else(|| {
+            DraftError::Protocol("DFlash needs the target's hidden states of plain steps".into())
+        })?;
+        self.pending = Some(crate::drafter::append_rows(self.pending.take(), rows));
+        Ok(())
+    }
+
     fn stats(&self) -> DrafterStats {
         DrafterStats::of(
             self.cache.bytes_allocated(),
@@ -580,16 +593,32 @@ impl Drafter for DFlashDrafter {
         )
     }
 
-    /// The selection's window on every layer (the narrower one where a layer has its own) and its
-    /// retrieved context positions; `None` restores the checkpoint's windows.
+    /// The selection's window on every layer (the narrower one where a layer has its own) but the
+    /// layers it leaves full, which see every key, its sinks and its retrieved context positions;
+    /// `None` restores the checkpoint's windows.
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
         let window = selection.as_ref().map(|s| s.recent);
-        for (layer, own) in self.layers.iter_mut().zip(&self.checkpoint_windows) {
+        let full = selection.as_ref().map_or(&[][..], |s| &s.full_layers[..]);
+        if let Some(&beyond) = full.iter().find(|&&l| l >= self.layers.len()) {
+            return Err(DraftError::InvalidOption {
+                option: "window_full_layer".into(),
+                value: beyond.to_string(),
+                reason: format!("the DFlash drafter has layers 0..{}", self.layers.len()),
+            });
+        }
+        for (i, (layer, own)) in self
+            .layers
+            .iter_mut()
+            .zip(&self.checkpoint_windows)
+            .enumerate()
+        {
             layer.window = match (window, *own) {
+                _ if full.contains(&i) => None,
                 (Some(w), Some(o)) => Some(w.min(o)),
                 (w, o) => w.or(o),
             };
         }
+        self.sink = selection.as_ref().map_or(0, |s| s.sink);
         // Bounded only where every layer slides and no key outside the windows is ever seen again.
         let widest = self
             .layers
@@ -598,7 +627,10 @@ impl Drafter for DFlashDrafter {
             .collect::<Option<Vec<_>>>();
         let bound = match (&selection, widest) {
             (Some(s), Some(windows)) if KeySelection::cache_bound(Some(s)).is_some() => {
-                windows.into_iter().max()
+                windows.into_iter().max().map(|recent| WindowBound {
+                    recent,
+                    sink: s.sink,
+                })
             }
             _ => None,
         };

@@ -389,6 +389,16 @@ impl Drafter for Eagle3Drafter {
         Ok(())
     }
 
+    /// The plain steps' features join those of the last verification, to be paired at the next
+    /// proposal.
+    fn catch_up(&mut self, _ctx: &DraftContext<'_>, target_hidden: Option<&Tensor>) -> Result<()> {
+        let rows = target_hidden.ok_or_else(|| {
+            DraftError::Protocol("EAGLE-3 needs the target's hidden states of plain steps".into())
+        })?;
+        self.pending = Some(crate::drafter::append_rows(self.pending.take(), rows));
+        Ok(())
+    }
+
     fn stats(&self) -> DrafterStats {
         DrafterStats::of(
             self.cache.bytes_allocated(),
@@ -398,6 +408,7 @@ impl Drafter for Eagle3Drafter {
     }
 
     fn set_key_selection(&mut self, selection: Option<KeySelection>) -> Result<()> {
+        crate::causal_drafting::refuse_full_layers(selection.as_ref())?;
         self.cache
             .bound_to_window(KeySelection::cache_bound(selection.as_ref()))?;
         self.head.set_key_selection(selection);
@@ -566,6 +577,7 @@ mod tests {
             committed: &committed,
             target: &target.net,
             greedy: true,
+            max_depth: None,
         };
 
         let mut one_pass = fresh_head(dir.path(), &target);

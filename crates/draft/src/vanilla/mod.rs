@@ -133,9 +133,13 @@ impl Drafter for VanillaDrafter {
         self.committed_at_proposal = ctx.committed.len();
         let missing = ctx.committed[self.cache.len() as usize..].to_vec();
         let mut logits = self.step(&missing)?;
-        let mut tokens = Vec::with_capacity(self.draft_len);
+        // The gate may want fewer drafts this cycle: each is a pass of its own.
+        let draft_len = ctx
+            .max_depth
+            .map_or(self.draft_len, |d| d.clamp(1, self.draft_len));
+        let mut tokens = Vec::with_capacity(draft_len);
         let mut probs = Vec::new();
-        for i in 0..self.draft_len {
+        for i in 0..draft_len {
             // `unsure`: the drafter gives its draft less than `stop_below`. The probability is
             // computed only where a chain may end early (greedy: a softmax over the vocabulary).
             let (token, unsure) = if ctx.greedy {
@@ -160,7 +164,7 @@ impl Drafter for VanillaDrafter {
                 (token, unsure)
             };
             tokens.push(token);
-            if unsure || i + 1 == self.draft_len {
+            if unsure || i + 1 == draft_len {
                 break;
             }
             logits = self.step(&[token])?;

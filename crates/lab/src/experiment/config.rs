@@ -533,6 +533,10 @@ pub struct ExperimentFile {
     /// Decoding again what ran under other processes' load (default: 3 retries, 120 s of waiting).
     #[serde(default)]
     pub timing: Timing,
+    /// Drafting methods the report pairs with every other drafting method of their drafter, prompt by
+    /// prompt (`head_to_head: [calibrated, window]`); the calibrated schedule's method by default.
+    #[serde(default)]
+    pub head_to_head: Vec<String>,
 }
 
 /// An experiment with every block read and every path made absolute: what a run records and hashes.
@@ -547,6 +551,9 @@ pub struct Experiment {
     pub bins_n0: Vec<f64>,
     #[serde(default)]
     pub timing: Timing,
+    /// Drafting methods the report pairs with every other one (empty: the calibrated schedule's).
+    #[serde(default)]
+    pub head_to_head: Vec<String>,
     /// sha256 over the text of the experiment file and of every block file it reads, in order: the
     /// same experiment has the same hash wherever its checkout lies (shards on other machines merge).
     #[serde(skip)]
@@ -703,6 +710,7 @@ impl Experiment {
             workloads,
             bins_n0: raw.bins_n0.unwrap_or_else(default_bins_n0),
             timing: raw.timing,
+            head_to_head: raw.head_to_head,
             yaml_hash: format!("{:x}", hasher.finalize()),
             config_hash: String::new(),
         };
@@ -795,6 +803,20 @@ impl Experiment {
             "workload",
             file,
         )?;
+        no_duplicates(&self.head_to_head, "head_to_head", file)?;
+        for name in &self.head_to_head {
+            ensure!(
+                self.methods.iter().any(|m| m.name == *name && !m.target_only),
+                "{}: head_to_head names {name:?}, which is no drafting method of the experiment (its methods: {})",
+                file.display(),
+                self.methods
+                    .iter()
+                    .filter(|m| !m.target_only)
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         Ok(())
     }
 
@@ -966,6 +988,7 @@ impl Experiment {
                 .collect(),
             bins_n0: self.bins_n0.clone(),
             shared_prefill: self.timing.shared_prefill,
+            head_to_head: self.head_to_head.clone(),
         }
     }
 
