@@ -6,16 +6,20 @@
 //! The model, per cycle at depth k (chains; a tree is drafted whole or not at all):
 //! - tokens: `E[k] = 1 + sum_{i=1..k} prod_{j=1..i} a_j`, with `a_j` the acceptance at draft position
 //!   j given positions 1..j-1 accepted, counted over this request's cycles (older cycles fade by
-//!   [`FADE`] each cycle, so the estimate follows the context as it grows; one pseudo-cycle at 1/2
-//!   keeps an unseen position from reading 0 or 1);
+//!   [`FADE`] each cycle, so the estimate follows the context as it grows; one pseudo-cycle keeps an
+//!   unseen position from reading 0 or 1: at 1/2 for the first position, at the estimate of the
+//!   position before for a deeper one, which a chain rarely reaches when the first is rejected);
 //! - seconds: the drafter's proposal at the nearest depth measured at or above k (a DFlash block costs
 //!   the same at any k; a vanilla chain's passes grow with it, so this never flatters a short chain),
 //!   and the target's verification of k + 1 rows, interpolated between a plain step (1 row) and the
 //!   verifications measured;
-//! - a plain step: 1 token in its measured seconds.
+//! - a plain step: 1 token in its measured seconds, or in a verification's if that was less (one row
+//!   costs no more than k + 1 on the same weights: the first plain step of a request, right after the
+//!   prefill, can run slow and would otherwise flatter drafting until the next plain step).
 //!
 //! The gate starts with one plain step (to time it) and one cycle at K (to see acceptance), then takes
-//! the best k. When that is 0 it steps plainly and probes again: one cycle at K after
+//! the best k, drafting only where that beats a plain step by [`MARGIN`]: near break-even the timings'
+//! noise decides, and a plain step never costs more than the target alone. When that is 0 it steps plainly and probes again: one cycle at K after
 //! [`FIRST_PROBE_AFTER`] plain steps, then after twice as many each time the probe still says plain, at
 //! most [`LONGEST_PLAIN_RUN`]; a probe that says draft resumes drafting and resets the schedule. A
 //! probe is the only way back: plain steps teach the gate nothing about the drafter.
@@ -49,6 +53,8 @@ impl GateMode {
 
 /// How much an older cycle's acceptance counts against the latest one's.
 pub const FADE: f64 = 0.95;
+/// How much more expected tokens per second a depth must promise than a plain step to be drafted.
+pub const MARGIN: f64 = 0.03;
 /// Plain steps before the first probe.
 pub const FIRST_PROBE_AFTER: usize = 16;
 /// The longest run of plain steps between two probes.
@@ -140,9 +146,11 @@ impl GoodputGate {
         self.best_depth()
     }
 
-    /// The depth of the highest expected tokens per second now.
+    /// The depth of the highest expected tokens per second now, 0 unless a depth beats a plain step by
+    /// [`MARGIN`].
     pub fn best_depth(&self) -> usize {
-        let mut best = (0, self.goodput(0));
+        let plain = self.goodput(0);
+        let mut best = (0, plain * (1.0 + MARGIN));
         for k in self.candidates() {
             let g = self.goodput(k);
             if g > best.1 {
@@ -160,9 +168,11 @@ impl GoodputGate {
         }
     }
 
-    /// Acceptance at draft position `j` (1-based) given the earlier ones.
+    /// Acceptance at draft position `j` (1-based) given the earlier ones: the faded counts and one
+    /// pseudo-cycle at 1/2 for the first position, at the position before's estimate for a deeper one.
     pub fn acceptance(&self, j: usize) -> f64 {
-        (self.accepted[j - 1] + 0.5) / (self.reached[j - 1] + 1.0)
+        let prior = if j == 1 { 0.5 } else { self.acceptance(j - 1) };
+        (self.accepted[j - 1] + prior) / (self.reached[j - 1] + 1.0)
     }
 
     /// Expected tokens a cycle at depth `k` emits (the bonus token included).
@@ -176,9 +186,22 @@ impl GoodputGate {
         tokens
     }
 
+    /// Expected seconds of a plain step: its own running mean, or the fastest verification measured if
+    /// that is less (a pass of one row reads the same weights as one of k + 1).
+    fn plain_seconds(&self) -> f64 {
+        let fastest_verification = self
+            .verify_seconds
+            .iter()
+            .filter_map(|v| v.0)
+            .fold(f64::INFINITY, f64::min);
+        self.plain_seconds
+            .0
+            .map_or(f64::NAN, |p| p.min(fastest_verification))
+    }
+
     /// Expected seconds of a cycle at depth `k` (a plain step for 0); NaN when nothing is measured.
     pub fn expected_seconds(&self, k: usize) -> f64 {
-        let plain = self.plain_seconds.0.unwrap_or(f64::NAN);
+        let plain = self.plain_seconds();
         if k == 0 {
             return plain;
         }
@@ -296,6 +319,43 @@ mod tests {
             bad.record_draft(3, 0.002, 0.011, 0);
         }
         assert_eq!(bad.best_depth(), 0);
+    }
+
+    #[test]
+    fn near_break_even_the_gate_steps_plainly() {
+        // Half the first drafts accepted, none deeper: about 1.5 tokens a cycle in 15 ms against a
+        // plain step's 1 in 10 ms, a few per cent more tokens a second: within the margin, so plain.
+        let mut gate = timed(4.0, 11.0);
+        for i in 0..40 {
+            gate.record_draft(3, 0.004, 0.011, usize::from(i % 2 == 0));
+        }
+        let ratio = gate.goodput(3) / gate.goodput(0);
+        assert!(ratio > 1.0 && ratio < 1.0 + MARGIN, "{ratio}");
+        assert_eq!(gate.best_depth(), 0);
+    }
+
+    #[test]
+    fn a_deeper_position_is_expected_no_likelier_than_the_one_before_until_it_is_seen() {
+        let mut gate = timed(2.0, 11.0);
+        for _ in 0..10 {
+            gate.record_draft(3, 0.002, 0.011, 0);
+        }
+        // Position 1 rejected every time: positions 2 and 3, never reached, read no better.
+        assert!(gate.acceptance(2) <= gate.acceptance(1) + 1e-12);
+        assert!(gate.acceptance(3) <= gate.acceptance(2) + 1e-12);
+    }
+
+    #[test]
+    fn a_slow_first_plain_step_does_not_flatter_drafting() {
+        // The first plain step took 30 ms; verifications of 4 rows take 11: a plain step is expected
+        // at 11 ms at most, so a drafter the target rejects is still not worth drafting.
+        let mut gate = GoodputGate::new(GateMode::Goodput, 3, true);
+        gate.record_plain(0.030);
+        for _ in 0..4 {
+            gate.record_draft(3, 0.003, 0.011, 0);
+        }
+        assert!((gate.expected_seconds(0) - 0.011).abs() < 1e-12);
+        assert_eq!(gate.best_depth(), 0);
     }
 
     #[test]
