@@ -32,7 +32,9 @@ use sharpdraft_draft::{
     DFlashDrafter, Drafter, DrafterKind, Eagle3Drafter, PardDrafter, TreeShape, VanillaDrafter,
 };
 use sharpdraft_model::generate::PromptPrefill;
-use sharpdraft_model::{parse_kind, CausalLm, KeySelection, QueryScaling, Sampling, ScaledQueries};
+use sharpdraft_model::{
+    parse_dtype, CausalLm, KeySelection, ModelDtype, QueryScaling, Sampling, ScaledQueries,
+};
 use sharpdraft_store::registry;
 pub use struct_patch::{Patch, Status};
 
@@ -143,7 +145,9 @@ pub struct DrafterSpec {
     #[serde(default)]
     #[arg(long, value_enum, default_value_t = GateMode::Off, requires = DRAFTER_FLAG)]
     pub gate: GateMode,
-    /// The dtype of the drafter's own weights: `f32`, `bf16` or `f16`; the target's by default. Vanilla
+    /// The dtype of the drafter's own weights: `f32`, `bf16`, `f16`, or `gguf` (a vanilla or PARD
+    /// drafter imported from GGUF, as the file stores it); the target's by default (a target run as
+    /// stored runs such a drafter as stored too). Vanilla
     /// and PARD drafters are whole models; an EAGLE-3 head and a DFlash drafter keep their layers (and
     /// the draft vocabulary's head rows) in it and take the target's embeddings and features in it,
     /// while a DFlash drafter without a draft vocabulary reads the target's head in the target's dtype.
@@ -270,8 +274,14 @@ impl DrafterSpec {
             adapt.validate().map_err(DecodeError::Invalid)?;
         }
         if let Some(dtype) = &self.dtype {
-            parse_kind(dtype)
+            let parsed = parse_dtype(dtype)
                 .map_err(|e| DecodeError::Invalid(format!("dtype (--drafter-dtype): {e}")))?;
+            ensure!(
+                parsed != ModelDtype::AsStored
+                    || matches!(self.kind, DrafterKind::Vanilla | DrafterKind::Pard),
+                "dtype (--drafter-dtype) gguf: a {} drafter is no model imported from a GGUF file; only vanilla and PARD drafters (whole models) run as stored",
+                self.kind.name()
+            );
         }
         Ok(())
     }
@@ -381,12 +391,25 @@ fn load_unscaled(
     let dir = registry::resolve(name)?;
     expect_kind(&dir, spec.kind).with_context(|| format!("drafter {name}"))?;
     let capacity = positions + spec.draft_len as i64 + 1;
-    let kind = match &spec.dtype {
-        Some(dtype) => parse_kind(dtype)?,
-        None => target.net.kind(),
+    // The target's dtype unless the specification names one; a target run as stored has a whole-model
+    // drafter imported from GGUF run as stored too, any other in f32.
+    let dtype = match &spec.dtype {
+        Some(dtype) => parse_dtype(dtype)?,
+        None if target.as_stored => match spec.kind {
+            DrafterKind::Vanilla | DrafterKind::Pard
+                if dir
+                    .join(sharpdraft_model::weight_blocks::BLOCKS_FILE)
+                    .is_file() =>
+            {
+                ModelDtype::AsStored
+            }
+            _ => ModelDtype::Kind(target.net.kind()),
+        },
+        None => ModelDtype::Kind(target.net.kind()),
     };
+    let kind = dtype.kind();
     let small_lm = || -> Result<CausalLm> {
-        CausalLm::load(&dir, target.net.device(), kind)
+        CausalLm::load_dtype(&dir, target.net.device(), dtype)
             .with_context(|| format!("loading drafter {name}"))
     };
     let mut loaded = match spec.kind {

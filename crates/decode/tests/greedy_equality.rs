@@ -117,3 +117,42 @@ fn pard_and_dflash_emit_the_targets_greedy_tokens() {
         assert!(got.cycles.iter().all(|c| c.drafted == block as usize - 1));
     }
 }
+
+/// A target run as stored (its linear weights as Q8_0 blocks, the dtype `gguf`) speculates exactly its
+/// own greedy tokens: a decode step and a verification of any size (a tree of 40 drafts: 41 rows)
+/// compute each row alike.
+#[test]
+fn a_target_run_as_stored_speculates_its_own_greedy_tokens() {
+    use sharpdraft_model::weight_blocks::write_q8_0_blocks;
+    use sharpdraft_model::{CausalLm, ModelDtype};
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("llama");
+    std::fs::create_dir_all(&folder).unwrap();
+    for entry in std::fs::read_dir(fixture("llama")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, folder.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    write_q8_0_blocks(&folder).unwrap();
+    let target = CausalLm::load_dtype(&folder, tch::Device::Cpu, ModelDtype::AsStored).unwrap();
+    let want = greedy_ar(&target, &PROMPT, 24);
+    let mut drafter = vanilla("qwen2", &target, 4, Sampling::greedy());
+    let got = spec(&target, &mut drafter, &PROMPT, 24, Sampling::greedy());
+    assert_eq!(got.ids, want, "vanilla chains");
+    let eagle = dir.path().join("eagle");
+    write_eagle3(&eagle, &target, &EagleOptions::default());
+    let tree = TreeShape {
+        depth: 5,
+        top_k: 8,
+        total_tokens: 40,
+    };
+    let got = spec(
+        &target,
+        &mut eagle3(&eagle, &target, tree, Sampling::greedy()),
+        &PROMPT,
+        24,
+        Sampling::greedy(),
+    );
+    assert_eq!(got.ids, want, "a tree of 40 drafts");
+}

@@ -12,7 +12,8 @@
 //!
 //! The AVX2 form (AVX-512 machines take it too) is chosen at run time ([`KernelForm`]); elsewhere the
 //! portable loops run. Each is checked against the weights dequantized and multiplied in f64
-//! (`tests/quantized.rs`).
+//! (`tests/quantized.rs`); the two forms sum a row's blocks in other orders, so they agree to f32
+//! rounding, and each computes a row alike whatever the rows beside it.
 
 use crate::form::KernelForm;
 use crate::workers;
@@ -87,7 +88,9 @@ impl BlockFormat {
 /// What a quantized product cannot take: a shape or a byte count that does not fit the blocks.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum QuantizedError {
-    #[error("{format} weights of {inputs} inputs: a row must hold whole blocks of {values} values")]
+    #[error(
+        "{format} weights of {inputs} inputs: a row must hold whole blocks of {values} values"
+    )]
     PartialBlock {
         format: &'static str,
         inputs: usize,
@@ -302,7 +305,8 @@ fn dot_block(format: BlockFormat, w: &[u8], x: &QuantizedRow, b: usize) -> f32 {
             };
             let mut s = 0i32;
             for (i, &q) in qs.iter().enumerate() {
-                s += i32::from(q & 0xF) * i32::from(xs[i]) + i32::from(q >> 4) * i32::from(xs[i + 16]);
+                s += i32::from(q & 0xF) * i32::from(xs[i])
+                    + i32::from(q >> 4) * i32::from(xs[i + 16]);
             }
             let d = f16_at(w, 0);
             let sum_x = (sums[0] + sums[1]) as f32;
@@ -346,22 +350,46 @@ fn dot_block(format: BlockFormat, w: &[u8], x: &QuantizedRow, b: usize) -> f32 {
     }
 }
 
+/// The most rows one sweep over a weight row carries in AVX2 (an accumulator register a row).
+const SWEEP_ROWS: usize = 16;
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    //! The dot products of a weight block with many rows in AVX2's integer lanes: the block is
-    //! unpacked into registers once and multiplied into each row's bytes (`maddubs`: unsigned weight
-    //! bytes by signed row bytes, pairs summed to i16; `madd` by the sub-blocks' scales to i32).
-    use super::{f16_at, q4k_scale_min, QuantizedRow};
+    //! The dot products of a weight row with up to [`SWEEP_ROWS`] rows in AVX2's integer lanes: each
+    //! block is unpacked into registers once and multiplied into each row's bytes (`maddubs`:
+    //! unsigned weight bytes by signed row bytes, pairs summed to i16; `madd` by the sub-blocks'
+    //! scales to i32), the block's integer sums scaled into one f32 accumulator a row, summed across
+    //! the lanes once at the row's end.
+    use super::{q4k_scale_min, BlockFormat, QuantizedRow, SWEEP_ROWS};
     use std::arch::x86_64::*;
 
+    /// Whether this CPU has what these loops use beside AVX2 and FMA (F16C's f16 conversions).
+    pub(super) fn available() -> bool {
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+    }
+
+    /// The two f16 values at `at` as f32.
     #[inline(always)]
-    unsafe fn hsum_i32(v: __m256i) -> i32 {
-        let lo = _mm256_castsi256_si128(v);
-        let hi = _mm256_extracti128_si256::<1>(v);
-        let s = _mm_add_epi32(lo, hi);
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
+    unsafe fn f16_pair(bytes: &[u8], at: usize) -> (f32, f32) {
+        let raw = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(raw as i32));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_shuffle_ps::<1>(v, v)))
+    }
+
+    #[inline(always)]
+    unsafe fn f16_one(bytes: &[u8], at: usize) -> f32 {
+        let raw = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(raw))))
+    }
+
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
     }
 
     /// `sum(a_u8 * b_i8)` per 32 bytes, weighted per 16-byte half by `scales` (i16 lanes), to i32 lanes.
@@ -370,174 +398,223 @@ mod avx2 {
         _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), scales)
     }
 
-    /// A Q4_K block (`w`, 144 bytes) against block `b` of every row: `out[r] += its dot`.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn q4k(w: &[u8], rows: &[QuantizedRow], b: usize, out: &mut [f32]) {
-        let (d, dmin) = (f16_at(w, 0), f16_at(w, 2));
-        let (scales, qs) = (&w[4..16], &w[16..144]);
+    /// Each of `rows`' dot with weight row `w` of Q4_K blocks, into `out`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4k(w: &[u8], rows: &[QuantizedRow], out: &mut [f32]) {
+        let n = rows.len();
+        let mut acc = [_mm256_setzero_ps(); SWEEP_ROWS];
+        let mut offsets = [0f32; SWEEP_ROWS];
         let low = _mm256_set1_epi8(0xF);
-        let mut nibbles = [_mm256_setzero_si256(); 8];
-        let mut sc = [_mm256_setzero_si256(); 8];
-        let mut mins = [0i32; 8];
-        for chunk in 0..4 {
-            let q = _mm256_loadu_si256(qs.as_ptr().add(32 * chunk) as *const __m256i);
-            nibbles[2 * chunk] = _mm256_and_si256(q, low);
-            nibbles[2 * chunk + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low);
-            for half in 0..2 {
-                let (s, m) = q4k_scale_min(scales, 2 * chunk + half);
-                sc[2 * chunk + half] = _mm256_set1_epi16(i16::from(s));
-                mins[2 * chunk + half] = i32::from(m);
+        for (b, block) in w.chunks_exact(144).enumerate() {
+            let (d, dmin) = f16_pair(block, 0);
+            let (scales, qs) = (&block[4..16], &block[16..144]);
+            let mut nibbles = [_mm256_setzero_si256(); 8];
+            let mut sc = [_mm256_setzero_si256(); 8];
+            let mut mins = [0i32; 8];
+            for chunk in 0..4 {
+                let q = _mm256_loadu_si256(qs.as_ptr().add(32 * chunk) as *const __m256i);
+                nibbles[2 * chunk] = _mm256_and_si256(q, low);
+                nibbles[2 * chunk + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low);
+                for half in 0..2 {
+                    let (s, m) = q4k_scale_min(scales, 2 * chunk + half);
+                    sc[2 * chunk + half] = _mm256_set1_epi16(i16::from(s));
+                    mins[2 * chunk + half] = i32::from(m);
+                }
+            }
+            for (r, row) in rows.iter().enumerate() {
+                let xs = row.values.as_ptr().add(256 * b);
+                let sums = &row.sums16[16 * b..16 * b + 16];
+                let mut dots = _mm256_setzero_si256();
+                for j in 0..8 {
+                    let y = _mm256_loadu_si256(xs.add(32 * j) as *const __m256i);
+                    dots = _mm256_add_epi32(dots, weighted(nibbles[j], y, sc[j]));
+                }
+                let mut m = 0i32;
+                for j in 0..8 {
+                    m += mins[j] * (sums[2 * j] + sums[2 * j + 1]);
+                }
+                let dx = row.scales[b];
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(dots), acc[r]);
+                offsets[r] += dmin * dx * m as f32;
             }
         }
-        for (r, row) in rows.iter().enumerate() {
-            let xs = row.values.as_ptr().add(256 * b);
-            let sums = &row.sums16[16 * b..16 * b + 16];
-            let mut acc = _mm256_setzero_si256();
-            for j in 0..8 {
-                let y = _mm256_loadu_si256(xs.add(32 * j) as *const __m256i);
-                acc = _mm256_add_epi32(acc, weighted(nibbles[j], y, sc[j]));
-            }
-            let mut m = 0i32;
-            for j in 0..8 {
-                m += mins[j] * (sums[2 * j] + sums[2 * j + 1]);
-            }
-            out[r] += row.scales[b] * (d * hsum_i32(acc) as f32 - dmin * m as f32);
+        for r in 0..n {
+            out[r] = hsum(acc[r]) - offsets[r];
         }
     }
 
-    /// A Q6_K block (`w`, 210 bytes) against block `b` of every row: `out[r] += its dot`.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn q6k(w: &[u8], rows: &[QuantizedRow], b: usize, out: &mut [f32]) {
-        let (ql, qh, scales) = (&w[..128], &w[128..192], &w[192..208]);
-        let d = f16_at(w, 208);
+    /// Each of `rows`' dot with weight row `w` of Q6_K blocks, into `out`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q6k(w: &[u8], rows: &[QuantizedRow], out: &mut [f32]) {
+        let n = rows.len();
+        let mut acc = [_mm256_setzero_ps(); SWEEP_ROWS];
         let low = _mm256_set1_epi8(0xF);
         let two = _mm256_set1_epi8(3);
-        // Values 32 j .. 32 j + 32 (unsigned, 0..64) and the scales of their two groups of 16.
-        let mut q = [_mm256_setzero_si256(); 8];
-        let mut sc = [_mm256_setzero_si256(); 8];
-        for half in 0..2 {
-            let l0 = _mm256_loadu_si256(ql.as_ptr().add(64 * half) as *const __m256i);
-            let l1 = _mm256_loadu_si256(ql.as_ptr().add(64 * half + 32) as *const __m256i);
-            let h = _mm256_loadu_si256(qh.as_ptr().add(32 * half) as *const __m256i);
-            let high = |shift: i32| -> __m256i {
-                let bits = match shift {
-                    0 => h,
-                    2 => _mm256_srli_epi16::<2>(h),
-                    4 => _mm256_srli_epi16::<4>(h),
-                    _ => _mm256_srli_epi16::<6>(h),
-                };
-                _mm256_slli_epi16::<4>(_mm256_and_si256(bits, two))
-            };
-            q[4 * half] = _mm256_or_si256(_mm256_and_si256(l0, low), high(0));
-            q[4 * half + 1] = _mm256_or_si256(_mm256_and_si256(l1, low), high(2));
-            q[4 * half + 2] =
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(l0), low), high(4));
-            q[4 * half + 3] =
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(l1), low), high(6));
-            for quarter in 0..4 {
-                let g = 8 * half + 2 * quarter;
-                let (a, b) = (scales[g] as i8, scales[g + 1] as i8);
-                sc[4 * half + quarter] = _mm256_setr_epi16(
-                    a.into(),
-                    a.into(),
-                    a.into(),
-                    a.into(),
-                    a.into(),
-                    a.into(),
-                    a.into(),
-                    a.into(),
-                    b.into(),
-                    b.into(),
-                    b.into(),
-                    b.into(),
-                    b.into(),
-                    b.into(),
-                    b.into(),
-                    b.into(),
+        for (b, block) in w.chunks_exact(210).enumerate() {
+            let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
+            let d = f16_one(block, 208);
+            // Values 32 j .. 32 j + 32 (unsigned, 0..64) and the scales of their two groups of 16.
+            let mut q = [_mm256_setzero_si256(); 8];
+            let mut sc = [_mm256_setzero_si256(); 8];
+            for half in 0..2 {
+                let l0 = _mm256_loadu_si256(ql.as_ptr().add(64 * half) as *const __m256i);
+                let l1 = _mm256_loadu_si256(ql.as_ptr().add(64 * half + 32) as *const __m256i);
+                let h = _mm256_loadu_si256(qh.as_ptr().add(32 * half) as *const __m256i);
+                let bits = [
+                    h,
+                    _mm256_srli_epi16::<2>(h),
+                    _mm256_srli_epi16::<4>(h),
+                    _mm256_srli_epi16::<6>(h),
+                ];
+                let high = |k: usize| _mm256_slli_epi16::<4>(_mm256_and_si256(bits[k], two));
+                q[4 * half] = _mm256_or_si256(_mm256_and_si256(l0, low), high(0));
+                q[4 * half + 1] = _mm256_or_si256(_mm256_and_si256(l1, low), high(1));
+                q[4 * half + 2] =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(l0), low), high(2));
+                q[4 * half + 3] =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(l1), low), high(3));
+                for quarter in 0..4 {
+                    let g = 8 * half + 2 * quarter;
+                    let (lo, hi) = (
+                        _mm_set1_epi16((scales[g] as i8).into()),
+                        _mm_set1_epi16((scales[g + 1] as i8).into()),
+                    );
+                    sc[4 * half + quarter] = _mm256_set_m128i(hi, lo);
+                }
+            }
+            for (r, row) in rows.iter().enumerate() {
+                let xs = row.values.as_ptr().add(256 * b);
+                let sums = &row.sums16[16 * b..16 * b + 16];
+                let mut dots = _mm256_setzero_si256();
+                for j in 0..8 {
+                    let y = _mm256_loadu_si256(xs.add(32 * j) as *const __m256i);
+                    dots = _mm256_add_epi32(dots, weighted(q[j], y, sc[j]));
+                }
+                let mut offset = 0i32;
+                for g in 0..16 {
+                    offset += i32::from(scales[g] as i8) * sums[g];
+                }
+                // The values are q - 32: each group's sum of the row's bytes, 32 times, comes off.
+                let dots =
+                    _mm256_sub_epi32(dots, _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
+                acc[r] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(d * row.scales[b]),
+                    _mm256_cvtepi32_ps(dots),
+                    acc[r],
                 );
             }
         }
-        for (r, row) in rows.iter().enumerate() {
-            let xs = row.values.as_ptr().add(256 * b);
-            let sums = &row.sums16[16 * b..16 * b + 16];
-            let mut acc = _mm256_setzero_si256();
-            for j in 0..8 {
-                let y = _mm256_loadu_si256(xs.add(32 * j) as *const __m256i);
-                acc = _mm256_add_epi32(acc, weighted(q[j], y, sc[j]));
-            }
-            let mut offset = 0i32;
-            for g in 0..16 {
-                offset += i32::from(scales[g] as i8) * sums[g];
-            }
-            out[r] += d * row.scales[b] * (hsum_i32(acc) - 32 * offset) as f32;
+        for r in 0..n {
+            out[r] = hsum(acc[r]);
         }
     }
 
-    /// A 32-value block (Q8_0, Q4_0, Q4_1: `w`) against block `b` of every row.
-    #[target_feature(enable = "avx2,fma")]
+    /// Each of `rows`' dot with weight row `w` of 32-value blocks (Q8_0, Q4_0, Q4_1), into `out`.
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q32(
-        format: super::BlockFormat,
+        format: BlockFormat,
         w: &[u8],
         rows: &[QuantizedRow],
-        b: usize,
         out: &mut [f32],
     ) {
-        use super::BlockFormat;
-        let d = f16_at(w, 0);
+        let n = rows.len();
+        let mut acc = [_mm256_setzero_ps(); SWEEP_ROWS];
+        let mut offsets = [0f32; SWEEP_ROWS];
         let ones = _mm256_set1_epi16(1);
-        // The weights as bytes: signed for Q8_0 (through the sign trick), unsigned nibbles otherwise.
-        let (weights, signed) = match format {
-            BlockFormat::Q8_0 => (_mm256_loadu_si256(w.as_ptr().add(2) as *const __m256i), true),
-            _ => {
-                let at = if format == BlockFormat::Q4_1 { 4 } else { 2 };
-                let packed = _mm_loadu_si128(w.as_ptr().add(at) as *const __m128i);
-                let both = _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed);
-                (_mm256_and_si256(both, _mm256_set1_epi8(0xF)), false)
-            }
-        };
-        let magnitude = if signed {
-            _mm256_sign_epi8(weights, weights)
-        } else {
-            weights
-        };
-        for (r, row) in rows.iter().enumerate() {
-            let mut y = _mm256_loadu_si256(row.values.as_ptr().add(32 * b) as *const __m256i);
-            if signed {
-                y = _mm256_sign_epi8(y, weights);
-            }
-            let s = hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, y), ones)) as f32;
-            let dx = row.scales[b];
-            let sum_x = (row.sums16[2 * b] + row.sums16[2 * b + 1]) as f32;
-            out[r] += match format {
-                BlockFormat::Q8_0 => d * dx * s,
-                BlockFormat::Q4_1 => d * dx * s + f16_at(w, 2) * dx * sum_x,
-                _ => d * dx * (s - 8.0 * sum_x),
+        let low = _mm256_set1_epi8(0xF);
+        for (b, block) in w.chunks_exact(format.bytes()).enumerate() {
+            // The weights as bytes: signed for Q8_0 (through the sign trick), unsigned nibbles otherwise.
+            let (d, m, weights) = match format {
+                BlockFormat::Q8_0 => (
+                    f16_one(block, 0),
+                    0.0,
+                    _mm256_loadu_si256(block.as_ptr().add(2) as *const __m256i),
+                ),
+                _ => {
+                    let (d, m, at) = match format {
+                        BlockFormat::Q4_1 => {
+                            let (d, m) = f16_pair(block, 0);
+                            (d, m, 4)
+                        }
+                        _ => (f16_one(block, 0), 0.0, 2),
+                    };
+                    let packed = _mm_loadu_si128(block.as_ptr().add(at) as *const __m128i);
+                    let both = _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed);
+                    (d, m, _mm256_and_si256(both, low))
+                }
             };
+            let signed = format == BlockFormat::Q8_0;
+            let magnitude = if signed {
+                _mm256_sign_epi8(weights, weights)
+            } else {
+                weights
+            };
+            for (r, row) in rows.iter().enumerate() {
+                let mut y = _mm256_loadu_si256(row.values.as_ptr().add(32 * b) as *const __m256i);
+                if signed {
+                    y = _mm256_sign_epi8(y, weights);
+                }
+                let dots = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, y), ones);
+                let dx = row.scales[b];
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(dots), acc[r]);
+                if !signed {
+                    let sum_x = (row.sums16[2 * b] + row.sums16[2 * b + 1]) as f32;
+                    // Q4_0's values are q - 8: 8 times the row's sum comes off; Q4_1's minimum adds on.
+                    offsets[r] += match format {
+                        BlockFormat::Q4_1 => m * dx * sum_x,
+                        _ => -8.0 * d * dx * sum_x,
+                    };
+                }
+            }
+        }
+        for r in 0..n {
+            out[r] = hsum(acc[r]) + offsets[r];
         }
     }
 }
 
+/// Whether this process takes the AVX2 loops in `form` (AVX-512 machines take them too).
+fn takes_avx2(form: KernelForm) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        matches!(form, KernelForm::Avx2 | KernelForm::Avx512)
+            && *AVAILABLE.get_or_init(avx2::available)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = form;
+        false
+    }
+}
+
 /// Every block of weight row `o` dotted with every quantized row: `out[r]` (f32, one a row).
-fn dot_output(weight: &QuantizedWeight, o: usize, rows: &[QuantizedRow], form: KernelForm, out: &mut [f32]) {
+fn dot_output(
+    weight: &QuantizedWeight,
+    o: usize,
+    rows: &[QuantizedRow],
+    form: KernelForm,
+    out: &mut [f32],
+) {
     let bytes = weight.format.bytes();
     let row = &weight.data[o * weight.row_bytes()..(o + 1) * weight.row_bytes()];
-    out.iter_mut().for_each(|v| *v = 0.0);
     #[cfg(target_arch = "x86_64")]
-    if matches!(form, KernelForm::Avx2 | KernelForm::Avx512) {
-        for (b, block) in row.chunks_exact(bytes).enumerate() {
-            // SAFETY: the form is one this CPU runs (`KernelForm::available`), and every block and
-            // row block holds the bytes the loads read.
+    if takes_avx2(form) {
+        for (sweep, out) in rows.chunks(SWEEP_ROWS).zip(out.chunks_mut(SWEEP_ROWS)) {
+            // SAFETY: this CPU runs AVX2, FMA and F16C (`takes_avx2`), every block and row block
+            // holds the bytes the loads read, and a sweep holds at most SWEEP_ROWS rows.
             unsafe {
                 match weight.format {
-                    BlockFormat::Q4K => avx2::q4k(block, rows, b, out),
-                    BlockFormat::Q6K => avx2::q6k(block, rows, b, out),
-                    f => avx2::q32(f, block, rows, b, out),
+                    BlockFormat::Q4K => avx2::q4k(row, sweep, out),
+                    BlockFormat::Q6K => avx2::q6k(row, sweep, out),
+                    f => avx2::q32(f, row, sweep, out),
                 }
             }
         }
         return;
     }
     let _ = form;
+    out.iter_mut().for_each(|v| *v = 0.0);
     for (b, block) in row.chunks_exact(bytes).enumerate() {
         for (r, x) in rows.iter().enumerate() {
             out[r] += dot_block(weight.format, block, x, b);
@@ -565,7 +642,11 @@ pub fn product(
             out: out.len(),
         });
     }
-    let block = if weight.format.super_blocks() { 256 } else { 32 };
+    let block = if weight.format.super_blocks() {
+        256
+    } else {
+        32
+    };
     let quantized: Vec<QuantizedRow> = x
         .chunks_exact(weight.inputs)
         .map(|row| QuantizedRow::of(row, block))
@@ -580,7 +661,8 @@ pub fn product(
     workers::run_each(parts, move |part| {
         // SAFETY: every part reads the shared weights and rows and writes the disjoint output columns
         // `first..last` of each row; the buffers outlive `run_each`.
-        let rows = unsafe { std::slice::from_raw_parts(quantized_ptr as *const QuantizedRow, count) };
+        let rows =
+            unsafe { std::slice::from_raw_parts(quantized_ptr as *const QuantizedRow, count) };
         let data = unsafe { std::slice::from_raw_parts(data_ptr as *const u8, data_len) };
         let weight = QuantizedWeight {
             format,

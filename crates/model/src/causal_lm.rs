@@ -17,9 +17,97 @@ pub struct CausalLm {
     /// The checkpoint file, when variables use it in place (a CPU model in the file's dtype); declared
     /// after `vars` and `net` so that it is dropped after them.
     mapped: MappedCheckpoint,
+    /// Whether its linear weights run as its GGUF file stores them (dtype `gguf`).
+    pub as_stored: bool,
 }
 
-/// `f32`, `bf16` or `f16`.
+/// A model's dtype as configs and flags name it: a libtorch kind, or `gguf`, the weights as the GGUF
+/// file they were imported from stores them (passes of a few rows multiply the blocks; passes of more,
+/// the f32 weights dequantized from the same blocks: [`crate::weight_blocks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelDtype {
+    Kind(Kind),
+    AsStored,
+}
+
+impl ModelDtype {
+    /// The kind its tensors compute in (f32 for the weights as stored).
+    pub fn kind(self) -> Kind {
+        match self {
+            Self::Kind(kind) => kind,
+            Self::AsStored => Kind::Float,
+        }
+    }
+}
+
+impl ModelDtype {
+    /// The name configs and flags give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AsStored => "gguf",
+            Self::Kind(Kind::BFloat16) => "bf16",
+            Self::Kind(Kind::Half) => "f16",
+            Self::Kind(_) => "f32",
+        }
+    }
+}
+
+/// The dtype `auto` picks for the model in `dir` on `device`, and why: the fastest this machine runs
+/// it in that computes the same tokens speculating as alone (docs/setup.md, "Which dtype"): as stored
+/// for a model imported from GGUF (its blocks file is there), else bf16 where the CPU multiplies bf16
+/// pairs (AVX512-BF16), else f32. Off the CPU, f32.
+pub fn fastest_dtype(dir: &Path, device: Device) -> (ModelDtype, &'static str) {
+    if device != Device::Cpu {
+        return (ModelDtype::Kind(Kind::Float), "f32 off the CPU");
+    }
+    if dir.join(crate::weight_blocks::BLOCKS_FILE).is_file() {
+        return (
+            ModelDtype::AsStored,
+            "as its GGUF file stores it (a decode step reads the file's blocks)",
+        );
+    }
+    if sharpdraft_kernel::products::pair_products_available() {
+        return (
+            ModelDtype::Kind(Kind::BFloat16),
+            "bf16: this CPU multiplies bf16 pairs (AVX512-BF16)",
+        );
+    }
+    (
+        ModelDtype::Kind(Kind::Float),
+        "f32: no GGUF blocks, and this CPU has no bf16 pair products",
+    )
+}
+
+/// A dtype as configs and flags name it, `auto` resolved for the model in `dir` on `device`
+/// ([`fastest_dtype`]); the reason is `Some` where `auto` chose.
+pub fn resolve_dtype(
+    name: &str,
+    dir: &Path,
+    device: Device,
+) -> Result<(ModelDtype, Option<&'static str>)> {
+    if name == "auto" {
+        let (dtype, why) = fastest_dtype(dir, device);
+        return Ok((dtype, Some(why)));
+    }
+    Ok((parse_dtype(name)?, None))
+}
+
+/// `f32`, `bf16`, `f16` or `gguf` (`auto` is [`resolve_dtype`]'s).
+pub fn parse_dtype(name: &str) -> Result<ModelDtype> {
+    match name {
+        "gguf" => Ok(ModelDtype::AsStored),
+        other => parse_kind(other)
+            .map(ModelDtype::Kind)
+            .map_err(|_| ModelError::Config {
+                field: "dtype".into(),
+                reason: format!(
+                    "{other:?} is not one of f32, bf16, f16, gguf (the weights as their GGUF file stores them), auto (the fastest of those for the model)"
+                ),
+            }),
+    }
+}
+
+/// `f32`, `bf16` or `f16` (a libtorch kind; [`parse_dtype`] takes `gguf` too).
 pub fn parse_kind(name: &str) -> Result<Kind> {
     match name {
         "f32" | "float32" => Ok(Kind::Float),
@@ -95,7 +183,28 @@ impl CausalLm {
             tokenizer,
             dir: dir.to_path_buf(),
             mapped,
+            as_stored: false,
         })
+    }
+
+    /// [`Self::load`] in `dtype`: as the GGUF file stores the weights (on the CPU, from the folder's
+    /// blocks file) or in a libtorch kind.
+    pub fn load_dtype(dir: &Path, device: Device, dtype: ModelDtype) -> Result<Self> {
+        let mut model = Self::load(dir, device, dtype.kind())?;
+        if dtype == ModelDtype::AsStored {
+            if device != Device::Cpu {
+                return Err(ModelError::Config {
+                    field: "dtype".into(),
+                    reason: format!(
+                        "gguf runs the weights as stored on the CPU's kernel, not on {device:?}: give f32 or bf16"
+                    ),
+                });
+            }
+            let blocks = crate::weight_blocks::BlocksFile::open(dir)?;
+            model.net.attach_blocks(&blocks)?;
+            model.as_stored = true;
+        }
+        Ok(model)
     }
 
     /// Bytes of weights that are the mapped checkpoint file itself (no copy was made).

@@ -57,7 +57,8 @@ pub fn prefill_with_taps(
             taps,
             ..ForwardInput::causal(&ids, &positions)
         };
-        let out = net.forward(input, cache)?;
+        // A prompt: a model run as stored multiplies its f32 weights for many rows (weight_blocks.rs).
+        let out = crate::weight_blocks::prompt(|| net.forward(input, cache))?;
         if !taps.is_empty() {
             hidden.push(Tensor::cat(&out.hidden, -1));
         }

@@ -33,6 +33,9 @@ pub struct Linear {
     pub bias: Option<Tensor>,
     /// Set at most once, by online adaptation with unmerged LoRA.
     low_rank: OnceLock<LowRank>,
+    /// The weight's blocks as its GGUF file stores them (dtype `gguf`), which passes of a few rows
+    /// multiply instead of `weight`.
+    blocks: OnceLock<crate::weight_blocks::WeightBlocks>,
 }
 
 impl Linear {
@@ -56,6 +59,7 @@ impl Linear {
             weight,
             bias,
             low_rank: OnceLock::new(),
+            blocks: OnceLock::new(),
         }
     }
 
@@ -80,6 +84,29 @@ impl Linear {
             .map_err(|_| format!("{} already carries a low-rank branch", self.name))
     }
 
+    /// Multiplies passes of a few rows by `blocks` (the weight as its GGUF file stores them) from now
+    /// on. Fails on blocks of another shape or when blocks are already there.
+    pub fn attach_blocks(
+        &self,
+        blocks: crate::weight_blocks::WeightBlocks,
+    ) -> std::result::Result<(), String> {
+        let (out, inputs) = (self.weight.size()[0], self.weight.size()[1]);
+        if (blocks.outputs as i64, blocks.inputs as i64) != (out, inputs) {
+            return Err(format!(
+                "blocks of [{}, {}] for a weight of [{out}, {inputs}]",
+                blocks.outputs, blocks.inputs
+            ));
+        }
+        self.blocks
+            .set(blocks)
+            .map_err(|_| format!("{} already has its blocks", self.name))
+    }
+
+    /// The weight's blocks, where it runs as stored.
+    pub fn blocks(&self) -> Option<&crate::weight_blocks::WeightBlocks> {
+        self.blocks.get()
+    }
+
     /// `[.., in] -> [.., out]`.
     /// Whether the map is its weight alone: no bias, no low-rank branch.
     pub fn is_plain(&self) -> bool {
@@ -89,7 +116,10 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Tensor {
         crate::time_split::mark(
             crate::time_split::Step::LinearMaps,
-            || crate::time_split::bytes_of([&self.weight]),
+            || match self.blocks.get() {
+                Some(blocks) => blocks.bytes().len(),
+                None => crate::time_split::bytes_of([&self.weight]),
+            },
             || self.forward_unmarked(x),
         )
     }
@@ -97,9 +127,13 @@ impl Linear {
     /// `x W^T (+ bias) (+ the low-rank branch)`: [`Self::forward`] without its time-split mark, for a
     /// step that is not a linear map's (an LM head).
     pub fn forward_unmarked(&self, x: &Tensor) -> Tensor {
-        // A few rows on a CPU (a verification pass): a kernel that reads the weight once (few_rows.rs).
-        let few_rows = crate::cpu::few_rows::kernel_threads()
-            .and_then(|threads| crate::cpu::few_rows::linear(x, &self.weight, threads));
+        // A few rows on a CPU (a verification pass): a kernel that reads the weight once (few_rows.rs),
+        // as its GGUF blocks where it runs as stored (every such pass, whatever else runs: weight_blocks.rs).
+        let few_rows = match self.blocks.get() {
+            Some(blocks) => blocks.product(x).map(|y| y.to_kind(x.kind())),
+            None => crate::cpu::few_rows::kernel_threads()
+                .and_then(|threads| crate::cpu::few_rows::linear(x, &self.weight, threads)),
+        };
         let y = match few_rows {
             Some(y) => match &self.bias {
                 Some(bias) => y + bias,

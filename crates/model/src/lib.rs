@@ -22,9 +22,12 @@ pub mod scaled_queries;
 pub mod time_split;
 pub mod tokenizer;
 pub mod transformer;
+pub mod weight_blocks;
 pub mod weights;
 
-pub use causal_lm::{parse_kind, CausalLm, WeightLoading};
+pub use causal_lm::{
+    fastest_dtype, parse_dtype, parse_kind, resolve_dtype, CausalLm, ModelDtype, WeightLoading,
+};
 pub use config::{HfConfig, ModelConfig};
 pub use device::{cuda_available, default_device, parse_device, DEFAULT_DEVICE};
 pub use error::{ModelError, Result};

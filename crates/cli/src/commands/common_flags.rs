@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Args;
 use sharpdraft_decode::drafter_spec::DRAFTER_FLAG;
 use sharpdraft_decode::scaling::ScalingMode;
-use sharpdraft_model::{parse_device, parse_kind, CausalLm};
+use sharpdraft_model::{parse_device, resolve_dtype, CausalLm};
 use sharpdraft_store::registry;
 
 /// The device a command runs its models on (`--device`): `ModelArgs`' and `bench decode`'s (`bench
@@ -30,15 +30,22 @@ impl DeviceArgs {
 pub struct ModelArgs {
     #[command(flatten)]
     pub device: DeviceArgs,
-    /// Weights dtype: f32, bf16 or f16.
-    #[arg(long, default_value = "f32")]
+    /// Weights dtype: f32, bf16, f16, gguf (the weights as the GGUF file they were imported from
+    /// stores them: a decode step reads the file's blocks), or auto, the fastest of those for the model
+    /// on this machine (docs/setup.md, "Which dtype"; printed).
+    #[arg(long, default_value = "auto")]
     pub dtype: String,
 }
 
 impl ModelArgs {
     pub fn load(&self, name_or_path: &str) -> anyhow::Result<CausalLm> {
         let dir = registry::resolve(name_or_path)?;
-        let model = CausalLm::load(&dir, self.device.device()?, parse_kind(&self.dtype)?)
+        let device = self.device.device()?;
+        let (dtype, why) = resolve_dtype(&self.dtype, &dir, device)?;
+        if let Some(why) = why {
+            eprintln!("dtype auto for {name_or_path}: {} ({why})", dtype.name());
+        }
+        let model = CausalLm::load_dtype(&dir, device, dtype)
             .with_context(|| format!("loading model {name_or_path}"))?;
         Ok(model)
     }

@@ -439,8 +439,10 @@ pub struct Workload {
     pub ignore_eos: bool,
 }
 
+/// The fastest dtype of the target on the machine that runs it (`sharpdraft_model::fastest_dtype`),
+/// resolved when a run starts and recorded as resolved.
 fn default_dtype() -> String {
-    "f32".into()
+    "auto".into()
 }
 fn default_seeds() -> Vec<u64> {
     vec![0]

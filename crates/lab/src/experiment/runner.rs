@@ -22,7 +22,7 @@ use sharpdraft_decode::drafter_spec::{self, DecodedRequest, DrafterSpec, Request
 use sharpdraft_decode::reset_peak_rss;
 use sharpdraft_decode::scaling::resolve_schedule;
 use sharpdraft_model::generate::{generate, generate_from, PromptPrefill};
-use sharpdraft_model::{parse_device, parse_kind, CausalLm, Sampler, Sampling, Tap};
+use sharpdraft_model::{parse_device, CausalLm, Sampler, Sampling, Tap};
 use sharpdraft_report::grid::{arms, unit_count, units, Arm, Unit};
 use sharpdraft_report::machine_state::{self, MachineState, Quiet, Sample, Waiting};
 use sharpdraft_report::outline::Outline;
@@ -380,9 +380,15 @@ fn load_and_check(experiment: &mut Experiment, options: &RunOptions) -> Result<L
     };
     let device = parse_device(&experiment.header.device)
         .with_context(|| format!("{}: device", shown(&experiment.header.file)))?;
-    let kind = parse_kind(&experiment.header.dtype)
-        .with_context(|| format!("{}: dtype", shown(&experiment.header.file)))?;
-    let target = CausalLm::load(&target_dir, device, kind)
+    let (dtype, why) =
+        sharpdraft_model::resolve_dtype(&experiment.header.dtype, &target_dir, device)
+            .with_context(|| format!("{}: dtype", shown(&experiment.header.file)))?;
+    if let Some(why) = why {
+        eprintln!("dtype auto: {} ({why})", dtype.name());
+    }
+    // The record, the units' provenance and the report name the dtype that ran.
+    experiment.header.dtype = dtype.name().to_string();
+    let target = CausalLm::load_dtype(&target_dir, device, dtype)
         .with_context(|| format!("loading target {}", experiment.header.target))?;
     let requests = build_all(experiment, &target)?;
     let tests = crate::held_out::test_requests(experiment, &target, &requests)?;
