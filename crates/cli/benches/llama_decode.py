@@ -2,7 +2,8 @@
 --llama-python PYTHON`: the xllamacpp wheel's server (llama.cpp, prebuilt for the CPU) run in process
 on the same GGUF file, threads and prompt token ids, one completion request per measurement. Prints a
 JSON list of rows (prefill and decode tokens/s from llama.cpp's own timings; with a draft model, its
-drafts and accepted drafts too). Install it outside the project (docs/benchmarks.md)."""
+drafts and accepted drafts too), the tokens it generated, their text and the seconds the request
+took, prefill included. Install it outside the project (docs/benchmarks.md)."""
 import argparse
 import json
 
@@ -17,6 +18,12 @@ def completion(server, body):
     return result
 
 
+def result_text(result):
+    """The generated text (the server answers in OpenAI's completion form, without token ids)."""
+    choices = result.get("choices") or [{}]
+    return choices[0].get("text", result.get("content"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True, help="the GGUF file")
@@ -26,6 +33,9 @@ def main() -> None:
     parser.add_argument("--ctx", type=int, default=8192)
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--prompts", required=True, help="JSON list of prompts, each a list of token ids")
+    parser.add_argument(
+        "--stop-at-eos", action="store_true", help="end at the end of a turn (else decode every token)"
+    )
     args = parser.parse_args()
     params = xlc.CommonParams()
     params.model.path = args.model
@@ -52,14 +62,18 @@ def main() -> None:
             "temperature": 0.0,
             "top_k": 1,
             "cache_prompt": False,
-            "ignore_eos": True,
+            "ignore_eos": not args.stop_at_eos,
         }
-        t = completion(server, body)["timings"]
+        result = completion(server, body)
+        t = result["timings"]
         rows.append(
             {
                 "context": len(ids),
                 "prefill_tokens_per_s": t["prompt_per_second"],
                 "decode_tokens_per_s": t["predicted_per_second"],
+                "tokens": t["predicted_n"],
+                "seconds": (t["prompt_ms"] + t["predicted_ms"]) / 1e3,
+                "text": result_text(result),
                 "draft_n": t.get("draft_n", 0),
                 "draft_n_accepted": t.get("draft_n_accepted", 0),
             }

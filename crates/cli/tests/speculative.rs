@@ -801,6 +801,133 @@ fn bench_speculative_refuses_hf_comparison_for_drafters_hf_cannot_run() {
     assert!(err.contains("--kind vanilla"), "{err}");
 }
 
+/// A stand-in for a Python with the xllamacpp wheel: it answers `llama_decode.py`'s rows for one
+/// prompt (40 tokens in 2 s alone, in 1 s drafting, half its drafts accepted), whatever it is asked.
+fn fake_llama_python(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("fake-python");
+    std::fs::write(
+        &path,
+        r#"#!/bin/sh
+case "$*" in
+  *--draft*) echo '[{"context": 9, "prefill_tokens_per_s": 50.0, "decode_tokens_per_s": 40.0, "tokens": 40, "seconds": 1.0, "text": "same", "draft_n": 60, "draft_n_accepted": 30}]' ;;
+  *) echo '[{"context": 9, "prefill_tokens_per_s": 50.0, "decode_tokens_per_s": 20.0, "tokens": 40, "seconds": 2.0, "text": "same", "draft_n": 0, "draft_n_accepted": 0}]' ;;
+esac
+"#,
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn bench_speculative_sets_llama_cpps_ar_and_drafting_beside_the_workbench_on_the_same_prompts() {
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = prompt_file(dir.path(), &["Name three fruits."]);
+    let python = fake_llama_python(dir.path());
+    let report = run(&[
+        "bench",
+        "speculative",
+        "--target",
+        "smollm2-135m-instruct",
+        "--drafter",
+        "smollm2-135m-instruct",
+        "--kind",
+        "vanilla",
+        "--draft-len",
+        "3",
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--count",
+        "1",
+        "--max-new-tokens",
+        "12",
+        "--rounds",
+        "1",
+        "--llama-python",
+        python.to_str().unwrap(),
+        "--json",
+    ]);
+    let rows = report["rows"].as_array().unwrap();
+    let llama: Vec<&serde_json::Value> =
+        rows.iter().filter(|r| r["engine"] == "llama.cpp").collect();
+    assert_eq!(llama.len(), 2, "llama.cpp alone and drafting: {rows:?}");
+    assert_eq!(llama[1]["identical_to_ar"], true);
+    let summary = report["summary"].as_array().unwrap();
+    let ours = summary.iter().find(|s| s["engine"] == "workbench").unwrap();
+    let ours_rate = ours["tokens_per_s"].as_f64().unwrap();
+    let vs_llama = ours["vs_llama_ar"].as_f64().unwrap();
+    assert!(
+        (vs_llama - ours_rate / 20.0).abs() < 1e-9 * ours_rate,
+        "ours over llama.cpp's 40 tokens in 2 s: {ours}"
+    );
+    let theirs = summary.iter().find(|s| s["engine"] == "llama.cpp").unwrap();
+    assert_eq!(theirs["decoding"], "draft");
+    assert!(
+        (theirs["speedup_vs_ar"].as_f64().unwrap() - 2.0).abs() < 1e-9,
+        "{theirs}"
+    );
+}
+
+#[test]
+fn bench_speculative_refuses_llama_comparison_without_a_greedy_request_or_a_small_lm_drafter() {
+    let refusal = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "speculative",
+            "--target",
+            "smollm2-135m-instruct",
+            "--llama-python",
+            "python3",
+        ];
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+            .args(&args)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let err = refusal(&[
+        "--drafter",
+        "smollm2-135m-pard",
+        "--kind",
+        "pard",
+        "--prompts",
+        "prompts.jsonl",
+    ]);
+    assert!(
+        err.contains("--llama-python") && err.contains("--kind vanilla"),
+        "{err}"
+    );
+    if !fetched() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = prompt_file(dir.path(), &["Name three fruits."]);
+    let err = refusal(&[
+        "--drafter",
+        "smollm2-135m-instruct",
+        "--kind",
+        "vanilla",
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--count",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--rounds",
+        "1",
+        "--temperatures",
+        "1",
+    ]);
+    assert!(err.contains("--temperatures needs a 0"), "{err}");
+}
+
 /// The command line allocates through mimalloc, libtorch's tensors included: glibc's malloc searched
 /// a fragmented heap for a fifth of a decoding cycle (crates/cli/src/allocator.rs).
 #[cfg(feature = "mimalloc")]

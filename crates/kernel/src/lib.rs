@@ -6,7 +6,7 @@
 //! - [`products`]: the product over raw operands ([`products::multiply`], one part of the columns)
 //!   or slices ([`products::product`]), the sweeps over the weights and the register blocking.
 //! - [`quantized`]: the same product over GGUF's quantized blocks as the file stores them (Q8_0,
-//!   Q4_0, Q4_1, Q4_K, Q6_K), the rows quantized to 8 bits as llama.cpp does.
+//!   Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K), the rows quantized to 8 bits as llama.cpp does.
 //! - `streams`: the kernel's one body, generic over an instruction set's lanes (`lanes`: AVX-512,
 //!   AVX2 + FMA, NEON); `bf16_pairs`: AVX512-BF16's pair products.
 //! - [`form`]: which form this CPU runs, or `SHARPDRAFT_KERNEL` forces.

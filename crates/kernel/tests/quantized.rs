@@ -6,13 +6,7 @@
 use sharpdraft_kernel::quantized::{dequantize_block, product, BlockFormat, QuantizedWeight};
 use sharpdraft_kernel::KernelForm;
 
-const FORMATS: [BlockFormat; 5] = [
-    BlockFormat::Q8_0,
-    BlockFormat::Q4_0,
-    BlockFormat::Q4_1,
-    BlockFormat::Q4K,
-    BlockFormat::Q6K,
-];
+const FORMATS: [BlockFormat; 7] = BlockFormat::ALL;
 
 /// A small deterministic generator (xorshift), so failures reproduce.
 struct Bytes(u64);
@@ -47,7 +41,7 @@ fn random_weight(format: BlockFormat, outputs: usize, inputs: usize, seed: u64) 
         let scale = 0.01 + 0.02 * rng.unit().abs();
         let (scale_at, second) = match format {
             BlockFormat::Q6K => (208, None),
-            BlockFormat::Q4_1 | BlockFormat::Q4K => (0, Some(2)),
+            BlockFormat::Q4_1 | BlockFormat::Q5_1 | BlockFormat::Q4K => (0, Some(2)),
             _ => (0, None),
         };
         block[scale_at..scale_at + 2].copy_from_slice(&f16_bytes(scale));
@@ -96,11 +90,13 @@ fn forms() -> Vec<KernelForm> {
 
 #[test]
 fn each_block_types_product_equals_the_dequantized_weights_times_the_rows() {
-    let (outputs, inputs) = (7, 512);
+    // 150 outputs on 2 threads: each part more than one tile of 64 output rows, the last one short.
+    let (outputs, inputs) = (150, 512);
     for (i, format) in FORMATS.into_iter().enumerate() {
         let data = random_weight(format, outputs, inputs, 17 + i as u64);
         let weight = QuantizedWeight::new(format, &data, outputs, inputs).unwrap();
-        for rows in [1, 3, 7, 16] {
+        // One sweep of 1, 3 and 8 rows; two sweeps (8 + 1) and (8 + 8).
+        for rows in [1, 3, 8, 9, 16] {
             let mut rng = Bytes(99 + rows as u64);
             let x: Vec<f32> = (0..rows * inputs).map(|_| rng.unit()).collect();
             let (want, magnitude) = reference(&weight, &x, rows);
@@ -129,7 +125,7 @@ fn every_form_computes_each_row_alike_whatever_the_rows_beside_it() {
         let data = random_weight(format, outputs, inputs, 3 + i as u64);
         let weight = QuantizedWeight::new(format, &data, outputs, inputs).unwrap();
         let mut rng = Bytes(5);
-        // 20 rows: more than one sweep of 16.
+        // 20 rows: two sweeps of 8 and one of 4.
         let x: Vec<f32> = (0..20 * inputs).map(|_| rng.unit()).collect();
         let mut portable = vec![0f32; 20 * outputs];
         product(&weight, &x, 20, &mut portable, 1, KernelForm::Libtorch).unwrap();

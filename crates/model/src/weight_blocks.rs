@@ -177,20 +177,13 @@ impl BlocksFile {
         if matches!(stored.as_str(), "F32" | "F16" | "BF16") {
             return Ok(None);
         }
-        let format = [
-            BlockFormat::Q8_0,
-            BlockFormat::Q4_0,
-            BlockFormat::Q4_1,
-            BlockFormat::Q4K,
-            BlockFormat::Q6K,
-        ]
-        .into_iter()
-        .find(|f| f.name() == stored)
-        .ok_or_else(|| {
+        let format = BlockFormat::from_name(stored).ok_or_else(|| {
+            let runs: Vec<&str> = BlockFormat::ALL.iter().map(|f| f.name()).collect();
             ModelError::tensor(
                 name,
                 format!(
-                    "stored as {stored}, a block type dtype gguf does not run (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K); load it as f32 or bf16"
+                    "stored as {stored}, a block type dtype gguf does not run ({}); load it as f32 or bf16",
+                    runs.join(", ")
                 ),
             )
         })?;

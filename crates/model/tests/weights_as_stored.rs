@@ -136,6 +136,8 @@ fn the_blocks_dequantize_as_candle_dequantizes_llama_cpps_layouts() {
         (GgmlDType::Q8_0, BlockFormat::Q8_0),
         (GgmlDType::Q4_0, BlockFormat::Q4_0),
         (GgmlDType::Q4_1, BlockFormat::Q4_1),
+        (GgmlDType::Q5_0, BlockFormat::Q5_0),
+        (GgmlDType::Q5_1, BlockFormat::Q5_1),
         (GgmlDType::Q4K, BlockFormat::Q4K),
         (GgmlDType::Q6K, BlockFormat::Q6K),
     ] {

@@ -70,8 +70,56 @@ fn kept_as_blocks(dtype: candle_core::quantized::GgmlDType) -> bool {
     use candle_core::quantized::GgmlDType;
     matches!(
         dtype,
-        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q8_0 | GgmlDType::Q4K | GgmlDType::Q6K
+        GgmlDType::Q4_0
+            | GgmlDType::Q4_1
+            | GgmlDType::Q5_0
+            | GgmlDType::Q5_1
+            | GgmlDType::Q8_0
+            | GgmlDType::Q4K
+            | GgmlDType::Q6K
     )
+}
+
+/// The names (as [`ggml_type_name`] writes them) of the types [`kept_as_blocks`] keeps.
+const KEPT_TYPE_NAMES: [&str; 7] = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K"];
+
+/// Whether `dir`'s blocks file holds the blocks of every weight it records in a type this version
+/// keeps: `false` for a folder without one, or one imported by a version that kept fewer types (its
+/// Q5_0 weights, say, recorded but not kept), which `fetch` then imports again.
+pub fn blocks_complete(dir: &Path) -> bool {
+    let path = dir.join(BLOCKS);
+    let Ok(mut file) = File::open(&path) else {
+        return false;
+    };
+    use std::io::Read;
+    let mut length = [0u8; 8];
+    if file.read_exact(&mut length).is_err() {
+        return false;
+    }
+    let length = u64::from_le_bytes(length);
+    if length > 100 << 20 {
+        return false;
+    }
+    // The header alone (the tensors' bytes are not read): JSON of each tensor and `__metadata__`,
+    // which maps every linear weight to its stored type.
+    let mut header = vec![0u8; length as usize];
+    if file.read_exact(&mut header).is_err() {
+        return false;
+    }
+    let Ok(serde_json::Value::Object(header)) = serde_json::from_slice(&header) else {
+        return false;
+    };
+    let Some(types) = header.get("__metadata__").and_then(|m| m.as_object()) else {
+        return false;
+    };
+    types
+        .iter()
+        .filter(|(_, stored)| {
+            stored
+                .as_str()
+                .is_some_and(|stored| KEPT_TYPE_NAMES.contains(&stored))
+        })
+        .all(|(name, _)| header.contains_key(name))
 }
 
 /// GGUF's name of a type, as the blocks file's metadata records it.

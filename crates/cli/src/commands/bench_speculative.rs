@@ -50,6 +50,11 @@ pub struct SpeculativeBenchArgs {
     /// same prompt ids (vanilla only).
     #[arg(long)]
     pub hf_python: Option<PathBuf>,
+    /// A Python with the xllamacpp wheel (llama.cpp): also runs crates/cli/benches/llama_decode.py on
+    /// the target's GGUF file, alone and drafting with the drafter's (vanilla, a known model imported
+    /// from GGUF, at most --draft-len drafts a chain), on the same greedy prompt ids and threads.
+    #[arg(long)]
+    pub llama_python: Option<PathBuf>,
     /// Rounds over every request: AR and each scaling mode decode it once a round, the order rotating.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
@@ -127,6 +132,9 @@ struct Summary {
     /// Workbench speculative tokens/s over HF assisted tokens/s on the same prompts (with --hf-python).
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_hf_assisted: Option<f64>,
+    /// Workbench tokens/s over llama.cpp's AR tokens/s on the same prompts (with --llama-python).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_llama_ar: Option<f64>,
 }
 
 pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
@@ -142,6 +150,10 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
         args.hf_python.is_none() || args.drafter.kind == DrafterKind::Vanilla,
         "--hf-python compares with HF's assisted generation, which drafts with a small LM: it needs --kind vanilla"
     );
+    ensure!(
+        args.llama_python.is_none() || args.drafter.kind == DrafterKind::Vanilla,
+        "--llama-python compares with llama.cpp's speculation, which drafts with a small LM: it needs --kind vanilla"
+    );
     super::bounds::ensure_within("rounds", args.rounds, 1, super::bounds::MAX_REPEATS)?;
     let target = args.model.load(&args.target)?;
     let tokenizer = target.tokenizer()?;
@@ -152,6 +164,7 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
         .chain(args.scaling_modes.modes.iter().copied().map(Some))
         .collect();
     let wait_budget = paired_rounds::wait_budget(args.rounds * requests.len() * decodings.len());
+    warm_up(args, &target, &requests, &decodings)?;
     let mut rows = Vec::new();
     for request in &requests {
         let mut ar_ids: Option<Vec<i64>> = None;
@@ -194,7 +207,44 @@ pub fn run(args: &SpeculativeBenchArgs) -> Result<()> {
     if let Some(python) = &args.hf_python {
         rows.extend(run_hf(python, args, &requests)?);
     }
+    if let Some(python) = &args.llama_python {
+        rows.extend(run_llama(python, args, &requests)?);
+    }
     print_summaries(&rows, args.json);
+    Ok(())
+}
+
+/// Untimed decodes before the measured ones: the target alone and each drafter decoding, a few tokens
+/// of the first request, so the first measured decode does not read the weights' pages in (a model's
+/// files are mapped, not read, at load).
+fn warm_up(
+    args: &SpeculativeBenchArgs,
+    target: &CausalLm,
+    requests: &[Request],
+    decodings: &[Option<ScalingMode>],
+) -> Result<()> {
+    let Some(first) = requests.first() else {
+        return Ok(());
+    };
+    let tokens = args.max_new_tokens.min(8);
+    generate(
+        &target.net,
+        &first.ids,
+        tokens,
+        &mut Sampler::new(first.sampling),
+        &[],
+    )?;
+    if let Some(scaling) = decodings.iter().flatten().next() {
+        drafter_spec::decode_requests(
+            &args.drafter.with_scaling_mode(*scaling),
+            target,
+            &[first.ids.as_slice()],
+            tokens,
+            None,
+            |_| first.sampling,
+        )
+        .context("the warm-up decode")?;
+    }
     Ok(())
 }
 
@@ -317,7 +367,7 @@ fn print_summaries(rows: &[Row], json: bool) {
         );
     } else {
         println!(
-            "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10} {:>10} {:>8} {:>17} {:>6} {:>10} {:>8} {:>14}",
+            "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10} {:>10} {:>8} {:>17} {:>6} {:>10} {:>8} {:>12} {:>14}",
             "engine",
             "decoding",
             "context",
@@ -330,11 +380,12 @@ fn print_summaries(rows: &[Row], json: bool) {
             "tau",
             "identical",
             "vs HF",
+            "vs llama AR",
             "draft/verify s"
         );
         for s in &summaries {
             println!(
-                "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10.2} {:>10.2} {:>7.2}x {:>17} {:>6} {:>10} {:>8} {:>14}",
+                "{:<10} {:<9} {:>8} {:>5} {:>8} {:>10.2} {:>10.2} {:>7.2}x {:>17} {:>6} {:>10} {:>8} {:>12} {:>14}",
                 s.engine,
                 s.decoding,
                 s.requested_context,
@@ -351,6 +402,7 @@ fn print_summaries(rows: &[Row], json: bool) {
                 s.identical_to_ar
                     .map_or("-".into(), |n| format!("{n}/{}", s.prompts)),
                 s.vs_hf_assisted.map_or("-".into(), |r| format!("{r:.2}x")),
+                s.vs_llama_ar.map_or("-".into(), |r| format!("{r:.2}x")),
                 match (s.draft_seconds_per_cycle, s.verify_seconds_per_cycle) {
                     (Some(d), Some(v)) => format!("{d:.3}/{v:.3}"),
                     _ => "-".into(),
@@ -508,6 +560,10 @@ fn summarise(rows: &[Row]) -> Vec<Summary> {
                 .then(|| pooled("hf", "assisted", context, temperature))
                 .filter(|(m, _)| !m.is_empty())
                 .map(|(_, hf_rate)| rate / hf_rate);
+            let llama = (engine == "workbench")
+                .then(|| pooled(LLAMA, "ar", context, temperature))
+                .filter(|(m, _)| !m.is_empty())
+                .map(|(_, llama_rate)| rate / llama_rate);
             let prompts: std::collections::BTreeSet<usize> =
                 members.iter().map(|r| r.prompt).collect();
             Summary {
@@ -534,6 +590,7 @@ fn summarise(rows: &[Row]) -> Vec<Summary> {
                         .count()
                 }),
                 vs_hf_assisted: hf,
+                vs_llama_ar: llama,
                 draft_seconds_per_cycle: per_cycle(times.iter().map(|t| t.draft_seconds).sum()),
                 verify_seconds_per_cycle: per_cycle(times.iter().map(|t| t.verify_seconds).sum()),
             }
@@ -629,5 +686,76 @@ fn run_hf(python: &Path, args: &SpeculativeBenchArgs, requests: &[Request]) -> R
         report_row(&assisted);
         rows.extend([ar, assisted]);
     }
+    Ok(rows)
+}
+
+/// The engine name of llama.cpp's rows.
+const LLAMA: &str = "llama.cpp";
+
+/// llama.cpp (the xllamacpp wheel under `python`) on the target's GGUF file, alone (`ar`) and drafting
+/// with the drafter's (`draft`, at most `--draft-len` drafts a chain), on the greedy requests' ids,
+/// each ending where the model ends its turn. Its drafting output is checked against its own AR text.
+fn run_llama(python: &Path, args: &SpeculativeBenchArgs, requests: &[Request]) -> Result<Vec<Row>> {
+    let greedy: Vec<&Request> = requests.iter().filter(|r| r.sampling.is_greedy()).collect();
+    ensure!(
+        !greedy.is_empty(),
+        "--llama-python decodes greedily: --temperatures needs a 0"
+    );
+    let target = registry::gguf_file(&args.target)
+        .with_context(|| format!("--llama-python runs --target {}'s GGUF file", args.target))?;
+    let drafter = registry::gguf_file(&args.drafter.checkpoint).with_context(|| {
+        format!(
+            "--llama-python runs --drafter {}'s GGUF file",
+            args.drafter.checkpoint
+        )
+    })?;
+    let prompts: Vec<Vec<i64>> = greedy.iter().map(|r| r.ids.clone()).collect();
+    let python = python.display().to_string();
+    let threads = tch::get_num_threads();
+    // llama.cpp's `n_predict` is the prefill's token and `decode_tokens` more.
+    let decode_tokens = args.max_new_tokens.saturating_sub(1) as i64;
+    eprintln!(
+        "llama.cpp: {} greedy requests through {python}, alone and drafting",
+        greedy.len()
+    );
+    let run = |draft: Option<(&Path, usize)>| {
+        super::bench::run_llama(
+            &python,
+            &target,
+            draft,
+            &prompts,
+            decode_tokens,
+            threads,
+            true,
+        )
+    };
+    let alone = run(None)?;
+    let drafting = run(Some((&drafter, args.drafter.draft_len)))?;
+    ensure!(
+        alone.len() == greedy.len() && drafting.len() == greedy.len(),
+        "llama.cpp answered {} and {} rows for {} requests",
+        alone.len(),
+        drafting.len(),
+        greedy.len()
+    );
+    let mut rows = Vec::new();
+    for ((request, ar), draft) in greedy.iter().zip(&alone).zip(&drafting) {
+        let ar_row = request.row(LLAMA, "ar", ar.tokens, ar.seconds);
+        let mut draft_row = request.row(LLAMA, "draft", draft.tokens, draft.seconds);
+        draft_row.identical_to_ar = match (&ar.text, &draft.text) {
+            (Some(a), Some(d)) => Some(a == d),
+            _ => None,
+        };
+        report_row(&ar_row);
+        report_row(&draft_row);
+        rows.extend([ar_row, draft_row]);
+    }
+    let (drafts, accepted) = drafting
+        .iter()
+        .fold((0, 0), |(d, a), r| (d + r.drafts, a + r.accepted));
+    eprintln!(
+        "llama.cpp drafting: {accepted} of {drafts} drafts accepted ({:.0}%)",
+        100.0 * accepted as f64 / drafts.max(1) as f64
+    );
     Ok(rows)
 }
