@@ -566,6 +566,24 @@ mod avx2 {
         )
     }
 
+    /// Bytes ahead of the block being multiplied that a part asks the memory for: the weights stream
+    /// from memory, and the hardware's own prefetching left one row's read rate 15-25% short on the
+    /// 2-core EPYC of this revision (Q4_K, Q6_K, Q8_0 from memory, 2 threads: 12.3, 11.4, 12.8 GB/s
+    /// without, 14.0, 13.8, 16.3 with 4 KB; 1 to 6 KB all gain alike). A part's output rows lie one
+    /// after another, so ahead is its next blocks.
+    const PREFETCH_BYTES: usize = 4096;
+
+    /// Asks for the cache lines [`PREFETCH_BYTES`] past each of a block's `bytes`.
+    #[inline(always)]
+    unsafe fn prefetch_ahead(block: *const u8, bytes: usize) {
+        let mut at = 0;
+        while at < bytes {
+            // A hint: an address past the weights' end is never read.
+            _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(PREFETCH_BYTES + at) as *const i8);
+            at += 64;
+        }
+    }
+
     /// Where each of `N` quantized rows keeps its bytes, scales and sums of 16.
     struct RowPointers<const N: usize> {
         values: [*const u8; N],
@@ -602,6 +620,7 @@ mod avx2 {
             let mut acc = [_mm256_setzero_ps(); N];
             for b in 0..blocks {
                 let block = w.add(144 * b);
+                prefetch_ahead(block, 144);
                 let (d, dmin) = f16_pair(block, 0);
                 let (scales16, mins16) = q4k_scales_mins(block.add(4));
                 let scales = _mm256_broadcastsi128_si256(scales16);
@@ -667,6 +686,7 @@ mod avx2 {
             let mut acc = [_mm256_setzero_ps(); N];
             for b in 0..blocks {
                 let block = w.add(210 * b);
+                prefetch_ahead(block, 210);
                 let (ql, qh) = (block, block.add(128));
                 let d = f16_one(block, 208);
                 // The 16 groups' scales as i16: groups 0..8 and 8..16, each in both halves.
@@ -766,6 +786,7 @@ mod avx2 {
             let mut acc = [_mm256_setzero_ps(); N];
             for b in 0..blocks {
                 let block = w.add(34 * b);
+                prefetch_ahead(block, 34);
                 let d = f16_one(block, 0);
                 let weights = load(block.add(2));
                 // maddubs takes unsigned bytes first: the weights' magnitudes, their signs moved
@@ -814,6 +835,7 @@ mod avx2 {
             let mut minimums = [0f32; N];
             for b in 0..blocks {
                 let block = w.add(bytes * b);
+                prefetch_ahead(block, bytes);
                 let (d, m) = if MINIMUM {
                     f16_pair(block, 0)
                 } else {
