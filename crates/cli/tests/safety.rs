@@ -792,13 +792,17 @@ fn a_kernel_form_the_cpu_cannot_run_stops_a_command_and_the_one_that_ran_is_repo
         .into_iter()
         .filter(|f| f.available())
     {
-        // A decode step's LM head takes the kernel on any model: the form asked for ran.
+        // A decode step's LM head takes the kernel on any model in f32 (every form runs f32; `auto`
+        // would take bf16 on a CPU with bf16 pair products, which only some forms run): the form
+        // asked for ran.
         let generated = run(
             form.name(),
             &[
                 "generate",
                 "--target",
                 TARGET,
+                "--dtype",
+                "f32",
                 "--prompt",
                 "Hi",
                 "--max-new-tokens",
@@ -815,6 +819,8 @@ fn a_kernel_form_the_cpu_cannot_run_stops_a_command_and_the_one_that_ran_is_repo
                 "rows",
                 "--target",
                 TARGET,
+                "--dtype",
+                "f32",
                 "--rows",
                 "5",
                 "--context",

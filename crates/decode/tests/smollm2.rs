@@ -178,3 +178,67 @@ fn smollm2_speculative_greedy_equals_autoregressive_greedy_for_every_drafter() {
         );
     }
 }
+
+/// SmolLM2 as its GGUF file stores it (the dtype `gguf`: Q4_1 and Q8_0 blocks), after a prompt of
+/// more than `weight_blocks::BLOCK_ROWS` tokens (prefilled with the f32 weights): speculation from
+/// its own prefill, from a prefill shared with the target alone (as `run` hands every arm) and over a
+/// tree emits the target's greedy tokens. A verification's attention computed for all its rows at
+/// once rounds unlike a decode step's, and the next product's 8-bit rows turn that into tenths of a
+/// logit: this failed until verifications attended row by row (`attention::row_by_row`).
+#[test]
+fn smollm2_as_stored_speculates_its_own_greedy_tokens_after_a_long_prompt() {
+    use sharpdraft_model::generate::{generate_from, PromptPrefill};
+    use sharpdraft_model::{ModelDtype, Sampler};
+    let Ok(dir) = registry::resolve("smollm2-135m-instruct") else {
+        sharpdraft_testing::skip("smollm2-135m-instruct is not fetched (make test fetches it)");
+        return;
+    };
+    let load = || CausalLm::load_dtype(&dir, Device::Cpu, ModelDtype::AsStored).unwrap();
+    let target = load();
+    let tokenizer = target.tokenizer().unwrap();
+    let text = "It was the best of times, it was the worst of times, it was the age of wisdom. "
+        .repeat(12)
+        + "Continue the story in three sentences.";
+    let prompt = tokenizer.encode(&text, false).unwrap();
+    assert!(prompt.len() > 100, "{}", prompt.len());
+    let want = greedy_ar(&target, &prompt, 32);
+    let mut own = VanillaDrafter::new(load(), &target, 4, 512, Sampling::greedy()).unwrap();
+    assert_eq!(
+        spec(&target, &mut own, &prompt, 32, Sampling::greedy()).ids,
+        want,
+        "own prefill"
+    );
+    let prefilled = PromptPrefill::run(&target.net, &prompt, &[], prompt.len() as i64).unwrap();
+    let alone = generate_from(
+        &target.net,
+        &prefilled,
+        32,
+        &mut Sampler::new(Sampling::greedy()),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(alone.ids, want, "the target alone from the shared prefill");
+    let mut own = VanillaDrafter::new(load(), &target, 4, 512, Sampling::greedy()).unwrap();
+    let config = sharpdraft_decode::SpecOptions {
+        max_new_tokens: 32,
+        sampling: Sampling::greedy(),
+        stop_tokens: vec![],
+        max_proposal: 64,
+        gate: Default::default(),
+    };
+    let shared =
+        sharpdraft_decode::speculative_generate_from(&target.net, &mut own, &prefilled, &config)
+            .unwrap();
+    assert_eq!(shared.ids, want, "speculation from the shared prefill");
+    // A tree: each row attends to the prompt and its own ancestors, gathered from among the drafts.
+    let eagle = tempfile::tempdir().unwrap();
+    write_eagle3(eagle.path(), &target, &EagleOptions::default());
+    let tree = TreeShape {
+        depth: 4,
+        top_k: 6,
+        total_tokens: 24,
+    };
+    let mut drafter = eagle3(eagle.path(), &target, tree, Sampling::greedy());
+    let report = spec(&target, &mut drafter, &prompt, 32, Sampling::greedy());
+    assert_eq!(report.ids, want, "a tree of 24 drafts");
+}

@@ -26,7 +26,10 @@ fn main() {
         for block in data.chunks_exact_mut(format.bytes()) {
             let at = if format == BlockFormat::Q6K { 208 } else { 0 };
             block[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-            if matches!(format, BlockFormat::Q4K | BlockFormat::Q4_1 | BlockFormat::Q5_1) {
+            if matches!(
+                format,
+                BlockFormat::Q4K | BlockFormat::Q4_1 | BlockFormat::Q5_1
+            ) {
                 block[2..4].copy_from_slice(&half::f16::from_f32(0.001).to_le_bytes());
             }
         }
@@ -36,7 +39,9 @@ fn main() {
             .collect();
         for threads in [1, 2] {
             for rows in [1, 4, 7, 16] {
-                let x: Vec<f32> = (0..rows * inputs).map(|i| ((i % 97) as f32 - 48.0) / 50.0).collect();
+                let x: Vec<f32> = (0..rows * inputs)
+                    .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
+                    .collect();
                 let mut out = vec![0f32; rows * outputs];
                 for weight in &weights {
                     product(weight, &x, rows, &mut out, threads, form).unwrap();

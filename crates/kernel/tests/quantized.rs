@@ -120,8 +120,19 @@ fn each_block_types_product_equals_the_dequantized_weights_times_the_rows() {
 
 #[test]
 fn every_form_computes_each_row_alike_whatever_the_rows_beside_it() {
-    let (outputs, inputs) = (5, 512);
-    for (i, format) in FORMATS.into_iter().enumerate() {
+    // 5 outputs (less than a tile) and 150 (tiles of 64 and a short one, on several threads), over
+    // 512 inputs and SmolLM2's 576 (an odd count of 32-value blocks).
+    for (outputs, inputs) in [(5, 512), (150, 512), (150, 576)] {
+        rows_alike(outputs, inputs);
+    }
+}
+
+fn rows_alike(outputs: usize, inputs: usize) {
+    for (i, format) in FORMATS
+        .into_iter()
+        .filter(|f| inputs % f.values() == 0)
+        .enumerate()
+    {
         let data = random_weight(format, outputs, inputs, 3 + i as u64);
         let weight = QuantizedWeight::new(format, &data, outputs, inputs).unwrap();
         let mut rng = Bytes(5);
@@ -153,7 +164,7 @@ fn every_form_computes_each_row_alike_whatever_the_rows_beside_it() {
                 assert_eq!(
                     one,
                     &all[r * outputs..(r + 1) * outputs],
-                    "{} {form:?}: row {r} alone, on one thread",
+                    "{} {form:?} [{outputs}, {inputs}]: row {r} alone, on one thread",
                     format.name()
                 );
             }

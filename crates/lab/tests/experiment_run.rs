@@ -142,7 +142,10 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
         assert_eq!(outputs[r].len(), 64, "row {r}");
         assert_eq!(outputs[r], targets[r], "row {r}");
     }
-    // Each drafting arm's provenance names the weights and the dtype it ran; the target alone's none.
+    // Each drafting arm's provenance names the weights and the dtype it ran, the target's (the
+    // experiment names none: `auto`, resolved for this machine); the target alone's none.
+    let target_dir = sharpdraft_store::registry::resolve("smollm2-135m-instruct").unwrap();
+    let resolved = sharpdraft_model::fastest_dtype(&target_dir, tch::Device::Cpu).0;
     let (digests, dtypes) = (
         results.strs("drafter_digest").unwrap(),
         results.strs("drafter_dtype").unwrap(),
@@ -150,7 +153,12 @@ fn a_unit_of_two_arms_runs_end_to_end_into_parquet_and_a_report_with_paired_spee
     for r in 0..results.rows() {
         let drafting = methods[r] == "unmodified";
         assert_eq!(digests[r].len() == 64, drafting, "row {r}: {}", digests[r]);
-        assert_eq!(dtypes[r] == "f32", drafting, "row {r}: {}", dtypes[r]);
+        assert_eq!(
+            dtypes[r] == resolved.name(),
+            drafting,
+            "row {r}: {}",
+            dtypes[r]
+        );
     }
     assert!(results
         .strs("kernel")

@@ -4,7 +4,7 @@
 //! few-row pass meets a long context.
 
 use crate::cpu::few_rows;
-use crate::mask::Visibility;
+use crate::mask::{RowKeys, Visibility};
 use crate::time_split::{self, Step};
 use std::sync::{Arc, Mutex};
 use tch::{Device, Kind, Tensor};
@@ -21,6 +21,56 @@ const GROUPED_ROWS: i64 = 16;
 /// the others wait; below this many keys the parts' hand-offs and the extra operations cost about what
 /// they save (`bench rows --context 512`: within the noise).
 const SPLIT_KEYS: i64 = 1024;
+
+thread_local! {
+    /// Inside [`row_by_row`] on this thread.
+    static ROW_BY_ROW: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `pass` with every row of its attention computed alone, over the keys that row sees, as a
+/// one-row pass over the same keys computes it: libtorch's products round differently for different
+/// row counts (about 1e-6), which a model run as stored turns into different 8-bit rows for the next
+/// product and so into different logits (tenths of a logit on SmolLM2-135M), so a verification would
+/// not reproduce the decode steps it stands for (`weight_blocks`).
+pub fn row_by_row<T>(pass: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ROW_BY_ROW.with(|on| on.set(self.0));
+        }
+    }
+    let _restore = Restore(ROW_BY_ROW.with(|on| on.replace(true)));
+    pass()
+}
+
+/// [`attend_unmarked`] one row at a time: row `t` of `q` `[H, T, D]` over the keys and values it sees
+/// (a prefix of `[Hkv, L, D]` as a view, as a decode step's cache hands them; a tree row's columns
+/// gathered), unmasked, as a one-row pass at that position computes it. `[T, H * D]`.
+fn attend_row_by_row(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    visible: Option<&Visibility>,
+    softmax_scale: f64,
+) -> Tensor {
+    let (_, rows, _) = q.size3().expect("queries are [H, T, D]");
+    let length = keys.size()[1];
+    let out: Vec<Tensor> = (0..rows)
+        .map(|t| {
+            let q_t = q.narrow(1, t, 1);
+            let (k, v) = match visible.map(|v| &v.row_keys()[t as usize]) {
+                None => (keys.narrow(1, 0, length), values.narrow(1, 0, length)),
+                Some(RowKeys::First(n)) => (keys.narrow(1, 0, *n), values.narrow(1, 0, *n)),
+                Some(RowKeys::Columns(columns)) => (
+                    keys.index_select(1, columns),
+                    values.index_select(1, columns),
+                ),
+            };
+            attend_unmarked(&q_t, &k, &v, None, softmax_scale)
+        })
+        .collect();
+    Tensor::cat(&out, 0)
+}
 
 /// Grouped-query attention of queries `[H, T, D]` over keys and values `[Hkv, L, D]` with an optional
 /// `[T, L]` visibility mask; returns `[T, H * D]`. A pass of several layers builds its [`Visibility`]
@@ -61,6 +111,9 @@ fn attend_unmarked(
 ) -> Tensor {
     let (heads, rows, head_dim) = q.size3().expect("queries are [H, T, D]");
     let (kv_heads, length) = (keys.size()[0], keys.size()[1]);
+    if rows > 1 && !q.requires_grad() && ROW_BY_ROW.with(|on| on.get()) {
+        return attend_row_by_row(q, keys, values, visible, softmax_scale);
+    }
     if rows <= GROUPED_ROWS && heads != kv_heads && !q.requires_grad() {
         // Inside a kernel pass over a long context: the kernel's products, else libtorch's split
         // over the keys across the kernel's threads.

@@ -239,6 +239,14 @@ impl Clone for KeySelection {
 pub struct Visibility {
     mask: Tensor,
     hidden: OnceLock<HiddenColumns>,
+    rows: OnceLock<Vec<RowKeys>>,
+}
+
+/// The keys one row of a pass sees, in order: the first `n` (a causal row), or these columns (`[n]`
+/// i64: a row of a tree, its ancestors' columns among the prompt's).
+pub enum RowKeys {
+    First(i64),
+    Columns(Tensor),
 }
 
 /// The columns some row cannot see: from `from` on, with `bias` `[T, L - from]` (0 where visible,
@@ -254,7 +262,30 @@ impl Visibility {
         Self {
             mask,
             hidden: OnceLock::new(),
+            rows: OnceLock::new(),
         }
+    }
+
+    /// The keys each row sees (built once for all the pass's layers; one read from the device).
+    pub fn row_keys(&self) -> &[RowKeys] {
+        self.rows.get_or_init(|| {
+            let mask = self.mask.to_device(tch::Device::Cpu).to_kind(Kind::Bool);
+            let (rows, length) = (mask.size()[0], mask.size()[1]);
+            let visible: Vec<bool> = Vec::try_from(mask.contiguous().view([-1]))
+                .expect("a [T, L] bool mask reads as bools");
+            (0..rows as usize)
+                .map(|r| {
+                    let row = &visible[r * length as usize..(r + 1) * length as usize];
+                    let count = row.iter().filter(|&&v| v).count();
+                    if row[..count].iter().all(|&v| v) {
+                        RowKeys::First(count as i64)
+                    } else {
+                        let columns: Vec<i64> = (0..length).filter(|&c| row[c as usize]).collect();
+                        RowKeys::Columns(Tensor::from_slice(&columns).to_device(self.mask.device()))
+                    }
+                })
+                .collect()
+        })
     }
 
     /// The `[T, L]` boolean mask.

@@ -291,6 +291,11 @@ impl Transformer {
         self.linear_weight_bytes() + tied_head
     }
 
+    /// Whether some linear map or the LM head runs as its GGUF file stores it (dtype `gguf`).
+    pub fn runs_as_stored(&self) -> bool {
+        self.tied_head_blocks.get().is_some() || self.linears().iter().any(|l| l.blocks().is_some())
+    }
+
     /// Runs every linear map, and the LM head, as its GGUF file stores it where `file` holds its
     /// blocks (dtype `gguf`); errors name a weight stored in a block type the kernel does not run.
     pub fn attach_blocks(&self, file: &crate::weight_blocks::BlocksFile) -> Result<()> {
@@ -376,7 +381,14 @@ impl Transformer {
     /// Runs `T` new rows against `cache`, writes their keys and values, and advances the cache.
     pub fn forward(&self, input: ForwardInput<'_>, cache: &mut KvCache) -> Result<ForwardOutput> {
         let rows = input.ids.size().first().copied().unwrap_or(0);
-        let pass = || self.forward_pass(input, cache);
+        // Run as stored, a pass of several rows (a verification) attends row by row, so that each
+        // row's products see the numbers a decode step at its position would (weight_blocks.rs); a
+        // prompt's prefill is shared by every arm and needs no such care.
+        let row_by_row = rows > 1 && !crate::weight_blocks::in_prompt() && self.runs_as_stored();
+        let pass = || match row_by_row {
+            true => crate::attention::row_by_row(|| self.forward_pass(input, cache)),
+            false => self.forward_pass(input, cache),
+        };
         // A few rows of a frozen CPU model too large for the cache, with whatever streams through it
         // beside (a verification pass; a drafting step, beside the target's weights): the whole pass
         // with the kernel that reads each weight once; any other pass on

@@ -26,6 +26,11 @@ thread_local! {
     static PROMPT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Whether this thread is inside [`prompt`].
+pub fn in_prompt() -> bool {
+    PROMPT.with(std::cell::Cell::get)
+}
+
 /// Runs `prefill`, the passes over a prompt: those of more than [`BLOCK_ROWS`] rows multiply the f32
 /// weights rather than the blocks (the prompt is prefilled once, for the target alone and every
 /// drafting arm alike, so its numerics are shared).
@@ -76,6 +81,7 @@ impl WeightBlocks {
         if rows < 1 || (rows > BLOCK_ROWS && PROMPT.with(std::cell::Cell::get)) {
             return None;
         }
+        let started = std::time::Instant::now();
         let x = x.to_kind(Kind::Float).contiguous().view([rows, inputs]);
         let out = Tensor::empty([rows, self.outputs as i64], (Kind::Float, Device::Cpu));
         // SAFETY: `x` and `out` are contiguous f32 CPU tensors of exactly these lengths, alive here.
@@ -99,6 +105,7 @@ impl WeightBlocks {
             sharpdraft_kernel::form::current(),
         )
         .ok()?;
+        crate::cpu::few_rows::count_kernel_time(started);
         let mut shape = size;
         *shape.last_mut()? = self.outputs as i64;
         Some(out.view(shape.as_slice()))

@@ -25,9 +25,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::LocalKey;
 use tch::{Device, Kind, Tensor};
 
-/// Nanoseconds spent in [`linear`]'s products since the process started, over all threads
-/// (`bench rows` splits a pass into the kernel's products and the rest with it).
+/// Nanoseconds spent in the kernel's products ([`linear`]'s and those over GGUF blocks) since the
+/// process started, over all threads (`bench rows` splits a pass into the kernel's products and the
+/// rest with it).
 static KERNEL_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// Adds the time since `started` to the kernel's products: the few-row products here and the
+/// products over a GGUF file's blocks (`weight_blocks`) alike.
+pub(crate) fn count_kernel_time(started: std::time::Instant) {
+    KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+}
 
 /// Seconds spent in this kernel's products so far in this process.
 pub fn kernel_seconds() -> f64 {
@@ -454,7 +461,7 @@ pub(crate) fn product(x: &Tensor, weight: &Tensor, threads: usize) -> Option<Ten
         return None;
     }
     let out = out.to_kind(kind);
-    KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    count_kernel_time(started);
     Some(out)
 }
 
@@ -546,7 +553,7 @@ pub fn key_scores(queries: &Tensor, keys: &Tensor, threads: usize) -> Option<Ten
     if !workers::run_each(threads, part) {
         return None;
     }
-    KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    count_kernel_time(started);
     Some(out)
 }
 
@@ -652,6 +659,6 @@ pub fn weighted_sum(probs: &Tensor, values: &Tensor, threads: usize) -> Option<T
     if !workers::run_each(threads, part) {
         return None;
     }
-    KERNEL_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    count_kernel_time(started);
     Some(partial.sum_dim_intlist([0i64].as_slice(), false, Kind::Float))
 }
