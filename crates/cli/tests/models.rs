@@ -184,6 +184,45 @@ fn the_shipped_drafter_installs_from_the_repository_once_and_a_drafter_trained_h
         "{stderr}"
     );
 
+    // The schedule deleted from the folder fetch wrote, a note of the user's beside it: restored, the
+    // note kept.
+    let calibration = schedule.parent().unwrap().to_path_buf();
+    std::fs::remove_file(&schedule).unwrap();
+    std::fs::write(calibration.join("notes.txt"), "my notes").unwrap();
+    let restored = sharpdraft(&["fetch", name], Some(home.path()));
+    let stderr = String::from_utf8_lossy(&restored.stderr);
+    assert!(
+        restored.status.success() && stderr.contains("restored"),
+        "{stderr}"
+    );
+    assert!(schedule.is_file());
+    assert_eq!(
+        std::fs::read_to_string(calibration.join("notes.txt")).unwrap(),
+        "my notes"
+    );
+    // A folder of that name fetch did not write (a `calibrate` output whose schedule was moved away):
+    // refused by name, and nothing in it touched.
+    std::fs::remove_file(calibration.join(sharpdraft_store::output_folder::MARKER)).unwrap();
+    std::fs::remove_file(&schedule).unwrap();
+    let refused = sharpdraft(&["fetch", name], Some(home.path()));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("smollm2-dflash-v4k-long") && stderr.contains("not written by fetch"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(calibration.join("notes.txt")).unwrap(),
+        "my notes"
+    );
+    assert!(!schedule.exists());
+    std::fs::remove_file(calibration.join("notes.txt")).unwrap();
+    std::fs::remove_dir(&calibration).unwrap();
+    assert!(sharpdraft(&["fetch", name], Some(home.path()))
+        .status
+        .success());
+    assert!(schedule.is_file(), "an empty place gets the schedule again");
+
     // A drafter trained here under the same name is the user's: fetch keeps it and says so.
     let marker = model.join(sharpdraft_store::output_folder::MARKER);
     let text = std::fs::read_to_string(&marker)

@@ -640,7 +640,7 @@ fn ensure_same_training_text(out_dir: &Path, stream: &[i64], resuming: bool) -> 
                 "{} holds a run that learned from another training text ({} records sha256 {}, the text is {} now): its data files changed; restore them, or give this run another `out`",
                 out_dir.display(),
                 record.display(),
-                &recorded.trim()[..recorded.trim().len().min(12)],
+                recorded.trim().chars().take(12).collect::<String>(),
                 &digest[..12]
             );
             return Ok(());

@@ -98,6 +98,17 @@ fn a_short_training_run_writes_a_drafter_and_its_loss_curve_and_resumes() {
     );
     std::fs::write(&corpus, text).unwrap();
 
+    // A record of the text edited into multibyte characters: refused by name, not a panic.
+    let record = out.join("training_text.sha256");
+    let kept = std::fs::read_to_string(&record).unwrap();
+    std::fs::write(&record, "ééééééééééééé\n").unwrap();
+    let err = format!("{:#}", train::run(&config).unwrap_err());
+    assert!(
+        err.contains("another training text") && err.contains("éééééé"),
+        "{err}"
+    );
+    std::fs::write(&record, kept).unwrap();
+
     // Another config in the same folder is refused before any compute.
     std::fs::write(
         &config,

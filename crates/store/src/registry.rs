@@ -161,6 +161,10 @@ fn install_files(from: &Path, files: &[&str], out: &Path, about: String) -> Resu
 /// Installs a shipped model (and its schedule when that calibration is missing) into the store.
 fn install_shipped(model: &ShippedModel, state: &FetchState) -> Result<PathBuf> {
     model.verify_source()?;
+    // The schedule first: a folder it may not go into is refused before anything is installed.
+    if let Some((calibration, _)) = model.schedule {
+        install_shipped_schedule(model, calibration)?;
+    }
     let dir = model_dir(model.name);
     if let FetchState::Changed(differences) = state {
         move_aside(
@@ -178,17 +182,47 @@ fn install_shipped(model: &ShippedModel, state: &FetchState) -> Result<PathBuf> 
         &dir,
         format!("{} shipped in {}", model.name, model.folder),
     )?;
-    if let Some((calibration, _)) = model.schedule {
-        let folder = calibration_dir(calibration);
-        if !folder.join(SCHEDULE).exists() {
-            let about = format!(
-                "the schedule calibrated for {} shipped in {}",
-                model.name, model.folder
-            );
-            install_files(&source, &[SCHEDULE], &folder, about)?;
-        }
-    }
     Ok(installed)
+}
+
+/// Installs the shipped schedule into `calibrations/<calibration>/` where it is missing, writing only
+/// what fetch can prove is its own: a new folder; or, in a folder fetch wrote whose schedule is gone,
+/// the schedule restored beside what is there. A folder without its schedule that fetch did not write
+/// (a `calibrate` output whose schedule was moved, a user's notes) is refused by name, untouched.
+fn install_shipped_schedule(model: &ShippedModel, calibration: &str) -> Result<()> {
+    let folder = calibration_dir(calibration);
+    let schedule = folder.join(SCHEDULE);
+    if schedule.exists() {
+        return Ok(());
+    }
+    let source = model.source().join(SCHEDULE);
+    if std::fs::symlink_metadata(&folder).is_err() {
+        let about = format!(
+            "the schedule calibrated for {} shipped in {}",
+            model.name, model.folder
+        );
+        install_files(&model.source(), &[SCHEDULE], &folder, about)?;
+        return Ok(());
+    }
+    match Marker::read(&folder) {
+        Ok(Some(marker)) if marker.kind == "fetch" => {
+            let bytes = std::fs::read(&source).map_err(|e| StoreError::io(&source, e))?;
+            crate::atomic_write::write_whole(&schedule, bytes)?;
+            eprintln!(
+                "{} was missing: restored the schedule shipped with {}, the folder's other files kept",
+                schedule.display(),
+                model.name
+            );
+            Ok(())
+        }
+        _ => Err(StoreError::io(
+            &folder,
+            format!(
+                "holds no {SCHEDULE} and was not written by fetch, so fetch does not install {}'s calibrated schedule over it: move the folder away (or put its {SCHEDULE} back) and fetch again",
+                model.name
+            ),
+        )),
+    }
 }
 
 /// Sets an installed shipped model aside (renamed, never deleted), with its schedule when that is the
@@ -629,6 +663,10 @@ pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
         let dir = model_dir(model.name);
         let state = fetch_state(model.name, rehash)?;
         if state == FetchState::Verified {
+            // Its schedule too: one deleted since is restored (or its folder refused, by name).
+            if let Some((calibration, _)) = model.schedule {
+                install_shipped_schedule(model, calibration)?;
+            }
             return Ok(dir);
         }
         // A drafter trained here under the shipped name (`run --retrain`) is the user's: kept and used.
