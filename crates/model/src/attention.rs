@@ -33,14 +33,7 @@ thread_local! {
 /// product and so into different logits (tenths of a logit on SmolLM2-135M), so a verification would
 /// not reproduce the decode steps it stands for (`weight_blocks`).
 pub fn row_by_row<T>(pass: impl FnOnce() -> T) -> T {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            ROW_BY_ROW.with(|on| on.set(self.0));
-        }
-    }
-    let _restore = Restore(ROW_BY_ROW.with(|on| on.replace(true)));
-    pass()
+    few_rows::with_setting(&ROW_BY_ROW, true, pass)
 }
 
 /// [`attend_unmarked`] one row at a time: row `t` of `q` `[H, T, D]` over the keys and values it sees
@@ -54,12 +47,11 @@ fn attend_row_by_row(
     softmax_scale: f64,
 ) -> Tensor {
     let (_, rows, _) = q.size3().expect("queries are [H, T, D]");
-    let length = keys.size()[1];
     let out: Vec<Tensor> = (0..rows)
         .map(|t| {
             let q_t = q.narrow(1, t, 1);
             let (k, v) = match visible.map(|v| &v.row_keys()[t as usize]) {
-                None => (keys.narrow(1, 0, length), values.narrow(1, 0, length)),
+                None => (keys.shallow_clone(), values.shallow_clone()),
                 Some(RowKeys::First(n)) => (keys.narrow(1, 0, *n), values.narrow(1, 0, *n)),
                 Some(RowKeys::Columns(columns)) => (
                     keys.index_select(1, columns),

@@ -35,14 +35,7 @@ pub fn in_prompt() -> bool {
 /// weights rather than the blocks (the prompt is prefilled once, for the target alone and every
 /// drafting arm alike, so its numerics are shared).
 pub fn prompt<T>(prefill: impl FnOnce() -> T) -> T {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            PROMPT.with(|p| p.set(self.0));
-        }
-    }
-    let _restore = Restore(PROMPT.with(|p| p.replace(true)));
-    prefill()
+    crate::cpu::few_rows::with_setting(&PROMPT, true, prefill)
 }
 
 /// One weight's blocks: where they lie in the mapped file, their type and the matrix they form.

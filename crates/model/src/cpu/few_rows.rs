@@ -102,7 +102,7 @@ fn with_mode<T>(mode: Mode, pass: impl FnOnce() -> T) -> T {
 
 /// Runs `pass` with this thread's `setting` at `value`, and puts the old value back after it, also
 /// when the pass unwinds.
-fn with_setting<V: Copy + 'static, T>(
+pub(crate) fn with_setting<V: Copy + 'static, T>(
     setting: &'static LocalKey<Cell<V>>,
     value: V,
     pass: impl FnOnce() -> T,
