@@ -15,7 +15,7 @@
 # build, the median decode speed-up of every method over the alternations. target/debug/sharpdraft is the
 # default build again afterwards.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.."
 
 alternations=${1:-3}
 experiment=${2:-experiments/allocator-smollm2.yaml}

@@ -4,7 +4,7 @@
 # speed-ups within each other's printed range. Run through scripts/record.sh to keep what it printed:
 #   scripts/record.sh compare-ar-busy -- scripts/compare-ar-busy.sh [ROUNDS]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.."
 rounds=${1:-3}
 sharpdraft=${CARGO_TARGET_DIR:-target}/debug/sharpdraft
 [ -x "$sharpdraft" ] || cargo build -q -p sharpdraft

@@ -19,7 +19,7 @@
 #      prompts are read from $SHARPDRAFT_HOME (default ~/.cache/sharpdraft); a missing one is recorded as
 #      skipped, with its path.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.."
 BUNDLE=target/gpu-check
 CUDA_TARGET=target/cuda
 

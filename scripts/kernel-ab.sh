@@ -12,7 +12,7 @@
 # round's table as the bench printed it and, last, the median of each product, row count and build over
 # the rounds (microseconds for one key head over 4096 keys). Record it with scripts/record.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.."
 
 [ $# -ge 1 ] || { echo "usage: scripts/kernel-ab.sh REVISION [ROUNDS]" >&2; exit 2; }
 revision=$1

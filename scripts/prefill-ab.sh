@@ -12,7 +12,7 @@
 # $SHARPDRAFT names the binary (default: the test build's, target/debug/sharpdraft, which `make test`
 # and `make run` build).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.."
 rounds=${1:-2}
 case "$rounds" in ''|*[!0-9]*|0) echo "prefill-ab: ROUNDS '$rounds' must be a whole number, at least 1" >&2; exit 2 ;; esac
 bin=${SHARPDRAFT:-target/debug/sharpdraft}

@@ -12,7 +12,8 @@
 # The name and folder are checked, and the folder made, before the command runs; once the command has
 # finished well its output is never deleted: if the report cannot be written, the output is kept and named.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# The repository's root, where experiments/results is, also when this script is run through a link.
+cd "$(dirname "$(readlink -f "$0")")/.."
 
 usage() { echo "usage: scripts/record.sh NAME -- COMMAND [ARGS...]" >&2; exit 2; }
 [ $# -ge 3 ] && [ "$2" = "--" ] || usage

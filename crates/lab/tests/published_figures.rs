@@ -247,6 +247,39 @@ fn a_recorded_benchmark_keeps_its_command_revision_machine_and_output_and_replac
 }
 
 #[test]
+fn recording_through_a_link_from_another_folder_runs_and_records_in_the_repository() {
+    let results = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let link = elsewhere.path().join("scripts/record.sh");
+    std::fs::create_dir(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(project().join("scripts/record.sh"), &link).unwrap();
+    let recorded = std::process::Command::new("bash")
+        .arg(&link)
+        .args(["through-a-link", "--", "pwd"])
+        .current_dir(elsewhere.path())
+        .env("SHARPDRAFT_RECORD_RESULTS", results.path())
+        .output()
+        .unwrap();
+    assert!(
+        recorded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recorded.stderr)
+    );
+    let report = std::fs::read_to_string(results.path().join("through-a-link/report.md")).unwrap();
+    let root = project().canonicalize().unwrap();
+    assert!(
+        report.contains(&format!("\n{}\n", root.display())),
+        "the command ran in the repository's root, {}:\n{report}",
+        root.display()
+    );
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).unwrap().count(),
+        1,
+        "nothing is written beside the link"
+    );
+}
+
+#[test]
 fn recording_never_replaces_a_report_it_did_not_write_and_a_failed_command_leaves_nothing() {
     let results = tempfile::tempdir().unwrap();
     let mine = results.path().join("mine");
