@@ -244,7 +244,41 @@ fn the_shipped_drafter_installs_from_the_repository_once_and_a_drafter_trained_h
 }
 
 #[test]
-fn retrain_sets_the_installed_shipped_drafter_and_its_schedule_aside_and_never_deletes_them() {
+fn fetch_into_a_folder_another_command_holds_is_refused_and_touches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let name = "smollm2-135m-dflash-v4k-long";
+    let folder = home.join("models").join(name);
+    std::fs::create_dir_all(&folder).unwrap();
+    // A `train` of the shipped name holds its folder (the lock train takes) and has written into it.
+    std::fs::write(folder.join("model.safetensors"), "step 100").unwrap();
+    let lock = sharpdraft_store::folder_lock::lock_path_under(&home, &folder).unwrap();
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    let training = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .unwrap();
+    training.lock().unwrap();
+    let out = sharpdraft(&["fetch", name], Some(&home));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("in use by another sharpdraft command") && stderr.contains(name),
+        "{stderr}"
+    );
+    let models: Vec<_> = std::fs::read_dir(home.join("models")).unwrap().collect();
+    assert_eq!(models.len(), 1, "nothing set aside or installed beside it");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("model.safetensors")).unwrap(),
+        "step 100"
+    );
+    assert!(!home.join("calibrations").join("smollm2-dflash-v4k-long").exists());
+}
+
+#[test]
+fn retrain_without_a_training_config_that_makes_the_drafter_is_refused_before_anything_is_moved() {
     if !smollm2_fetched() {
         return;
     }
@@ -268,35 +302,62 @@ fn retrain_sets_the_installed_shipped_drafter_and_its_schedule_aside_and_never_d
     )
     .unwrap();
     let out = dir.path().join("out");
-    let run = sharpdraft(
-        &[
-            "run",
-            experiment.to_str().unwrap(),
-            "--retrain",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        Some(&home),
-    );
+    let installed: Vec<String> = ["models", "calibrations"]
+        .iter()
+        .flat_map(|folder| std::fs::read_dir(home.join(folder)).unwrap())
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    let retrain = || {
+        sharpdraft(
+            &[
+                "run",
+                experiment.to_str().unwrap(),
+                "--retrain",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            Some(&home),
+        )
+    };
+    let untouched = |stderr: &str| {
+        let now: Vec<String> = ["models", "calibrations"]
+            .iter()
+            .flat_map(|folder| std::fs::read_dir(home.join(folder)).unwrap())
+            .map(|e| e.unwrap().path().display().to_string())
+            .collect();
+        assert_eq!(now, installed, "nothing is set aside before the refusal: {stderr}");
+        assert!(sharpdraft(&["fetch", name, "--verify"], Some(&home)).status.success());
+    };
+    // No `train:` at all.
+    let run = retrain();
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        !run.status.success(),
-        "no train: config to retrain from: {stderr}"
-    );
+    assert!(!run.status.success(), "no train: config to retrain from: {stderr}");
     assert!(
         stderr.contains("--retrain trains") && stderr.contains("train:"),
         "{stderr}"
     );
-    for folder in ["models", "calibrations"] {
-        let names: Vec<String> = std::fs::read_dir(home.join(folder))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert!(
-            names.iter().any(|n| n.contains(".moved-")),
-            "{folder}: the installed copy is set aside, not deleted: {names:?}"
-        );
-    }
+    untouched(&stderr);
+    // A `train:` config that writes another checkpoint.
+    let shipped_config = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../configs/train/smollm2-dflash-v4k-long.yaml");
+    let configs = shipped_config.parent().unwrap().parent().unwrap().to_path_buf();
+    let elsewhere = std::fs::read_to_string(&shipped_config)
+        .unwrap()
+        .replace(&format!("out: {name}"), "out: somewhere-else")
+        .replace("../data/", &format!("{}/data/", configs.display()));
+    assert!(elsewhere.contains("out: somewhere-else"), "the shipped config writes {name}");
+    let train = dir.path().join("train.yaml");
+    std::fs::write(&train, elsewhere).unwrap();
+    let text = std::fs::read_to_string(&experiment).unwrap().replace(
+        "schedule: smollm2-dflash-v4k-long}",
+        &format!("schedule: smollm2-dflash-v4k-long, train: {}}}", train.display()),
+    );
+    std::fs::write(&experiment, text).unwrap();
+    let run = retrain();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(stderr.contains("not checkpoint"), "{stderr}");
+    untouched(&stderr);
 }
 
 #[test]

@@ -108,6 +108,40 @@ fn vanilla_speculation_reports_tau_cycles_and_the_speedup_against_ar() {
 }
 
 #[test]
+fn one_token_runs_no_cycle_and_generate_reports_no_tau_rather_than_zero() {
+    if !fetched() {
+        return;
+    }
+    let args = [
+        "generate",
+        "--target",
+        "smollm2-135m-instruct",
+        "--prompt",
+        "Name three fruits.",
+        "--max-new-tokens",
+        "1",
+        "--drafter",
+        "smollm2-135m-instruct",
+        "--draft-len",
+        "3",
+    ];
+    let v = run(&[&args[..], &["--json"]].concat());
+    assert!(v["tau"].is_null(), "no cycle, no tau: {}", v["tau"]);
+    assert_eq!(v["cycles"].as_array().map(Vec::len), Some(0));
+    let out = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("nothing drafted, no tau") && !stderr.contains("tau 0.00"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn generate_runs_the_literature_constants_llama4_and_yarn_losslessly() {
     if !fetched() {
         return;

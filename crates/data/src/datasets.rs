@@ -592,6 +592,17 @@ fn collect_txt(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// The sha256 of a token stream's ids (little-endian i64s): what a training run or a probe records of
+/// the text it read, so that a resume or a reuse over another text is told apart.
+pub fn ids_digest(ids: &[i64]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for id in ids {
+        hasher.update(id.to_le_bytes());
+    }
+    format!("{:x}", hasher.finalize())
+}
+
 /// All documents of all sources as one token stream (each document's ids in turn).
 pub fn token_stream(sources: &[Source], base: &Path, target: &CausalLm) -> Result<Vec<i64>> {
     if sources.is_empty() {

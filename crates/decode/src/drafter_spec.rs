@@ -8,7 +8,7 @@
 //! method: eagle3                # vanilla | eagle3 | pard | dflash
 //! checkpoint: smollm2-135m-eagle3
 //! tree: {depth: 4, top_k: 6, total_tokens: 24}   # EAGLE-3 only; without it a chain of draft_len
-//! draft_len: 4                  # chains: vanilla, PARD, EAGLE-3 without a tree (DFlash: block_size - 1)
+//! draft_len: 4                  # chains: vanilla, PARD, EAGLE-3 without a tree (refused by DFlash: block_size - 1)
 //! # stop_below: 0.4             # vanilla, DFlash: end a chain at the first draft below this probability
 //! scaling: {mode: fixed, schedule: smollm2-eagle3}
 //! window: 512                  # optional: the drafter attends to its last 512 keys only
@@ -175,6 +175,30 @@ impl DrafterSpec {
     /// Chains of 4 unless `draft_len` (`--draft-len`) says otherwise.
     pub const DEFAULT_DRAFT_LEN: usize = 4;
 
+    /// Why this drafter takes no chain length, when it takes none: a `draft_len` given to it would be
+    /// read and ignored. (Only a length other than the default can be told from one left out.)
+    pub fn draft_len_unused(&self) -> Option<&'static str> {
+        if self.kind == DrafterKind::Dflash {
+            Some("a DFlash drafter drafts its block size - 1 tokens a cycle, whatever the chain length (stop_below, --draft-stop-below, ends its chains early)")
+        } else if self.tree.is_some() {
+            Some("an EAGLE-3 tree's shape (depth, topk, total_tokens) sets what it drafts, not a chain length")
+        } else {
+            None
+        }
+    }
+
+    /// This specification with chains of `len` where its kind drafts chains of a chosen length (a DFlash
+    /// drafter drafts its block, an EAGLE-3 tree its shape: [`Self::draft_len_unused`]).
+    pub fn chains_of(self, len: usize) -> Self {
+        match self.draft_len_unused() {
+            Some(_) => self,
+            None => Self {
+                draft_len: len,
+                ..self
+            },
+        }
+    }
+
     /// The keys the drafter's rows see, as its window options shape them (`None`: every key).
     pub fn key_selection(&self) -> Option<KeySelection> {
         self.window.map(|w| {
@@ -218,6 +242,13 @@ impl DrafterSpec {
             "draft_len (--draft-len) {} must lie in 1..={MAX_TREE_TOKENS}",
             self.draft_len
         );
+        if let Some(why) = self.draft_len_unused() {
+            ensure!(
+                self.draft_len == Self::DEFAULT_DRAFT_LEN,
+                "draft_len (--draft-len) {}: {why}; leave it out",
+                self.draft_len
+            );
+        }
         if let Some(threshold) = self.stop_below {
             ensure!(
                 matches!(self.kind, DrafterKind::Vanilla | DrafterKind::Dflash),

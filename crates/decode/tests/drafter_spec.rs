@@ -160,6 +160,28 @@ fn an_adapt_block_reads_with_osds_defaults_and_bad_values_name_their_key() {
 }
 
 #[test]
+fn a_lora_option_under_full_adaptation_is_refused_naming_it_not_ignored() {
+    for (option, named) in [
+        ("rank: 4", "adapt.rank = 4"),
+        ("alpha: 16", "adapt.alpha = 16"),
+        ("lora_on: [attention, mlp]", "adapt.lora_on = [attention, mlp]"),
+        ("lora_form: unmerged", "adapt.lora_form = unmerged"),
+    ] {
+        let spec: DrafterSpec = serde_norway::from_str(&format!(
+            "method: pard\ncheckpoint: x\nadapt: {{mode: full, {option}}}\n"
+        ))
+        .unwrap();
+        let err = spec.validate().unwrap_err().to_string();
+        assert!(err.contains(named) && err.contains("mode is full"), "{option}: {err}");
+        let lora: DrafterSpec = serde_norway::from_str(&format!(
+            "method: pard\ncheckpoint: x\nadapt: {{mode: lora, {option}}}\n"
+        ))
+        .unwrap();
+        lora.validate().unwrap_or_else(|e| panic!("{option} under lora: {e}"));
+    }
+}
+
+#[test]
 fn a_sliding_window_reads_from_yaml_and_a_window_of_no_keys_is_refused() {
     let spec: DrafterSpec =
         serde_norway::from_str("method: vanilla\ncheckpoint: x\nwindow: 512\n").unwrap();
@@ -204,4 +226,27 @@ fn retrieval_reads_with_specextends_defaults_and_excludes_a_window() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("chunks"), "{err}");
+}
+
+#[test]
+fn a_chain_length_is_refused_where_the_drafter_drafts_a_block_or_a_tree() {
+    let dflash = DrafterSpec {
+        draft_len: 8,
+        ..DrafterSpec::new(DrafterKind::Dflash, "x")
+    };
+    let err = dflash.validate().unwrap_err().to_string();
+    assert!(err.contains("(--draft-len) 8") && err.contains("block size"), "{err}");
+    let tree: DrafterSpec = serde_norway::from_str(
+        "kind: eagle3\ncheckpoint: x\ndraft_len: 6\ntree: {depth: 3}\n",
+    )
+    .unwrap();
+    let err = tree.validate().unwrap_err().to_string();
+    assert!(err.contains("(--draft-len) 6") && err.contains("tree"), "{err}");
+    // Left out (the default), it is no option given; chains_of sets it only where it is read.
+    DrafterSpec::new(DrafterKind::Dflash, "x").validate().unwrap();
+    assert_eq!(
+        DrafterSpec::new(DrafterKind::Dflash, "x").chains_of(2).draft_len,
+        DrafterSpec::DEFAULT_DRAFT_LEN
+    );
+    assert_eq!(DrafterSpec::new(DrafterKind::Pard, "x").chains_of(2).draft_len, 2);
 }

@@ -626,25 +626,26 @@ const TEXT_RECORD: &str = "training_text.sha256";
 /// refuses a text other than the one the run's earlier steps learned from: a config's data sources can
 /// name the same files while their content changed.
 fn ensure_same_training_text(out_dir: &Path, stream: &[i64], resuming: bool) -> Result<()> {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    for id in stream {
-        hasher.update(id.to_le_bytes());
-    }
-    let digest = format!("{:x}", hasher.finalize());
+    let digest = sharpdraft_data::datasets::ids_digest(stream);
     let record = out_dir.join(TEXT_RECORD);
     if resuming {
-        if let Ok(recorded) = std::fs::read_to_string(&record) {
-            ensure!(
-                recorded.trim() == digest,
-                "{} holds a run that learned from another training text ({} records sha256 {}, the text is {} now): its data files changed; restore them, or give this run another `out`",
-                out_dir.display(),
-                record.display(),
-                recorded.trim().chars().take(12).collect::<String>(),
-                &digest[..12]
+        // A run whose text was never recorded (the record deleted, or the folder older than it)
+        // cannot be shown to have learned from this text: resuming it could continue over any text.
+        let Ok(recorded) = std::fs::read_to_string(&record) else {
+            bail!(
+                "{} holds an unfinished run without {TEXT_RECORD}, the digest of the text its steps learned from: it cannot be resumed over this text; give this run another `out`, or move that folder away to train anew",
+                out_dir.display()
             );
-            return Ok(());
-        }
+        };
+        ensure!(
+            recorded.trim() == digest,
+            "{} holds a run that learned from another training text ({} records sha256 {}, the text is {} now): its data files changed; restore them, or give this run another `out`",
+            out_dir.display(),
+            record.display(),
+            recorded.trim().chars().take(12).collect::<String>(),
+            &digest[..12]
+        );
+        return Ok(());
     }
     sharpdraft_store::atomic_write::write_whole(&record, format!("{digest}\n"))?;
     Ok(())

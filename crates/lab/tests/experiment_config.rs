@@ -159,6 +159,18 @@ fn an_unknown_key_is_named_with_its_file_path_and_line() {
 }
 
 #[test]
+fn method_beside_kind_is_named_as_the_old_spelling_of_kind() {
+    let err = error(&VALID.replace(
+        "spec: {method: dflash, checkpoint: some-dflash}",
+        "spec: {kind: dflash, method: dflash, checkpoint: some-dflash}",
+    ));
+    assert!(
+        err.contains("`method` is the old spelling of `kind`"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_wrong_value_deep_in_a_block_is_named_with_its_key_path() {
     let err = error(&VALID.replace("mode: lora", "mode: lorra"));
     assert!(err.contains("methods[2].adapt.mode"), "{err}");
@@ -171,7 +183,7 @@ fn a_method_sets_any_drafting_option_over_the_drafters_own_and_keeps_the_rest() 
     let text = VALID
         .replace(
             "spec: {method: dflash, checkpoint: some-dflash}",
-            "spec: {method: dflash, checkpoint: some-dflash, stop_below: 0.4, window: 64}",
+            "spec: {method: vanilla, checkpoint: some-lm, stop_below: 0.4, window: 64}",
         )
         .replace(
             "{name: unmodified}",
@@ -253,6 +265,54 @@ fn a_method_may_not_change_what_the_drafter_is() {
 fn a_method_without_a_name_is_refused_naming_the_key() {
     let err = error(&VALID.replace("{name: unmodified}", "{window: 4}"));
     assert!(err.contains("methods[1]") && err.contains("name"), "{err}");
+}
+
+#[test]
+fn a_chain_length_a_drafter_would_ignore_is_refused_naming_the_drafter_and_the_method() {
+    // DFlash drafts its block size - 1 whatever the chain length: even the default, set by a method,
+    // is refused rather than read and ignored.
+    for length in ["8", "4"] {
+        let err = error(&VALID.replace(
+            "{name: unmodified}",
+            &format!("{{name: unmodified}}\n  - {{name: chains, draft_len: {length}}}"),
+        ));
+        assert!(
+            err.contains("drafter \"d\" with method \"chains\"")
+                && err.contains("draft_len")
+                && err.contains("DFlash"),
+            "draft_len {length}: {err}"
+        );
+    }
+    let err = error(&VALID.replace(
+        "spec: {method: dflash, checkpoint: some-dflash}",
+        "spec: {method: dflash, checkpoint: some-dflash, draft_len: 8}",
+    ));
+    assert!(err.contains("draft_len (--draft-len) 8") && err.contains("DFlash"), "{err}");
+}
+
+#[test]
+fn a_sweeps_betas_are_one_method_each_named_in_a_few_characters() {
+    let sweep = |betas: &str| {
+        VALID.replace(
+            "{name: unmodified}",
+            &format!("{{name: unmodified}}\n  - {{name: sweep, beta_sweep: [{betas}]}}"),
+        )
+    };
+    let err = error(&sweep("0, -0.0"));
+    assert!(
+        err.contains("method \"sweep\"") && err.contains("beta 0 twice"),
+        "-0.0 is the slope 0, not a second method: {err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let experiment =
+        Experiment::load(&write(dir.path(), "exp.yaml", &sweep("-0.0, 0.3, 1e-300"))).unwrap();
+    let names: Vec<&str> = experiment
+        .methods
+        .iter()
+        .map(|m| m.name.as_str())
+        .filter(|n| n.starts_with("sweep"))
+        .collect();
+    assert_eq!(names, ["sweep-0", "sweep-0.3", "sweep-1e-300"]);
 }
 
 #[test]
@@ -377,6 +437,11 @@ fn grid_errors_name_the_workload_method_or_drafter() {
         (
             ("count: 2", "count: 2\n    skip: 18446744073709551615"),
             "prompt indices must stay below",
+        ),
+        (
+            // Refused on loading, whatever the source (a diary builds prompt 10^12 as fast as its first).
+            ("count: 2", "count: 2\n    skip: 1000000000000"),
+            ": skip 1000000000000 with count 2: prompt indices must stay below 4294967296",
         ),
     ] {
         let err = error(&VALID.replace(edit.0, edit.1));
@@ -593,6 +658,44 @@ fn a_drafter_or_schedule_changed_after_the_run_sealed_them_is_refused_naming_the
 }
 
 #[test]
+fn each_drafting_arm_is_bound_to_its_own_schedule_so_two_swapped_change_the_runs_digest() {
+    use sharpdraft_lab::experiment::requests::{inputs_digest, SealedInputs};
+    let dir = tempfile::tempdir().unwrap();
+    let drafter = dir.path().join("drafter");
+    write(&drafter, "model.safetensors", "weights");
+    write(&drafter, "config.json", "{}");
+    let target = dir.path().join("target");
+    write(&target, "config.json", "{}");
+    let first = write(dir.path(), "first.yaml", "n0: 256\nbeta: 0.3\n");
+    let second = write(dir.path(), "second.yaml", "n0: 256\nbeta: 0.5\n");
+    let yaml = VALID
+        .replace(
+            "checkpoint: some-dflash}",
+            &format!("checkpoint: {}}}", drafter.display()),
+        )
+        .replace(
+            "  - {name: lora, adapt: {mode: lora, every: 4}}\n",
+            &format!(
+                "  - {{name: a, scaling: {{mode: fixed, schedule: {}}}}}\n  - {{name: b, scaling: {{mode: fixed, schedule: {}}}}}\n",
+                first.display(),
+                second.display()
+            ),
+        );
+    let path = write(dir.path(), "exp.yaml", &yaml);
+    let digest = || {
+        let experiment = Experiment::load(&path).unwrap();
+        let sealed = SealedInputs::seal(&experiment).unwrap();
+        inputs_digest(&experiment, &target, &Default::default(), &sealed).unwrap()
+    };
+    let before = digest();
+    assert_eq!(digest(), before, "the same inputs, the same digest");
+    // The two schedules' contents swapped: the same set of contents, each arm reading the other's.
+    std::fs::write(&first, "n0: 256\nbeta: 0.5\n").unwrap();
+    std::fs::write(&second, "n0: 256\nbeta: 0.3\n").unwrap();
+    assert_ne!(digest(), before);
+}
+
+#[test]
 fn units_measured_under_two_kernel_forms_or_thread_counts_are_not_pooled() {
     use sharpdraft_report::records::{ensure_one_timing_setting, Provenance};
     let unit = |kernel: &str, threads: usize| Provenance {
@@ -709,6 +812,29 @@ fn a_temperature_past_the_bound_is_refused_naming_the_key() {
     let err = error(&format!("{VALID}temperature: 1000\n"));
     assert!(
         err.contains("temperature 1000 must lie in 0..=100"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_experiment_record_edited_after_its_run_is_refused_by_its_own_digest() {
+    use sharpdraft_lab::experiment::run_folder::{experiment_record, write_record};
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "exp.yaml", VALID);
+    let experiment = Experiment::load(&file).unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    write_record(&run, &experiment).unwrap();
+    let record = run.join("experiment.json");
+    let read = experiment_record(&record).unwrap();
+    assert_eq!(read.hash(), experiment.hash());
+    // A method renamed by hand: its config hash still reads as the run's.
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(text.contains("\"unmodified\""));
+    std::fs::write(&record, text.replace("\"unmodified\"", "\"calibrated\"")).unwrap();
+    let err = format!("{:#}", experiment_record(&record).unwrap_err());
+    assert!(
+        err.contains("experiment.json") && err.contains("edited since the run wrote it"),
         "{err}"
     );
 }

@@ -107,7 +107,13 @@ fn a_short_training_run_writes_a_drafter_and_its_loss_curve_and_resumes() {
         err.contains("another training text") && err.contains("éééééé"),
         "{err}"
     );
-    std::fs::write(&record, kept).unwrap();
+    std::fs::write(&record, &kept).unwrap();
+
+    // The record deleted: nothing shows the earlier steps learned from this text, so none are resumed.
+    std::fs::remove_file(&record).unwrap();
+    let err = format!("{:#}", train::run(&config).unwrap_err());
+    assert!(err.contains("without training_text.sha256"), "{err}");
+    std::fs::write(&record, &kept).unwrap();
 
     // Another config in the same folder is refused before any compute.
     std::fs::write(

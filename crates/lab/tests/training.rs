@@ -181,10 +181,7 @@ fn run_observed(
 
 /// The trained drafter in `dir`, through the one drafter specification (chains of 3).
 fn drafter<'t>(method: DrafterKind, dir: &Path, target: &'t CausalLm) -> Box<dyn Drafter + 't> {
-    let spec = DrafterSpec {
-        draft_len: 3,
-        ..DrafterSpec::new(method, dir.to_str().unwrap())
-    };
+    let spec = DrafterSpec::new(method, dir.to_str().unwrap()).chains_of(3);
     drafter_spec::build(&spec, target, Sampling::greedy(), 256)
         .unwrap()
         .drafter
@@ -663,12 +660,11 @@ fn a_specification_with_adapt_builds_a_drafter_that_learns_while_it_drafts() {
         run(method, dir.path(), &target, &windows, 10);
         for mode in [AdaptMode::Full, AdaptMode::Lora] {
             let spec = DrafterSpec {
-                draft_len: 3,
                 adapt: Some(AdaptOptions {
                     every: 2,
                     ..AdaptOptions::new(mode)
                 }),
-                ..DrafterSpec::new(method, dir.path().to_str().unwrap())
+                ..DrafterSpec::new(method, dir.path().to_str().unwrap()).chains_of(3)
             };
             let (mut built, config) =
                 drafter_spec::prepare(&spec, &target, Sampling::greedy(), prompt.len(), 24)
@@ -870,9 +866,8 @@ fn every_trained_drafter_drafts_in_bf16_beside_an_f32_target_and_keeps_its_outpu
         };
         let accepted_in = |dtype: Option<&str>| -> usize {
             let spec = DrafterSpec {
-                draft_len: 3,
                 dtype: dtype.map(str::to_string),
-                ..DrafterSpec::new(method, dir.path().to_str().unwrap())
+                ..DrafterSpec::new(method, dir.path().to_str().unwrap()).chains_of(3)
             };
             let mut built = drafter_spec::build(&spec, &target, Sampling::greedy(), 256).unwrap();
             if dtype == Some("bf16") {

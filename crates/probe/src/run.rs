@@ -24,7 +24,7 @@ use crate::{
     Subject,
 };
 use serde::{Deserialize, Serialize};
-use sharpdraft_data::datasets::{token_stream, Source};
+use sharpdraft_data::datasets::{ids_digest, token_stream, Source};
 use sharpdraft_decode::drafter_spec::{self, DrafterSpec, LoadedDrafter};
 use sharpdraft_decode::scaling::ScalingSpec;
 use sharpdraft_draft::DrafterKind;
@@ -172,6 +172,10 @@ pub struct ProbeSummary {
     /// Absent in probes written before it was recorded.
     #[serde(default)]
     pub read: Option<sharpdraft_math::DataFingerprint>,
+    /// The sha256 of the token ids the probe read: a probe is reused only over the same text.
+    /// Empty in probes written before it was recorded (probed again when asked for).
+    #[serde(default)]
+    pub text_digest: String,
 }
 
 pub struct ProbeOutput {
@@ -346,10 +350,7 @@ impl ProbeModel {
         let name = config.drafter.as_deref().unwrap_or(&config.target);
         // EAGLE-3 and DFlash through the one drafter specification (a chain of one: the probe drives
         // their passes itself); the target and LM drafters as the causal LMs they are.
-        let spec = |method| DrafterSpec {
-            draft_len: 1,
-            ..DrafterSpec::new(method, name)
-        };
+        let spec = |method| DrafterSpec::new(method, name).chains_of(1);
         let loaded = match config.drafter_kind() {
             None | Some(DrafterKind::Vanilla) | Some(DrafterKind::Pard) => {
                 let dir = registry::resolve(name)?;
@@ -547,15 +548,28 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
     let fingerprint = model_fingerprint(&model_dir)?;
     let target_dir = registry::resolve(&config.target)?;
     let claim = output_folder::claim(&dir, "probe", &[&model_dir, &target_dir])?;
-    if let output_folder::Claim::Own(_) = claim {
-        if finished_probe_matches(config, &dir, &fingerprint) {
-            return read_probe(&dir);
-        }
-    }
+    let earlier = match claim {
+        output_folder::Claim::Own(_) => finished_probe_of(config, &dir, &fingerprint),
+        output_folder::Claim::Fresh => None,
+    };
     let started = std::time::Instant::now();
     let device = sharpdraft_model::parse_device(&config.device)?;
     let target = CausalLm::load(&registry::resolve(&config.target)?, device, Kind::Float)
         .with_context(|| format!("loading target {}", config.target))?;
+    // A probe of the same config and weights is reused only over the same text: its files are named
+    // by the config, their content is not.
+    let stream = token_stream(&config.text, base, &target)?;
+    let text_digest = ids_digest(&stream);
+    if let Some(recorded) = earlier {
+        if recorded == text_digest {
+            eprintln!("probe: reusing the finished probe in {}", shown(&dir));
+            return read_probe(&dir);
+        }
+        eprintln!(
+            "probe: {} holds a probe of this config and weights over another text (its data changed, or it was probed before texts were recorded); probing again (it is replaced when the new probe is complete)",
+            shown(&dir)
+        );
+    }
     let scaling_spec = resolved_scaling_spec(config, base);
 
     // The model probed; it also tells n0 (for the bins) when the config does not. Capacity for the
@@ -575,7 +589,6 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         highest: config.bins.highest,
     };
     let length = sequence_length(&bins, max_positions);
-    let stream = token_stream(&config.text, base, &target)?;
     ensure_enough_text(config, stream.len(), length)?;
     let max_k = *config.ks.iter().max().expect("validated");
     let counts = bins.sample_counts(config.rows_per_bin, max_k + 1, length as i64);
@@ -620,6 +633,7 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
         model_fingerprint: fingerprint,
         statistics: recorder.statistics_path().to_string(),
         read: Some(read.clone()),
+        text_digest,
     };
     commit_probe(staging, &summary, &model_dir)?;
     eprintln!(
@@ -635,22 +649,23 @@ pub fn run_config(config: &ProbeConfig, base: &Path) -> Result<ProbeOutput> {
     })
 }
 
-/// Whether the finished probe in `dir` may be reused: its summary reads back and names the same config
-/// and weights. Says which on stderr.
-fn finished_probe_matches(config: &ProbeConfig, dir: &Path, fingerprint: &str) -> bool {
+/// The text digest of the finished probe in `dir` when it names the same config and weights (it may
+/// be reused if it read the same text); says so on stderr when it names others.
+fn finished_probe_of(config: &ProbeConfig, dir: &Path, fingerprint: &str) -> Option<String> {
     let summary = std::fs::read_to_string(dir.join("probe.json"))
         .ok()
         .and_then(|text| serde_json::from_str::<ProbeSummary>(&text).ok())
         .and_then(|mut s| s.config.fold_old_spelling().ok().map(|()| s));
-    if summary.is_some_and(|s| s.config == *config && s.model_fingerprint == fingerprint) {
-        eprintln!("probe: reusing the finished probe in {}", shown(dir));
-        return true;
+    match summary {
+        Some(s) if s.config == *config && s.model_fingerprint == fingerprint => Some(s.text_digest),
+        _ => {
+            eprintln!(
+                "probe: {} holds a probe of another config or of other weights; probing again (it is replaced when the new probe is complete)",
+                shown(dir)
+            );
+            None
+        }
     }
-    eprintln!(
-        "probe: {} holds a probe of another config or of other weights; probing again (it is replaced when the new probe is complete)",
-        shown(dir)
-    );
-    false
 }
 
 /// The config's scaling (none by default), with a schedule path that has a separator read from `base`.

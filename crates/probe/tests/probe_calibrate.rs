@@ -71,6 +71,16 @@ fn a_probe_then_a_calibration_write_statistics_a_schedule_and_plots() {
         reprobed.bins, probe.bins,
         "a probe of other weights is not reused"
     );
+    // Other words under the same file name: probed again, not read back.
+    let other: String = (0..400)
+        .map(|i| format!("w{} ", (i * 11) % 59 + 3))
+        .collect();
+    std::fs::write(dir.path().join("text.txt"), other).unwrap();
+    let over_other_text = run_config(&config, dir.path()).unwrap();
+    assert_ne!(
+        over_other_text.bins, reprobed.bins,
+        "a probe over another text is not reused"
+    );
     let calibration = CalibrateConfig {
         probe: None,
         probe_dir: Some(probe.dir.clone()),

@@ -161,6 +161,7 @@ fn paired_over_prompts(
             &pairs
                 .iter()
                 .map(|(c, m)| c.decode_tokens_per_second / m.decode_tokens_per_second)
+                .filter(|ratio| ratio.is_finite())
                 .collect::<Vec<_>>(),
         ));
     }

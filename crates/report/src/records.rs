@@ -163,10 +163,12 @@ impl RequestRow {
         (self.total_seconds - self.prefill_seconds).max(0.0)
     }
 
-    /// Tokens per second of the decode alone (NaN when nothing was decoded after the prefill).
+    /// Tokens per second of the decode alone (NaN when nothing was decoded after the prefill: the
+    /// prefill's logits give the first token, so a request of one token has no decode step, and the
+    /// bookkeeping between prefill and return is no decode speed).
     pub fn decode_tokens_per_second(&self) -> f64 {
         let seconds = self.decode_seconds();
-        if seconds > 0.0 {
+        if self.generated > 1 && seconds > 0.0 {
             self.generated as f64 / seconds
         } else {
             f64::NAN

@@ -14,7 +14,7 @@ use crate::records::{ArmInputs, ArmRecord, Provenance, RequestRow, UnitRecord};
 use crate::table::Table;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a request's unit was doing to the machine, as the summary flags it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -365,18 +365,45 @@ pub fn cycle_rows(s: &RequestSample) -> impl Iterator<Item = CycleRow> + '_ {
 pub fn read(
     outline: &Outline,
     results: &Table,
-    cycles: Option<&Table>,
+    cycles: &Table,
     results_name: &str,
     cycles_name: &str,
 ) -> Result<Vec<RequestSample>> {
-    let mut by_request = match cycles {
-        Some(t) => read_cycles(t, cycles_name)?,
-        None => BTreeMap::new(),
-    };
+    let mut by_request = read_cycles(cycles, cycles_name)?;
     let rows: Vec<ResultRow> = rows_of(results).with_context(|| results_name.to_string())?;
     let mut out = Vec::with_capacity(rows.len());
+    let mut seen = BTreeSet::new();
     for row in rows {
-        let cycles = by_request.remove(&row.key).unwrap_or_default();
+        let key = &row.key;
+        let request = || {
+            format!(
+                "{} / {} on {} context {} seed {} repeat {} prompt {}",
+                key.drafter, key.method, key.workload, key.context, key.seed, key.repeat, key.prompt
+            )
+        };
+        if !seen.insert(key.clone()) {
+            bail!(
+                "{results_name}: two rows of {}: a request is one row, so the table holds more than one run's",
+                request()
+            );
+        }
+        let cycles = by_request.remove(key).unwrap_or_default();
+        let sum = |f: fn(&CycleRecord) -> usize| cycles.iter().map(f).sum::<usize>() as u64;
+        let (counted, listed) = (
+            [row.cycles, row.drafted, row.accepted, row.emitted],
+            [
+                cycles.len() as u64,
+                sum(|c| c.drafted),
+                sum(|c| c.accepted),
+                sum(|c| c.accepted + c.bonus),
+            ],
+        );
+        if counted != listed {
+            bail!(
+                "{cycles_name}: {} cycles of {} drafting {}, accepting {} and emitting {} tokens, where {results_name} counts {} cycles, {} drafted, {} accepted and {} emitted: the two tables are not of one run",
+                listed[0], request(), listed[1], listed[2], listed[3], counted[0], counted[1], counted[2], counted[3]
+            );
+        }
         out.push(sample_of(row, cycles));
     }
     compare_outputs(outline, &mut out);
@@ -478,11 +505,16 @@ fn read_cycles(t: &Table, what: &str) -> Result<BTreeMap<RequestKey, Vec<CycleRe
             },
         ));
     }
-    Ok(out
-        .into_iter()
+    out.into_iter()
         .map(|(key, mut cycles)| {
             cycles.sort_by_key(|(i, _)| *i);
-            (key, cycles.into_iter().map(|(_, c)| c).collect())
+            if let Some(pair) = cycles.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+                bail!(
+                    "{what}: two rows of cycle {} of {} / {} on {} context {} seed {} repeat {} prompt {}: the table holds more than one run's",
+                    pair[0].0, key.drafter, key.method, key.workload, key.context, key.seed, key.repeat, key.prompt
+                );
+            }
+            Ok((key, cycles.into_iter().map(|(_, c)| c).collect()))
         })
-        .collect())
+        .collect()
 }

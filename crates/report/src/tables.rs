@@ -827,6 +827,27 @@ mod tests {
     }
 
     #[test]
+    fn requests_of_one_token_have_no_decode_step_and_no_decode_speed_up() {
+        let outline = outline();
+        let mut samples = two_prompts_three_repeats();
+        // max_new_tokens: 1: the prefill's logits give the only token; what follows is bookkeeping.
+        for s in &mut samples {
+            s.row.generated = 1;
+            s.row.cycles.clear();
+        }
+        let tables = build_from_samples(&outline, &samples);
+        let rows = in_experiment_order(&tables.summary, &outline);
+        let fixed = rows.iter().find(|r| r.method == "fixed").unwrap();
+        assert!(fixed.speedup.estimate.is_finite(), "end to end is measured");
+        assert!(
+            !fixed.decode_speedup.estimate.is_finite() && !fixed.decode_vs_reference.estimate.is_finite(),
+            "{:?} {:?}",
+            fixed.decode_speedup,
+            fixed.decode_vs_reference
+        );
+    }
+
+    #[test]
     fn two_prompts_faster_on_every_repeat_give_no_verdict() {
         let outline = outline();
         let tables = build_from_samples(&outline, &two_prompts_three_repeats());

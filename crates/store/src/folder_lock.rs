@@ -1,6 +1,7 @@
-//! One command at a time per run folder: `run` (fresh or `--resume`), `merge` and `report` each hold an
-//! exclusive lock on the folders they write or read, and a second command on the same folder is refused
-//! at once, naming the holder. The lock is an advisory `flock` on a file under
+//! One command at a time per folder: `run` (fresh or `--resume`), `merge` and `report` each hold an
+//! exclusive lock on the run folders they write or read, `train` on its output and `fetch` on the model
+//! (and schedule) folders it installs, and a second command on the same folder is refused at once,
+//! naming the holder. The lock is an advisory `flock` on a file under
 //! `$SHARPDRAFT_HOME/locks/` named after the folder's absolute path, so nothing is added beside the
 //! user's files, and the kernel drops it when its process ends (a killed run leaves no stale lock).
 //! It covers commands that share `$SHARPDRAFT_HOME` on one machine.
@@ -21,10 +22,15 @@ pub struct FolderLock {
 
 /// The lock file of `folder` (absolute, links resolved as far as the path exists).
 pub fn lock_path(folder: &Path) -> Result<PathBuf> {
+    lock_path_under(&registry::home(), folder)
+}
+
+/// The lock file of `folder` for the commands whose `$SHARPDRAFT_HOME` is `home`.
+pub fn lock_path_under(home: &Path, folder: &Path) -> Result<PathBuf> {
     let folder = absolute(folder)?;
     let digest = Sha256::digest(folder.as_os_str().as_encoded_bytes());
     let name: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
-    Ok(registry::home().join("locks").join(format!("{name}.lock")))
+    Ok(home.join("locks").join(format!("{name}.lock")))
 }
 
 impl FolderLock {
@@ -49,7 +55,7 @@ impl FolderLock {
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
                 return Err(StoreError::Refused(format!(
-                    "{} is in use by another sharpdraft command ({}): wait for it to end, or give --out another folder",
+                    "{} is in use by another sharpdraft command ({}): wait for it to end, or work in another folder",
                     folder.display(),
                     if holder.is_empty() { "holder unknown" } else { holder }
                 )));

@@ -4,6 +4,7 @@
 //! a known name or a folder path.
 
 use crate::error::{Result, StoreError};
+use crate::folder_lock::FolderLock;
 use crate::output_folder::{self, sha256_of, Marker};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -657,10 +658,19 @@ pub fn gguf_file(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// [`fetch`], re-hashing every file of an existing import when `rehash`.
+/// [`fetch`], re-hashing every file of an existing import when `rehash`. The model's folder (and a
+/// shipped drafter's schedule folder) is locked as `train` and `run` lock theirs, so a fetch never
+/// installs into a folder another command is writing: it is refused at once, naming the holder.
 pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
     if let Some(model) = shipped(name) {
         let dir = model_dir(model.name);
+        let _locks = (
+            FolderLock::acquire(&dir, "fetch")?,
+            model
+                .schedule
+                .map(|(calibration, _)| FolderLock::acquire(&calibration_dir(calibration), "fetch"))
+                .transpose()?,
+        );
         let state = fetch_state(model.name, rehash)?;
         if state == FetchState::Verified {
             // Its schedule too: one deleted since is restored (or its folder refused, by name).
@@ -692,6 +702,7 @@ pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
         )
     })?;
     let dir = model_dir(model.name);
+    let _lock = FolderLock::acquire(&dir, "fetch")?;
     let state = fetch_state(model.name, rehash)?;
     if state == FetchState::Verified {
         if crate::gguf::blocks_complete(&dir) {

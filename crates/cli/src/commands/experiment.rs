@@ -21,8 +21,8 @@ pub struct RunArgs {
     /// Continue this experiment's run in the folder: finished units are kept and skipped.
     #[arg(long)]
     pub resume: bool,
-    /// Run shard I of N (0-based): every unit whose grid position is I modulo N. Without it, SLURM's
-    /// job array variables (SLURM_ARRAY_TASK_ID, _MIN, _COUNT) choose the shard when they are set.
+    /// Run shard I of N (0-based): every unit whose grid position is I modulo N. Required inside a
+    /// SLURM array task (SLURM_ARRAY_TASK_ID set), whose array bounds do not give the grid's N.
     #[arg(long)]
     pub shard: Option<String>,
     /// Train and calibrate a missing drafter even when the repository ships it, as the quickstart's

@@ -293,7 +293,8 @@ fn speculative_report(
         prefill_tokens_per_s: prompt_ids.len() as f64 / spec.prefill_seconds.max(1e-9),
         kind: Some(built.drafter.kind().name()),
         scaling: Some(scaling.name()),
-        tau: Some(spec.tau()),
+        // No cycle ran when the prefill's token was the only one: nothing was drafted, no tau.
+        tau: (!spec.cycles.is_empty()).then(|| spec.tau()),
         gate: Some(drafter.gate.name()),
         drafted_cycles: Some(spec.cycles.iter().filter(|c| c.drafted > 0).count()),
         plain_cycles: Some(spec.cycles.iter().filter(|c| c.drafted == 0).count()),
@@ -327,15 +328,21 @@ fn print_report(report: &GenerateReport, json: bool) -> anyhow::Result<()> {
             report.tokens_per_s,
             report.prefill_tokens_per_s
         );
-        if let (Some(kind), Some(tau)) = (report.kind, report.tau) {
-            let cycles = report.cycles.as_ref().map_or(0, Vec::len);
-            eprintln!(
-                "{kind}: tau {tau:.2} over {cycles} cycles ({} drafted, {} plain target steps; gate {}), engine overhead {:.1}%",
-                report.drafted_cycles.unwrap_or(0),
-                report.plain_cycles.unwrap_or(0),
-                report.gate.unwrap_or("off"),
-                100.0 * report.engine_overhead.unwrap_or(0.0)
-            );
+        match (report.kind, report.tau) {
+            (Some(kind), Some(tau)) => {
+                let cycles = report.cycles.as_ref().map_or(0, Vec::len);
+                eprintln!(
+                    "{kind}: tau {tau:.2} over {cycles} cycles ({} drafted, {} plain target steps; gate {}), engine overhead {:.1}%",
+                    report.drafted_cycles.unwrap_or(0),
+                    report.plain_cycles.unwrap_or(0),
+                    report.gate.unwrap_or("off"),
+                    100.0 * report.engine_overhead.unwrap_or(0.0)
+                );
+            }
+            (Some(kind), None) => eprintln!(
+                "{kind}: nothing drafted, no tau: the prefill gave the only token and no cycle ran"
+            ),
+            (None, _) => {}
         }
         if let Some(a) = &report.adaptation {
             let mib = |bytes: usize| bytes as f64 / (1u64 << 20) as f64;

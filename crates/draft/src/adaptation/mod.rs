@@ -233,8 +233,29 @@ impl AdaptOptions {
         if self.top_k < 1 {
             return Err(format!("adapt.top_k = {}: must be at least 1", self.top_k));
         }
-        if self.mode == AdaptMode::Full && self.lora_form == LoraForm::Unmerged {
-            return Err("adapt.lora_form = unmerged: applies to mode lora only".into());
+        if self.mode == AdaptMode::Full {
+            // A LoRA option under full adaptation would be read and ignored. (A value equal to its
+            // default cannot be told from one left out, and changes nothing.)
+            let given = [
+                ("rank", (self.rank != default_rank()).then(|| self.rank.to_string())),
+                ("alpha", self.alpha.map(|alpha| alpha.to_string())),
+                (
+                    "lora_on",
+                    (self.lora_on != default_lora_on()).then(|| {
+                        let names: Vec<String> = self.lora_on.iter().map(|t| t.to_string()).collect();
+                        format!("[{}]", names.join(", "))
+                    }),
+                ),
+                (
+                    "lora_form",
+                    (self.lora_form != LoraForm::default()).then(|| self.lora_form.to_string()),
+                ),
+            ];
+            if let Some((key, Some(value))) = given.into_iter().find(|(_, value)| value.is_some()) {
+                return Err(format!(
+                    "adapt.{key} = {value}: a LoRA option, and mode is full (every drafter weight is adapted, no adapters): set mode: lora (--adapt lora) or leave {key} out"
+                ));
+            }
         }
         if self.mode == AdaptMode::Lora {
             if self.rank < 1 {

@@ -102,6 +102,13 @@ pub fn parse_yaml<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T> {
             }
             _ => message,
         };
+        // `method` is `kind`'s old spelling (one field under two names): a mapping with both reads as
+        // `kind` given twice, which names a key the user may not have written twice.
+        let message = if message.starts_with("duplicate field `kind`") {
+            format!("{message}: `method` is the old spelling of `kind`; give one of them")
+        } else {
+            message
+        };
         LabError::Invalid(format!("{}: key {key}: {message}", file.display()))
     })
 }
@@ -143,7 +150,8 @@ impl DrafterEntry {
 /// One method: the target alone, or every drafter with this method's drafting options set over its own
 /// specification. Those options are a [`DrafterSpecPatch`] (any option of a drafter specification but
 /// its kind and checkpoint), written at the method's top level beside `name`:
-/// `{name: lora, adapt: {mode: lora}}`, `{name: chains-of-8, draft_len: 8}`.
+/// `{name: lora, adapt: {mode: lora}}`, `{name: chains-of-8, draft_len: 8}`. An option the drafter's
+/// kind would ignore (`draft_len` on DFlash) is refused, naming the drafter and the method.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct MethodEntry {
     pub name: String,
@@ -308,6 +316,17 @@ impl<'de, K: de::DeserializeSeed<'de>> Visitor<'de> for MethodKey<K> {
 /// The most betas one sweep may list.
 pub const MAX_SWEEP: usize = 64;
 
+/// A sweep beta as its method's name gives it: as written when short (`0.3`), else in exponent form
+/// (`1e-300`, not three hundred digits).
+fn beta_label(beta: f64) -> String {
+    let plain = beta.to_string();
+    if plain.len() <= 12 {
+        plain
+    } else {
+        format!("{beta:e}")
+    }
+}
+
 impl MethodEntry {
     /// The methods this entry stands for: itself, or one `fixed` method per beta of its sweep.
     fn expand(self, file: &Path) -> Result<Vec<MethodEntry>> {
@@ -339,6 +358,7 @@ impl MethodEntry {
                 && scaling.beta.is_none(),
             "{f}: method {name:?}: beta_sweep sets fixed scaling with each beta; its scaling may give n0 alone (not a mode other than fixed, a schedule or a beta)"
         );
+        let mut seen = Vec::with_capacity(betas.len());
         betas
             .iter()
             .map(|&beta| {
@@ -346,8 +366,15 @@ impl MethodEntry {
                     beta.is_finite() && beta >= 0.0,
                     "{f}: method {name:?}: beta_sweep value {beta} must be finite and >= 0"
                 );
+                // -0.0 is the slope 0: one method, one name.
+                let beta = if beta == 0.0 { 0.0 } else { beta };
+                ensure!(
+                    !seen.contains(&beta),
+                    "{f}: method {name:?}: beta_sweep lists beta {beta} twice (-0 is 0): each beta is one method"
+                );
+                seen.push(beta);
                 Ok(MethodEntry {
-                    name: format!("{name}-{beta}"),
+                    name: format!("{name}-{}", beta_label(beta)),
                     beta_sweep: None,
                     drafting: DrafterSpecPatch {
                         scaling: Some(ScalingSpec {
@@ -505,6 +532,11 @@ impl Default for Timing {
 
 /// The most prompts one workload may run (prompts are built in memory before the grid starts).
 pub const MAX_PROMPTS: usize = 100_000;
+
+/// The most `skip + count` may be, refused when the experiment is loaded, before any work: a prompt
+/// file is read whole before its prompts are taken and none holds 2^32 lines, and a generated source's
+/// prompts past it are drawn no differently from those before it.
+pub const MAX_PROMPT_INDEX: usize = 1 << 32;
 
 /// An experiment as written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -861,12 +893,17 @@ impl Experiment {
         }
         for (drafter, method) in self.drafting_pairs() {
             let spec = self.spec(drafter, method)?;
-            spec.validate().with_context(|| {
+            let pair = || {
                 format!(
                     "{f}: drafter {:?} with method {:?}",
                     drafter.name, method.name
                 )
-            })?;
+            };
+            spec.validate().with_context(pair)?;
+            // The method's own draft_len, even at the default, is refused where the drafter ignores it.
+            if let (Some(len), Some(why)) = (method.drafting.draft_len, spec.draft_len_unused()) {
+                bail!("{}: method's draft_len {len}: {why}", pair());
+            }
         }
         Ok(())
     }
@@ -885,12 +922,11 @@ impl Experiment {
         ensure!(
             w.skip
                 .checked_add(w.count)
-                .is_some_and(|end| end <= i64::MAX as usize),
-            "{} {} with count {}: prompt indices must stay below {}",
+                .is_some_and(|end| end <= MAX_PROMPT_INDEX),
+            "{} {} with count {}: prompt indices must stay below {MAX_PROMPT_INDEX} (2^32: no prompt file holds more lines, and a generated source's later prompts are no different from its first)",
             at("skip"),
             w.skip,
             w.count,
-            i64::MAX
         );
         no_duplicates(
             &w.contexts,

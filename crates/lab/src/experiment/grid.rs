@@ -50,32 +50,18 @@ impl Shard {
         Ok(shard)
     }
 
-    /// SLURM's job array (`SLURM_ARRAY_TASK_ID`, `_MIN`, `_COUNT`), when this process is one of its
-    /// tasks.
-    pub fn from_slurm() -> Result<Option<Self>> {
-        let var = |name: &str| std::env::var(name).ok();
-        let (Some(id), Some(count)) = (var("SLURM_ARRAY_TASK_ID"), var("SLURM_ARRAY_TASK_COUNT"))
-        else {
-            return Ok(None);
-        };
-        let min = var("SLURM_ARRAY_TASK_MIN").unwrap_or_else(|| "0".into());
-        let number = |name: &str, s: &str| {
-            s.parse::<usize>()
-                .ok()
-                .with_context(|| format!("{name}={s:?} is not a whole number"))
-        };
-        let (id, count, min) = (
-            number("SLURM_ARRAY_TASK_ID", &id)?,
-            number("SLURM_ARRAY_TASK_COUNT", &count)?,
-            number("SLURM_ARRAY_TASK_MIN", &min)?,
-        );
-        if id < min || id - min >= count {
-            bail!("SLURM_ARRAY_TASK_ID {id} lies outside MIN {min} + COUNT {count}");
+    /// Refuses to run as a SLURM array task without `--shard`: a task's shard cannot be read from the
+    /// array's variables, since a task submitted again alone (`sbatch --array=3`) sees an array of one
+    /// (`SLURM_ARRAY_TASK_MIN` 3, `_COUNT` 1) and would run the whole grid. The shard count is the
+    /// grid's, given when the array is submitted (`scripts/slurm/run-array.sbatch EXPERIMENT N` passes
+    /// `--shard $SLURM_ARRAY_TASK_ID/N`).
+    pub fn refuse_unnamed_array_task() -> Result<()> {
+        if let Ok(task) = std::env::var("SLURM_ARRAY_TASK_ID") {
+            bail!(
+                "SLURM_ARRAY_TASK_ID is {task:?} but no --shard was given: an array task's shard is not read from the array's bounds, which a task submitted again alone changes; pass --shard {task}/N with N the grid's shard count (scripts/slurm/run-array.sbatch EXPERIMENT N does)"
+            );
         }
-        Ok(Some(Self {
-            index: id - min,
-            count,
-        }))
+        Ok(())
     }
 
     pub fn holds(&self, position: usize) -> bool {

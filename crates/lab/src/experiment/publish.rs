@@ -95,7 +95,7 @@ pub fn republish(dir: &Path) -> Result<Published> {
 
 /// The experiment and requests of `source`: a run folder's finished units, or a results folder's
 /// `results.parquet` and `cycles.parquet` (checked to be of the experiment its `experiment.json`
-/// records).
+/// records, and of one run: a request is one row, and its cycles add up to its row's counts).
 fn read_source(source: &Path) -> Result<(Outline, Vec<RequestSample>)> {
     let is_run = Marker::read(source)?.is_some_and(|m| m.kind == RUN_KIND);
     if is_run {
@@ -114,15 +114,20 @@ fn read_source(source: &Path) -> Result<(Outline, Vec<RequestSample>)> {
     }
     let outline = experiment_record(&record)?.outline();
     let results = Table::read_parquet(&results_path)?;
+    // Every run writes its cycles beside its results (an empty table when nothing drafted): a results
+    // folder without them would report tau and acceptance from nothing.
     let cycles_path = source.join(CYCLES);
-    let cycles = match cycles_path.is_file() {
-        true => Some(Table::read_parquet(&cycles_path)?),
-        false => None,
-    };
+    ensure!(
+        cycles_path.is_file(),
+        "{}: missing beside {}: a results folder keeps both of its run's raw tables",
+        cycles_path.display(),
+        results_path.display()
+    );
+    let cycles = Table::read_parquet(&cycles_path)?;
     let samples = samples::read(
         &outline,
         &results,
-        cycles.as_ref(),
+        &cycles,
         &results_path.display().to_string(),
         &cycles_path.display().to_string(),
     )?;

@@ -10,6 +10,7 @@
 use super::config::{Experiment, Setting, Workload};
 use super::prompts::{chat_ids, ensure_text_can_fit, excerpt_offset, long_prompt_ids};
 use crate::error::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 use sharpdraft_decode::drafter_spec::DrafterSpec;
 use sharpdraft_decode::scaling::resolve_schedule;
@@ -26,16 +27,38 @@ pub type Requests = Vec<(usize, Vec<i64>)>;
 /// Every request of the grid: workload name -> context -> requests.
 pub type GridRequests = BTreeMap<String, BTreeMap<usize, Requests>>;
 
+/// A grid of at least this many requests shows a bar while they are built (5,000 prompts at 8,000
+/// tokens take about 90 s to tokenize and cut on 2 cores).
+const BAR_FROM_REQUESTS: usize = 500;
+
 /// Builds every request of every workload of `experiment` and checks each against the target's context.
 pub fn build_all(experiment: &Experiment, target: &CausalLm) -> Result<GridRequests> {
+    let total: usize = experiment
+        .workloads
+        .iter()
+        .map(|w| match w.setting {
+            Setting::LongGeneration => w.count,
+            Setting::LongPrompt => w.count * w.contexts.len(),
+        })
+        .sum();
+    let bar = if total >= BAR_FROM_REQUESTS {
+        ProgressBar::new(total as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} requests built  elapsed {elapsed}  ETA {eta}")
+            .expect("a valid progress template"),
+    );
     let mut fillers = BTreeMap::new();
     let mut requests = BTreeMap::new();
     for workload in &experiment.workloads {
         requests.insert(
             workload.name.clone(),
-            build_requests(workload, target, &mut fillers)?,
+            build_requests(workload, target, &mut fillers, &bar)?,
         );
     }
+    bar.finish_and_clear();
     Ok(requests)
 }
 
@@ -44,6 +67,7 @@ fn build_requests(
     workload: &Workload,
     target: &CausalLm,
     filler_cache: &mut BTreeMap<String, Vec<i64>>,
+    bar: &ProgressBar,
 ) -> Result<BTreeMap<usize, Requests>> {
     let at = || format!("workload {:?}", workload.name);
     let tokenizer = target.tokenizer()?;
@@ -62,7 +86,10 @@ fn build_requests(
             let requests = texts
                 .iter()
                 .enumerate()
-                .map(|(i, text)| Ok((workload.skip + i, chat_ids(tokenizer, text)?)))
+                .map(|(i, text)| {
+                    bar.inc(1);
+                    Ok((workload.skip + i, chat_ids(tokenizer, text)?))
+                })
                 .collect::<Result<Requests>>()
                 .with_context(at)?;
             out.insert(0, requests);
@@ -91,6 +118,7 @@ fn build_requests(
                             filler.len(),
                             context,
                         );
+                        bar.inc(1);
                         Ok((
                             workload.skip + i,
                             long_prompt_ids(tokenizer, text, &filler, offset, context)?,
@@ -121,11 +149,12 @@ fn build_requests(
     Ok(out)
 }
 
-/// The files a unit loads again for itself (every drafter's checkpoint files, when some method drafts,
-/// and every schedule), each with the sha256 of its content when the run started, read once: the run's
-/// digest ([`inputs_digest`]) is made of them, and a unit checks them again before its record is written
-/// ([`SealedInputs::verify`]), so a drafter or schedule replaced mid-run is refused, named, instead of
-/// pooled with what came before. The target is loaded once per run and needs no check.
+/// The files each request loads again for itself (every drafter's checkpoint files, when some method
+/// drafts, and every schedule), each with the sha256 of its content when the run started, read once:
+/// the run's digest ([`inputs_digest`]) is made of them, and a unit checks their content again before
+/// its first request and after every request ([`SealedInputs::verify`]), so a drafter or schedule
+/// replaced mid-run is refused, named, and no row decoded from it is kept. The target is loaded once
+/// per run and needs no check.
 pub struct SealedInputs {
     /// Each drafter folder's files: (path relative to the folder, sha256), sorted.
     drafters: BTreeMap<PathBuf, Vec<(String, String)>>,
@@ -278,10 +307,21 @@ pub fn inputs_digest(
             );
         }
     }
-    // By content alone: the same schedules under another $SHARPDRAFT_HOME give the same digest.
-    let schedules: BTreeSet<&String> = sealed.schedules.values().collect();
-    for sha in schedules {
-        field("schedule", sha.as_bytes());
+    // Each drafting arm bound to its own schedule's content (the path left out: the same schedules
+    // under another $SHARPDRAFT_HOME give the same digest, two arms' schedules swapped do not).
+    for (drafter, method) in experiment.drafting_pairs() {
+        let spec = experiment.spec(drafter, method)?;
+        if let Some(schedule) = &spec.scaling.schedule {
+            let path = resolve_schedule(schedule);
+            let sha = sealed
+                .schedules
+                .get(&path)
+                .with_context(|| format!("schedule {} was not sealed", path.display()))?;
+            field(
+                &format!("schedule of {} with {}", drafter.name, method.name),
+                sha.as_bytes(),
+            );
+        }
     }
     Ok(format!("{:x}", hasher.finalize()))
 }

@@ -3,7 +3,7 @@
 //! `units/` (one file per finished unit), the tables and the report.
 
 use super::config::Experiment;
-use crate::error::{bail, Context, Result};
+use crate::error::{bail, ensure, Context, Result};
 use sharpdraft_store::atomic_write::write_whole;
 use sharpdraft_store::output_folder::Marker;
 use std::path::Path;
@@ -16,11 +16,12 @@ pub const UNITS: &str = "units";
 
 /// Writes `experiment.json` and a copy of the experiment file into `dir`.
 pub fn write_record(dir: &Path, experiment: &Experiment) -> Result<()> {
-    let record = serde_json::json!({
+    let mut record = serde_json::json!({
         "config_hash": experiment.hash(),
         "yaml_hash": experiment.yaml_hash,
         "experiment": experiment,
     });
+    record[RECORD_DIGEST] = record_digest(&record).into();
     write_whole(
         &dir.join(EXPERIMENT_RECORD),
         serde_json::to_string_pretty(&record)?,
@@ -34,6 +35,16 @@ pub fn write_record(dir: &Path, experiment: &Experiment) -> Result<()> {
         )
     })?;
     Ok(())
+}
+
+/// The key of `experiment.json` holding the sha256 of the rest of its content, as the run wrote it.
+const RECORD_DIGEST: &str = "record_sha256";
+
+/// The sha256 of an experiment record's content (`record` without [`RECORD_DIGEST`]), as compact JSON.
+fn record_digest(record: &serde_json::Value) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(record.to_string().as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The experiment recorded in run folder `dir`, its content hash restored.
@@ -64,6 +75,18 @@ pub fn experiment_record(path: &Path) -> Result<Experiment> {
             })
     };
     let (config_hash, yaml_hash) = (hash("config_hash")?, hash("yaml_hash")?);
+    // Records from before the digest was kept have none to check.
+    if let Some(sealed) = record.get(RECORD_DIGEST).cloned() {
+        let mut content = record.clone();
+        if let Some(map) = content.as_object_mut() {
+            map.remove(RECORD_DIGEST);
+        }
+        ensure!(
+            sealed.as_str() == Some(record_digest(&content).as_str()),
+            "{}: edited since the run wrote it (its content no longer has the {RECORD_DIGEST} the run sealed it with): the tables and report beside it are of the experiment as it was run; rerun, or restore the file",
+            path.display()
+        );
+    }
     let mut experiment: Experiment = serde_json::from_value(record["experiment"].take())
         .with_context(|| format!("{}: not an experiment record", path.display()))?;
     experiment.config_hash = config_hash;

@@ -83,7 +83,6 @@ pub fn default_out(experiment: &Experiment, shard: Option<Shard>) -> PathBuf {
 /// Trains every drafter whose checkpoint is missing (or unfinished) from its `train` config, and
 /// calibrates every schedule a method needs and does not find; errors name what is missing otherwise.
 fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
-    let f = shown(&experiment.header.file);
     let drafting: Vec<&MethodEntry> = experiment
         .methods
         .iter()
@@ -96,35 +95,20 @@ fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
         let checkpoint = &drafter.spec.checkpoint;
         let shipped = registry::shipped(checkpoint);
         match shipped {
-            Some(model) if retrain => registry::set_aside_shipped(model)?,
+            // The training config is read and checked before the installed copy is set aside, so a
+            // refusal leaves the installed drafter where it was.
+            Some(model) if retrain => {
+                training_config(experiment, drafter, true)?;
+                registry::set_aside_shipped(model)?;
+            }
             // The repository ships this drafter: installed, not trained (`--retrain` trains it).
             Some(model) if registry::resolve(checkpoint).is_err() => {
                 registry::fetch(model.name)?;
             }
             _ => {}
         }
-        if let Err(missing) = registry::resolve(checkpoint) {
-            let Some(train) = &drafter.train else {
-                let why = match (retrain, shipped) {
-                    (true, Some(_)) => {
-                        "--retrain trains it from the drafter's `train:` config".into()
-                    }
-                    _ => missing.to_string(),
-                };
-                bail!(
-                    "{f}: drafter {:?}: {why} (give it `train:` a training config to make it)",
-                    drafter.name
-                );
-            };
-            let config = crate::train::TrainConfig::load(train)?;
-            ensure!(
-                config.out_dir() == registry::model_dir(checkpoint)
-                    || config.out_dir() == Path::new(checkpoint),
-                "{f}: drafter {:?}: train config {} writes {}, not checkpoint {checkpoint}",
-                drafter.name,
-                train.display(),
-                config.out
-            );
+        if registry::resolve(checkpoint).is_err() {
+            let train = training_config(experiment, drafter, retrain && shipped.is_some())?;
             // A folder left by a killed training run is resumed, not trained anew: say which.
             let unfinished =
                 registry::locate(checkpoint).is_some_and(|dir| output_folder::is_unfinished(&dir));
@@ -148,6 +132,42 @@ fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The training config of `drafter`, which makes its missing checkpoint (`retraining`: the shipped
+/// copy `--retrain` sets aside), loaded and checked to write that checkpoint; refused, naming the
+/// drafter, when it has none or it writes elsewhere.
+fn training_config<'d>(
+    experiment: &Experiment,
+    drafter: &'d super::config::DrafterEntry,
+    retraining: bool,
+) -> Result<&'d Path> {
+    let f = shown(&experiment.header.file);
+    let checkpoint = &drafter.spec.checkpoint;
+    let Some(train) = &drafter.train else {
+        let why = if retraining {
+            "--retrain trains it from the drafter's `train:` config".to_string()
+        } else {
+            match registry::resolve(checkpoint) {
+                Err(missing) => missing.to_string(),
+                Ok(_) => format!("{checkpoint} is to be trained"),
+            }
+        };
+        bail!(
+            "{f}: drafter {:?}: {why} (give it `train:` a training config to make it)",
+            drafter.name
+        );
+    };
+    let config = crate::train::TrainConfig::load(train)?;
+    ensure!(
+        config.out_dir() == registry::model_dir(checkpoint)
+            || config.out_dir() == Path::new(checkpoint),
+        "{f}: drafter {:?}: train config {} writes {}, not checkpoint {checkpoint}",
+        drafter.name,
+        train.display(),
+        config.out
+    );
+    Ok(train.as_path())
 }
 
 fn ensure_schedule(experiment: &Experiment, drafter: &super::config::DrafterEntry) -> Result<()> {
@@ -285,12 +305,12 @@ fn look_at_folder(dir: &Path, experiment: &Experiment, resume: bool) -> Result<P
 
 /// Runs `experiment_path` as `options` say.
 pub fn run(experiment_path: &Path, options: &RunOptions) -> Result<RunOutcome> {
+    let shard = options.shard;
+    if shard.is_none() {
+        Shard::refuse_unnamed_array_task()?;
+    }
     let mut experiment = Experiment::load(experiment_path)?;
     unit_count(&experiment.outline())?;
-    let shard = match options.shard {
-        Some(shard) => Some(shard),
-        None => Shard::from_slurm()?,
-    };
     let dir = options
         .out
         .clone()
@@ -531,12 +551,6 @@ impl UnitRunner<'_> {
             let record = self
                 .run(unit, &units_dir)
                 .with_context(|| format!("unit {}", unit.id()))?;
-            // An input replaced before or while the unit ran (its drafters and schedules were loaded
-            // for it): its results are not written as the sealed inputs'. One check a unit: the next
-            // unit's load comes after this one's check.
-            self.sealed
-                .verify()
-                .with_context(|| format!("unit {} (finished, not recorded)", unit.id()))?;
             record.write(&units_dir)?;
             PartialUnit::remove_own(&units_dir, unit, self.experiment.hash())?;
             let lines = summary_lines(&record);
@@ -647,8 +661,21 @@ impl UnitRunner<'_> {
                 self.target.stop_tokens()
             },
         };
+        // Every arm loads its drafter and schedule again for each request: the inputs are checked
+        // against the seal before the first request and after each one, so no row decoded from a
+        // changed input is kept, not even in units/partial (a change undone before a resume included).
+        self.sealed
+            .verify()
+            .with_context(|| format!("before request {} of unit {}", first + 1, unit.id()))?;
         for (position, (prompt, ids)) in requests.iter().enumerate().skip(first) {
             self.decode_in_every_arm(&scope, position, *prompt, ids, &mut runs)?;
+            self.sealed.verify().with_context(|| {
+                format!(
+                    "request {} of unit {} (decoded, not recorded)",
+                    position + 1,
+                    unit.id()
+                )
+            })?;
             if resumable && position + 1 < requests.len() {
                 let (arms, machine, seconds) = so_far(&runs);
                 PartialUnit {
