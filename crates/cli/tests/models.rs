@@ -302,11 +302,16 @@ fn retrain_without_a_training_config_that_makes_the_drafter_is_refused_before_an
     )
     .unwrap();
     let out = dir.path().join("out");
-    let installed: Vec<String> = ["models", "calibrations"]
-        .iter()
-        .flat_map(|folder| std::fs::read_dir(home.join(folder)).unwrap())
-        .map(|e| e.unwrap().path().display().to_string())
-        .collect();
+    let listing = || {
+        let mut names: Vec<String> = ["models", "calibrations"]
+            .iter()
+            .flat_map(|folder| std::fs::read_dir(home.join(folder)).unwrap())
+            .map(|e| e.unwrap().path().display().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    let installed = listing();
     let retrain = || {
         sharpdraft(
             &[
@@ -320,12 +325,7 @@ fn retrain_without_a_training_config_that_makes_the_drafter_is_refused_before_an
         )
     };
     let untouched = |stderr: &str| {
-        let now: Vec<String> = ["models", "calibrations"]
-            .iter()
-            .flat_map(|folder| std::fs::read_dir(home.join(folder)).unwrap())
-            .map(|e| e.unwrap().path().display().to_string())
-            .collect();
-        assert_eq!(now, installed, "nothing is set aside before the refusal: {stderr}");
+        assert_eq!(listing(), installed, "nothing is set aside before the refusal: {stderr}");
         assert!(sharpdraft(&["fetch", name, "--verify"], Some(&home)).status.success());
     };
     // No `train:` at all.
@@ -337,17 +337,16 @@ fn retrain_without_a_training_config_that_makes_the_drafter_is_refused_before_an
         "{stderr}"
     );
     untouched(&stderr);
-    // A `train:` config that writes another checkpoint.
-    let shipped_config = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../configs/train/smollm2-dflash-v4k-long.yaml");
-    let configs = shipped_config.parent().unwrap().parent().unwrap().to_path_buf();
-    let elsewhere = std::fs::read_to_string(&shipped_config)
-        .unwrap()
-        .replace(&format!("out: {name}"), "out: somewhere-else")
-        .replace("../data/", &format!("{}/data/", configs.display()));
-    assert!(elsewhere.contains("out: somewhere-else"), "the shipped config writes {name}");
+    // A `train:` config that writes another checkpoint (its data a local text: nothing downloaded).
+    std::fs::write(dir.path().join("corpus.txt"), "A short text to train on. ".repeat(8)).unwrap();
     let train = dir.path().join("train.yaml");
-    std::fs::write(&train, elsewhere).unwrap();
+    std::fs::write(
+        &train,
+        "target: smollm2-135m-instruct\n\
+         method: {dflash: {layers: 1, block_size: 4, mask_token: 16, gamma: 2, anchors: 4}}\n\
+         out: somewhere-else\nn0: 32\nwindows: 2\nsteps: 2\ndata:\n  - text_file: corpus.txt\n",
+    )
+    .unwrap();
     let text = std::fs::read_to_string(&experiment).unwrap().replace(
         "schedule: smollm2-dflash-v4k-long}",
         &format!("schedule: smollm2-dflash-v4k-long, train: {}}}", train.display()),
