@@ -2,12 +2,16 @@
 use serde_json::Value;
 use std::process::Command;
 
-fn run(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+fn sharpdraft(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
         .args(args)
         .env("RUST_BACKTRACE", "0")
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn run(args: &[&str]) -> Value {
+    let out = sharpdraft(args);
     assert!(
         out.status.success(),
         "{}",
@@ -128,11 +132,7 @@ fn one_token_runs_no_cycle_and_generate_reports_no_tau_rather_than_zero() {
     let v = run(&[&args[..], &["--json"]].concat());
     assert!(v["tau"].is_null(), "no cycle, no tau: {}", v["tau"]);
     assert_eq!(v["cycles"].as_array().map(Vec::len), Some(0));
-    let out = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap();
+    let out = sharpdraft(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
