@@ -278,6 +278,42 @@ fn fetch_into_a_folder_another_command_holds_is_refused_and_touches_nothing() {
 }
 
 #[test]
+fn a_second_fetch_of_one_model_waits_for_the_first_and_finds_its_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let name = "smollm2-135m-dflash-v4k-long";
+    let folder = home.join("models").join(name);
+    // Another fetch of the same model holds the folder, as its lock's line says.
+    let lock = sharpdraft_store::folder_lock::lock_path_under(&home, &folder).unwrap();
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    let mut first = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&lock)
+        .unwrap();
+    first.lock().unwrap();
+    std::io::Write::write_all(&mut first, b"`sharpdraft fetch`, process 1 since Unix time 0").unwrap();
+    let second = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
+        .args(["fetch", name])
+        .env("RUST_BACKTRACE", "0")
+        .env("SHARPDRAFT_HOME", &home)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(!folder.exists(), "nothing installed while the first fetch holds the folder");
+    first.set_len(0).unwrap();
+    first.unlock().unwrap();
+    let out = second.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("waiting for it to end"), "{stderr}");
+    assert!(folder.join("model.safetensors").is_file(), "{stderr}");
+}
+
+#[test]
 fn retrain_without_a_training_config_that_makes_the_drafter_is_refused_before_anything_is_moved() {
     if !smollm2_fetched() {
         return;

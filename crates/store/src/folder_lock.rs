@@ -36,6 +36,18 @@ pub fn lock_path_under(home: &Path, folder: &Path) -> Result<PathBuf> {
 impl FolderLock {
     /// Locks `folder` for `command` (e.g. `run`), or refuses naming the process that holds it.
     pub fn acquire(folder: &Path, command: &str) -> Result<Self> {
+        Self::acquire_with(folder, command, false)
+    }
+
+    /// [`Self::acquire`], except that a folder held by another run of the same `command` is waited
+    /// for (said on stderr): two `fetch`es of one model, or two `run`s that each fetch their target,
+    /// take turns, the second finding the first's import; a folder any other command holds (a `train`
+    /// writing it) is refused as by `acquire`.
+    pub fn acquire_after_same(folder: &Path, command: &str) -> Result<Self> {
+        Self::acquire_with(folder, command, true)
+    }
+
+    fn acquire_with(folder: &Path, command: &str, wait_for_same: bool) -> Result<Self> {
         let path = lock_path(folder)?;
         let parent = path.parent().expect("a lock file lies in a folder");
         std::fs::create_dir_all(parent).map_err(|e| {
@@ -48,20 +60,36 @@ impl FolderLock {
             .truncate(false)
             .open(&path)
             .map_err(|e| StoreError::failed(format!("opening lock {}", path.display()), e))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim();
-                return Err(StoreError::Refused(format!(
-                    "{} is in use by another sharpdraft command ({}): wait for it to end, or work in another folder",
-                    folder.display(),
-                    if holder.is_empty() { "holder unknown" } else { holder }
-                )));
-            }
-            Err(TryLockError::Error(e)) => {
-                return Err(StoreError::failed(format!("locking {}", path.display()), e))
+        let locking = |e: std::io::Error| StoreError::failed(format!("locking {}", path.display()), e);
+        // A holder writes its line just after it locks: an empty line is read again for a moment.
+        let mut unnamed_reads = 0;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) => {
+                    let mut holder = String::new();
+                    let _ = file.rewind().and_then(|()| file.read_to_string(&mut holder));
+                    let holder = holder.trim();
+                    if holder.is_empty() && unnamed_reads < 20 {
+                        unnamed_reads += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                        continue;
+                    }
+                    if wait_for_same && holder.starts_with(&format!("`sharpdraft {command}`")) {
+                        eprintln!(
+                            "{} is being written by another {holder}; waiting for it to end",
+                            folder.display()
+                        );
+                        file.lock().map_err(locking)?;
+                        break;
+                    }
+                    return Err(StoreError::Refused(format!(
+                        "{} is in use by another sharpdraft command ({}): wait for it to end, or work in another folder",
+                        folder.display(),
+                        if holder.is_empty() { "holder unknown" } else { holder }
+                    )));
+                }
+                Err(TryLockError::Error(e)) => return Err(locking(e)),
             }
         }
         let since = std::time::SystemTime::now()

@@ -660,15 +660,16 @@ pub fn gguf_file(name: &str) -> Result<PathBuf> {
 
 /// [`fetch`], re-hashing every file of an existing import when `rehash`. The model's folder (and a
 /// shipped drafter's schedule folder) is locked as `train` and `run` lock theirs, so a fetch never
-/// installs into a folder another command is writing: it is refused at once, naming the holder.
+/// installs into a folder another command is writing: it is refused at once, naming the holder (a
+/// second fetch of the same model waits for the first, then finds its import).
 pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
     if let Some(model) = shipped(name) {
         let dir = model_dir(model.name);
         let _locks = (
-            FolderLock::acquire(&dir, "fetch")?,
+            FolderLock::acquire_after_same(&dir, "fetch")?,
             model
                 .schedule
-                .map(|(calibration, _)| FolderLock::acquire(&calibration_dir(calibration), "fetch"))
+                .map(|(calibration, _)| FolderLock::acquire_after_same(&calibration_dir(calibration), "fetch"))
                 .transpose()?,
         );
         let state = fetch_state(model.name, rehash)?;
@@ -702,7 +703,7 @@ pub fn fetch_checked(name: &str, rehash: bool) -> Result<PathBuf> {
         )
     })?;
     let dir = model_dir(model.name);
-    let _lock = FolderLock::acquire(&dir, "fetch")?;
+    let _lock = FolderLock::acquire_after_same(&dir, "fetch")?;
     let state = fetch_state(model.name, rehash)?;
     if state == FetchState::Verified {
         if crate::gguf::blocks_complete(&dir) {
