@@ -243,6 +243,21 @@ fn the_shipped_drafter_installs_from_the_repository_once_and_a_drafter_trained_h
     );
 }
 
+/// `folder`'s lock under `home`, held as another command holds it (`holder`: the line it writes).
+fn hold_folder(home: &std::path::Path, folder: &std::path::Path, holder: &str) -> std::fs::File {
+    let lock = sharpdraft_store::folder_lock::lock_path_under(home, folder).unwrap();
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&lock)
+        .unwrap();
+    file.lock().unwrap();
+    std::io::Write::write_all(&mut file, holder.as_bytes()).unwrap();
+    file
+}
+
 #[test]
 fn fetch_into_a_folder_another_command_holds_is_refused_and_touches_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -252,20 +267,14 @@ fn fetch_into_a_folder_another_command_holds_is_refused_and_touches_nothing() {
     std::fs::create_dir_all(&folder).unwrap();
     // A `train` of the shipped name holds its folder (the lock train takes) and has written into it.
     std::fs::write(folder.join("model.safetensors"), "step 100").unwrap();
-    let lock = sharpdraft_store::folder_lock::lock_path_under(&home, &folder).unwrap();
-    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
-    let training = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock)
-        .unwrap();
-    training.lock().unwrap();
+    let _training = hold_folder(&home, &folder, "`sharpdraft train`, process 1 since Unix time 0");
     let out = sharpdraft(&["fetch", name], Some(&home));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("in use by another sharpdraft command") && stderr.contains(name),
+        stderr.contains("in use by another sharpdraft command")
+            && stderr.contains("`sharpdraft train`")
+            && stderr.contains(name),
         "{stderr}"
     );
     let models: Vec<_> = std::fs::read_dir(home.join("models")).unwrap().collect();
@@ -284,16 +293,7 @@ fn a_second_fetch_of_one_model_waits_for_the_first_and_finds_its_import() {
     let name = "smollm2-135m-dflash-v4k-long";
     let folder = home.join("models").join(name);
     // Another fetch of the same model holds the folder, as its lock's line says.
-    let lock = sharpdraft_store::folder_lock::lock_path_under(&home, &folder).unwrap();
-    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
-    let mut first = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&lock)
-        .unwrap();
-    first.lock().unwrap();
-    std::io::Write::write_all(&mut first, b"`sharpdraft fetch`, process 1 since Unix time 0").unwrap();
+    let first = hold_folder(&home, &folder, "`sharpdraft fetch`, process 1 since Unix time 0");
     let second = Command::new(env!("CARGO_BIN_EXE_sharpdraft"))
         .args(["fetch", name])
         .env("RUST_BACKTRACE", "0")

@@ -43,8 +43,7 @@ const RECORD_DIGEST: &str = "record_sha256";
 /// The sha256 of an experiment record's content (`record` without [`RECORD_DIGEST`]), as compact JSON.
 fn record_digest(record: &serde_json::Value) -> String {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(record.to_string().as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    format!("{:x}", Sha256::digest(record.to_string().as_bytes()))
 }
 
 /// The experiment recorded in run folder `dir`, its content hash restored.

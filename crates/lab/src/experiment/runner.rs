@@ -98,7 +98,7 @@ fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
             // The training config is read and checked before the installed copy is set aside, so a
             // refusal leaves the installed drafter where it was.
             Some(model) if retrain => {
-                training_config(experiment, drafter, true)?;
+                training_config(experiment, drafter, RETRAINED)?;
                 registry::set_aside_shipped(model)?;
             }
             // The repository ships this drafter: installed, not trained (`--retrain` trains it).
@@ -107,8 +107,12 @@ fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
             }
             _ => {}
         }
-        if registry::resolve(checkpoint).is_err() {
-            let train = training_config(experiment, drafter, retrain && shipped.is_some())?;
+        if let Err(missing) = registry::resolve(checkpoint) {
+            let why = match (retrain, shipped) {
+                (true, Some(_)) => RETRAINED.to_string(),
+                _ => missing.to_string(),
+            };
+            let train = training_config(experiment, drafter, &why)?;
             // A folder left by a killed training run is resumed, not trained anew: say which.
             let unfinished =
                 registry::locate(checkpoint).is_some_and(|dir| output_folder::is_unfinished(&dir));
@@ -134,25 +138,20 @@ fn ensure_drafters(experiment: &Experiment, retrain: bool) -> Result<()> {
     Ok(())
 }
 
-/// The training config of `drafter`, which makes its missing checkpoint (`retraining`: the shipped
-/// copy `--retrain` sets aside), loaded and checked to write that checkpoint; refused, naming the
-/// drafter, when it has none or it writes elsewhere.
+/// Why a drafter `--retrain` set aside is to be made.
+const RETRAINED: &str = "--retrain trains it from the drafter's `train:` config";
+
+/// The training config of `drafter`, which is to make its checkpoint (`why`: the checkpoint is
+/// missing, or `--retrain` sets it aside), loaded and checked to write that checkpoint; refused,
+/// naming the drafter and `why`, when it has none or it writes elsewhere.
 fn training_config<'d>(
     experiment: &Experiment,
     drafter: &'d super::config::DrafterEntry,
-    retraining: bool,
+    why: &str,
 ) -> Result<&'d Path> {
     let f = shown(&experiment.header.file);
     let checkpoint = &drafter.spec.checkpoint;
     let Some(train) = &drafter.train else {
-        let why = if retraining {
-            "--retrain trains it from the drafter's `train:` config".to_string()
-        } else {
-            match registry::resolve(checkpoint) {
-                Err(missing) => missing.to_string(),
-                Ok(_) => format!("{checkpoint} is to be trained"),
-            }
-        };
         bail!(
             "{f}: drafter {:?}: {why} (give it `train:` a training config to make it)",
             drafter.name
